@@ -1,0 +1,21 @@
+//! sbx-agent: the program inside every sbx microVM.
+//!
+//! - [`listen`]: binds the addresses of the shared grammar and serves the gRPC service.
+//! - [`service`]: the thin tonic layer; each RPC parses, calls a domain module, maps errors.
+//! - [`exec`]: running commands with capped (head + tail) or streamed output, process
+//!   groups, timeouts. [`jobs`]: detached background jobs with log files.
+//! - [`files`]: read, atomic write, list, stat, remove, move, mkdir.
+//! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
+//! - [`system`]: Info and SetTime.
+//! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
+
+pub mod archive;
+pub mod exec;
+pub mod files;
+pub mod init;
+pub mod jobs;
+pub mod listen;
+pub mod service;
+pub mod system;
+
+pub use service::AgentService;

@@ -1,0 +1,137 @@
+//! Binding the addresses of the shared grammar and serving the agent on each.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use sbx_proto::Address;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_vsock::{VsockAddr, VsockListener};
+
+use crate::AgentService;
+
+/// Why the agent could not listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// Hybrid vsock is the host's side of a VMM socket; the guest listens on plain vsock.
+    #[error("cannot listen on {0}: hybrid vsock is the host side of a VMM socket; inside the VM listen on vsock://-1:PORT")]
+    HybridVsock(Address),
+    /// The bind itself failed.
+    #[error("cannot listen on {addr}")]
+    Bind {
+        /// The address asked for.
+        addr: Address,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+    /// A stale Unix socket could not be replaced.
+    #[error("cannot replace the old socket file {path}; remove it or pick another path")]
+    StaleSocket {
+        /// The socket path.
+        path: PathBuf,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+    /// The server stopped with an error.
+    #[error("serving on {addr} failed")]
+    Serve {
+        /// The address served.
+        addr: Address,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+/// A bound socket, ready to serve.
+pub enum Listener {
+    /// AF_VSOCK.
+    Vsock(Address, VsockListener),
+    /// A Unix stream socket.
+    Unix(Address, UnixListener),
+    /// TCP.
+    Tcp(Address, TcpListener),
+}
+
+impl Listener {
+    /// Binds `addr`. A Unix socket is created 0600 after any stale file at its path is removed.
+    pub async fn bind(addr: &Address) -> Result<Self, ListenError> {
+        let bind_err = |source| ListenError::Bind { addr: addr.clone(), source };
+        match addr {
+            Address::Vsock { cid, port } => {
+                let l = VsockListener::bind(VsockAddr::new(*cid, *port)).map_err(bind_err)?;
+                Ok(Listener::Vsock(addr.clone(), l))
+            }
+            Address::HybridVsock { .. } => Err(ListenError::HybridVsock(addr.clone())),
+            Address::Unix(path) => {
+                remove_stale_socket(path)?;
+                let l = UnixListener::bind(path).map_err(bind_err)?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(bind_err)?;
+                Ok(Listener::Unix(addr.clone(), l))
+            }
+            Address::Tcp(hostport) => {
+                let l = TcpListener::bind(hostport.as_str()).await.map_err(bind_err)?;
+                Ok(Listener::Tcp(addr.clone(), l))
+            }
+        }
+    }
+
+    /// The address this listener was bound for.
+    pub fn address(&self) -> &Address {
+        match self {
+            Listener::Vsock(a, _) | Listener::Unix(a, _) | Listener::Tcp(a, _) => a,
+        }
+    }
+
+    /// Serves `svc` on this listener until the process ends.
+    pub async fn serve(self, svc: AgentService) -> Result<(), ListenError> {
+        let addr = self.address().clone();
+        let router = tonic::transport::Server::builder().add_service(svc.into_server());
+        let result = match self {
+            Listener::Vsock(_, l) => router.serve_with_incoming(l.incoming()).await,
+            Listener::Unix(_, l) => router.serve_with_incoming(UnixListenerStream::new(l)).await,
+            Listener::Tcp(_, l) => router.serve_with_incoming(TcpListenerStream::new(l)).await,
+        };
+        result.map_err(|source| ListenError::Serve { addr, source })
+    }
+}
+
+fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)
+            .map_err(|source| ListenError::StaleSocket { path: path.to_path_buf(), source }),
+        Ok(_) => Err(ListenError::StaleSocket {
+            path: path.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::AlreadyExists, "a file that is not a socket is in the way"),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(ListenError::StaleSocket { path: path.to_path_buf(), source }),
+    }
+}
+
+/// Binds every address, then serves all of them; returns when any server stops.
+pub async fn serve_all(addrs: &[Address], svc: AgentService) -> Result<(), ListenError> {
+    let mut listeners = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        listeners.push(Listener::bind(addr).await?);
+    }
+    serve_listeners(listeners, svc).await
+}
+
+/// Serves already-bound listeners; returns when any server stops.
+pub async fn serve_listeners(listeners: Vec<Listener>, svc: AgentService) -> Result<(), ListenError> {
+    let mut set = tokio::task::JoinSet::new();
+    for l in listeners {
+        tracing::info!(addr = %l.address(), "listening");
+        set.spawn(l.serve(svc.clone()));
+    }
+    match set.join_next().await {
+        Some(Ok(result)) => result,
+        Some(Err(join)) => std::panic::resume_unwind(join.into_panic()),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,150 @@
+//! The gRPC face of the agent. Every handler is a few lines: it parses the request,
+//! calls a domain module, and maps the domain error to a `tonic::Status`. The domain
+//! modules never see gRPC types beyond the generated messages.
+
+mod archive;
+mod exec;
+mod files;
+mod jobs;
+mod system;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use sbx_proto::agent::v1::{self as pb, agent_server::Agent};
+use tonic::{Request, Response, Status, Streaming};
+
+/// A boxed server stream, the response type of every streaming RPC.
+pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// The agent's state shared by every connection.
+#[derive(Clone)]
+pub struct AgentService {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    jobs: crate::jobs::Jobs,
+    started: std::time::Instant,
+}
+
+impl AgentService {
+    /// A service whose background jobs keep their logs under `job_dir`.
+    pub fn new(job_dir: std::path::PathBuf) -> Self {
+        AgentService {
+            inner: Arc::new(Shared { jobs: crate::jobs::Jobs::new(job_dir), started: std::time::Instant::now() }),
+        }
+    }
+
+    /// The tonic server wrapping this service, with the agreed message size limits.
+    pub fn into_server(self) -> pb::agent_server::AgentServer<Self> {
+        pb::agent_server::AgentServer::new(self)
+            .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+    }
+
+    pub(crate) fn jobs(&self) -> &crate::jobs::Jobs {
+        &self.inner.jobs
+    }
+
+    pub(crate) fn started(&self) -> std::time::Instant {
+        self.inner.started
+    }
+}
+
+#[tonic::async_trait]
+impl Agent for AgentService {
+    async fn exec(&self, req: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResponse>, Status> {
+        exec::exec(self, req.into_inner()).await.map(Response::new)
+    }
+
+    type ExecStreamStream = BoxStream<pb::ExecEvent>;
+    async fn exec_stream(
+        &self,
+        req: Request<Streaming<pb::ExecStreamInput>>,
+    ) -> Result<Response<Self::ExecStreamStream>, Status> {
+        exec::exec_stream(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn start_job(&self, req: Request<pb::StartJobRequest>) -> Result<Response<pb::Job>, Status> {
+        jobs::start(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn get_job(&self, req: Request<pb::JobRef>) -> Result<Response<pb::Job>, Status> {
+        jobs::get(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn wait_job(&self, req: Request<pb::WaitJobRequest>) -> Result<Response<pb::Job>, Status> {
+        jobs::wait(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn signal_job(&self, req: Request<pb::SignalJobRequest>) -> Result<Response<pb::Job>, Status> {
+        jobs::signal(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_jobs(
+        &self,
+        req: Request<pb::ListJobsRequest>,
+    ) -> Result<Response<pb::ListJobsResponse>, Status> {
+        jobs::list(self, req.into_inner()).await.map(Response::new)
+    }
+
+    type ReadFileStream = BoxStream<pb::ReadFileChunk>;
+    async fn read_file(
+        &self,
+        req: Request<pb::ReadFileRequest>,
+    ) -> Result<Response<Self::ReadFileStream>, Status> {
+        files::read(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn write_file(
+        &self,
+        req: Request<Streaming<pb::WriteFileRequest>>,
+    ) -> Result<Response<pb::WriteFileResponse>, Status> {
+        files::write(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Result<Response<pb::ListDirResponse>, Status> {
+        files::list(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn stat(&self, req: Request<pb::StatRequest>) -> Result<Response<pb::FileEntry>, Status> {
+        files::stat(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn remove(&self, req: Request<pb::RemoveRequest>) -> Result<Response<pb::RemoveResponse>, Status> {
+        files::remove(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn r#move(&self, req: Request<pb::MoveRequest>) -> Result<Response<pb::MoveResponse>, Status> {
+        files::rename(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn make_dir(&self, req: Request<pb::MakeDirRequest>) -> Result<Response<pb::MakeDirResponse>, Status> {
+        files::make_dir(req.into_inner()).await.map(Response::new)
+    }
+
+    type DownloadDirStream = BoxStream<pb::DownloadDirChunk>;
+    async fn download_dir(
+        &self,
+        req: Request<pb::DownloadDirRequest>,
+    ) -> Result<Response<Self::DownloadDirStream>, Status> {
+        archive::download(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn upload_dir(
+        &self,
+        req: Request<Streaming<pb::UploadDirRequest>>,
+    ) -> Result<Response<pb::UploadDirResponse>, Status> {
+        archive::upload(req.into_inner()).await.map(Response::new)
+    }
+
+    async fn info(&self, req: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        system::info(self, req.into_inner()).await.map(Response::new)
+    }
+
+    async fn set_time(&self, req: Request<pb::SetTimeRequest>) -> Result<Response<pb::SetTimeResponse>, Status> {
+        system::set_time(req.into_inner()).await.map(Response::new)
+    }
+}

@@ -1,0 +1,21 @@
+//! The contract between `sbx` (host) and `sbx-agent` (guest).
+//!
+//! - [`agent::v1`]: the generated gRPC messages, with the client half behind the
+//!   `client` feature and the server half behind the `server` feature.
+//! - [`address`]: the one address grammar both binaries parse (`vsock://`, `hvsock://`,
+//!   `unix://`, `tcp://`).
+//! - [`limits`]: the defaults and caps both sides agree on.
+
+pub mod address;
+pub mod limits;
+
+pub use address::{Address, AddressError};
+
+/// Generated code for package `sbx.agent.v1`.
+pub mod agent {
+    /// Version 1 of the agent API.
+    #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        tonic::include_proto!("sbx.agent.v1");
+    }
+}

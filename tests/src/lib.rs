@@ -1,0 +1,94 @@
+//! Helpers shared by the whole-system tests: a real `sbx-agent` process on a Unix
+//! socket in a temp dir, and the generated gRPC client connected to it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use sbx_proto::agent::v1::agent_client::AgentClient;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Path of a binary built by this workspace (`sbx-agent`, `sbx`), next to the test's own
+/// `target/<profile>/deps/` directory.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = profile_dir.join(name);
+    assert!(bin.exists(), "{} is not built; run `cargo build --workspace` first", bin.display());
+    bin
+}
+
+/// A real `sbx-agent` serving on `unix://<tmp>/agent.sock`; killed when dropped.
+pub struct Agent {
+    child: Child,
+    /// The temp dir holding the socket and the job logs; tests may use it as scratch.
+    pub dir: tempfile::TempDir,
+    /// The agent's Unix socket.
+    pub socket: PathBuf,
+}
+
+impl Agent {
+    /// Starts the agent and waits until its socket accepts connections.
+    pub fn start() -> Agent {
+        Self::start_with(&[])
+    }
+
+    /// Starts the agent with extra command-line arguments.
+    pub fn start_with(extra: &[&str]) -> Agent {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("agent.sock");
+        let child = Command::new(workspace_bin("sbx-agent"))
+            .arg("--listen")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--job-dir")
+            .arg(dir.path().join("jobs"))
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sbx-agent");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "sbx-agent did not listen on {} within 20 s", socket.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Agent { child, dir, socket }
+    }
+
+    /// The address to hand to `sbx --agent`.
+    pub fn address(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// A gRPC client connected to this agent.
+    pub async fn client(&self) -> AgentClient<Channel> {
+        connect_unix(&self.socket).await
+    }
+
+    /// The agent's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Connects the generated client to a Unix socket.
+pub async fn connect_unix(path: &Path) -> AgentClient<Channel> {
+    let path = path.to_path_buf();
+    let channel = Endpoint::from_static("http://agent.invalid")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        }))
+        .await
+        .expect("connect to agent");
+    AgentClient::new(channel)
+        .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+}
