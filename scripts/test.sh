@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The whole sbx test suite, from a fresh machine: installs what it needs (idempotent),
+# then runs formatting and lint checks, the static musl build of the agent, every Rust
+# test (real VMs included) and the MCP suite driven by the official Python MCP client.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "set-up (packages, musl target, vhost-device-vsock, kernel, minimal template)"
+rootfs/setup.sh
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  step "installing cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "static musl build of the agent"
+cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent
+
+step "build"
+cargo build --workspace
+
+step "Rust tests (agent, CLI, VMs)"
+cargo nextest run --workspace --no-fail-fast
+
+step "MCP tests (official Python MCP SDK as the client)"
+tests/mcp/run.sh
