@@ -1,0 +1,175 @@
+//! Pausing, resuming, removing, and resolving a sandbox name to its agent's address.
+
+use std::time::Duration;
+
+use sbx_proto::Address;
+use sbx_proto::agent::v1::SetTimeRequest;
+use sbx_proto::agent::v1::agent_client::AgentClient;
+use serde::Serialize;
+
+use super::qmp::{self, Qmp};
+use super::state::{self, Record, StateLock};
+use super::{SandboxInfo, SandboxState, VmError, agent_address, dirs, now_unix_ms};
+
+/// How long QEMU gets to quit when asked before it is killed.
+const QUIT_GRACE: Duration = Duration::from_secs(5);
+/// How long vhost-device-vsock gets after SIGTERM.
+const VHOST_GRACE: Duration = Duration::from_secs(2);
+/// How long to wait for the agent when setting the clock after a resume.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Looks a sandbox up and checks that it can run guest code (it may be paused).
+fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, VmError> {
+    let record = state::find(state, name_or_id)?;
+    match SandboxInfo::of(&record).state {
+        SandboxState::Dead => Err(VmError::Dead(record.name)),
+        SandboxState::Starting => Err(VmError::Starting(record.name)),
+        SandboxState::Running | SandboxState::Paused => Ok(record),
+    }
+}
+
+/// Stops the guest's CPUs (QMP `stop`). Pausing a paused sandbox does nothing.
+pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = live(&state, name_or_id)?;
+    qmp::run(&record.paths.qmp_socket, "stop").await?;
+    record.paused = true;
+    record.save()?;
+    Ok(SandboxInfo::of(&record))
+}
+
+/// A resumed sandbox and how far its clock was moved.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resumed {
+    /// The sandbox, now running.
+    pub sandbox: SandboxInfo,
+    /// How far SetTime moved the guest clock (new minus old), in milliseconds.
+    pub clock_adjusted_ms: i64,
+}
+
+/// Restarts the guest's CPUs (QMP `cont`), then sets the guest clock to the host's,
+/// since it stood still while paused. Resuming a running sandbox only sets the clock.
+pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
+    let state = dirs::state_dir()?;
+    let record = {
+        let _lock = StateLock::acquire(&state)?;
+        let mut record = live(&state, name_or_id)?;
+        let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
+        if !qmp.is_running().await? {
+            qmp.execute("cont").await?;
+        }
+        record.paused = false;
+        record.save()?;
+        record
+    };
+    let clock_adjusted_ms = set_clock(&record).await?;
+    Ok(Resumed { sandbox: SandboxInfo::of(&record), clock_adjusted_ms })
+}
+
+async fn set_clock(record: &Record) -> Result<i64, VmError> {
+    let failed = |reason: String| VmError::Clock { name: record.name.clone(), reason };
+    let channel = crate::connect::connect(&agent_address(record), AGENT_TIMEOUT)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    let reply = AgentClient::new(channel)
+        .set_time(SetTimeRequest { unix_ms: now_unix_ms() })
+        .await
+        .map_err(|s| failed(s.message().to_string()))?;
+    Ok(reply.into_inner().adjusted_by_ms)
+}
+
+/// The agent address of a sandbox that can run guest code, resuming it first if it is
+/// paused. Dead or still-booting sandboxes are refused with what to do.
+pub async fn resolve(name_or_id: &str) -> Result<Address, VmError> {
+    let state = dirs::state_dir()?;
+    let record = live(&state, name_or_id)?;
+    if record.paused {
+        resume(&record.id).await?;
+    }
+    Ok(agent_address(&record))
+}
+
+/// How `remove` behaves.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
+#[serde(default)]
+pub struct RemoveOptions {
+    /// Remove every sandbox (the names list may then be empty).
+    pub all: bool,
+    /// SIGKILL at once instead of asking QEMU to quit, and skip names that do not exist.
+    pub force: bool,
+}
+
+/// A removed sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct Removed {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The state it was in.
+    pub was: SandboxState,
+}
+
+/// Stops every process of the named sandboxes (or all) and removes their directories.
+/// Every name is looked up before anything is removed, so a typo removes nothing.
+pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed>, VmError> {
+    let state = dirs::state_dir()?;
+    if !state.is_dir() {
+        return match (names.first(), opts.all || opts.force) {
+            (Some(n), false) => Err(state::StateError::NotFound(n.clone()).into()),
+            _ => Ok(Vec::new()),
+        };
+    }
+    let _lock = StateLock::acquire(&state)?;
+    let all = state::load_all(&state);
+    let mut targets: Vec<Record> = Vec::new();
+    let mut stale_dirs = Vec::new();
+    if opts.all {
+        for entry in all {
+            match entry {
+                Ok(r) => targets.push(r),
+                Err(dir) => stale_dirs.push(dir),
+            }
+        }
+    }
+    for name in names {
+        match state::find(&state, name) {
+            Ok(r) if targets.iter().any(|t| t.id == r.id) => {}
+            Ok(r) => targets.push(r),
+            Err(_) if opts.force => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut removed = Vec::new();
+    for record in targets {
+        let was = SandboxInfo::of(&record).state;
+        stop_processes(&record, opts.force).await;
+        remove_dir(&record.paths.dir)?;
+        removed.push(Removed { id: record.id, name: record.name, was });
+    }
+    for dir in stale_dirs {
+        remove_dir(&dir)?;
+    }
+    Ok(removed)
+}
+
+async fn stop_processes(record: &Record, force: bool) {
+    if let Some(qemu) = record.qemu.filter(|p| p.is_alive()) {
+        let asked = !force && qmp::run(&record.paths.qmp_socket, "quit").await.is_ok();
+        if !(asked && qemu.wait_gone(QUIT_GRACE).await) {
+            qemu.kill().await;
+        }
+    }
+    if let Some(vhost) = record.vhost {
+        if force { vhost.kill().await } else { vhost.terminate(VHOST_GRACE).await }
+    }
+}
+
+fn remove_dir(dir: &std::path::Path) -> Result<(), VmError> {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(VmError::RemoveDir { path: dir.to_path_buf(), source }),
+    }
+}

@@ -1,0 +1,224 @@
+//! `sbx create`: allocate, start vhost-device-vsock, listen for `READY`, start QEMU,
+//! wait. Any failure, timeout or cancellation (the future dropped, e.g. on Ctrl-C)
+//! kills what was started and removes the sandbox directory.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
+use super::process::{ProcRef, find_in_path, spawn_detached};
+use super::ready::ReadyListener;
+use super::state::{self, Paths, Record, StateLock};
+use super::template::{self, DEFAULT_TEMPLATE};
+use super::{SandboxInfo, VmError, dirs, now_unix_ms};
+
+/// Smallest guest memory accepted.
+pub const MIN_MEMORY_MIB: u32 = 128;
+/// Largest guest memory accepted.
+pub const MAX_MEMORY_MIB: u32 = 256 * 1024;
+/// Most vCPUs accepted.
+pub const MAX_CPUS: u32 = 64;
+
+/// What to create.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct CreateOptions {
+    /// Template name.
+    pub template: String,
+    /// Sandbox name; `None`: generated.
+    pub name: Option<String>,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// How long to wait for the agent.
+    #[serde(with = "secs")]
+    pub timeout: Duration,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            template: DEFAULT_TEMPLATE.into(),
+            name: None,
+            memory_mib: 512,
+            cpus: 1,
+            timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+mod secs {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_secs(u64::deserialize(d)?))
+    }
+}
+
+/// Boots a sandbox and returns it once its agent has announced itself.
+pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
+    check_resources(opts)?;
+    let template = template::load(&dirs::templates_dir()?, &opts.template)?;
+    let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
+    let vhost = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
+    let accel = launcher::probe_accel();
+
+    let state_dir = dirs::ensure_state_dir()?;
+    let lock = StateLock::acquire(&state_dir)?;
+    let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
+    let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
+    let record = Record {
+        id: alloc.id,
+        name: alloc.name,
+        template: template.name.clone(),
+        memory_mib: opts.memory_mib,
+        cpus: opts.cpus,
+        cid: alloc.cid,
+        accel: accel.as_str().into(),
+        created_unix_ms: now_unix_ms(),
+        qemu: None,
+        vhost: None,
+        ready: false,
+        agent_version: None,
+        paused: false,
+        paths: paths.clone(),
+    };
+    // From here on, dropping `guard` undoes everything.
+    let mut guard = Cleanup { record: record.clone(), armed: true };
+    guard.save()?;
+    drop(lock);
+
+    if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
+        launcher::create_overlay(base, overlay).await?;
+    }
+    let mut vhost_child = launcher::start_vhost(&vhost, record.cid, &paths).await?;
+    guard.set(|r| r.vhost = vhost_child.id().and_then(ProcRef::of));
+    guard.save()?;
+
+    let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
+    let spec = VmSpec {
+        id: &record.id,
+        template: &template,
+        memory_mib: opts.memory_mib,
+        cpus: opts.cpus,
+        accel,
+        paths: &paths,
+    };
+    let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
+        .map_err(launcher::LaunchError::from)?;
+    guard.set(|r| r.qemu = qemu_child.id().and_then(ProcRef::of));
+    guard.save()?;
+
+    let version = tokio::select! {
+        v = ready.wait() => v?,
+        status = qemu_child.wait() => {
+            return Err(VmError::BootExited {
+                status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                qemu_log: launcher::tail(&paths.qemu_log, 5),
+                console: launcher::tail(&paths.console_log, 20),
+            });
+        }
+        status = vhost_child.wait() => {
+            return Err(launcher::LaunchError::Vhost {
+                why: format!("it exited while the VM booted ({})", status.map(|s| s.to_string()).unwrap_or_default()),
+                log: launcher::tail(&paths.vhost_log, 10),
+            }.into());
+        }
+        () = tokio::time::sleep(opts.timeout) => {
+            return Err(VmError::BootTimeout {
+                secs: opts.timeout.as_secs(),
+                console: launcher::tail(&paths.console_log, 20),
+            });
+        }
+    };
+    drop(ready);
+    guard.set(|r| {
+        r.ready = true;
+        r.agent_version = Some(version);
+    });
+    guard.save()?;
+    Ok(SandboxInfo::of(&guard.disarm()))
+}
+
+fn check_resources(opts: &CreateOptions) -> Result<(), VmError> {
+    if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&opts.memory_mib) {
+        return Err(VmError::BadResources(format!(
+            "--memory {} MiB is out of range; give {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB} MiB",
+            opts.memory_mib
+        )));
+    }
+    if !(1..=MAX_CPUS).contains(&opts.cpus) {
+        return Err(VmError::BadResources(format!(
+            "--cpus {} is out of range; give 1 to {MAX_CPUS}",
+            opts.cpus
+        )));
+    }
+    if opts.timeout.is_zero() {
+        return Err(VmError::BadResources("--timeout must be more than 0 s".into()));
+    }
+    Ok(())
+}
+
+/// Owns a half-built sandbox: kills its processes and removes its directory when
+/// dropped, unless disarmed.
+struct Cleanup {
+    record: Record,
+    armed: bool,
+}
+
+impl Cleanup {
+    fn set(&mut self, f: impl FnOnce(&mut Record)) {
+        f(&mut self.record);
+    }
+
+    fn save(&self) -> Result<(), VmError> {
+        Ok(self.record.save()?)
+    }
+
+    fn disarm(mut self) -> Record {
+        self.armed = false;
+        self.record.clone()
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let record = &self.record;
+        for p in [record.qemu, record.vhost].into_iter().flatten() {
+            p.kill_now();
+        }
+        // Drop cannot await; the kernel ends SIGKILLed processes within moments.
+        for p in [record.qemu, record.vhost].into_iter().flatten() {
+            for _ in 0..200 {
+                if !p.is_alive() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&record.paths.dir) {
+            tracing::warn!("could not remove {}: {e}", record.paths.dir.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resources_out_of_range_are_refused_with_the_range() {
+        let o = CreateOptions { memory_mib: 16, ..CreateOptions::default() };
+        let e = check_resources(&o).unwrap_err().to_string();
+        assert!(e.contains("128") && e.contains("--memory"), "{e}");
+        let o = CreateOptions { cpus: 0, ..CreateOptions::default() };
+        assert!(check_resources(&o).unwrap_err().to_string().contains("--cpus"));
+        assert!(check_resources(&CreateOptions::default()).is_ok());
+    }
+}

@@ -1,0 +1,269 @@
+//! Building and starting the two processes behind a sandbox: vhost-device-vsock (the
+//! hybrid-vsock backend) and QEMU, and choosing QEMU's accelerator.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::process::{ProcessError, find_in_path, spawn_detached};
+use super::state::Paths;
+use super::template::Template;
+
+/// The QEMU binary looked up in `PATH`.
+pub const QEMU: &str = "qemu-system-x86_64";
+/// The vsock backend looked up in `PATH`.
+pub const VHOST_VSOCK: &str = "vhost-device-vsock";
+/// The image tool used for copy-on-write overlays.
+pub const QEMU_IMG: &str = "qemu-img";
+/// How long vhost-device-vsock may take to create its socket.
+const VHOST_SOCKET_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a process behind the sandbox could not be prepared or started.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// A program is missing or would not start.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// `qemu-img create` failed.
+    #[error("could not create the copy-on-write disk {}: {output}", path.display())]
+    Overlay {
+        /// The overlay.
+        path: PathBuf,
+        /// What qemu-img said.
+        output: String,
+    },
+    /// vhost-device-vsock exited or never made its socket.
+    #[error("vhost-device-vsock did not come up ({why}); its log says: {log}")]
+    Vhost {
+        /// What happened.
+        why: String,
+        /// The end of its log.
+        log: String,
+    },
+}
+
+/// QEMU's accelerator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    /// Hardware virtualization through a kvm_intel / kvm_amd module.
+    Kvm,
+    /// Software emulation.
+    Tcg,
+}
+
+impl Accel {
+    /// `kvm` or `tcg`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// Picks KVM only when a hardware KVM module is loaded and `/dev/kvm` opens; otherwise
+/// TCG. `$SBX_ACCEL=tcg|kvm` overrides the probe. Some hosts have a `/dev/kvm` (for
+/// instance from kvm_pvm) that runs ordinary guests uselessly slowly, hence the probe.
+pub fn probe_accel() -> Accel {
+    match std::env::var("SBX_ACCEL").as_deref() {
+        Ok("tcg") => return Accel::Tcg,
+        Ok("kvm") => return Accel::Kvm,
+        _ => {}
+    }
+    let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
+    let hw = modules.lines().any(|l| l.starts_with("kvm_intel ") || l.starts_with("kvm_amd "));
+    let opens = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
+    if hw && opens { Accel::Kvm } else { Accel::Tcg }
+}
+
+/// What QEMU needs to boot one sandbox.
+#[derive(Debug)]
+pub struct VmSpec<'a> {
+    /// The sandbox id (used in QEMU's process name).
+    pub id: &'a str,
+    /// The template to boot.
+    pub template: &'a Template,
+    /// Guest memory.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// Accelerator.
+    pub accel: Accel,
+    /// The sandbox's files.
+    pub paths: &'a Paths,
+}
+
+/// QEMU's command line: q35 with the uncompressed kernel's PVH entry, shared memfd
+/// memory (vhost-user needs it), vhost-user-vsock-pci, serial console to a file, QMP on
+/// a Unix socket, and no reboot, so a guest panic ends QEMU at once.
+pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
+    let p = spec.paths;
+    let mem = spec.memory_mib;
+    let mut cmdline = String::from("console=ttyS0 panic=-1 reboot=t");
+    if spec.template.rootfs.is_some()
+        && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
+    {
+        cmdline.push_str(" root=/dev/vda rw");
+    }
+    if !spec.template.cmdline.trim().is_empty() {
+        cmdline.push(' ');
+        cmdline.push_str(spec.template.cmdline.trim());
+    }
+    let mut args: Vec<String> = vec![
+        "-name".into(),
+        format!("sbx-{},process=sbx-{}", spec.id, spec.id),
+        "-machine".into(),
+        "q35".into(),
+        "-accel".into(),
+        spec.accel.as_str().into(),
+        "-smp".into(),
+        spec.cpus.to_string(),
+        "-m".into(),
+        format!("{mem}M"),
+        "-object".into(),
+        format!("memory-backend-memfd,id=mem,size={mem}M,share=on"),
+        "-numa".into(),
+        "node,memdev=mem".into(),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-serial".into(),
+        format!("file:{}", p.console_log.display()),
+        "-qmp".into(),
+        format!("unix:{},server=on,wait=off", p.qmp_socket.display()),
+        "-chardev".into(),
+        format!("socket,id=vsock0,path={}", p.vhost_socket.display()),
+        "-device".into(),
+        "vhost-user-vsock-pci,chardev=vsock0".into(),
+        "-kernel".into(),
+        spec.template.kernel.display().to_string(),
+        "-append".into(),
+        cmdline,
+    ];
+    if spec.accel == Accel::Kvm {
+        args.extend(["-cpu".into(), "host".into()]);
+    }
+    if let Some(initrd) = &spec.template.initrd {
+        args.extend(["-initrd".into(), initrd.display().to_string()]);
+    }
+    if let Some(overlay) = &p.overlay {
+        args.extend([
+            "-drive".into(),
+            format!("file={},format=qcow2,if=virtio,discard=unmap", overlay.display()),
+        ]);
+    }
+    args
+}
+
+/// Makes a qcow2 overlay backed by the template's raw image, which is never written.
+pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), LaunchError> {
+    let qemu_img = find_in_path(QEMU_IMG)?;
+    let out = tokio::process::Command::new(&qemu_img)
+        .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+        .arg(base)
+        .arg(overlay)
+        .output()
+        .await
+        .map_err(|source| ProcessError::Spawn { program: QEMU_IMG.into(), source })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let text = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        Err(LaunchError::Overlay { path: overlay.to_path_buf(), output: text })
+    }
+}
+
+/// Starts vhost-device-vsock for guest `cid` and waits until its vhost-user socket exists.
+pub async fn start_vhost(
+    program: &Path,
+    cid: u32,
+    paths: &Paths,
+) -> Result<tokio::process::Child, LaunchError> {
+    let vm =
+        format!("guest-cid={cid},socket={},uds-path={}", paths.vhost_socket.display(), paths.vsock.display());
+    let mut child = spawn_detached(program, &["--vm".into(), vm], &paths.vhost_log)?;
+    let deadline = Instant::now() + VHOST_SOCKET_WAIT;
+    let failed = |why: String| LaunchError::Vhost { why, log: tail(&paths.vhost_log, 10) };
+    loop {
+        if paths.vhost_socket.exists() {
+            return Ok(child);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(failed(format!("it exited with {status}")));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.start_kill();
+            return Err(failed(format!("no socket after {} s", VHOST_SOCKET_WAIT.as_secs())));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The last `lines` lines of a log file, for error messages ("(empty)" if none).
+pub fn tail(path: &Path, lines: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(64 * 1024);
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let kept = &kept[kept.len().saturating_sub(lines)..];
+    if kept.is_empty() { "(empty)".into() } else { kept.join("\n") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::template::InitKind;
+
+    fn template(rootfs: bool, cmdline: &str) -> Template {
+        Template {
+            name: "t".into(),
+            kernel: "/t/vmlinux".into(),
+            initrd: (!rootfs).then(|| "/t/initrd.cpio".into()),
+            rootfs: rootfs.then(|| "/t/rootfs.ext4".into()),
+            cmdline: cmdline.into(),
+            init: InitKind::Agent,
+        }
+    }
+
+    fn append(args: &[String]) -> &str {
+        let i = args.iter().position(|a| a == "-append").unwrap();
+        &args[i + 1]
+    }
+
+    #[test]
+    fn disk_templates_get_a_root_device_unless_they_name_one() {
+        let paths = Paths::in_dir(Path::new("/s/id"), true);
+        let t = template(true, "quiet");
+        let spec =
+            VmSpec { id: "id", template: &t, memory_mib: 256, cpus: 2, accel: Accel::Tcg, paths: &paths };
+        let args = qemu_args(&spec);
+        assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
+        assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
+        assert!(args.contains(&"memory-backend-memfd,id=mem,size=256M,share=on".to_string()));
+        let t = template(true, "root=/dev/vdb");
+        let args = qemu_args(&VmSpec { template: &t, ..spec });
+        assert!(!append(&args).contains("/dev/vda"));
+    }
+
+    #[test]
+    fn initramfs_templates_pass_the_initrd() {
+        let paths = Paths::in_dir(Path::new("/s/id"), false);
+        let t = template(false, "");
+        let spec =
+            VmSpec { id: "id", template: &t, memory_mib: 512, cpus: 1, accel: Accel::Kvm, paths: &paths };
+        let args = qemu_args(&spec);
+        assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
+        assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "kvm"));
+        assert!(!args.iter().any(|a| a == "-drive"));
+    }
+
+    #[test]
+    fn tail_keeps_the_last_non_empty_lines() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("log");
+        std::fs::write(&f, "a\nb\n\nc\n").unwrap();
+        assert_eq!(tail(&f, 2), "b\nc");
+        assert_eq!(tail(&d.path().join("none"), 2), "(empty)");
+    }
+}

@@ -1,0 +1,219 @@
+//! Sandboxes: microVMs booted with QEMU and vhost-device-vsock, each running sbx-agent.
+//!
+//! Plain library functions that the `sbx` subcommands and the MCP tools both call; they
+//! return serde-serializable structs and know nothing of clap.
+//!
+//! - [`dirs`]: where templates and sandbox state live.
+//! - [`template`]: reading `template.json`.
+//! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
+//! - [`process`]: starting detached processes, pid identity, killing.
+//! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
+//! - [`ready`]: the listener for the agent's `READY` announcement.
+//! - [`qmp`]: a few QMP commands (stop, cont, quit).
+//! - [`create`]: [`create()`], booting a sandbox and undoing everything on failure.
+//! - [`control`]: [`pause()`], [`resume()`], [`remove()`] and [`resolve()`].
+
+pub mod control;
+pub mod create;
+pub mod dirs;
+pub mod launcher;
+pub mod process;
+pub mod qmp;
+pub mod ready;
+pub mod state;
+pub mod template;
+
+use std::path::PathBuf;
+
+use sbx_proto::Address;
+use serde::Serialize;
+
+pub use control::{RemoveOptions, Removed, Resumed, pause, remove, resolve, resume};
+pub use create::{CreateOptions, create};
+
+/// Why a sandbox operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VmError {
+    /// The data or state directory.
+    #[error(transparent)]
+    Dirs(#[from] dirs::DirsError),
+    /// The template.
+    #[error(transparent)]
+    Template(#[from] template::TemplateError),
+    /// The state records.
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    /// Starting QEMU or vhost-device-vsock.
+    #[error(transparent)]
+    Launch(#[from] launcher::LaunchError),
+    /// Talking to QEMU.
+    #[error(transparent)]
+    Qmp(#[from] qmp::QmpError),
+    /// Waiting for the agent.
+    #[error(transparent)]
+    Ready(#[from] ready::ReadyError),
+    /// Memory or CPU count out of range.
+    #[error("{0}")]
+    BadResources(String),
+    /// QEMU exited while the guest booted.
+    #[error("the VM exited while booting ({status}); QEMU said: {qemu_log}\nlast console lines:\n{console}")]
+    BootExited {
+        /// How QEMU ended.
+        status: String,
+        /// The end of QEMU's own log.
+        qemu_log: String,
+        /// The end of the guest console.
+        console: String,
+    },
+    /// The agent did not announce itself in time.
+    #[error(
+        "the agent did not report ready within {secs} s; everything was cleaned up. Give it longer with --timeout, or check the template. Last console lines:\n{console}"
+    )]
+    BootTimeout {
+        /// The timeout.
+        secs: u64,
+        /// The end of the guest console.
+        console: String,
+    },
+    /// QEMU is gone.
+    #[error("sandbox `{0}` is dead (its VM exited); remove it with `sbx rm {0}`")]
+    Dead(String),
+    /// Still booting.
+    #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
+    Starting(String),
+    /// Resumed, but the guest clock could not be set.
+    #[error("sandbox `{name}` resumed, but its clock could not be set: {reason}")]
+    Clock {
+        /// The sandbox.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// The sandbox directory could not be removed.
+    #[error("could not remove {}; remove it by hand", path.display())]
+    RemoveDir {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operation was interrupted (Ctrl-C) and undone.
+    #[error("interrupted; everything started was cleaned up")]
+    Interrupted,
+}
+
+/// A sandbox's life state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    /// Booting: `sbx create` has not seen the agent yet.
+    Starting,
+    /// The guest runs.
+    Running,
+    /// The guest CPUs are stopped (`sbx pause`).
+    Paused,
+    /// QEMU is gone; `sbx rm` cleans up.
+    Dead,
+}
+
+impl SandboxState {
+    /// `running`, `paused`...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxState::Starting => "starting",
+            SandboxState::Running => "running",
+            SandboxState::Paused => "paused",
+            SandboxState::Dead => "dead",
+        }
+    }
+}
+
+/// What `sbx ls` / `sbx inspect` / the MCP tools report about a sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxInfo {
+    /// Short hex id.
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// Template it booted from.
+    pub template: String,
+    /// Life state.
+    pub state: SandboxState,
+    /// Guest memory.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// Guest vsock CID.
+    pub cid: u32,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// Creation time (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// Seconds since creation.
+    pub age_secs: u64,
+    /// The agent's address, for `sbx --agent`.
+    pub address: String,
+    /// QEMU's pid, while it runs.
+    pub qemu_pid: Option<u32>,
+    /// vhost-device-vsock's pid, while it runs.
+    pub vhost_pid: Option<u32>,
+    /// The agent version it announced.
+    pub agent_version: Option<String>,
+    /// The sandbox directory (console.log is there).
+    pub dir: PathBuf,
+}
+
+impl SandboxInfo {
+    /// The view of `record` now.
+    pub fn of(record: &state::Record) -> SandboxInfo {
+        let qemu_alive = record.qemu.is_some_and(|p| p.is_alive());
+        let state = match (qemu_alive, record.ready, record.paused) {
+            (false, ..) => SandboxState::Dead,
+            (true, false, _) => SandboxState::Starting,
+            (true, true, true) => SandboxState::Paused,
+            (true, true, false) => SandboxState::Running,
+        };
+        let alive_pid = |p: Option<process::ProcRef>| p.filter(|p| p.is_alive()).map(|p| p.pid);
+        SandboxInfo {
+            id: record.id.clone(),
+            name: record.name.clone(),
+            template: record.template.clone(),
+            state,
+            memory_mib: record.memory_mib,
+            cpus: record.cpus,
+            cid: record.cid,
+            accel: record.accel.clone(),
+            created_unix_ms: record.created_unix_ms,
+            age_secs: u64::try_from((now_unix_ms() - record.created_unix_ms) / 1000).unwrap_or(0),
+            address: agent_address(record).to_string(),
+            qemu_pid: alive_pid(record.qemu),
+            vhost_pid: alive_pid(record.vhost),
+            agent_version: record.agent_version.clone(),
+            dir: record.paths.dir.clone(),
+        }
+    }
+}
+
+/// The agent's hybrid-vsock address: `hvsock://<dir>/vm.vsock:1024`.
+pub fn agent_address(record: &state::Record) -> Address {
+    Address::HybridVsock { path: record.paths.vsock.clone(), port: sbx_proto::limits::DEFAULT_AGENT_PORT }
+}
+
+/// Every sandbox, oldest first.
+pub fn list() -> Result<Vec<SandboxInfo>, VmError> {
+    let state = dirs::state_dir()?;
+    Ok(state::load_all(&state).iter().flatten().map(SandboxInfo::of).collect())
+}
+
+/// One sandbox, by id, name or unique id prefix.
+pub fn get(name_or_id: &str) -> Result<SandboxInfo, VmError> {
+    let state = dirs::state_dir()?;
+    Ok(SandboxInfo::of(&state::find(&state, name_or_id)?))
+}
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_unix_ms() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,184 @@
+//! The processes a sandbox owns (QEMU and vhost-device-vsock): starting them in their
+//! own session, telling whether they still live, and ending them.
+//!
+//! A process is recorded as its pid plus its start time (field 22 of
+//! `/proc/<pid>/stat`), so a pid reused by an unrelated process is never taken for
+//! ours, and never killed.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+use serde::{Deserialize, Serialize};
+
+/// Why a process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// The program is not in `PATH`.
+    #[error("`{program}` was not found in PATH; install it with `rootfs/setup.sh`")]
+    NotInstalled {
+        /// The program.
+        program: String,
+    },
+    /// `spawn` failed.
+    #[error("could not start `{program}`")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its log file could not be created.
+    #[error("could not create the log file {}", path.display())]
+    Log {
+        /// The log file.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A process we started, identified by pid and start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcRef {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+    pub start_ticks: u64,
+}
+
+impl ProcRef {
+    /// Takes the identity of a live pid.
+    pub fn of(pid: u32) -> Option<ProcRef> {
+        let (state, start_ticks) = stat(pid)?;
+        (state != 'Z').then_some(ProcRef { pid, start_ticks })
+    }
+
+    /// True while this very process runs (not a zombie, not a reused pid).
+    pub fn is_alive(&self) -> bool {
+        matches!(stat(self.pid), Some((state, ticks)) if ticks == self.start_ticks && state != 'Z' && state != 'X')
+    }
+
+    /// Sends `signal` if the process is still ours; false when it is already gone.
+    pub fn signal(&self, signal: Signal) -> bool {
+        if !self.is_alive() {
+            return false;
+        }
+        let Some(pid) = Pid::from_raw(self.pid as i32) else { return false };
+        rustix::process::kill_process(pid, signal).is_ok()
+    }
+
+    /// Waits up to `grace` for the process to end; true when it did.
+    pub async fn wait_gone(&self, grace: Duration) -> bool {
+        let deadline = Instant::now() + grace;
+        loop {
+            if !self.is_alive() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Asks with SIGTERM, then SIGKILLs after `grace`; returns once it is gone.
+    pub async fn terminate(&self, grace: Duration) {
+        if self.signal(Signal::TERM) && !self.wait_gone(grace).await {
+            self.kill().await;
+        }
+    }
+
+    /// SIGKILLs the process and waits until the kernel has ended it.
+    pub async fn kill(&self) {
+        if self.signal(Signal::KILL) {
+            self.wait_gone(Duration::from_secs(10)).await;
+        }
+    }
+
+    /// SIGKILL without waiting, for clean-up paths that cannot await.
+    pub fn kill_now(&self) {
+        self.signal(Signal::KILL);
+    }
+}
+
+/// Reads (state, start time) from `/proc/<pid>/stat`.
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: split after it.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `rest` starts at field 3 (state); start time is field 22.
+    let start = fields.nth(22 - 4)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Finds `program` in `PATH`.
+pub fn find_in_path(program: &str) -> Result<std::path::PathBuf, ProcessError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| is_executable(p))
+        .ok_or_else(|| ProcessError::NotInstalled { program: program.to_string() })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Starts `program args` in a new session with stdin closed and stdout and stderr
+/// appended to `log`. The child is reaped by tokio if it ends while we run, and
+/// re-parented to init when we exit.
+pub fn spawn_detached(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+) -> Result<tokio::process::Child, ProcessError> {
+    let open_log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
+    // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent; it is
+    // the only thing run between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
+    }
+    let name = program.display().to_string();
+    cmd.spawn().map_err(|source| ProcessError::Spawn { program: name, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tracks_and_kills_a_detached_child() {
+        let d = tempfile::tempdir().unwrap();
+        let sleep = find_in_path("sleep").unwrap();
+        let mut child = spawn_detached(&sleep, &["30".into()], &d.path().join("log")).unwrap();
+        let me = ProcRef::of(child.id().unwrap()).unwrap();
+        assert!(me.is_alive());
+        let other = ProcRef { start_ticks: me.start_ticks + 1, ..me };
+        assert!(!other.is_alive(), "a different start time is a different process");
+        me.terminate(Duration::from_secs(5)).await;
+        child.wait().await.unwrap();
+        assert!(!me.is_alive());
+        assert!(!me.signal(Signal::KILL));
+    }
+
+    #[test]
+    fn missing_program_names_setup() {
+        let err = find_in_path("sbx-no-such-program").unwrap_err().to_string();
+        assert!(err.contains("rootfs/setup.sh"), "{err}");
+    }
+}

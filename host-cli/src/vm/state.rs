@@ -1,0 +1,358 @@
+//! The on-disk record of each sandbox: `<state>/<id>/sandbox.json`, plus the lock that
+//! keeps two `sbx create` from taking the same id, name or guest CID.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::process::ProcRef;
+use super::template::is_plain_name;
+
+/// File name of the record inside a sandbox directory.
+pub const RECORD_FILE: &str = "sandbox.json";
+/// The lowest guest CID we hand out (0-2 are reserved).
+const FIRST_CID: u32 = 3;
+
+/// Why the state directory could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The lock file could not be taken.
+    #[error("could not lock the sbx state directory {}", path.display())]
+    Lock {
+        /// The lock file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be written.
+    #[error("could not write {}; check free space and permissions", path.display())]
+    Write {
+        /// The record.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sandbox directory could not be created.
+    #[error("could not create the sandbox directory {}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A name that is not a plain name.
+    #[error("`{0}` is not a valid sandbox name; use up to 64 letters, digits, `-`, `_` and `.`")]
+    BadName(String),
+    /// The name is taken.
+    #[error("a sandbox named `{0}` already exists; pick another name or remove it with `sbx rm {0}`")]
+    NameTaken(String),
+    /// Neither an id nor a name of a sandbox.
+    #[error("no sandbox is called `{0}`; `sbx ls` lists them")]
+    NotFound(String),
+    /// The Unix socket paths would be too long.
+    #[error(
+        "the sandbox directory {} is too long for Unix socket paths ({len} bytes, at most {max}); set $SBX_STATE_DIR to a shorter directory",
+        path.display()
+    )]
+    PathTooLong {
+        /// The directory.
+        path: PathBuf,
+        /// Length of the longest socket path.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+/// Where a sandbox's files are.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Paths {
+    /// The sandbox directory.
+    pub dir: PathBuf,
+    /// The hybrid-vsock Unix socket (vhost-device-vsock's `uds-path`).
+    pub vsock: PathBuf,
+    /// The vhost-user socket between QEMU and vhost-device-vsock.
+    pub vhost_socket: PathBuf,
+    /// QEMU's QMP socket.
+    pub qmp_socket: PathBuf,
+    /// The guest's serial console.
+    pub console_log: PathBuf,
+    /// QEMU's own messages.
+    pub qemu_log: PathBuf,
+    /// vhost-device-vsock's messages.
+    pub vhost_log: PathBuf,
+    /// The copy-on-write overlay of the template's root filesystem, if it has one.
+    pub overlay: Option<PathBuf>,
+}
+
+impl Paths {
+    /// The layout of the sandbox directory `dir`.
+    pub fn in_dir(dir: &Path, with_overlay: bool) -> Paths {
+        Paths {
+            dir: dir.to_path_buf(),
+            vsock: dir.join("vm.vsock"),
+            vhost_socket: dir.join("vhost.sock"),
+            qmp_socket: dir.join("qmp.sock"),
+            console_log: dir.join("console.log"),
+            qemu_log: dir.join("qemu.log"),
+            vhost_log: dir.join("vhost.log"),
+            overlay: with_overlay.then(|| dir.join("rootfs.qcow2")),
+        }
+    }
+
+    /// The Unix socket the guest's port `port` connections arrive on.
+    pub fn guest_port_socket(&self, port: u32) -> PathBuf {
+        let mut s = self.vsock.clone().into_os_string();
+        s.push(format!("_{port}"));
+        s.into()
+    }
+}
+
+/// Everything recorded about one sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// Short hex id.
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// The template it booted from.
+    pub template: String,
+    /// Guest memory.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// Guest vsock context id.
+    pub cid: u32,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// When it was created (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// QEMU, once started.
+    pub qemu: Option<ProcRef>,
+    /// vhost-device-vsock, once started.
+    pub vhost: Option<ProcRef>,
+    /// True once the agent announced itself.
+    pub ready: bool,
+    /// The agent version from its `READY` line.
+    pub agent_version: Option<String>,
+    /// Set by `sbx pause`, cleared by `sbx resume`.
+    pub paused: bool,
+    /// Its files.
+    pub paths: Paths,
+}
+
+impl Record {
+    /// Writes the record atomically (temp file, then rename).
+    pub fn save(&self) -> Result<(), StateError> {
+        let path = self.paths.dir.join(RECORD_FILE);
+        let tmp = self.paths.dir.join(".sandbox.json.tmp");
+        let err = |source| StateError::Write { path: path.clone(), source };
+        let json = serde_json::to_vec_pretty(self).expect("a record always serializes");
+        std::fs::write(&tmp, json).map_err(err)?;
+        std::fs::rename(&tmp, &path).map_err(err)
+    }
+}
+
+/// An exclusive lock on the state directory, held while ids, names and CIDs are handed
+/// out or records change; released when dropped.
+pub struct StateLock {
+    _file: File,
+}
+
+impl StateLock {
+    /// Blocks until the lock on `<state>/.lock` is ours.
+    pub fn acquire(state: &Path) -> Result<StateLock, StateError> {
+        let path = state.join(".lock");
+        let err = |source| StateError::Lock { path: path.clone(), source };
+        let file = File::options().create(true).truncate(false).write(true).open(&path).map_err(err)?;
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| err(std::io::Error::from(e)))?;
+        Ok(StateLock { _file: file })
+    }
+}
+
+/// Every readable record under `state`, oldest first. Directories without a readable
+/// record (a create that was killed before writing one) are returned as `Err(dir)`.
+pub fn load_all(state: &Path) -> Vec<Result<Record, PathBuf>> {
+    let mut out: Vec<Result<Record, PathBuf>> = std::fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| load_dir(&e.path()).ok_or(e.path()))
+        .collect();
+    out.sort_by_key(|r| r.as_ref().map(|r| r.created_unix_ms).unwrap_or(i64::MAX));
+    out
+}
+
+fn load_dir(dir: &Path) -> Option<Record> {
+    let text = std::fs::read(dir.join(RECORD_FILE)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// Finds a sandbox by exact id, exact name, or unique id prefix.
+pub fn find(state: &Path, name_or_id: &str) -> Result<Record, StateError> {
+    let all: Vec<Record> = load_all(state).into_iter().flatten().collect();
+    if let Some(r) = all.iter().find(|r| r.id == name_or_id || r.name == name_or_id) {
+        return Ok(r.clone());
+    }
+    let mut prefixed = all.iter().filter(|r| !name_or_id.is_empty() && r.id.starts_with(name_or_id));
+    match (prefixed.next(), prefixed.next()) {
+        (Some(r), None) => Ok(r.clone()),
+        _ => Err(StateError::NotFound(name_or_id.to_string())),
+    }
+}
+
+/// What a new sandbox was given.
+#[derive(Debug)]
+pub struct Allocation {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its guest CID.
+    pub cid: u32,
+    /// Its directory, now created (mode 0700).
+    pub dir: PathBuf,
+}
+
+/// Hands out an id, a name (the one asked for, or a generated one) and a CID unused
+/// by any sandbox whose QEMU still runs, and creates the directory. Call under
+/// [`StateLock`].
+pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, StateError> {
+    let all: Vec<Record> = load_all(state).into_iter().flatten().collect();
+    let taken_name = |n: &str| all.iter().any(|r| r.name == n || r.id == n);
+    let name = match wanted_name {
+        Some(n) if !is_plain_name(n) => return Err(StateError::BadName(n.into())),
+        Some(n) if taken_name(n) => return Err(StateError::NameTaken(n.into())),
+        Some(n) => Some(n.to_string()),
+        None => None,
+    };
+    let id = loop {
+        let id = format!("{:08x}", random_u32());
+        if !taken_name(&id) && !state.join(&id).exists() {
+            break id;
+        }
+    };
+    let name = name.unwrap_or_else(|| generate_name(&id, |n| taken_name(n)));
+    // A CID stays taken while its vhost-device-vsock or QEMU might still run.
+    let live_cids: Vec<u32> = all
+        .iter()
+        .filter(|r| r.qemu.is_some_and(|p| p.is_alive()) || r.vhost.is_some_and(|p| p.is_alive()) || !r.ready)
+        .map(|r| r.cid)
+        .collect();
+    let cid = (FIRST_CID..).find(|c| !live_cids.contains(c)).expect("fewer than 2^32 sandboxes");
+    let dir = state.join(&id);
+    check_socket_path_len(&dir)?;
+    std::fs::create_dir(&dir).map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
+    Ok(Allocation { id, name, cid, dir })
+}
+
+/// Unix socket paths hold at most 107 bytes; the longest we make is `vm.vsock_<port>`.
+fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
+    const MAX: usize = 107;
+    let longest = dir.join("vm.vsock_4294967295").as_os_str().len();
+    if longest > MAX {
+        return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
+    }
+    Ok(())
+}
+
+fn random_u32() -> u32 {
+    use std::io::Read;
+    let mut buf = [0u8; 4];
+    match File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)) {
+        Ok(()) => u32::from_le_bytes(buf),
+        // No /dev/urandom: the clock and our pid are unique enough for an id that is
+        // checked against existing ones anyway.
+        Err(_) => {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            t.subsec_nanos() ^ std::process::id().rotate_left(16)
+        }
+    }
+}
+
+const ADJECTIVES: [&str; 16] = [
+    "amber", "brisk", "calm", "deft", "eager", "fuzzy", "gentle", "happy", "icy", "jolly", "keen", "lucky",
+    "mellow", "nimble", "quiet", "rapid",
+];
+const NOUNS: [&str; 16] = [
+    "otter", "falcon", "badger", "heron", "lynx", "marten", "newt", "oriole", "panda", "quail", "raven",
+    "seal", "tapir", "urchin", "vole", "wren",
+];
+
+/// A readable name such as `brisk-otter`, or `<words>-<id>` once those run out.
+fn generate_name(id: &str, taken: impl Fn(&str) -> bool) -> String {
+    let r = random_u32() as usize;
+    for i in 0..ADJECTIVES.len() * NOUNS.len() {
+        let k = (r + i * 37) % (ADJECTIVES.len() * NOUNS.len());
+        let name = format!("{}-{}", ADJECTIVES[k / NOUNS.len()], NOUNS[k % NOUNS.len()]);
+        if !taken(&name) {
+            return name;
+        }
+    }
+    format!("sbx-{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(dir: &Path, id: &str, name: &str, cid: u32) -> Record {
+        let d = dir.join(id);
+        std::fs::create_dir_all(&d).unwrap();
+        let r = Record {
+            id: id.into(),
+            name: name.into(),
+            template: "minimal".into(),
+            memory_mib: 512,
+            cpus: 1,
+            cid,
+            accel: "tcg".into(),
+            created_unix_ms: 1,
+            qemu: ProcRef::of(std::process::id()),
+            vhost: None,
+            ready: true,
+            agent_version: None,
+            paused: false,
+            paths: Paths::in_dir(&d, false),
+        };
+        r.save().unwrap();
+        r
+    }
+
+    #[test]
+    fn allocation_avoids_taken_names_and_live_cids() {
+        let d = tempfile::tempdir().unwrap();
+        record(d.path(), "aaaa0001", "first", 3);
+        let err = allocate(d.path(), Some("first")).unwrap_err();
+        assert!(matches!(err, StateError::NameTaken(_)), "{err}");
+        assert!(matches!(allocate(d.path(), Some("a/b")), Err(StateError::BadName(_))));
+        let a = allocate(d.path(), None).unwrap();
+        assert_eq!(a.cid, 4, "CID 3 belongs to a live sandbox");
+        assert_ne!(a.name, "first");
+        assert!(a.dir.is_dir());
+    }
+
+    #[test]
+    fn finds_by_id_name_and_unique_prefix() {
+        let d = tempfile::tempdir().unwrap();
+        record(d.path(), "ab120000", "one", 3);
+        record(d.path(), "ab340000", "two", 4);
+        assert_eq!(find(d.path(), "two").unwrap().id, "ab340000");
+        assert_eq!(find(d.path(), "ab12").unwrap().name, "one");
+        assert!(matches!(find(d.path(), "ab"), Err(StateError::NotFound(_))), "ambiguous prefix");
+        let err = find(d.path(), "zzz").unwrap_err().to_string();
+        assert!(err.contains("sbx ls"), "{err}");
+    }
+
+    #[test]
+    fn refuses_socket_paths_that_are_too_long() {
+        let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
+        assert!(matches!(check_socket_path_len(&long), Err(StateError::PathTooLong { .. })));
+    }
+}
