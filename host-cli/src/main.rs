@@ -1,5 +1,5 @@
-//! `sbx`: the host command (skeleton; see issue 3).
+//! `sbx`: the host command. Everything lives in the library; see `sbx::app`.
 
-fn main() {
-    println!("sbx {}", env!("CARGO_PKG_VERSION"));
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::SUCCESS
 }

@@ -1,0 +1,399 @@
+//! [`Client`]: the one typed client of the agent. The `sbx` subcommands and the MCP
+//! tools are both thin callers of it, so a capability is written once and reaches both.
+//!
+//! Methods take plain Rust types ([`ExecSpec`], [`ReadOpts`], readers) and return domain
+//! results ([`ExecResult`], [`FileEntry`], streams of [`Bytes`]); errors are
+//! [`ClientError`], which keeps the agent's gRPC code and message.
+
+mod error;
+mod types;
+
+use std::io;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt};
+use sbx_proto::Address;
+use sbx_proto::agent::v1::{self as pb, agent_client::AgentClient};
+use sbx_proto::limits::{CHUNK_SIZE, MAX_MESSAGE_BYTES};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tonic::transport::Channel;
+
+pub use error::ClientError;
+pub use types::*;
+
+/// Result of a client call.
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// A file being read: its size, then its bytes in chunks.
+pub struct FileRead {
+    /// Size of the whole file (not just the slice).
+    pub file_size: u64,
+    /// The slice's bytes.
+    pub chunks: BoxStream<'static, Result<Bytes>>,
+}
+
+/// A connected agent.
+#[derive(Clone)]
+pub struct Client {
+    rpc: AgentClient<Channel>,
+    addr: Address,
+}
+
+impl Client {
+    /// Connects to the agent at `addr`, waiting at most `timeout` for it to answer.
+    pub async fn connect(addr: &Address, timeout: Duration) -> Result<Client> {
+        let channel = crate::connect::connect(addr, timeout).await?;
+        Ok(Self::from_channel(channel, addr.clone()))
+    }
+
+    /// Wraps a channel that is already connected to `addr`.
+    pub fn from_channel(channel: Channel, addr: Address) -> Client {
+        let rpc = AgentClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Client { rpc, addr }
+    }
+
+    /// Where the agent is.
+    pub fn address(&self) -> &Address {
+        &self.addr
+    }
+
+    fn err(&self, rpc: &'static str) -> impl Fn(tonic::Status) -> ClientError + Send + Sync + 'static {
+        let addr = self.addr.clone();
+        move |status| ClientError::from_status(status, &addr, rpc)
+    }
+
+    // ------------------------------------------------------------ commands
+
+    /// Runs a command to completion; its output comes back capped (head and tail).
+    pub async fn exec(&self, spec: &ExecSpec) -> Result<ExecResult> {
+        let r = self.rpc.clone().exec(spec.request()).await.map_err(self.err("Exec"))?.into_inner();
+        let status = r.status.ok_or(ClientError::Protocol { rpc: "Exec", what: "no exit status" })?;
+        Ok(ExecResult { status: status.into(), stdout: r.stdout.into(), stderr: r.stderr.into() })
+    }
+
+    /// Runs a command and streams its output untruncated. `stdin`, when given, is
+    /// forwarded until its end; otherwise the command's stdin is closed at once.
+    /// Dropping the stream kills the command's process group in the guest.
+    pub async fn exec_stream<R>(
+        &self,
+        spec: &ExecSpec,
+        stdin: Option<R>,
+    ) -> Result<BoxStream<'static, Result<ExecEvent>>>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        use pb::exec_stream_input::Input;
+        let start = pb::ExecStreamInput { input: Some(Input::Start(spec.request())) };
+        let eof = pb::ExecStreamInput { input: Some(Input::StdinEof(true)) };
+        let data: BoxStream<'static, pb::ExecStreamInput> = match stdin {
+            Some(r) => tokio_util::io::ReaderStream::with_capacity(r, CHUNK_SIZE)
+                .scan((), |(), chunk| {
+                    std::future::ready(match chunk {
+                        Ok(b) => Some(pb::ExecStreamInput { input: Some(Input::Stdin(b.to_vec())) }),
+                        Err(e) => {
+                            tracing::warn!("stopped forwarding stdin: {e}");
+                            None
+                        }
+                    })
+                })
+                .boxed(),
+            None => stream::empty().boxed(),
+        };
+        // The request stays open after stdin's end so that the agent never mistakes a
+        // half-closed stream for a client that went away.
+        let body = stream::once(async { start })
+            .chain(data)
+            .chain(stream::once(async { eof }))
+            .chain(stream::pending());
+        let events = self.rpc.clone().exec_stream(body).await.map_err(self.err("ExecStream"))?.into_inner();
+        let err = self.err("ExecStream");
+        Ok(events
+            .filter_map(move |ev| {
+                use pb::exec_event::Event;
+                let out = match ev {
+                    Err(status) => Some(Err(err(status))),
+                    Ok(pb::ExecEvent { event: Some(Event::Started(s)) }) => {
+                        Some(Ok(ExecEvent::Started { pid: s.pid }))
+                    }
+                    Ok(pb::ExecEvent { event: Some(Event::Stdout(b)) }) => {
+                        Some(Ok(ExecEvent::Stdout(b.into())))
+                    }
+                    Ok(pb::ExecEvent { event: Some(Event::Stderr(b)) }) => {
+                        Some(Ok(ExecEvent::Stderr(b.into())))
+                    }
+                    Ok(pb::ExecEvent { event: Some(Event::Exited(s)) }) => {
+                        Some(Ok(ExecEvent::Exited(s.into())))
+                    }
+                    Ok(pb::ExecEvent { event: None }) => None,
+                };
+                async move { out }
+            })
+            .boxed())
+    }
+
+    // ------------------------------------------------------------ jobs
+
+    /// Starts a detached background job (`spec.timeout`: `None` runs until it ends).
+    pub async fn start_job(&self, spec: &ExecSpec) -> Result<Job> {
+        let req = pb::StartJobRequest { command: Some(spec.command()), timeout_ms: spec.timeout_ms() };
+        Ok(self.rpc.clone().start_job(req).await.map_err(self.err("StartJob"))?.into_inner().into())
+    }
+
+    /// A job's current state and output tails.
+    pub async fn job(&self, id: &str) -> Result<Job> {
+        let req = pb::JobRef { id: id.to_string() };
+        Ok(self.rpc.clone().get_job(req).await.map_err(self.err("GetJob"))?.into_inner().into())
+    }
+
+    /// Waits until the job exits or `timeout` passes (`None`: the agent's 600 s).
+    pub async fn wait_job(&self, id: &str, timeout: Option<Duration>) -> Result<Job> {
+        let timeout_ms = timeout.map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX)).unwrap_or(0);
+        let req = pb::WaitJobRequest { id: id.to_string(), timeout_ms };
+        Ok(self.rpc.clone().wait_job(req).await.map_err(self.err("WaitJob"))?.into_inner().into())
+    }
+
+    /// Sends `signal` (0: SIGKILL) to the job's process group.
+    pub async fn signal_job(&self, id: &str, signal: i32) -> Result<Job> {
+        let req = pb::SignalJobRequest { id: id.to_string(), signal };
+        Ok(self.rpc.clone().signal_job(req).await.map_err(self.err("SignalJob"))?.into_inner().into())
+    }
+
+    /// Every job the agent started, newest last.
+    pub async fn jobs(&self) -> Result<Vec<Job>> {
+        let r = self.rpc.clone().list_jobs(pb::ListJobsRequest {}).await.map_err(self.err("ListJobs"))?;
+        Ok(r.into_inner().jobs.into_iter().map(Into::into).collect())
+    }
+
+    // ------------------------------------------------------------ files
+
+    /// Starts reading a file (or a slice of it): its size now, its bytes as they come.
+    pub async fn read_file(&self, path: &str, opts: ReadOpts) -> Result<FileRead> {
+        let req = pb::ReadFileRequest {
+            path: path.to_string(),
+            offset: opts.offset,
+            length: opts.length.unwrap_or(0),
+            max_bytes: opts.max_bytes.unwrap_or(0),
+        };
+        let err = self.err("ReadFile");
+        let mut chunks = self.rpc.clone().read_file(req).await.map_err(&err)?.into_inner();
+        let first = chunks.message().await.map_err(&err)?;
+        let file_size = first.as_ref().map(|c| c.file_size).unwrap_or(0);
+        let first = first.map(|c| Ok(Bytes::from(c.data)));
+        let rest = chunks.map(move |c| c.map(|c| Bytes::from(c.data)).map_err(&err));
+        Ok(FileRead { file_size, chunks: stream::iter(first).chain(rest).boxed() })
+    }
+
+    /// Reads a file (or a slice) into memory, refusing more than `limit` bytes.
+    pub async fn read_to_vec(&self, path: &str, mut opts: ReadOpts, limit: u64) -> Result<Vec<u8>> {
+        opts.max_bytes = Some(opts.max_bytes.map_or(limit, |m| m.min(limit)));
+        let mut read = self.read_file(path, opts).await?;
+        let mut out = Vec::new();
+        while let Some(chunk) = read.chunks.next().await {
+            let chunk = chunk?;
+            if (out.len() + chunk.len()) as u64 > limit {
+                return Err(ClientError::TooLarge { path: path.to_string(), limit });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    /// Writes `data` to a guest file atomically: the file appears only if every byte
+    /// arrived. A failure reading `data` abandons the call and the guest keeps nothing.
+    pub async fn write_file<R>(&self, path: &str, opts: WriteOpts, data: R) -> Result<WriteResult>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        use pb::write_file_request::Part;
+        let header = pb::WriteFileRequest {
+            part: Some(Part::Header(pb::WriteFileHeader {
+                path: path.to_string(),
+                mode: opts.mode.unwrap_or(0),
+                append: opts.append,
+                no_create_parents: opts.no_create_parents,
+            })),
+        };
+        let (body, failed) =
+            upload_body(header, data, |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) });
+        let call = async { self.rpc.clone().write_file(body).await };
+        let r = abandon_on_source_error(call, failed).await?.map_err(self.err("WriteFile"))?.into_inner();
+        Ok(WriteResult { bytes_written: r.bytes_written, file_size: r.file_size })
+    }
+
+    /// Writes bytes already in memory to a guest file (see [`Client::write_file`]).
+    pub async fn write_bytes(&self, path: &str, opts: WriteOpts, data: Bytes) -> Result<WriteResult> {
+        self.write_file(path, opts, io::Cursor::new(data)).await
+    }
+
+    /// Lists a directory.
+    pub async fn list(&self, path: &str, opts: ListOpts) -> Result<Listing> {
+        let req = pb::ListDirRequest {
+            path: path.to_string(),
+            recursive: opts.recursive,
+            max_depth: opts.max_depth.unwrap_or(0),
+            max_entries: opts.max_entries.unwrap_or(0),
+        };
+        let r = self.rpc.clone().list_dir(req).await.map_err(self.err("ListDir"))?.into_inner();
+        Ok(Listing { entries: r.entries.into_iter().map(Into::into).collect(), truncated: r.truncated })
+    }
+
+    /// A file's metadata (a symlink itself, not its target).
+    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+        let req = pb::StatRequest { path: path.to_string() };
+        Ok(self.rpc.clone().stat(req).await.map_err(self.err("Stat"))?.into_inner().into())
+    }
+
+    /// Removes a file, or a directory and everything in it when `recursive`.
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+        let req = pb::RemoveRequest { path: path.to_string(), recursive };
+        self.rpc.clone().remove(req).await.map_err(self.err("Remove"))?;
+        Ok(())
+    }
+
+    /// Moves `from` to `to`; an existing `to` is refused unless `overwrite`.
+    pub async fn mv(&self, from: &str, to: &str, overwrite: bool) -> Result<()> {
+        let req = pb::MoveRequest { from: from.to_string(), to: to.to_string(), overwrite };
+        self.rpc.clone().r#move(req).await.map_err(self.err("Move"))?;
+        Ok(())
+    }
+
+    /// Creates a directory (`parents`: and its missing parents, fine if it exists).
+    pub async fn mkdir(&self, path: &str, parents: bool, mode: Option<u32>) -> Result<()> {
+        let req = pb::MakeDirRequest { path: path.to_string(), parents, mode: mode.unwrap_or(0) };
+        self.rpc.clone().make_dir(req).await.map_err(self.err("MakeDir"))?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ archives
+
+    /// Streams a guest directory as a zip; the last part is the summary.
+    /// `max_bytes` caps the archive (RESOURCE_EXHAUSTED past it).
+    pub async fn download_dir(
+        &self,
+        path: &str,
+        max_bytes: Option<u64>,
+    ) -> Result<BoxStream<'static, Result<ArchivePart>>> {
+        use pb::download_dir_chunk::Part;
+        let req = pb::DownloadDirRequest { path: path.to_string(), max_bytes: max_bytes.unwrap_or(0) };
+        let err = self.err("DownloadDir");
+        let parts = self.rpc.clone().download_dir(req).await.map_err(&err)?.into_inner();
+        Ok(parts
+            .filter_map(move |p| {
+                let out = match p {
+                    Err(status) => Some(Err(err(status))),
+                    Ok(pb::DownloadDirChunk { part: Some(Part::Data(b)) }) => {
+                        Some(Ok(ArchivePart::Data(b.into())))
+                    }
+                    Ok(pb::DownloadDirChunk { part: Some(Part::Summary(s)) }) => {
+                        Some(Ok(ArchivePart::Summary(s.into())))
+                    }
+                    Ok(pb::DownloadDirChunk { part: None }) => None,
+                };
+                async move { out }
+            })
+            .boxed())
+    }
+
+    /// Downloads a guest directory as a zip into `out`; returns the summary.
+    /// `on_bytes` is told the size of each piece written (for progress bars).
+    pub async fn download_dir_to<W>(
+        &self,
+        path: &str,
+        max_bytes: Option<u64>,
+        out: &mut W,
+        mut on_bytes: impl FnMut(u64),
+    ) -> Result<ArchiveSummary>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        let mut parts = self.download_dir(path, max_bytes).await?;
+        while let Some(part) = parts.next().await {
+            match part? {
+                ArchivePart::Data(b) => {
+                    out.write_all(&b).await.map_err(ClientError::Source)?;
+                    on_bytes(b.len() as u64);
+                }
+                ArchivePart::Summary(s) => {
+                    out.flush().await.map_err(ClientError::Source)?;
+                    return Ok(s);
+                }
+            }
+        }
+        Err(ClientError::Protocol { rpc: "DownloadDir", what: "the stream ended without its summary" })
+    }
+
+    /// Extracts the zip read from `zip` into the guest directory `path` (created if
+    /// missing). The agent refuses entries that would land outside `path`.
+    pub async fn upload_dir<R>(&self, path: &str, zip: R) -> Result<UploadSummary>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+    {
+        use pb::upload_dir_request::Part;
+        let header =
+            pb::UploadDirRequest { part: Some(Part::Header(pb::UploadDirHeader { path: path.to_string() })) };
+        let (body, failed) =
+            upload_body(header, zip, |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) });
+        let call = async { self.rpc.clone().upload_dir(body).await };
+        let r = abandon_on_source_error(call, failed).await?.map_err(self.err("UploadDir"))?.into_inner();
+        Ok(UploadSummary { files: r.files, dirs: r.dirs, file_bytes: r.file_bytes })
+    }
+
+    // ------------------------------------------------------------ system
+
+    /// The agent's version and its machine's resources.
+    pub async fn info(&self) -> Result<AgentInfo> {
+        Ok(self.rpc.clone().info(pb::InfoRequest {}).await.map_err(self.err("Info"))?.into_inner().into())
+    }
+
+    /// Sets the guest clock; returns how far it moved, in milliseconds.
+    pub async fn set_time(&self, unix_ms: i64) -> Result<i64> {
+        let req = pb::SetTimeRequest { unix_ms };
+        Ok(self.rpc.clone().set_time(req).await.map_err(self.err("SetTime"))?.into_inner().adjusted_by_ms)
+    }
+}
+
+/// A client-streaming request body: `first`, then `data` in chunks. A read error is
+/// reported on the returned receiver and the body then stalls instead of ending, so the
+/// agent never sees a clean end it would commit; the caller drops the call instead.
+fn upload_body<M, R>(
+    first: M,
+    data: R,
+    wrap: fn(Bytes) -> M,
+) -> (impl Stream<Item = M> + Send + 'static, oneshot::Receiver<io::Error>)
+where
+    M: Send + 'static,
+    R: AsyncRead + Send + Unpin + 'static,
+{
+    let (tx, rx) = oneshot::channel();
+    let chunks = tokio_util::io::ReaderStream::with_capacity(data, CHUNK_SIZE);
+    let rest = stream::unfold((chunks, Some(tx)), move |(mut chunks, mut tx)| async move {
+        match chunks.next().await {
+            None => None,
+            Some(Ok(b)) => Some((wrap(b), (chunks, tx))),
+            Some(Err(e)) => {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(e);
+                }
+                std::future::pending().await
+            }
+        }
+    });
+    (stream::once(async { first }).chain(rest), rx)
+}
+
+/// Runs `call` unless the body reports a read error first, in which case the call is
+/// dropped (resetting the stream) and the error returned.
+async fn abandon_on_source_error<T>(
+    call: impl Future<Output = T>,
+    failed: oneshot::Receiver<io::Error>,
+) -> Result<T> {
+    tokio::select! {
+        out = call => Ok(out),
+        Ok(e) = failed => Err(ClientError::Source(e)),
+    }
+}

@@ -1,0 +1,139 @@
+//! [`ClientError`]: what can go wrong calling an agent, keeping the gRPC code and the
+//! agent's own message (already a sentence that says what to do).
+
+use sbx_proto::Address;
+use tonic::{Code, Status};
+
+use crate::connect::ConnectError;
+
+/// Why a call to the agent failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No agent could be reached at all.
+    #[error(transparent)]
+    Unreachable(#[from] ConnectError),
+    /// The agent answered with an error; its message says what to do.
+    #[error("{message}")]
+    Agent {
+        /// The gRPC code the agent chose (NotFound, InvalidArgument, ...).
+        code: Code,
+        /// The agent's message.
+        message: String,
+    },
+    /// The agent is older than this `sbx` and lacks the call.
+    #[error("the agent at {addr} does not support {rpc}; update sbx-agent to the version of this sbx")]
+    Unsupported {
+        /// The agent's address.
+        addr: Address,
+        /// The RPC that was refused.
+        rpc: &'static str,
+    },
+    /// The connection broke in the middle of a call.
+    #[error(
+        "lost the connection to the agent at {addr} during {rpc} ({message}); check that the VM is still running"
+    )]
+    Disconnected {
+        /// The agent's address.
+        addr: Address,
+        /// The RPC in flight.
+        rpc: &'static str,
+        /// What the transport said.
+        message: String,
+    },
+    /// Reading the local data to send (stdin, a file) failed; the call was abandoned
+    /// and the agent kept nothing.
+    #[error("reading the local data to send failed; nothing was written in the guest")]
+    Source(#[source] std::io::Error),
+    /// The agent's answer broke the contract.
+    #[error("the agent's answer to {rpc} made no sense ({what}); is sbx-agent the same version as sbx?")]
+    Protocol {
+        /// The RPC answered.
+        rpc: &'static str,
+        /// What was wrong with it.
+        what: &'static str,
+    },
+    /// A read would exceed the caller's memory cap.
+    #[error(
+        "{path} gave more than {limit} bytes, over the cap for reading into memory; read a slice \
+         with offset/length or copy it with `sbx cp`"
+    )]
+    TooLarge {
+        /// The guest path read.
+        path: String,
+        /// The cap in bytes.
+        limit: u64,
+    },
+    /// The request was refused before it was sent.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ClientError {
+    /// The gRPC code that best describes the error.
+    pub fn code(&self) -> Code {
+        match self {
+            ClientError::Unreachable(_) | ClientError::Disconnected { .. } => Code::Unavailable,
+            ClientError::Agent { code, .. } => *code,
+            ClientError::Unsupported { .. } => Code::Unimplemented,
+            ClientError::Source(_) => Code::Aborted,
+            ClientError::Protocol { .. } => Code::Internal,
+            ClientError::TooLarge { .. } => Code::ResourceExhausted,
+            ClientError::Invalid(_) => Code::InvalidArgument,
+        }
+    }
+
+    /// A stable snake_case name for scripts (`not_found`, `unreachable`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClientError::Unreachable(_) => "unreachable",
+            ClientError::Disconnected { .. } => "disconnected",
+            ClientError::Unsupported { .. } => "unsupported",
+            ClientError::Source(_) => "local_io",
+            ClientError::Protocol { .. } => "protocol",
+            ClientError::TooLarge { .. } => "resource_exhausted",
+            ClientError::Invalid(_) => "invalid_argument",
+            ClientError::Agent { code, .. } => code_name(*code),
+        }
+    }
+
+    /// True when no agent answered (or the connection dropped): retrying may help.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Unreachable(_) | ClientError::Disconnected { .. })
+    }
+
+    /// Turns a status from `rpc` on the agent at `addr` into a client error.
+    pub(crate) fn from_status(status: Status, addr: &Address, rpc: &'static str) -> Self {
+        match status.code() {
+            Code::Unimplemented => ClientError::Unsupported { addr: addr.clone(), rpc },
+            Code::Unavailable | Code::Cancelled => {
+                ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() }
+            }
+            Code::Unknown if status.message().contains("transport") || status.message().contains("h2") => {
+                ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() }
+            }
+            code => ClientError::Agent { code, message: status.message().to_string() },
+        }
+    }
+}
+
+fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "ok",
+        Code::Cancelled => "cancelled",
+        Code::Unknown => "unknown",
+        Code::InvalidArgument => "invalid_argument",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::NotFound => "not_found",
+        Code::AlreadyExists => "already_exists",
+        Code::PermissionDenied => "permission_denied",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::FailedPrecondition => "failed_precondition",
+        Code::Aborted => "aborted",
+        Code::OutOfRange => "out_of_range",
+        Code::Unimplemented => "unimplemented",
+        Code::Internal => "internal",
+        Code::Unavailable => "unavailable",
+        Code::DataLoss => "data_loss",
+        Code::Unauthenticated => "unauthenticated",
+    }
+}

@@ -1,0 +1,347 @@
+//! Dialing an agent: one function that turns any [`Address`] into a connected tonic
+//! [`Channel`], with a connect timeout and errors that say where we looked.
+//!
+//! The Firecracker hybrid-vsock handshake (`CONNECT <port>\n` answered by `OK <n>\n`,
+//! see firecracker `docs/vsock.md`; vhost-device-vsock speaks the same) lives here too;
+//! its reply parser is the pure function [`parse_handshake_reply`].
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use sbx_proto::Address;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// How long to wait for an agent to answer when the caller does not say.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest handshake reply line we accept before calling the peer confused.
+const MAX_REPLY_LINE: usize = 64;
+
+/// Why no agent could be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing answered (or the handshake did not finish) within the timeout.
+    #[error(
+        "no agent answered at {addr} within {secs}: {hint}",
+        secs = seconds(*timeout),
+        hint = hint(addr)
+    )]
+    Timeout {
+        /// Where we looked.
+        addr: Address,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The socket file does not exist.
+    #[error("no socket at {path} (from {addr}): {hint}", path = path.display(), hint = hint(addr))]
+    NoSocket {
+        /// Where we looked.
+        addr: Address,
+        /// The missing socket path.
+        path: PathBuf,
+    },
+    /// The connection was refused or failed outright.
+    #[error("could not connect to the agent at {addr}: {hint}", hint = hint(addr))]
+    Refused {
+        /// Where we looked.
+        addr: Address,
+        /// What the operating system said.
+        #[source]
+        source: io::Error,
+    },
+    /// The VMM's socket accepted us but the guest side is not there yet.
+    #[error(
+        "the VM socket at {addr} did not let us through to guest port {port} ({why}): the VM is \
+         not booted yet or sbx-agent is not listening on port {port}; retry in a moment"
+    )]
+    NotReady {
+        /// Where we looked.
+        addr: Address,
+        /// The guest port we asked for.
+        port: u32,
+        /// What the VMM answered instead of `OK`.
+        why: HandshakeError,
+    },
+    /// The HTTP/2 layer failed on an established connection.
+    #[error(
+        "connected to {addr} but could not start a gRPC session: is sbx-agent the program listening there?"
+    )]
+    Protocol {
+        /// Where we looked.
+        addr: Address,
+        /// What tonic said.
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+impl ConnectError {
+    /// The address the error is about.
+    pub fn address(&self) -> &Address {
+        match self {
+            ConnectError::Timeout { addr, .. }
+            | ConnectError::NoSocket { addr, .. }
+            | ConnectError::Refused { addr, .. }
+            | ConnectError::NotReady { addr, .. }
+            | ConnectError::Protocol { addr, .. } => addr,
+        }
+    }
+}
+
+/// `5 s`, `0.25 s`: how the timeout reads in messages.
+fn seconds(d: Duration) -> String {
+    if d.subsec_nanos() == 0 { format!("{} s", d.as_secs()) } else { format!("{} s", d.as_secs_f64()) }
+}
+
+fn hint(addr: &Address) -> String {
+    match addr {
+        Address::Vsock { port, .. } | Address::HybridVsock { port, .. } => {
+            format!("is the VM booted and sbx-agent listening on port {port}?")
+        }
+        Address::Unix(_) | Address::Tcp(_) => "is sbx-agent running and listening there?".to_string(),
+    }
+}
+
+/// What a hybrid-vsock VMM answered instead of `OK <n>\n`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandshakeError {
+    /// The VMM closed the connection before a full line.
+    #[error("it closed the connection before answering OK")]
+    Eof,
+    /// The VMM answered something else.
+    #[error("it answered `{0}` instead of `OK <port>`")]
+    Unexpected(String),
+    /// The reply line grew past any sane length.
+    #[error("its reply was longer than {MAX_REPLY_LINE} bytes without a newline")]
+    TooLong,
+}
+
+/// Parses one reply line of the hybrid-vsock handshake (with or without its `\n`).
+/// `OK <n>` gives the host-side port number the VMM assigned; anything else is refused.
+pub fn parse_handshake_reply(line: &[u8]) -> Result<u32, HandshakeError> {
+    let unexpected =
+        || HandshakeError::Unexpected(String::from_utf8_lossy(line).trim_end().escape_debug().to_string());
+    let text = std::str::from_utf8(line).map_err(|_| unexpected())?;
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    let port = text.strip_prefix("OK ").ok_or_else(unexpected)?;
+    port.trim().parse::<u32>().map_err(|_| unexpected())
+}
+
+/// Performs the hybrid-vsock handshake on a freshly connected stream: writes
+/// `CONNECT <port>\n` and reads the reply one byte at a time, so nothing the guest
+/// sends after the newline is consumed.
+pub async fn handshake<S>(stream: &mut S, port: u32) -> Result<u32, HandshakeIoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    stream.write_all(format!("CONNECT {port}\n").as_bytes()).await.map_err(HandshakeIoError::Io)?;
+    stream.flush().await.map_err(HandshakeIoError::Io)?;
+    let mut line = Vec::with_capacity(16);
+    loop {
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte).await {
+            Ok(0) => return Err(HandshakeIoError::Refused(HandshakeError::Eof)),
+            Ok(_) => {
+                line.push(byte[0]);
+                if byte[0] == b'\n' {
+                    return parse_handshake_reply(&line).map_err(HandshakeIoError::Refused);
+                }
+                if line.len() >= MAX_REPLY_LINE {
+                    return Err(HandshakeIoError::Refused(HandshakeError::TooLong));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                return Err(HandshakeIoError::Refused(HandshakeError::Eof));
+            }
+            Err(e) => return Err(HandshakeIoError::Io(e)),
+        }
+    }
+}
+
+/// A failed handshake: the VMM refused, or the socket itself failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeIoError {
+    /// The VMM did not answer `OK`.
+    #[error(transparent)]
+    Refused(HandshakeError),
+    /// Reading or writing the socket failed.
+    #[error("the hybrid-vsock handshake failed on the socket")]
+    Io(#[source] io::Error),
+}
+
+/// A byte stream to an agent, whatever carried it.
+pub enum AgentStream {
+    /// A Unix socket (plain, or hybrid vsock after its handshake).
+    Unix(tokio::net::UnixStream),
+    /// TCP.
+    Tcp(tokio::net::TcpStream),
+    /// AF_VSOCK.
+    Vsock(tokio_vsock::VsockStream),
+}
+
+macro_rules! each_stream {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self.get_mut() {
+            AgentStream::Unix($s) => $e,
+            AgentStream::Tcp($s) => $e,
+            AgentStream::Vsock($s) => $e,
+        }
+    };
+}
+
+impl AsyncRead for AgentStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        each_stream!(self, s => Pin::new(s).poll_read(cx, buf))
+    }
+}
+
+impl AsyncWrite for AgentStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        each_stream!(self, s => Pin::new(s).poll_write(cx, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        each_stream!(self, s => Pin::new(s).poll_flush(cx))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        each_stream!(self, s => Pin::new(s).poll_shutdown(cx))
+    }
+}
+
+/// Opens a byte stream to `addr` (no timeout; see [`connect`]).
+pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
+    let failed = |source: io::Error, path: Option<&Path>| match (source.kind(), path) {
+        (io::ErrorKind::NotFound, Some(path)) => {
+            ConnectError::NoSocket { addr: addr.clone(), path: path.to_path_buf() }
+        }
+        _ => ConnectError::Refused { addr: addr.clone(), source },
+    };
+    match addr {
+        Address::Unix(path) => {
+            let s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
+            Ok(AgentStream::Unix(s))
+        }
+        Address::HybridVsock { path, port } => {
+            let mut s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
+            match handshake(&mut s, *port).await {
+                Ok(_) => Ok(AgentStream::Unix(s)),
+                Err(HandshakeIoError::Refused(why)) => {
+                    Err(ConnectError::NotReady { addr: addr.clone(), port: *port, why })
+                }
+                Err(HandshakeIoError::Io(e)) => Err(failed(e, None)),
+            }
+        }
+        Address::Tcp(hostport) => {
+            let s = tokio::net::TcpStream::connect(hostport.as_str()).await.map_err(|e| failed(e, None))?;
+            let _ = s.set_nodelay(true);
+            Ok(AgentStream::Tcp(s))
+        }
+        Address::Vsock { cid, port } => {
+            let s = tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(*cid, *port))
+                .await
+                .map_err(|e| failed(e, None))?;
+            Ok(AgentStream::Vsock(s))
+        }
+    }
+}
+
+/// Connects a gRPC channel to the agent at `addr`, giving up after `timeout`.
+///
+/// The first stream is dialed here so that failures come back as a [`ConnectError`]
+/// rather than a transport error; if the channel later needs to reconnect, it dials the
+/// same address again.
+pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, ConnectError> {
+    let timed_out = || ConnectError::Timeout { addr: addr.clone(), timeout };
+    let first = tokio::time::timeout(timeout, dial(addr)).await.map_err(|_| timed_out())??;
+    let first = Arc::new(Mutex::new(Some(first)));
+    let redial = addr.clone();
+    let connector = tower::service_fn(move |_: Uri| {
+        let first = first.lock().ok().and_then(|mut slot| slot.take());
+        let addr = redial.clone();
+        async move {
+            let stream = match first {
+                Some(stream) => stream,
+                None => tokio::time::timeout(timeout, dial(&addr))
+                    .await
+                    .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer from {addr}")))?
+                    .map_err(io::Error::other)?,
+            };
+            Ok::<_, io::Error>(TokioIo::new(stream))
+        }
+    });
+    let endpoint = Endpoint::from_static("http://agent.invalid").connect_timeout(timeout);
+    tokio::time::timeout(timeout, endpoint.connect_with_connector(connector))
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|source| ConnectError::Protocol { addr: addr.clone(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ok_reply_gives_the_port() {
+        assert_eq!(parse_handshake_reply(b"OK 1073741824\n"), Ok(1_073_741_824));
+        assert_eq!(parse_handshake_reply(b"OK 5\r\n"), Ok(5));
+        assert_eq!(parse_handshake_reply(b"OK 5"), Ok(5));
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in [&b"NO\n"[..], b"OK\n", b"OK x\n", b"ok 5\n", b"\n", b"OK -1\n", b"\xff\xfe\n"] {
+            assert!(
+                matches!(parse_handshake_reply(bad), Err(HandshakeError::Unexpected(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn timeout_message_names_the_address_and_port() {
+        let addr: Address = "hvsock:///run/vm/v.sock:1024".parse().unwrap();
+        let e = ConnectError::Timeout { addr, timeout: Duration::from_secs(5) };
+        assert_eq!(
+            e.to_string(),
+            "no agent answered at hvsock:///run/vm/v.sock:1024 within 5 s: is the VM booted and \
+             sbx-agent listening on port 1024?"
+        );
+    }
+
+    #[tokio::test]
+    async fn handshake_reads_only_up_to_the_newline() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let vmm = tokio::spawn(async move {
+            let mut buf = [0u8; 13];
+            b.read_exact(&mut buf).await.unwrap();
+            assert_eq!(&buf, b"CONNECT 1024\n");
+            b.write_all(b"OK 77\nrest").await.unwrap();
+            b
+        });
+        assert_eq!(handshake(&mut a, 1024).await.unwrap(), 77);
+        let _b = vmm.await.unwrap();
+        let mut rest = [0u8; 4];
+        a.read_exact(&mut rest).await.unwrap();
+        assert_eq!(&rest, b"rest");
+    }
+
+    #[tokio::test]
+    async fn handshake_eof_is_not_ready() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        let vmm = tokio::spawn(async move {
+            let mut buf = [0u8; 10];
+            b.read_exact(&mut buf).await.unwrap();
+            drop(b);
+        });
+        let got = handshake(&mut a, 1).await;
+        vmm.await.unwrap();
+        assert!(matches!(got, Err(HandshakeIoError::Refused(HandshakeError::Eof))), "{got:?}");
+    }
+}
