@@ -1,0 +1,186 @@
+//! [`ToolError`]: why a tool call failed, as the short sentence a model reads in a
+//! result with `isError: true`. Bad arguments are tool errors too, so the model can
+//! correct itself; JSON-RPC errors are left to rmcp for malformed or unroutable requests.
+
+use std::error::Error as _;
+
+use rmcp::model::{ContentBlock, IntoContents};
+use sbx_proto::limits::MAX_TIMEOUT_MS;
+
+use crate::client::ClientError;
+
+/// Bytes of inline content `sandbox_files_write` accepts (after base64 decoding).
+pub const MAX_INLINE_WRITE: u64 = 8 * 1024 * 1024;
+/// Bytes `sandbox_files_read` returns at most in one call.
+pub const MAX_INLINE_READ: u64 = 1024 * 1024;
+/// Bytes of zip `sandbox_files_download_dir` returns at most.
+pub const MAX_INLINE_ZIP: u64 = 10 * 1024 * 1024;
+
+/// Why a tool call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// A timeout outside the range the agent accepts.
+    #[error(
+        "{field} must be between 1 and {MAX_TIMEOUT_MS} ms, not {got}; for longer work start a \
+         job with sandbox_exec_background and poll it with sandbox_job_status"
+    )]
+    TimeoutOutOfRange {
+        /// The argument's name.
+        field: &'static str,
+        /// What the caller asked for.
+        got: u64,
+    },
+    /// An empty command line.
+    #[error("command is empty; pass a shell command line such as \"ls -la /\"")]
+    EmptyCommand,
+    /// Inline content over the write cap.
+    #[error(
+        "content is {size}, over the {limit} inline write limit; write it in parts with \
+         append: true, or copy the file with `sbx cp`",
+        size = human_bytes(*bytes),
+        limit = human_bytes(MAX_INLINE_WRITE)
+    )]
+    ContentTooLarge {
+        /// Decoded size of the content.
+        bytes: u64,
+    },
+    /// Content that says it is base64 but is not.
+    #[error("content is not valid base64 ({source}); send standard base64, or encoding: \"utf8\" for text")]
+    BadBase64 {
+        /// What the decoder said.
+        source: base64::DecodeError,
+    },
+    /// A permission mode that is not octal.
+    #[error("mode {got:?} is not an octal permission mode; pass a string such as \"644\" or \"0755\"")]
+    BadMode {
+        /// What the caller passed.
+        got: String,
+    },
+    /// A signal that is neither a known name nor a number.
+    #[error(
+        "signal {got:?} is not a signal; pass a name such as \"TERM\", \"INT\", \"KILL\" or a number such as 15"
+    )]
+    BadSignal {
+        /// What the caller passed.
+        got: String,
+    },
+    /// A read slice longer than the inline read cap.
+    #[error(
+        "length {got} is over the {limit} read limit; read at most {max} bytes per call and \
+         move offset forward",
+        limit = human_bytes(MAX_INLINE_READ),
+        max = MAX_INLINE_READ
+    )]
+    SliceTooLong {
+        /// What the caller asked for.
+        got: u64,
+    },
+    /// A whole-file read over the inline read cap.
+    #[error(
+        "{path} is too large to read in one call ({agent}); pass offset and length (at most \
+         {max} bytes) to read a slice, search it with sandbox_exec (grep, head, tail), or copy \
+         it with `sbx cp`",
+        max = MAX_INLINE_READ
+    )]
+    ReadTooLarge {
+        /// The guest path.
+        path: String,
+        /// The agent's own message, which says the size.
+        agent: String,
+    },
+    /// A directory whose zip is over the inline cap.
+    #[error(
+        "the zip of {path} grows past the {limit} inline limit ({agent}); download it with \
+         `{command}`, or zip a smaller subdirectory",
+        limit = human_bytes(MAX_INLINE_ZIP)
+    )]
+    ArchiveTooLarge {
+        /// The guest directory.
+        path: String,
+        /// The agent's own message.
+        agent: String,
+        /// The `sbx` command that downloads it without a cap.
+        command: String,
+    },
+    /// No agent to act on.
+    #[error(
+        "this server has no agent to act on; restart it as `sbx mcp --agent ADDR` (or with \
+         SBX_AGENT set) in your MCP client's configuration"
+    )]
+    NoAgent,
+    /// The tool call was cancelled by the client.
+    #[error("cancelled by the client; the command's processes were killed")]
+    Cancelled,
+    /// The agent refused or could not be reached; its message says what to do.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl ToolError {
+    /// The whole message, with each underlying cause once.
+    pub fn render(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = match self {
+            // The client error is shown through `transparent`; start at its own source.
+            ToolError::Client(inner) => inner.source(),
+            // The decoder's message is already in ours.
+            ToolError::BadBase64 { .. } => None,
+            other => other.source(),
+        };
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !text.contains(&cause_text) {
+                text.push_str(": ");
+                text.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        text
+    }
+}
+
+impl IntoContents for ToolError {
+    fn into_contents(self) -> Vec<ContentBlock> {
+        tracing::debug!(error = %self.render(), "tool call failed");
+        vec![ContentBlock::text(self.render())]
+    }
+}
+
+/// `1.5 MiB`-style sizes for messages.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if bytes < 1024 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = UNITS[0];
+    for next in &UNITS[1..] {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    if value.fract() == 0.0 { format!("{value:.0} {unit}") } else { format!("{value:.1} {unit}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_like_a_person_wrote_them() {
+        assert_eq!(human_bytes(12), "12 bytes");
+        assert_eq!(human_bytes(1024 * 1024), "1 MiB");
+        assert_eq!(human_bytes(3 * 1024 * 1024 + 200 * 1024), "3.2 MiB");
+        assert_eq!(human_bytes(8 * 1024 * 1024), "8 MiB");
+    }
+
+    #[test]
+    fn messages_say_what_to_do_next() {
+        let text = ToolError::ContentTooLarge { bytes: 9 * 1024 * 1024 }.render();
+        assert!(text.starts_with("content is 9 MiB, over the 8 MiB inline write limit"), "{text}");
+        let text = ToolError::TimeoutOutOfRange { field: "timeout_ms", got: 700_000 }.render();
+        assert!(text.contains("between 1 and 600000 ms, not 700000"), "{text}");
+    }
+}

@@ -1,0 +1,23 @@
+//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio.
+//!
+//! - [`server`]: the rmcp [`ServerHandler`](rmcp::ServerHandler), the stdio loop, and
+//!   how a tool call finds its agent.
+//! - [`tools`]: one file per group of tools (commands, jobs, files, archives, system).
+//!   Each tool parses its arguments, makes one call through [`crate::client`], and
+//!   shapes the answer for a model.
+//! - [`shape`]: the shaping helpers shared by the tools (lossy text, base64, octal modes,
+//!   timestamps).
+//! - [`error`]: [`ToolError`], the short actionable text a failed tool call returns with
+//!   `isError: true`.
+//! - [`progress`]: progress notifications while a call runs, and cancellation.
+//!
+//! stdout carries only the protocol; logs go to stderr.
+
+pub mod error;
+pub mod progress;
+pub mod server;
+pub mod shape;
+pub mod tools;
+
+pub use error::ToolError;
+pub use server::{SbxMcp, serve_stdio};

@@ -1,0 +1,57 @@
+//! Long calls: progress notifications while they run, and cancellation.
+//!
+//! Clients reset their tool timeout when progress arrives, so a command that runs for
+//! minutes is not abandoned. A `notifications/cancelled` cancels the request's token;
+//! the call's future is then dropped, which drops the gRPC call, and the agent kills the
+//! command's process group when its client goes away.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use rmcp::RoleServer;
+use rmcp::model::ProgressNotificationParam;
+use rmcp::service::RequestContext;
+
+use crate::mcp::error::ToolError;
+
+/// How often a running call reports progress.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Runs `call`, reporting progress every [`PROGRESS_EVERY`] when the request asked for it
+/// (it carried a `progressToken`), and abandoning it when the client cancels.
+///
+/// `total` is the most the call can take (its timeout), reported so clients can draw a
+/// bar; `verb` starts the message ("running 3 s").
+pub async fn run_with_progress<F: Future>(
+    context: &RequestContext<RoleServer>,
+    total: Option<Duration>,
+    verb: &str,
+    call: F,
+) -> Result<F::Output, ToolError> {
+    let token = context.meta.get_progress_token();
+    let started = Instant::now();
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(call);
+    loop {
+        tokio::select! {
+            output = &mut call => return Ok(output),
+            () = context.ct.cancelled() => {
+                tracing::info!("tool call cancelled by the client; dropping the agent call");
+                return Err(ToolError::Cancelled);
+            }
+            _ = ticks.tick(), if token.is_some() => {
+                let Some(token) = token.clone() else { continue };
+                let secs = started.elapsed().as_secs();
+                let mut param = ProgressNotificationParam::new(token, secs as f64)
+                    .with_message(format!("{verb} {secs} s"));
+                if let Some(total) = total {
+                    param = param.with_total(total.as_secs_f64().ceil());
+                }
+                if let Err(error) = context.peer.notify_progress(param).await {
+                    tracing::debug!(%error, "could not send a progress notification");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Shaping helpers shared by the tools: bytes to text a model can read (lossily, with a
+//! note, never failing), base64, octal modes, signals and timestamps.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::mcp::error::ToolError;
+
+/// Bytes rendered as text: exact when they are UTF-8, lossy (U+FFFD) otherwise.
+pub struct Text {
+    /// The text.
+    pub text: String,
+    /// True when invalid UTF-8 sequences were replaced.
+    pub lossy: bool,
+}
+
+/// Renders `bytes` as text without ever failing.
+pub fn lossy_text(bytes: &[u8]) -> Text {
+    match String::from_utf8_lossy(bytes) {
+        std::borrow::Cow::Borrowed(text) => Text { text: text.to_owned(), lossy: false },
+        std::borrow::Cow::Owned(text) => Text { text, lossy: true },
+    }
+}
+
+/// The note attached to a result whose named streams were not valid UTF-8.
+pub fn lossy_note(streams: &[&str]) -> Option<String> {
+    match streams {
+        [] => None,
+        [one] => Some(format!(
+            "{one} was not valid UTF-8; invalid bytes are shown as U+FFFD. To see the exact \
+             bytes, redirect the output to a file and read it with sandbox_files_read"
+        )),
+        many => Some(format!(
+            "{} were not valid UTF-8; invalid bytes are shown as U+FFFD. To see the exact bytes, \
+             redirect the output to a file and read it with sandbox_files_read",
+            many.join(" and ")
+        )),
+    }
+}
+
+/// Standard base64 of `bytes`.
+pub fn to_base64(bytes: &[u8]) -> String {
+    BASE64.encode(bytes)
+}
+
+/// Decodes standard base64 (whitespace such as line breaks is ignored).
+pub fn from_base64(text: &str) -> Result<Vec<u8>, ToolError> {
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    BASE64.decode(compact.as_bytes()).map_err(|source| ToolError::BadBase64 { source })
+}
+
+/// Parses an octal permission mode such as `"644"`, `"0755"` or `"0o600"`.
+pub fn parse_mode(text: &str) -> Result<u32, ToolError> {
+    let digits = text.trim();
+    let digits = digits.strip_prefix("0o").unwrap_or(digits);
+    let bad = || ToolError::BadMode { got: text.to_owned() };
+    if digits.is_empty() || digits.len() > 5 {
+        return Err(bad());
+    }
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| bad())?;
+    if mode > 0o7777 || mode == 0 {
+        return Err(bad());
+    }
+    Ok(mode)
+}
+
+/// `0644`-style rendering of permission bits.
+pub fn format_mode(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+/// Parses a signal name (`TERM`, `SIGTERM`, `term`) or number (`15`).
+pub fn parse_signal(text: &str) -> Result<i32, ToolError> {
+    let trimmed = text.trim();
+    if let Ok(number) = trimmed.parse::<i32>() {
+        return if (1..=64).contains(&number) {
+            Ok(number)
+        } else {
+            Err(ToolError::BadSignal { got: text.to_owned() })
+        };
+    }
+    let upper = trimmed.to_ascii_uppercase();
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let number = match name {
+        "HUP" => libc::SIGHUP,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "KILL" => libc::SIGKILL,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        "TERM" => libc::SIGTERM,
+        "CONT" => libc::SIGCONT,
+        "STOP" => libc::SIGSTOP,
+        _ => return Err(ToolError::BadSignal { got: text.to_owned() }),
+    };
+    Ok(number)
+}
+
+/// RFC 3339 rendering (UTC, milliseconds) of a Unix time in milliseconds.
+pub fn rfc3339_ms(unix_ms: i64) -> String {
+    let Ok(ms) = u64::try_from(unix_ms) else {
+        return "1970-01-01T00:00:00.000Z".to_owned();
+    };
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters_and_is_flagged() {
+        let text = lossy_text(b"ok \xff\xfe end");
+        assert!(text.lossy);
+        assert_eq!(text.text, "ok \u{fffd}\u{fffd} end");
+        let text = lossy_text("héllo".as_bytes());
+        assert!(!text.lossy);
+        assert_eq!(text.text, "héllo");
+    }
+
+    #[test]
+    fn modes_are_octal_strings() {
+        assert_eq!(parse_mode("644").unwrap(), 0o644);
+        assert_eq!(parse_mode("0755").unwrap(), 0o755);
+        assert_eq!(parse_mode("0o600").unwrap(), 0o600);
+        assert!(parse_mode("rw-r--r--").is_err());
+        assert!(parse_mode("99").is_err());
+        assert!(parse_mode("17777").is_err());
+        assert_eq!(format_mode(0o100644), "0644");
+    }
+
+    #[test]
+    fn signals_by_name_or_number() {
+        assert_eq!(parse_signal("TERM").unwrap(), libc::SIGTERM);
+        assert_eq!(parse_signal("sigkill").unwrap(), libc::SIGKILL);
+        assert_eq!(parse_signal("2").unwrap(), 2);
+        assert!(parse_signal("BOOM").is_err());
+        assert!(parse_signal("0").is_err());
+    }
+
+    #[test]
+    fn base64_round_trips_and_tolerates_line_breaks() {
+        let encoded = to_base64(b"\x00\x01binary\xff");
+        let wrapped = format!("{}\n{}", &encoded[..4], &encoded[4..]);
+        assert_eq!(from_base64(&wrapped).unwrap(), b"\x00\x01binary\xff");
+        assert!(from_base64("not base64!").is_err());
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339() {
+        assert_eq!(rfc3339_ms(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+    }
+}

@@ -1,0 +1,208 @@
+//! `sandbox_exec`: run a command to completion and return its capped output.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{Json, RoleServer, tool, tool_router};
+use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{Captured, ExecResult, ExecSpec};
+use crate::mcp::error::{ToolError, human_bytes};
+use crate::mcp::progress::run_with_progress;
+use crate::mcp::server::SbxMcp;
+use crate::mcp::shape::{lossy_note, lossy_text};
+
+/// Arguments of `sandbox_exec`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecArgs {
+    /// Shell command line, run as `/bin/sh -c COMMAND` inside the sandbox; pipes,
+    /// redirects and `&&` work.
+    pub command: String,
+    /// Working directory, an absolute path. Default: `/`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Extra environment variables, added to the sandbox's own.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Text fed to the command's standard input, which is then closed. Default: empty.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Milliseconds before the command's whole process group is killed. Default 60000,
+    /// at most 600000; for longer work use sandbox_exec_background.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 600_000))]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Result of `sandbox_exec`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExecOutput {
+    /// The command's exit code; null when a signal ended it.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, when one did (9 after a timeout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// True when the command was killed because timeout_ms passed.
+    pub timed_out: bool,
+    /// How long the command ran, in milliseconds.
+    pub duration_ms: u64,
+    /// Standard output; at most 32 KiB, the head and the tail with a marker between.
+    pub stdout: String,
+    /// Standard error; at most 32 KiB, the head and the tail with a marker between.
+    pub stderr: String,
+    /// True when part of stdout was left out.
+    pub stdout_truncated: bool,
+    /// True when part of stderr was left out.
+    pub stderr_truncated: bool,
+    /// Bytes the command wrote to stdout in all.
+    pub stdout_bytes: u64,
+    /// Bytes the command wrote to stderr in all.
+    pub stderr_bytes: u64,
+    /// What to know about this result (truncation, invalid UTF-8, timeout).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+impl ExecArgs {
+    /// The spec to run, or why these arguments cannot run.
+    fn spec(self) -> Result<(ExecSpec, Duration), ToolError> {
+        if self.command.trim().is_empty() {
+            return Err(ToolError::EmptyCommand);
+        }
+        let timeout_ms = checked_timeout(self.timeout_ms)?;
+        let timeout = Duration::from_millis(u64::from(timeout_ms));
+        let mut spec = ExecSpec::shell(self.command);
+        spec.cwd = self.cwd.filter(|cwd| !cwd.is_empty());
+        spec.env = self.env.unwrap_or_default();
+        spec.timeout = Some(timeout);
+        spec.output_limit = Some(DEFAULT_OUTPUT_LIMIT);
+        spec.stdin = self.stdin.map(Bytes::from).unwrap_or_default();
+        Ok((spec, timeout))
+    }
+}
+
+/// `timeout_ms` checked against the agent's range; `None` is the default.
+pub(crate) fn checked_timeout(timeout_ms: Option<u64>) -> Result<u32, ToolError> {
+    match timeout_ms {
+        None => Ok(DEFAULT_TIMEOUT_MS),
+        Some(ms) if (1..=u64::from(MAX_TIMEOUT_MS)).contains(&ms) => Ok(ms as u32),
+        Some(got) => Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got }),
+    }
+}
+
+impl From<ExecResult> for ExecOutput {
+    fn from(result: ExecResult) -> Self {
+        let stdout = lossy_text(&result.stdout.data);
+        let stderr = lossy_text(&result.stderr.data);
+        let mut notes = Vec::new();
+        let lossy: Vec<&str> = [("stdout", stdout.lossy), ("stderr", stderr.lossy)]
+            .into_iter()
+            .filter_map(|(name, lossy)| lossy.then_some(name))
+            .collect();
+        notes.extend(lossy_note(&lossy));
+        notes.extend(truncation_note("stdout", &result.stdout));
+        notes.extend(truncation_note("stderr", &result.stderr));
+        if result.status.timed_out {
+            notes.push(format!(
+                "the command was killed after {} ms because timeout_ms passed; raise timeout_ms \
+                 (at most {MAX_TIMEOUT_MS}) or start it with sandbox_exec_background",
+                result.status.duration_ms
+            ));
+        }
+        ExecOutput {
+            exit_code: result.status.code,
+            signal: result.status.signal,
+            timed_out: result.status.timed_out,
+            duration_ms: result.status.duration_ms,
+            stdout: stdout.text,
+            stderr: stderr.text,
+            stdout_truncated: result.stdout.truncated,
+            stderr_truncated: result.stderr.truncated,
+            stdout_bytes: result.stdout.total_bytes,
+            stderr_bytes: result.stderr.total_bytes,
+            notes,
+        }
+    }
+}
+
+fn truncation_note(name: &str, captured: &Captured) -> Option<String> {
+    captured.truncated.then(|| {
+        format!(
+            "{name} was {}; only its head and tail are shown. Narrow the command (grep, head, \
+             tail) or redirect {name} to a file and read slices of it with sandbox_files_read",
+            human_bytes(captured.total_bytes)
+        )
+    })
+}
+
+#[tool_router(router = exec_router, vis = "pub(crate)")]
+impl SbxMcp {
+    /// Runs a shell command to completion inside the sandbox.
+    #[tool(
+        name = "sandbox_exec",
+        description = "Run a shell command inside the sandbox and wait for it to finish. Returns \
+            exit_code, stdout and stderr (each capped at 32 KiB: head and tail kept, with \
+            stdout_truncated/stderr_truncated and the full byte counts), timed_out and \
+            duration_ms. The command runs as `/bin/sh -c`, in cwd (default /), with a timeout \
+            of timeout_ms (default 60000, at most 600000). Sends progress while it runs. For \
+            servers and anything longer, use sandbox_exec_background.",
+        annotations(
+            title = "Run a command",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn sandbox_exec(
+        &self,
+        Parameters(args): Parameters<ExecArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Json<ExecOutput>, ToolError> {
+        let (spec, timeout) = args.spec()?;
+        let client = self.client().await?;
+        let result = run_with_progress(&context, Some(timeout), "running", client.exec(&spec)).await??;
+        Ok(Json(result.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ExitStatus;
+
+    fn captured(data: &[u8], truncated: bool, total_bytes: u64) -> Captured {
+        Captured { data: Bytes::copy_from_slice(data), truncated, total_bytes }
+    }
+
+    #[test]
+    fn timeouts_default_and_are_bounded() {
+        assert_eq!(checked_timeout(None).unwrap(), DEFAULT_TIMEOUT_MS);
+        assert_eq!(checked_timeout(Some(600_000)).unwrap(), 600_000);
+        assert!(checked_timeout(Some(0)).is_err());
+        assert!(checked_timeout(Some(600_001)).is_err());
+    }
+
+    #[test]
+    fn invalid_utf8_and_truncation_are_explained() {
+        let result = ExecResult {
+            status: ExitStatus { code: Some(3), signal: None, timed_out: false, duration_ms: 5 },
+            stdout: captured(b"bin\xff", false, 4),
+            stderr: captured(b"head...tail", true, 100_000),
+        };
+        let out = ExecOutput::from(result);
+        assert_eq!(out.exit_code, Some(3));
+        assert_eq!(out.stdout, "bin\u{fffd}");
+        assert!(out.stderr_truncated);
+        assert_eq!(out.stderr_bytes, 100_000);
+        assert_eq!(out.notes.len(), 2, "{:?}", out.notes);
+        assert!(out.notes[0].starts_with("stdout was not valid UTF-8"));
+        assert!(out.notes[1].starts_with("stderr was 97.7 KiB"));
+    }
+}

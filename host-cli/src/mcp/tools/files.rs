@@ -1,0 +1,442 @@
+//! File tools: `sandbox_files_read`, `_write`, `_list`, `_remove`, `_move`, `_mkdir`.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::{Json, tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tonic::Code;
+
+use crate::client::{ClientError, FileEntry, FileKind, ListOpts, ReadOpts, WriteOpts};
+use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
+use crate::mcp::server::SbxMcp;
+use crate::mcp::shape::{format_mode, from_base64, parse_mode, rfc3339_ms, to_base64};
+
+/// Entries one `sandbox_files_list` returns at most.
+pub const MAX_LIST_ENTRIES: u32 = 1000;
+
+/// How file content travels in a tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// UTF-8 text, as is.
+    Utf8,
+    /// Standard base64 of the raw bytes.
+    Base64,
+}
+
+/// Arguments of `sandbox_files_read`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// Absolute path of the file inside the sandbox.
+    pub path: String,
+    /// First byte to read. Default: 0.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Bytes to read, at most 1048576. Default (or 0): to the end of the file, which is
+    /// refused for files over 1 MiB.
+    #[serde(default)]
+    #[schemars(range(max = 1_048_576))]
+    pub length: Option<u64>,
+}
+
+/// Result of `sandbox_files_read`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReadOutput {
+    /// The file read.
+    pub path: String,
+    /// "utf8" when content is the text itself, "base64" when the bytes are not UTF-8.
+    pub encoding: Encoding,
+    /// The bytes read, as text or base64 (see encoding).
+    pub content: String,
+    /// Offset of the first byte returned.
+    pub offset: u64,
+    /// Bytes returned.
+    pub bytes: u64,
+    /// Size of the whole file.
+    pub size: u64,
+    /// True when the read reached the end of the file.
+    pub eof: bool,
+    /// What to know about this result.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Arguments of `sandbox_files_write`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteArgs {
+    /// Absolute path of the file inside the sandbox; missing parent directories are
+    /// created.
+    pub path: String,
+    /// The content: text, or base64 when encoding is "base64". At most 8 MiB.
+    pub content: String,
+    /// How content is encoded. Default: "utf8".
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Octal permission mode such as "644" or "755". Default: keep an existing file's
+    /// mode, or 644 for a new file.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Add content to the end of the file instead of replacing it. Default: false.
+    #[serde(default)]
+    pub append: Option<bool>,
+}
+
+/// Result of `sandbox_files_write`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct WriteOutput {
+    /// The file written.
+    pub path: String,
+    /// Bytes this call wrote.
+    pub bytes_written: u64,
+    /// Size of the file afterwards.
+    pub size: u64,
+}
+
+/// Arguments of `sandbox_files_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// Absolute path of the directory inside the sandbox.
+    pub path: String,
+    /// List subdirectories' contents too. Default: false, or true when max_depth is given.
+    #[serde(default)]
+    pub recursive: Option<bool>,
+    /// With recursive: how many levels to descend (1 = only the directory's own
+    /// entries). Default: no limit.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_depth: Option<u32>,
+}
+
+/// One entry of a listing.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EntryView {
+    /// Path relative to the listed directory.
+    pub path: String,
+    /// "file", "dir", "symlink" or "other".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Octal permission bits, such as "0644".
+    pub mode: String,
+    /// Last modification (RFC 3339, UTC).
+    pub mtime: String,
+    /// Where a symlink points.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
+
+/// Result of `sandbox_files_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListOutput {
+    /// The directory listed.
+    pub path: String,
+    /// Its entries.
+    pub entries: Vec<EntryView>,
+    /// True when the listing stopped at 1000 entries.
+    pub truncated: bool,
+    /// What to know about this result.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Arguments of `sandbox_files_remove`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RemoveArgs {
+    /// Absolute path of the file or directory inside the sandbox.
+    pub path: String,
+    /// Required to remove a directory and everything in it. Default: false.
+    #[serde(default)]
+    pub recursive: Option<bool>,
+}
+
+/// Arguments of `sandbox_files_move`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveArgs {
+    /// Absolute path to move.
+    pub from: String,
+    /// Absolute path to move it to.
+    pub to: String,
+    /// Replace `to` if it exists. Default: false (an existing `to` is refused).
+    #[serde(default)]
+    pub overwrite: Option<bool>,
+}
+
+/// Arguments of `sandbox_files_mkdir`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirArgs {
+    /// Absolute path of the directory; missing parents are created, and an existing
+    /// directory is fine.
+    pub path: String,
+    /// Octal permission mode such as "755". Default: 755.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// Result of the tools that change one path.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PathOutput {
+    /// The path acted on (for a move: where it is now).
+    pub path: String,
+}
+
+impl From<FileEntry> for EntryView {
+    fn from(entry: FileEntry) -> Self {
+        EntryView {
+            path: entry.path,
+            kind: kind_name(entry.kind).to_owned(),
+            size: entry.size,
+            mode: format_mode(entry.mode),
+            mtime: rfc3339_ms(entry.mtime_unix_ms),
+            symlink_target: entry.symlink_target,
+        }
+    }
+}
+
+/// The lower-case name a model sees for a file type.
+fn kind_name(kind: FileKind) -> &'static str {
+    match kind {
+        FileKind::File => "file",
+        FileKind::Dir => "dir",
+        FileKind::Symlink => "symlink",
+        FileKind::Other => "other",
+        FileKind::Unknown => "unknown",
+    }
+}
+
+/// A read refused for its size becomes the message that says how to read a slice.
+fn read_error(path: &str, error: ClientError) -> ToolError {
+    match error {
+        ClientError::Agent { code: Code::ResourceExhausted, message } => {
+            ToolError::ReadTooLarge { path: path.to_owned(), agent: message }
+        }
+        other => other.into(),
+    }
+}
+
+/// Renders bytes read as text when they are UTF-8, base64 otherwise.
+fn encode_read(data: &[u8]) -> (Encoding, String, Option<String>) {
+    match std::str::from_utf8(data) {
+        Ok(text) => (Encoding::Utf8, text.to_owned(), None),
+        Err(_) => (
+            Encoding::Base64,
+            to_base64(data),
+            Some(
+                "the bytes are not UTF-8 text, so content is base64; if the file is text, a \
+                 slice boundary may have split a character: move offset or length by a few bytes"
+                    .to_owned(),
+            ),
+        ),
+    }
+}
+
+#[tool_router(router = files_router, vis = "pub(crate)")]
+impl SbxMcp {
+    /// Reads a file or a slice of it.
+    #[tool(
+        name = "sandbox_files_read",
+        description = "Read a file inside the sandbox. Returns content as UTF-8 text, or as \
+            base64 when the bytes are not UTF-8 (encoding says which), with the file's size and \
+            eof. Whole files over 1 MiB are refused with their size: pass offset and length (at \
+            most 1048576) to read a slice.",
+        annotations(
+            title = "Read a file",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_read(
+        &self,
+        Parameters(args): Parameters<ReadArgs>,
+    ) -> Result<Json<ReadOutput>, ToolError> {
+        let length = args.length.filter(|&n| n > 0);
+        if let Some(got) = length.filter(|&n| n > MAX_INLINE_READ) {
+            return Err(ToolError::SliceTooLong { got });
+        }
+        let offset = args.offset.unwrap_or(0);
+        let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
+        let client = self.client().await?;
+        let mut read = client.read_file(&args.path, opts).await.map_err(|e| read_error(&args.path, e))?;
+        let mut data = Vec::new();
+        while let Some(chunk) = read.chunks.next().await {
+            let chunk = chunk.map_err(|e| read_error(&args.path, e))?;
+            if (data.len() + chunk.len()) as u64 > MAX_INLINE_READ {
+                let agent = format!("it has more than {MAX_INLINE_READ} bytes from offset {offset}");
+                return Err(ToolError::ReadTooLarge { path: args.path, agent });
+            }
+            data.extend_from_slice(&chunk);
+        }
+        let (encoding, content, note) = encode_read(&data);
+        let bytes = data.len() as u64;
+        Ok(Json(ReadOutput {
+            path: args.path,
+            encoding,
+            content,
+            offset,
+            bytes,
+            size: read.file_size,
+            eof: offset.saturating_add(bytes) >= read.file_size,
+            notes: note.into_iter().collect(),
+        }))
+    }
+
+    /// Writes a file atomically.
+    #[tool(
+        name = "sandbox_files_write",
+        description = "Create or replace a file inside the sandbox (or append to it with append: \
+            true). The write is atomic: the file changes only when all content arrived. Missing \
+            parent directories are created. content is UTF-8 text, or base64 with encoding: \
+            \"base64\" for binary; at most 8 MiB per call.",
+        annotations(
+            title = "Write a file",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_write(
+        &self,
+        Parameters(args): Parameters<WriteArgs>,
+    ) -> Result<Json<WriteOutput>, ToolError> {
+        let encoding = args.encoding.unwrap_or(Encoding::Utf8);
+        // Refuse oversized content before decoding it: base64 is 4 characters per 3 bytes.
+        let estimate = match encoding {
+            Encoding::Utf8 => args.content.len() as u64,
+            Encoding::Base64 => args.content.len() as u64 / 4 * 3,
+        };
+        if estimate > MAX_INLINE_WRITE + 3 {
+            return Err(ToolError::ContentTooLarge { bytes: estimate });
+        }
+        let data = match encoding {
+            Encoding::Utf8 => args.content.into_bytes(),
+            Encoding::Base64 => from_base64(&args.content)?,
+        };
+        if data.len() as u64 > MAX_INLINE_WRITE {
+            return Err(ToolError::ContentTooLarge { bytes: data.len() as u64 });
+        }
+        let mode = args.mode.as_deref().map(parse_mode).transpose()?;
+        let opts = WriteOpts { mode, append: args.append.unwrap_or(false), no_create_parents: false };
+        let written = self.client().await?.write_bytes(&args.path, opts, Bytes::from(data)).await?;
+        Ok(Json(WriteOutput {
+            path: args.path,
+            bytes_written: written.bytes_written,
+            size: written.file_size,
+        }))
+    }
+
+    /// Lists a directory.
+    #[tool(
+        name = "sandbox_files_list",
+        description = "List a directory inside the sandbox: each entry's path (relative to the \
+            directory), type (file, dir, symlink, other), size, mode and mtime. Pass recursive: \
+            true to descend, and max_depth to limit how far. At most 1000 entries are returned; \
+            truncated says when there were more.",
+        annotations(
+            title = "List a directory",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_list(
+        &self,
+        Parameters(args): Parameters<ListArgs>,
+    ) -> Result<Json<ListOutput>, ToolError> {
+        let opts = ListOpts {
+            recursive: args.recursive.unwrap_or(args.max_depth.is_some()),
+            max_depth: args.max_depth.filter(|&depth| depth > 0),
+            max_entries: Some(MAX_LIST_ENTRIES),
+        };
+        let listing = self.client().await?.list(&args.path, opts).await?;
+        let notes = if listing.truncated {
+            vec![format!(
+                "the listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory, pass a \
+                 smaller max_depth, or search with sandbox_exec (find, ls)"
+            )]
+        } else {
+            Vec::new()
+        };
+        Ok(Json(ListOutput {
+            path: args.path,
+            entries: listing.entries.into_iter().map(EntryView::from).collect(),
+            truncated: listing.truncated,
+            notes,
+        }))
+    }
+
+    /// Removes a file or a directory tree.
+    #[tool(
+        name = "sandbox_files_remove",
+        description = "Delete a file inside the sandbox, or a directory and everything in it \
+            with recursive: true. Symlinks are removed, not followed.",
+        annotations(
+            title = "Delete a file or directory",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_remove(
+        &self,
+        Parameters(args): Parameters<RemoveArgs>,
+    ) -> Result<Json<PathOutput>, ToolError> {
+        self.client().await?.remove(&args.path, args.recursive.unwrap_or(false)).await?;
+        Ok(Json(PathOutput { path: args.path }))
+    }
+
+    /// Moves or renames a path.
+    #[tool(
+        name = "sandbox_files_move",
+        description = "Move or rename a file or directory inside the sandbox. An existing \
+            destination is refused unless overwrite: true.",
+        annotations(
+            title = "Move or rename",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_move(
+        &self,
+        Parameters(args): Parameters<MoveArgs>,
+    ) -> Result<Json<PathOutput>, ToolError> {
+        self.client().await?.mv(&args.from, &args.to, args.overwrite.unwrap_or(false)).await?;
+        Ok(Json(PathOutput { path: args.to }))
+    }
+
+    /// Creates a directory and its parents.
+    #[tool(
+        name = "sandbox_files_mkdir",
+        description = "Create a directory inside the sandbox, with any missing parents (like \
+            mkdir -p); an existing directory is not an error.",
+        annotations(
+            title = "Create a directory",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_files_mkdir(
+        &self,
+        Parameters(args): Parameters<MkdirArgs>,
+    ) -> Result<Json<PathOutput>, ToolError> {
+        let mode = args.mode.as_deref().map(parse_mode).transpose()?;
+        self.client().await?.mkdir(&args.path, true, mode).await?;
+        Ok(Json(PathOutput { path: args.path }))
+    }
+}

@@ -1,0 +1,17 @@
+//! The tools, one file per group. Each file adds a `#[tool_router]` impl block to
+//! [`SbxMcp`](crate::mcp::SbxMcp); [`SbxMcp::new`](crate::mcp::SbxMcp::new) joins the
+//! routers.
+//!
+//! - [`exec`] holds `sandbox_exec`.
+//! - [`jobs`] holds `sandbox_exec_background`, `sandbox_job_status`, `sandbox_job_kill`
+//!   and `sandbox_job_list`.
+//! - [`files`] holds `sandbox_files_read`, `_write`, `_list`, `_remove`, `_move` and
+//!   `_mkdir`.
+//! - [`archive`] holds `sandbox_files_download_dir`.
+//! - [`system`] holds `sandbox_info`.
+
+pub mod archive;
+pub mod exec;
+pub mod files;
+pub mod jobs;
+pub mod system;
