@@ -43,6 +43,7 @@ async fn main() -> ExitCode {
         .init();
     let mut args = Args::parse();
     let pid1 = init::is_pid1();
+    sbx_agent::exec::start_reaper();
     if pid1 {
         if let Err(e) = init::become_init() {
             eprintln!("sbx-agent: init: {}", error_chain(&e));

@@ -1,17 +1,62 @@
-//! Exec and ExecStream.
+//! Exec and ExecStream, and the one mapping of [`ExecError`] to gRPC codes.
 
+use futures::StreamExt;
 use sbx_proto::agent::v1 as pb;
-use tonic::{Status, Streaming};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
 
 use super::{AgentService, BoxStream};
+use crate::exec::{self, ExecError};
 
-pub(super) async fn exec(_svc: &AgentService, _req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
-    Err(Status::unimplemented("Exec is not implemented yet"))
+pub(super) async fn exec(_svc: &AgentService, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
+    Ok(exec::exec(&req).await?)
 }
 
 pub(super) async fn exec_stream(
     _svc: &AgentService,
-    _input: Streaming<pb::ExecStreamInput>,
+    input: Streaming<pb::ExecStreamInput>,
 ) -> Result<BoxStream<pb::ExecEvent>, Status> {
-    Err(Status::unimplemented("ExecStream is not implemented yet"))
+    let events = exec::stream::exec_stream(input).await?;
+    Ok(Box::pin(ReceiverStream::new(events).map(|event| event.map_err(Status::from))))
+}
+
+impl From<ExecError> for Status {
+    fn from(e: ExecError) -> Self {
+        use ExecError as E;
+        let code = match &e {
+            E::NoCommand
+            | E::ShellAndArgv
+            | E::EmptyProgram
+            | E::NulByte { .. }
+            | E::BadEnvName(_)
+            | E::RelativeCwd(_)
+            | E::CwdNotDir(_)
+            | E::TimeoutTooLong { .. }
+            | E::OutputLimitTooLarge { .. }
+            | E::UnknownUser(_)
+            | E::StreamNotStarted
+            | E::StreamRestarted => Code::InvalidArgument,
+            E::CwdMissing(_) | E::ProgramNotFound { .. } => Code::NotFound,
+            E::StartDenied { .. } => Code::PermissionDenied,
+            E::CwdUnusable { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                Code::PermissionDenied
+            }
+            E::NoShell | E::CwdUnusable { .. } | E::UserDb { .. } => Code::FailedPrecondition,
+            E::NoResources { .. } => Code::ResourceExhausted,
+            E::Spawn { .. } | E::ReaperGone { .. } => Code::Internal,
+        };
+        Status::new(code, error_chain(&e))
+    }
+}
+
+/// The error's message followed by its sources, `: `-separated, as the caller sees it.
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

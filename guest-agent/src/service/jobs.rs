@@ -1,26 +1,48 @@
-//! Background jobs.
+//! Background jobs, and the mapping of [`JobError`] to gRPC codes.
 
 use sbx_proto::agent::v1 as pb;
-use tonic::Status;
+use tonic::{Code, Status};
 
 use super::AgentService;
+use super::exec::error_chain;
+use crate::jobs::JobError;
 
-pub(super) async fn start(_svc: &AgentService, _req: pb::StartJobRequest) -> Result<pb::Job, Status> {
-    Err(Status::unimplemented("StartJob is not implemented yet"))
+pub(super) async fn start(svc: &AgentService, req: pb::StartJobRequest) -> Result<pb::Job, Status> {
+    Ok(svc.jobs().start(&req)?)
 }
 
-pub(super) async fn get(_svc: &AgentService, _req: pb::JobRef) -> Result<pb::Job, Status> {
-    Err(Status::unimplemented("GetJob is not implemented yet"))
+pub(super) async fn get(svc: &AgentService, req: pb::JobRef) -> Result<pb::Job, Status> {
+    Ok(svc.jobs().get(&req.id)?)
 }
 
-pub(super) async fn wait(_svc: &AgentService, _req: pb::WaitJobRequest) -> Result<pb::Job, Status> {
-    Err(Status::unimplemented("WaitJob is not implemented yet"))
+pub(super) async fn wait(svc: &AgentService, req: pb::WaitJobRequest) -> Result<pb::Job, Status> {
+    Ok(svc.jobs().wait(&req.id, req.timeout_ms).await?)
 }
 
-pub(super) async fn signal(_svc: &AgentService, _req: pb::SignalJobRequest) -> Result<pb::Job, Status> {
-    Err(Status::unimplemented("SignalJob is not implemented yet"))
+pub(super) async fn signal(svc: &AgentService, req: pb::SignalJobRequest) -> Result<pb::Job, Status> {
+    Ok(svc.jobs().signal(&req.id, req.signal)?)
 }
 
-pub(super) async fn list(_svc: &AgentService, _req: pb::ListJobsRequest) -> Result<pb::ListJobsResponse, Status> {
-    Err(Status::unimplemented("ListJobs is not implemented yet"))
+pub(super) async fn list(
+    svc: &AgentService,
+    _req: pb::ListJobsRequest,
+) -> Result<pb::ListJobsResponse, Status> {
+    Ok(pb::ListJobsResponse { jobs: svc.jobs().list() })
+}
+
+impl From<JobError> for Status {
+    fn from(e: JobError) -> Self {
+        let code = match e {
+            JobError::Exec(e) => return e.into(),
+            JobError::Unknown(_) => Code::NotFound,
+            JobError::WaitTooLong { .. } | JobError::BadSignal(_) => Code::InvalidArgument,
+            JobError::Exited(_) => Code::FailedPrecondition,
+            JobError::Signal { ref source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                Code::PermissionDenied
+            }
+            JobError::Signal { .. } => Code::FailedPrecondition,
+            JobError::JobDir { .. } | JobError::LogFile { .. } => Code::FailedPrecondition,
+        };
+        Status::new(code, error_chain(&e))
+    }
 }

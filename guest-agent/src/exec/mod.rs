@@ -1,0 +1,86 @@
+//! Running commands: to completion with capped output ([`exec`]), or streamed
+//! ([`stream`]), each in its own process group with a timeout.
+//!
+//! - [`spec`]: validating a request (shell or argv, cwd, env, user, limits).
+//! - [`user`]: resolving a user name or uid from /etc/passwd and /etc/group.
+//! - [`process`]: spawning in a new session, the process-group guard, timeouts.
+//! - [`reaper`]: the agent's only `waitpid`, for its own children and for orphans.
+//! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
+//! - [`stream`]: ExecStream, with stdin forwarding and back-pressure.
+//! - [`error`]: what can go wrong, as [`ExecError`].
+
+pub mod capture;
+pub mod error;
+pub mod process;
+pub mod reaper;
+pub mod spec;
+pub mod stream;
+pub mod user;
+
+use sbx_proto::agent::v1 as pb;
+use sbx_proto::limits::CHUNK_SIZE;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+
+pub use error::ExecError;
+pub use process::Outcome;
+pub use reaper::{Ended, start as start_reaper};
+pub use spec::Spec;
+
+use capture::Capture;
+use process::StdioSetup;
+
+/// Runs a command to completion and returns its status and capped output.
+///
+/// Dropping the returned future (the client went away) kills the command's group.
+pub async fn exec(req: &pb::ExecRequest) -> Result<pb::ExecResponse, ExecError> {
+    let spec = Spec::from_command(req.command.as_ref())?;
+    let timeout = spec::exec_timeout(req.timeout_ms)?;
+    let limit = spec::output_limit(req.output_limit)?;
+    let mut run = process::spawn(&spec, StdioSetup::Piped)?;
+    let mut out = Capture::new(limit);
+    let mut err = Capture::new(limit);
+    let (stdin, stdout, stderr) = (run.stdin.take(), run.stdout.take(), run.stderr.take());
+    let outcome = {
+        let drain_both = async {
+            tokio::join!(drain(stdout, &mut out), drain(stderr, &mut err));
+        };
+        let io = process::alongside(drain_both, feed(stdin, &req.stdin));
+        process::run_to_end(io, &mut run, Some(timeout)).await?
+    };
+    tracing::debug!(pid = run.pid, cmd = %spec.display, stdout = out.total(), stderr = err.total(), "exec done");
+    Ok(pb::ExecResponse {
+        status: Some(exit_status(&outcome)),
+        stdout: Some(out.finish()),
+        stderr: Some(err.finish()),
+    })
+}
+
+/// The wire form of an [`Outcome`].
+pub fn exit_status(outcome: &Outcome) -> pb::ExitStatus {
+    let kind = match outcome.ended {
+        Ended::Code(code) => pb::exit_status::Kind::Code(code),
+        Ended::Signal(sig) => pb::exit_status::Kind::Signal(sig),
+    };
+    pb::ExitStatus {
+        kind: Some(kind),
+        timed_out: outcome.timed_out,
+        duration_ms: outcome.duration.as_millis().try_into().unwrap_or(u64::MAX),
+    }
+}
+
+/// Reads `pipe` to its end into `capture`. A read error ends the stream like EOF.
+async fn drain(pipe: Option<pipe::Receiver>, capture: &mut Capture) {
+    let Some(mut pipe) = pipe else { return };
+    let mut buf = vec![0; CHUNK_SIZE];
+    while let Ok(n @ 1..) = pipe.read(&mut buf).await {
+        capture.push(&buf[..n]);
+    }
+}
+
+/// Writes `data` to the command's stdin, then closes it. A command that exits
+/// without reading it all is not an error.
+async fn feed(stdin: Option<pipe::Sender>, data: &[u8]) {
+    let Some(mut stdin) = stdin else { return };
+    let _ = stdin.write_all(data).await;
+}

@@ -1,0 +1,230 @@
+//! Starting a command in its own session and process group, and ending it.
+//!
+//! Every command is a session leader (`setsid` before `exec`), so signalling its process
+//! group reaches every descendant that did not leave the group on purpose. The group is
+//! owned by a [`ProcessGroup`] guard whose `Drop` kills it: when a request is cancelled
+//! (the client went away) or finishes, nothing it started is left running.
+
+use std::future::Future;
+use std::os::unix::process::CommandExt;
+use std::pin::pin;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+use rustix::thread::{Gid, Uid};
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use super::reaper::{self, Ended};
+use super::{ExecError, Spec};
+
+/// How long a timed-out command gets between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the command exits, how long its descendants may keep its output pipes open
+/// before they are killed, and then how long the agent waits for the pipes to close.
+pub const SETTLE: Duration = Duration::from_millis(250);
+
+/// Where a command's standard streams go.
+pub enum StdioSetup {
+    /// Pipes to the agent for all three.
+    Piped,
+    /// stdin from /dev/null, stdout and stderr to these files.
+    Files {
+        /// Receives stdout.
+        stdout: std::fs::File,
+        /// Receives stderr.
+        stderr: std::fs::File,
+    },
+}
+
+/// A started command.
+pub struct Running {
+    /// Its pid, also its process group id.
+    pub pid: u32,
+    /// Write end of its stdin, when piped.
+    pub stdin: Option<pipe::Sender>,
+    /// Read end of its stdout, when piped.
+    pub stdout: Option<pipe::Receiver>,
+    /// Read end of its stderr, when piped.
+    pub stderr: Option<pipe::Receiver>,
+    /// Gets its exit status from the reaper.
+    pub exit: oneshot::Receiver<Ended>,
+    /// Its process group.
+    pub group: ProcessGroup,
+    /// When it was started.
+    pub started: Instant,
+}
+
+/// Starts `spec` in a new session, as its user, with the given stdio.
+pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
+    let mut cmd = Command::new(spec.program());
+    cmd.args(&spec.argv[1..]).current_dir(&spec.cwd).envs(spec.env.iter().map(|(k, v)| (k, v)));
+    match stdio {
+        StdioSetup::Piped => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
+        StdioSetup::Files { stdout, stderr } => cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr),
+    };
+    let creds = spec.user.as_ref().filter(|c| needs_switch(c.uid)).map(|c| {
+        let groups: Vec<Gid> = c.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        (Uid::from_raw(c.uid), Gid::from_raw(c.gid), groups)
+    });
+    // SAFETY: between fork and exec the child is single-threaded and the closure only
+    // makes raw syscalls on data prepared before the fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            if let Some((uid, gid, groups)) = &creds {
+                // Groups and gid first: after setuid the right to change them is gone.
+                rustix::thread::set_thread_groups(groups)?;
+                rustix::thread::set_thread_gid(*gid)?;
+                rustix::thread::set_thread_uid(*uid)?;
+            }
+            Ok(())
+        });
+    }
+    let (mut child, exit) = reaper::spawn(&mut cmd)
+        .map_err(|e| ExecError::from_spawn(spec.program(), spec.shell, spec.user_asked.as_deref(), e))?;
+    let started = Instant::now();
+    let pid = child.id();
+    let group = ProcessGroup::new(pid);
+    let stdin = child.stdin.take().map(|p| pipe::Sender::from_owned_fd(p.into()));
+    let stdout = child.stdout.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
+    let stderr = child.stderr.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
+    let to_async = |source| ExecError::Spawn { program: spec.program().to_owned(), source };
+    Ok(Running {
+        pid,
+        stdin: stdin.transpose().map_err(to_async)?,
+        stdout: stdout.transpose().map_err(to_async)?,
+        stderr: stderr.transpose().map_err(to_async)?,
+        exit,
+        group,
+        started,
+    })
+}
+
+/// Switching users needs root; asking for the agent's own user is a no-op.
+fn needs_switch(uid: u32) -> bool {
+    rustix::process::geteuid().is_root() || rustix::process::geteuid().as_raw() != uid
+}
+
+/// A command's process group. Dropping an armed guard SIGKILLs the whole group.
+#[derive(Debug)]
+pub struct ProcessGroup {
+    pgid: Pid,
+    armed: bool,
+}
+
+impl ProcessGroup {
+    fn new(pid: u32) -> Self {
+        let pgid = Pid::from_raw(pid as i32).expect("a child's pid is positive");
+        ProcessGroup { pgid, armed: true }
+    }
+
+    /// A second handle on the same group that never kills it on drop.
+    pub fn handle(&self) -> ProcessGroup {
+        ProcessGroup { pgid: self.pgid, armed: false }
+    }
+
+    /// Leaves the group running when the guard is dropped (background jobs).
+    pub fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Sends `sig` to every process in the group.
+    pub fn signal(&self, sig: Signal) -> std::io::Result<()> {
+        rustix::process::kill_process_group(self.pgid, sig).map_err(Into::into)
+    }
+
+    /// SIGKILLs every process in the group; an empty group is not an error.
+    pub fn kill(&self) {
+        let _ = self.signal(Signal::KILL);
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.armed {
+            self.kill();
+        }
+    }
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome {
+    /// Exit code or signal.
+    pub ended: Ended,
+    /// True when the agent killed it because its timeout passed.
+    pub timed_out: bool,
+    /// From start to exit.
+    pub duration: Duration,
+}
+
+/// Waits for the command to exit; once `timeout` passes, SIGTERMs its group, and after
+/// [`KILL_GRACE`] SIGKILLs it.
+pub async fn supervise(
+    pid: u32,
+    exit: &mut oneshot::Receiver<Ended>,
+    group: &ProcessGroup,
+    started: Instant,
+    timeout: Option<Duration>,
+) -> Result<Outcome, ExecError> {
+    let gone = |_| ExecError::ReaperGone { pid };
+    let (ended, timed_out) = match timeout {
+        None => (exit.await.map_err(gone)?, false),
+        Some(limit) => match tokio::time::timeout_at((started + limit).into(), &mut *exit).await {
+            Ok(ended) => (ended.map_err(gone)?, false),
+            Err(_) => {
+                let _ = group.signal(Signal::TERM);
+                let ended = match tokio::time::timeout(KILL_GRACE, &mut *exit).await {
+                    Ok(ended) => ended,
+                    Err(_) => {
+                        group.kill();
+                        exit.await
+                    }
+                };
+                (ended.map_err(gone)?, true)
+            }
+        },
+    };
+    Ok(Outcome { ended, timed_out, duration: started.elapsed() })
+}
+
+/// Runs `io` (draining the output pipes) while supervising the command. Once the command
+/// has exited, its descendants get [`SETTLE`] to close the pipes; then the group is
+/// killed and the pipes get another [`SETTLE`]. Whatever `io` has not read by then is
+/// dropped: a descendant that left the group cannot hold the request open.
+pub async fn run_to_end(
+    io: impl Future<Output = ()>,
+    run: &mut Running,
+    timeout: Option<Duration>,
+) -> Result<Outcome, ExecError> {
+    let mut io = pin!(io);
+    let mut io_done = false;
+    let mut supervisor = pin!(supervise(run.pid, &mut run.exit, &run.group, run.started, timeout));
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut supervisor => break outcome?,
+            () = &mut io, if !io_done => io_done = true,
+        }
+    };
+    if !io_done && tokio::time::timeout(SETTLE, &mut io).await.is_err() {
+        run.group.kill();
+        let _ = tokio::time::timeout(SETTLE, &mut io).await;
+    }
+    Ok(outcome)
+}
+
+/// Runs `main` to completion while also polling `side` (e.g. feeding stdin), whose
+/// completion does not matter and which is dropped when `main` is done.
+pub async fn alongside<T>(main: impl Future<Output = T>, side: impl Future<Output = ()>) -> T {
+    let side = async {
+        side.await;
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        biased;
+        out = main => out,
+        () = side => unreachable!("`side` never completes"),
+    }
+}

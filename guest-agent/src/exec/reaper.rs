@@ -1,0 +1,112 @@
+//! The one place in the agent that calls `waitpid`.
+//!
+//! As PID 1 (and as a child subreaper when run as a service) the agent inherits every
+//! orphan in the guest and must reap them all, while the commands it started need their
+//! exit statuses delivered. Both are done here: [`spawn`] starts a child while holding
+//! the waiter table's lock and registers its pid before releasing it, and the reaper
+//! task, on every SIGCHLD, takes the same lock and loops `waitpid(-1, WNOHANG)`,
+//! handing registered statuses to their waiters and silently reaping the rest. Holding
+//! the lock across the spawn means no child can be reaped before its waiter exists.
+//!
+//! Nothing else in the agent may wait for children (no `tokio::process`, no
+//! `std::process::Command::output`): the reaper would take their statuses.
+
+use std::collections::HashMap;
+use std::process::{Child, Command};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use rustix::io::Errno;
+use rustix::process::{WaitOptions, WaitStatus, waitpid};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+
+/// How a process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal killed it.
+    Signal(i32),
+}
+
+impl Ended {
+    fn from_wait(status: WaitStatus) -> Self {
+        match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) => Ended::Code(code),
+            (None, Some(sig)) => Ended::Signal(sig),
+            // waitpid without WUNTRACED/WCONTINUED reports only exits and kills.
+            (None, None) => Ended::Code(-1),
+        }
+    }
+}
+
+type Waiters = HashMap<u32, oneshot::Sender<Ended>>;
+
+static WAITERS: OnceLock<Mutex<Waiters>> = OnceLock::new();
+
+/// Starts the reaper (idempotent). Call early, inside the tokio runtime: as PID 1 the
+/// agent must reap orphans even before it has started anything itself.
+pub fn start() {
+    WAITERS.get_or_init(|| {
+        // Orphans of our commands (double-forked daemons) then come back to us, so they
+        // are reaped here and stay reachable through their process group.
+        if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+            tracing::warn!("cannot become a child subreaper ({e}); orphaned descendants go to PID 1");
+        }
+        match signal(SignalKind::child()) {
+            Ok(mut sigchld) => {
+                tokio::spawn(async move {
+                    loop {
+                        if tokio::task::spawn_blocking(reap_all).await.is_err() {
+                            tracing::error!("the reaper panicked; children are no longer reaped");
+                            return;
+                        }
+                        if sigchld.recv().await.is_none() {
+                            return;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::error!("cannot listen for SIGCHLD ({e}); commands' exits will not be seen"),
+        }
+        Mutex::new(HashMap::new())
+    });
+}
+
+/// Spawns `cmd` and registers it: the receiver gets its status once it ends.
+pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<Ended>)> {
+    start();
+    let mut waiters = lock();
+    let child = cmd.spawn()?;
+    let (tx, rx) = oneshot::channel();
+    waiters.insert(child.id(), tx);
+    Ok((child, rx))
+}
+
+fn lock() -> MutexGuard<'static, Waiters> {
+    let table = WAITERS.get().expect("reaper started");
+    // A panic elsewhere while holding the lock leaves the table itself consistent.
+    table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Reaps every child that has ended, delivering the registered ones' statuses.
+fn reap_all() {
+    let mut waiters = lock();
+    loop {
+        match waitpid(None, WaitOptions::NOHANG) {
+            Ok(Some((pid, status))) => {
+                let pid = pid.as_raw_nonzero().get() as u32;
+                if let Some(tx) = waiters.remove(&pid) {
+                    // The waiter may be gone (its request was cancelled); the child is reaped either way.
+                    let _ = tx.send(Ended::from_wait(status));
+                }
+            }
+            Ok(None) | Err(Errno::CHILD) => return,
+            Err(Errno::INTR) => continue,
+            Err(e) => {
+                tracing::warn!("waitpid failed: {e}");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! ExecStream: a command whose output is streamed untruncated as events, with stdin
+//! forwarded from the client.
+//!
+//! Events go through a small bounded channel, so a slow client slows the command (its
+//! pipes fill up) instead of growing the agent's memory. When the client goes away the
+//! channel closes and the command's process group is killed.
+
+use futures::{Stream, StreamExt};
+use sbx_proto::agent::v1 as pb;
+use sbx_proto::agent::v1::exec_event::Event;
+use sbx_proto::agent::v1::exec_stream_input::Input;
+use sbx_proto::limits::CHUNK_SIZE;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
+
+use super::process::{self, Running, StdioSetup};
+use super::{ExecError, Spec, spec};
+
+/// Events buffered between the command and the client; with chunks of at most
+/// [`CHUNK_SIZE`] this bounds the agent's memory per stream.
+const EVENT_BUFFER: usize = 8;
+
+/// The events of one command, or the error that ended the stream.
+pub type Events = mpsc::Receiver<Result<pb::ExecEvent, ExecError>>;
+
+/// Reads `start` from `input`, starts the command and returns its events: `started`,
+/// output chunks as they come, and `exited` last. `output_limit` is ignored.
+pub async fn exec_stream<S, E>(mut input: S) -> Result<Events, ExecError>
+where
+    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin + Send + 'static,
+    E: Send + 'static,
+{
+    let req = match input.next().await {
+        Some(Ok(pb::ExecStreamInput { input: Some(Input::Start(req)) })) => req,
+        _ => return Err(ExecError::StreamNotStarted),
+    };
+    let spec = Spec::from_command(req.command.as_ref())?;
+    let timeout = spec::exec_timeout(req.timeout_ms)?;
+    let mut run = process::spawn(&spec, StdioSetup::Piped)?;
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let started = Event::Started(pb::exec_event::Started { pid: run.pid });
+    tx.try_send(Ok(pb::ExecEvent { event: Some(started) })).expect("a new channel has room");
+    let stdin = run.stdin.take();
+    tokio::spawn(async move {
+        drive(&mut run, input, (stdin, req.stdin), &tx, timeout).await;
+        // `run` drops here: its group guard kills whatever is left.
+    });
+    Ok(rx)
+}
+
+async fn drive<S, E>(
+    run: &mut Running,
+    input: S,
+    stdin: (Option<pipe::Sender>, Vec<u8>),
+    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+    timeout: std::time::Duration,
+) where
+    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin,
+{
+    let (pid, stdout, stderr) = (run.pid, run.stdout.take(), run.stderr.take());
+    let pumps = async {
+        tokio::join!(pump(stdout, tx, Event::Stdout), pump(stderr, tx, Event::Stderr));
+    };
+    let io = process::alongside(pumps, forward_stdin(input, stdin, tx));
+    let last = tokio::select! {
+        outcome = process::run_to_end(io, run, Some(timeout)) => match outcome {
+            Ok(outcome) => Ok(pb::ExecEvent { event: Some(Event::Exited(super::exit_status(&outcome))) }),
+            Err(e) => Err(e),
+        },
+        () = tx.closed() => {
+            tracing::debug!(pid, "ExecStream client went away; killing the command");
+            return;
+        }
+    };
+    let _ = tx.send(last).await;
+}
+
+/// Sends `pipe`'s bytes as events until EOF or until the client is gone.
+async fn pump(
+    pipe: Option<pipe::Receiver>,
+    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+    wrap: fn(Vec<u8>) -> Event,
+) {
+    let Some(mut pipe) = pipe else { return };
+    loop {
+        let mut buf = Vec::with_capacity(CHUNK_SIZE);
+        match pipe.read_buf(&mut buf).await {
+            Ok(1..) => {
+                if tx.send(Ok(pb::ExecEvent { event: Some(wrap(buf)) })).await.is_err() {
+                    return;
+                }
+            }
+            Ok(0) | Err(_) => return,
+        }
+    }
+}
+
+/// Writes the `stdin` bytes of `start`, then forwards `stdin` messages to the command
+/// until `stdin_eof` or the end of the input.
+async fn forward_stdin<S, E>(
+    mut input: S,
+    (mut stdin, first): (Option<pipe::Sender>, Vec<u8>),
+    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+) where
+    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin,
+{
+    if let Some(pipe) = stdin.as_mut()
+        && pipe.write_all(&first).await.is_err()
+    {
+        stdin = None;
+    }
+    while let Some(Ok(msg)) = input.next().await {
+        match msg.input {
+            Some(Input::Stdin(data)) => {
+                if let Some(pipe) = stdin.as_mut()
+                    && pipe.write_all(&data).await.is_err()
+                {
+                    // The command closed its stdin; later bytes have nowhere to go.
+                    stdin = None;
+                }
+            }
+            Some(Input::StdinEof(true)) => stdin = None,
+            Some(Input::StdinEof(false)) | None => {}
+            Some(Input::Start(_)) => {
+                let _ = tx.send(Err(ExecError::StreamRestarted)).await;
+                return;
+            }
+        }
+    }
+}
