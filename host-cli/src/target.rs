@@ -61,10 +61,15 @@ pub fn resolve_target(agent: Option<&str>, sandbox: Option<&str>) -> Result<Addr
 
 /// The agent address of the sandbox called `name`.
 ///
-/// This is the hook the VM code fills: sandboxes, their names and their hybrid-vsock
-/// sockets live in `crate::vm`. Until it does, every name is unknown.
+/// Sandboxes, their names and their hybrid-vsock sockets live in `crate::vm`; a paused
+/// sandbox is resumed first, and a dead one is refused with what to do.
 pub fn sandbox_address(name: &str) -> Result<Address, TargetError> {
-    Err(TargetError::NoSandbox { name: name.to_string() })
+    crate::vm::resolve_blocking(name).map_err(|e| match e {
+        crate::vm::VmError::State(crate::vm::state::StateError::NotFound(_)) => {
+            TargetError::NoSandbox { name: name.to_string() }
+        }
+        e => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },
+    })
 }
 
 /// One side of `sbx cp`.

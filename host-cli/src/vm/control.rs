@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use sbx_proto::Address;
-use sbx_proto::agent::v1::SetTimeRequest;
-use sbx_proto::agent::v1::agent_client::AgentClient;
 use serde::Serialize;
+
+use crate::client::{AgentInfo, Client};
 
 use super::qmp::{self, Qmp};
 use super::state::{self, Record, StateLock};
@@ -69,14 +69,40 @@ pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
 
 async fn set_clock(record: &Record) -> Result<i64, VmError> {
     let failed = |reason: String| VmError::Clock { name: record.name.clone(), reason };
-    let channel = crate::connect::connect(&agent_address(record), AGENT_TIMEOUT)
-        .await
-        .map_err(|e| failed(e.to_string()))?;
-    let reply = AgentClient::new(channel)
-        .set_time(SetTimeRequest { unix_ms: now_unix_ms() })
-        .await
-        .map_err(|s| failed(s.message().to_string()))?;
-    Ok(reply.into_inner().adjusted_by_ms)
+    let client =
+        Client::connect(&agent_address(record), AGENT_TIMEOUT).await.map_err(|e| failed(e.to_string()))?;
+    client.set_time(now_unix_ms()).await.map_err(|e| failed(e.to_string()))
+}
+
+/// A sandbox and, when it runs, what its agent reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inspection {
+    /// The sandbox.
+    #[serde(flatten)]
+    pub sandbox: SandboxInfo,
+    /// The agent's Info, when the sandbox runs and the agent answered.
+    pub agent: Option<AgentInfo>,
+    /// Why `agent` is missing, when it is.
+    pub agent_error: Option<String>,
+}
+
+/// Everything about one sandbox: its record and, if it is running, its agent's Info.
+/// A paused sandbox is not resumed for this.
+pub async fn inspect(name_or_id: &str) -> Result<Inspection, VmError> {
+    let state = dirs::state_dir()?;
+    let record = state::find(&state, name_or_id)?;
+    let sandbox = SandboxInfo::of(&record);
+    let (agent, agent_error) = match sandbox.state {
+        SandboxState::Running => match Client::connect(&agent_address(&record), AGENT_TIMEOUT).await {
+            Ok(client) => match client.info().await {
+                Ok(info) => (Some(info), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            Err(e) => (None, Some(e.to_string())),
+        },
+        other => (None, Some(format!("the sandbox is {}", other.as_str()))),
+    };
+    Ok(Inspection { sandbox, agent, agent_error })
 }
 
 /// The agent address of a sandbox that can run guest code, resuming it first if it is
@@ -85,9 +111,36 @@ pub async fn resolve(name_or_id: &str) -> Result<Address, VmError> {
     let state = dirs::state_dir()?;
     let record = live(&state, name_or_id)?;
     if record.paused {
-        resume(&record.id).await?;
+        match resume(&record.id).await {
+            // The guest runs again; a clock left behind is worth a warning, not a refusal.
+            Ok(_) => {}
+            Err(e @ VmError::Clock { .. }) => tracing::warn!("{e}"),
+            Err(e) => return Err(e),
+        }
     }
     Ok(agent_address(&record))
+}
+
+/// [`resolve`] for synchronous callers, even ones running inside a tokio runtime: the
+/// lookup is synchronous, and only a paused sandbox's resume runs on a runtime of its
+/// own in a scoped thread.
+pub fn resolve_blocking(name_or_id: &str) -> Result<Address, VmError> {
+    let state = dirs::state_dir()?;
+    let record = live(&state, name_or_id)?;
+    if !record.paused {
+        return Ok(agent_address(&record));
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(VmError::Runtime)?;
+            rt.block_on(resolve(&record.id))
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// How `remove` behaves.

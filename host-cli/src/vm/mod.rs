@@ -11,7 +11,7 @@
 //! - [`ready`]: the listener for the agent's `READY` announcement.
 //! - [`qmp`]: a few QMP commands (stop, cont, quit).
 //! - [`create`]: [`create()`], booting a sandbox and undoing everything on failure.
-//! - [`control`]: [`pause()`], [`resume()`], [`remove()`] and [`resolve()`].
+//! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
 
 pub mod control;
 pub mod create;
@@ -28,7 +28,9 @@ use std::path::PathBuf;
 use sbx_proto::Address;
 use serde::Serialize;
 
-pub use control::{RemoveOptions, Removed, Resumed, pause, remove, resolve, resume};
+pub use control::{
+    Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resolve_blocking, resume,
+};
 pub use create::{CreateOptions, create};
 
 /// Why a sandbox operation failed.
@@ -98,6 +100,9 @@ pub enum VmError {
         #[source]
         source: std::io::Error,
     },
+    /// No runtime could be started to resume a paused sandbox.
+    #[error("could not start the async runtime needed to resume the sandbox")]
+    Runtime(#[source] std::io::Error),
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]
     Interrupted,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
     /// The program is not in `PATH`.
-    #[error("`{program}` was not found in PATH; install it with `rootfs/setup.sh`")]
+    #[error("`{program}` was not found in PATH or ~/.cargo/bin; install it with `rootfs/setup.sh`")]
     NotInstalled {
         /// The program.
         program: String,
@@ -117,10 +117,13 @@ fn stat(pid: u32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
-/// Finds `program` in `PATH`.
+/// Finds `program` in `PATH`, then in `~/.cargo/bin` (where `cargo install` puts
+/// vhost-device-vsock).
 pub fn find_in_path(program: &str) -> Result<std::path::PathBuf, ProcessError> {
     let path = std::env::var_os("PATH").unwrap_or_default();
+    let cargo_bin = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin"));
     std::env::split_paths(&path)
+        .chain(cargo_bin)
         .map(|d| d.join(program))
         .find(|p| is_executable(p))
         .ok_or_else(|| ProcessError::NotInstalled { program: program.to_string() })
