@@ -7,9 +7,17 @@
 //! - [`vm`]: sandboxes: booting microVMs (QEMU + vhost-device-vsock), listing, pausing,
 //!   resuming and removing them.
 //! - [`target`]: which agent a command talks to (`--agent`, `--sandbox`, `NAME:/path`).
+//! - [`archive`]: host-side zips for `sbx cp` of directories (pack; safe unpack).
+//! - [`cli`]: the clap types of the command line; [`cmd`]: one module per subcommand
+//!   group; [`output`]: stdout/stderr/JSON/progress; [`app`]: `main`, exit codes, errors.
 
+pub mod app;
+pub mod archive;
+pub mod cli;
 pub mod client;
+pub mod cmd;
 pub mod connect;
 pub mod mcp;
+pub mod output;
 pub mod target;
 pub mod vm;

@@ -1,5 +1,5 @@
-//! `sbx`: the host command. Everything lives in the library; see `sbx::app`.
+//! `sbx`: the host command. Everything lives in the library; see [`sbx::app`].
 
 fn main() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+    sbx::app::main()
 }

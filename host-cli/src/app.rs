@@ -1,0 +1,128 @@
+//! The top of the `sbx` command: parse, set up logging and the runtime, run the
+//! subcommand, and turn its error into one message (or one JSON document) and an exit
+//! code. This is the only place that uses `anyhow`'s error chain for display.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use crate::cli::{Cli, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
+use crate::client::ClientError;
+use crate::connect::ConnectError;
+use crate::target::TargetError;
+
+/// Runs `sbx` with the process's arguments and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    init_logging(cli.global.verbose);
+    let json = cli.global.json;
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return report(&anyhow::Error::new(e).context("could not start the async runtime"), json),
+    };
+    let result = runtime.block_on(crate::cmd::run(cli));
+    // A blocking read of stdin may still be parked in the runtime; do not wait for it.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => report(&e, json),
+    }
+}
+
+fn usage_error(e: &clap::Error) -> ExitCode {
+    let json = std::env::args().any(|a| a == "--json");
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ if json => {
+            let msg = e.render().to_string();
+            let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+            print_json_error("usage", &first, &[], EXIT_USAGE);
+            ExitCode::from(EXIT_USAGE)
+        }
+        _ => {
+            let _ = e.print();
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "sbx=info",
+        2 => "sbx=debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+}
+
+/// The exit code and the machine-readable kind of a failure.
+fn classify(e: &anyhow::Error) -> (u8, &'static str) {
+    for cause in e.chain() {
+        if let Some(c) = cause.downcast_ref::<ClientError>() {
+            return match c {
+                c if c.is_unreachable() => (EXIT_UNREACHABLE, c.kind()),
+                ClientError::Invalid(_) => (EXIT_USAGE, c.kind()),
+                c => (EXIT_FAILURE, c.kind()),
+            };
+        }
+        if cause.downcast_ref::<ConnectError>().is_some() {
+            return (EXIT_UNREACHABLE, "unreachable");
+        }
+        if let Some(t) = cause.downcast_ref::<TargetError>() {
+            return match t {
+                TargetError::NoSandbox { .. } => (EXIT_FAILURE, "not_found"),
+                TargetError::Lookup { .. } => (EXIT_FAILURE, "sandbox_lookup"),
+                _ => (EXIT_USAGE, "usage"),
+            };
+        }
+        if cause.downcast_ref::<UsageError>().is_some() {
+            return (EXIT_USAGE, "usage");
+        }
+    }
+    (EXIT_FAILURE, "error")
+}
+
+/// A command line that parsed but makes no sense (e.g. `sbx cp a b` with two host paths).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
+
+fn report(e: &anyhow::Error, json: bool) -> ExitCode {
+    if is_broken_pipe(e) {
+        // The reader went away (`sbx cat big | head`): that is how pipelines end.
+        return ExitCode::SUCCESS;
+    }
+    let (code, kind) = classify(e);
+    let causes: Vec<String> = e.chain().skip(1).map(ToString::to_string).collect();
+    if json {
+        print_json_error(kind, &e.to_string(), &causes, code);
+    } else {
+        let mut err = io::stderr().lock();
+        let _ = writeln!(err, "sbx: {e:#}");
+    }
+    ExitCode::from(code)
+}
+
+fn print_json_error(kind: &str, message: &str, causes: &[String], exit_code: u8) {
+    let doc = serde_json::json!({
+        "error": { "kind": kind, "message": message, "causes": causes, "exit_code": exit_code }
+    });
+    let mut err = io::stderr().lock();
+    let _ = serde_json::to_writer(&mut err, &doc);
+    let _ = err.write_all(b"\n");
+}

@@ -1,0 +1,252 @@
+//! `sbx cp SRC DST` in both directions, and `sbx download DIR -o out.zip`.
+//!
+//! Files stream in chunks (a progress bar on a terminal) and land atomically on both
+//! sides: the agent writes a temp file and renames it; here we write a temp file next to
+//! the destination and rename it. Directories travel as zip archives: host to guest we
+//! zip into a temp file and upload it for the agent to extract; guest to host we
+//! download the zip into a temp file and extract it into a staging directory that is
+//! renamed into place, so a refused or failed archive leaves nothing behind.
+
+use std::io::IsTerminal;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use super::Ctx;
+use crate::app::UsageError;
+use crate::archive::{self, ArchiveStats};
+use crate::cli::{CpArgs, DownloadArgs};
+use crate::client::{ArchiveSummary, Client, FileKind, ReadOpts, WriteOpts};
+use crate::target::Location;
+
+/// What a copy did, for `--json` and the human summary.
+#[derive(Debug, Serialize)]
+struct Copied {
+    from: String,
+    to: String,
+    kind: &'static str,
+    bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    files: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<String>,
+}
+
+/// `sbx cp`.
+pub(super) async fn cp(ctx: &Ctx, args: CpArgs) -> Result<u8> {
+    let copied = match (Location::parse(&args.src), Location::parse(&args.dst)) {
+        (Location::Host(_), Location::Host(_)) => {
+            return Err(UsageError(format!(
+                "both `{}` and `{}` are host paths; write the guest side as :/path (or NAME:/path)",
+                args.src, args.dst
+            ))
+            .into());
+        }
+        (Location::Guest { .. }, Location::Guest { .. }) => {
+            return Err(UsageError(
+                "copying from guest to guest is not supported; copy to the host first".to_string(),
+            )
+            .into());
+        }
+        (Location::Host(src), Location::Guest { sandbox, path }) => {
+            let client = ctx.client_for(sandbox.as_deref()).await?;
+            upload(ctx, &client, &src, &path).await?
+        }
+        (Location::Guest { sandbox, path }, Location::Host(dst)) => {
+            let client = ctx.client_for(sandbox.as_deref()).await?;
+            download_any(ctx, &client, &path, &dst).await?
+        }
+    };
+    if ctx.out.json {
+        ctx.out.json(&copied)?;
+    } else if std::io::stderr().is_terminal() {
+        eprintln!("copied {} ({} bytes) to {}", copied.from, copied.bytes, copied.to);
+    }
+    for s in &copied.skipped {
+        tracing::warn!("left out {s}: not a regular file or directory");
+    }
+    Ok(0)
+}
+
+fn base_name(path: &str) -> Option<&str> {
+    path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty() && *n != "." && *n != "..")
+}
+
+fn guest_join(dir: &str, name: &str) -> String {
+    format!("{}/{name}", dir.trim_end_matches('/'))
+}
+
+/// Host to guest: a file is streamed, a directory zipped and extracted in the guest.
+async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str) -> Result<Copied> {
+    let meta = tokio::fs::metadata(src).await.with_context(|| format!("cannot read {}", src.display()))?;
+    let name = src.file_name().and_then(|n| n.to_str()).map(str::to_string);
+    // Copying into an existing guest directory puts SRC inside it, as cp does.
+    let target = match (client.stat(dst).await, &name) {
+        (Ok(e), Some(name)) if e.kind == FileKind::Dir => guest_join(dst, name),
+        _ => dst.to_string(),
+    };
+    let from = src.display().to_string();
+    if meta.is_dir() {
+        let dir = src.to_path_buf();
+        let (zip, stats) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let tmp = tempfile::tempfile().context("could not create a temp file for the zip")?;
+            Ok(archive::zip_dir(&dir, tmp)?)
+        })
+        .await??;
+        let bar = ctx.out.progress(Some(zip.metadata()?.len()), "upload");
+        let reader = bar.wrap_async_read(tokio::fs::File::from_std(zip));
+        let sent = client.upload_dir(&target, reader).await;
+        bar.finish_and_clear();
+        let sent = sent?;
+        return Ok(Copied {
+            from,
+            to: format!(":{target}"),
+            kind: "dir",
+            bytes: sent.file_bytes,
+            files: Some(sent.files),
+            skipped: stats.skipped,
+        });
+    }
+    let file = tokio::fs::File::open(src).await.with_context(|| format!("cannot open {}", src.display()))?;
+    let bar = ctx.out.progress(Some(meta.len()), "upload");
+    let opts = WriteOpts { mode: Some(meta.permissions().mode() & 0o7777), ..WriteOpts::default() };
+    let written = client.write_file(&target, opts, bar.wrap_async_read(file)).await;
+    bar.finish_and_clear();
+    let written = written?;
+    Ok(Copied {
+        from,
+        to: format!(":{target}"),
+        kind: "file",
+        bytes: written.bytes_written,
+        files: None,
+        skipped: vec![],
+    })
+}
+
+/// Where a guest `src` lands on the host: inside `dst` when it is a directory.
+fn host_target(src: &str, dst: &Path) -> PathBuf {
+    match base_name(src) {
+        Some(name) if dst.is_dir() => dst.join(name),
+        _ => dst.to_path_buf(),
+    }
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Guest to host: a file is streamed, a directory downloaded as a zip and extracted.
+async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Result<Copied> {
+    let entry = client.stat(src).await?;
+    let target = host_target(src, dst);
+    let to = target.display().to_string();
+    if entry.kind == FileKind::Dir {
+        if target.exists() {
+            return Err(UsageError(format!(
+                "{to} already exists; remove it or copy to a new path (directories are not merged)"
+            ))
+            .into());
+        }
+        let stats = download_dir(ctx, client, src, &target).await?;
+        return Ok(Copied {
+            from: format!(":{src}"),
+            to,
+            kind: "dir",
+            bytes: stats.file_bytes,
+            files: Some(stats.files),
+            skipped: vec![],
+        });
+    }
+    let parent = parent_of(&target).to_path_buf();
+    let tmp = tempfile::NamedTempFile::new_in(&parent)
+        .with_context(|| format!("cannot create a file in {}", parent.display()))?;
+    let mut read = client.read_file(src, ReadOpts::default()).await?;
+    let bar = ctx.out.progress(Some(read.file_size), "download");
+    let mut out = tokio::fs::File::from_std(tmp.reopen()?);
+    let mut bytes = 0u64;
+    while let Some(chunk) = read.chunks.next().await {
+        let chunk = chunk?;
+        out.write_all(&chunk).await.with_context(|| format!("cannot write {to}"))?;
+        bytes += chunk.len() as u64;
+        bar.inc(chunk.len() as u64);
+    }
+    out.flush().await?;
+    out.sync_all().await?;
+    bar.finish_and_clear();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(entry.mode & 0o777))?;
+    tmp.persist(&target).with_context(|| format!("cannot write {to}"))?;
+    Ok(Copied { from: format!(":{src}"), to, kind: "file", bytes, files: None, skipped: vec![] })
+}
+
+/// Downloads `src` as a zip and extracts it to the new host directory `target`.
+async fn download_dir(ctx: &Ctx, client: &Client, src: &str, target: &Path) -> Result<ArchiveStats> {
+    let zip = tempfile::tempfile().context("could not create a temp file for the zip")?;
+    let mut file = tokio::fs::File::from_std(zip);
+    let bar = ctx.out.progress(None, "download");
+    let summary = client.download_dir_to(src, None, &mut file, |n| bar.inc(n)).await;
+    bar.finish_and_clear();
+    let summary = summary?;
+    report_skipped(&summary);
+    let zip = file.into_std().await;
+    let target = target.to_path_buf();
+    let staging_parent = parent_of(&target).to_path_buf();
+    tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
+        let staging = tempfile::Builder::new()
+            .prefix(".sbx-cp-")
+            .tempdir_in(&staging_parent)
+            .with_context(|| format!("cannot create a directory in {}", staging_parent.display()))?;
+        let mut zip = zip;
+        std::io::Seek::rewind(&mut zip)?;
+        let stats = archive::unzip_into(zip, staging.path())?;
+        let staged = staging.keep();
+        std::fs::rename(&staged, &target).with_context(|| format!("cannot create {}", target.display()))?;
+        Ok(stats)
+    })
+    .await?
+}
+
+fn report_skipped(summary: &ArchiveSummary) {
+    for s in &summary.skipped {
+        tracing::warn!("the guest left out {}: {}", s.path, s.reason);
+    }
+}
+
+/// `sbx download DIR -o FILE`: the zip itself, to a file or stdout.
+pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
+    let client = ctx.client().await?;
+    let summary = if args.output.as_os_str() == "-" {
+        client.download_dir_to(&args.dir, args.max_bytes, &mut tokio::io::stdout(), |_| {}).await?
+    } else {
+        let out = &args.output;
+        let tmp = tempfile::NamedTempFile::new_in(parent_of(out))
+            .with_context(|| format!("cannot create {}", out.display()))?;
+        let mut file = tokio::fs::File::from_std(tmp.reopen()?);
+        let bar = ctx.out.progress(None, "download");
+        let summary = client.download_dir_to(&args.dir, args.max_bytes, &mut file, |n| bar.inc(n)).await;
+        bar.finish_and_clear();
+        let summary = summary?;
+        file.sync_all().await?;
+        tmp.persist(out).with_context(|| format!("cannot write {}", out.display()))?;
+        summary
+    };
+    report_skipped(&summary);
+    if ctx.out.json && args.output.as_os_str() != "-" {
+        ctx.out.json(&summary)?;
+    } else if args.output.as_os_str() != "-" && std::io::stderr().is_terminal() {
+        eprintln!(
+            "wrote {} ({} files, {} dirs, {} bytes zipped)",
+            args.output.display(),
+            summary.files,
+            summary.dirs,
+            summary.archive_bytes
+        );
+    }
+    Ok(0)
+}

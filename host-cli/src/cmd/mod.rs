@@ -1,0 +1,75 @@
+//! The subcommands: each is a thin caller of [`crate::client::Client`] that prints the
+//! result. One module per group.
+//!
+//! - `exec` lives in [`exec`];
+//! - `run`, `jobs`, `job status|wait|kill|logs` in [`jobs`];
+//! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in [`files`];
+//! - `cp` (both directions, files and directories) and `download` in [`cp`];
+//! - `info` and `completions` in [`system`].
+//! - [`mcp`]: `mcp`, the MCP server (see [`crate::mcp`]).
+//! - [`sandbox`]: `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle).
+
+mod cp;
+mod exec;
+mod files;
+mod jobs;
+mod mcp;
+pub mod sandbox;
+mod system;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, GlobalArgs};
+use crate::client::Client;
+use crate::output::Output;
+use crate::target;
+
+/// What every subcommand gets: the global options and where to print.
+pub(crate) struct Ctx {
+    pub(crate) global: GlobalArgs,
+    pub(crate) out: Output,
+}
+
+impl Ctx {
+    /// Connects to the agent named by `--agent` / `--sandbox`.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        let addr = target::resolve_target(self.global.agent.as_deref(), self.global.sandbox.as_deref())?;
+        tracing::debug!("connecting to {addr}");
+        Ok(Client::connect(&addr, self.global.connect_timeout).await?)
+    }
+
+    /// Connects to the named sandbox, or to the global target when `sandbox` is `None`.
+    pub(crate) async fn client_for(&self, sandbox: Option<&str>) -> Result<Client> {
+        match sandbox {
+            None => self.client().await,
+            Some(name) => {
+                let addr = target::sandbox_address(name)?;
+                Ok(Client::connect(&addr, self.global.connect_timeout).await?)
+            }
+        }
+    }
+}
+
+/// Runs one parsed command line; returns the process exit code.
+pub async fn run(cli: Cli) -> Result<u8> {
+    let ctx = Ctx { out: Output { json: cli.global.json }, global: cli.global };
+    match cli.command {
+        Command::Exec(args) => exec::exec(&ctx, args).await,
+        Command::Run(args) => jobs::run(&ctx, args).await,
+        Command::Jobs => jobs::list(&ctx).await,
+        Command::Job(cmd) => jobs::job(&ctx, cmd).await,
+        Command::Cat(args) => files::cat(&ctx, args).await,
+        Command::Write(args) => files::write(&ctx, args).await,
+        Command::Ls(args) => files::ls(&ctx, args).await,
+        Command::Stat(args) => files::stat(&ctx, args).await,
+        Command::Rm(args) => files::rm(&ctx, args).await,
+        Command::Mv(args) => files::mv(&ctx, args).await,
+        Command::Mkdir(args) => files::mkdir(&ctx, args).await,
+        Command::Cp(args) => cp::cp(&ctx, args).await,
+        Command::Download(args) => cp::download(&ctx, args).await,
+        Command::Info => system::info(&ctx).await,
+        Command::Completions(args) => system::completions(&ctx, args),
+        Command::Mcp => mcp::mcp(&ctx).await,
+        Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
+    }
+}

@@ -1,0 +1,44 @@
+//! `sbx info` and `sbx completions`.
+
+use anyhow::Result;
+use clap::CommandFactory;
+
+use super::Ctx;
+use crate::cli::{Cli, CompletionsArgs};
+use crate::output::human_bytes;
+
+/// `sbx info`: the agent's version and its machine.
+pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
+    let client = ctx.client().await?;
+    let i = client.info().await?;
+    if ctx.out.json {
+        ctx.out.json(&i)?;
+        return Ok(0);
+    }
+    let text = format!(
+        "agent:    sbx-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch",
+        i.agent_version,
+        client.address(),
+        if i.pid1 { " (pid 1)" } else { "" },
+        i.hostname,
+        i.kernel,
+        humantime::format_duration(std::time::Duration::from_secs(i.uptime_ms / 1000)),
+        i.cpus,
+        human_bytes(i.memory_available_bytes),
+        human_bytes(i.memory_total_bytes),
+        human_bytes(i.disk_free_bytes),
+        human_bytes(i.disk_total_bytes),
+        i.time_unix_ms,
+    );
+    ctx.out.text(&text)?;
+    Ok(0)
+}
+
+/// `sbx completions SHELL`: a completion script on stdout.
+pub(super) fn completions(_ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
+    let mut cmd = Cli::command();
+    let mut buf = Vec::new();
+    clap_complete::generate(args.shell, &mut cmd, "sbx", &mut buf);
+    std::io::Write::write_all(&mut std::io::stdout().lock(), &buf)?;
+    Ok(0)
+}

@@ -1,0 +1,108 @@
+//! Running the real `sbx` binary as a subprocess, for the `cli_*` tests.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use sha2::{Digest, Sha256};
+
+/// `sbx --agent ADDR ARGS...` with stdin closed.
+pub fn sbx(addr: &str, args: &[&str]) -> Output {
+    sbx_cmd(addr, args).stdin(Stdio::null()).output().expect("run sbx")
+}
+
+/// `sbx --agent ADDR ARGS...` with `input` on its stdin.
+pub fn sbx_stdin(addr: &str, args: &[&str], input: &[u8]) -> Output {
+    let mut child = sbx_cmd(addr, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbx");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let out = child.wait_with_output().expect("wait for sbx");
+    feeder.join().expect("stdin feeder");
+    out
+}
+
+/// The command, for tests that need more control.
+pub fn sbx_cmd(addr: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(sbx_tests::workspace_bin("sbx"));
+    cmd.env_remove("SBX_AGENT").env_remove("SBX_SANDBOX").env("NO_COLOR", "1");
+    if !addr.is_empty() {
+        cmd.arg("--agent").arg(addr);
+    }
+    cmd.args(args);
+    cmd
+}
+
+/// The exit code, failing the test if a signal ended sbx.
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or_else(|| panic!("sbx died by a signal: {}", stderr(out)))
+}
+
+/// stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts success and returns stdout.
+pub fn ok(out: &Output) -> String {
+    assert_eq!(code(out), 0, "sbx failed: {}", stderr(out));
+    stdout(out)
+}
+
+/// stdout parsed as one JSON document.
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {}", stdout(out)))
+}
+
+/// The `{"error": {...}}` document on stderr.
+pub fn json_error(out: &Output) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_slice(&out.stderr)
+        .unwrap_or_else(|e| panic!("stderr is not one JSON document ({e}): {}", stderr(out)));
+    doc.get("error").cloned().unwrap_or_else(|| panic!("no `error` key: {doc}"))
+}
+
+/// Deterministic bytes that do not compress away.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// sha256 of a file, streamed.
+pub fn sha256_file(path: &Path) -> [u8; 32] {
+    let mut f = std::fs::File::open(path).expect("open for hashing");
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).expect("hash");
+    h.finalize().into()
+}
+
+/// sha256 of bytes.
+pub fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+/// A path as &str.
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
