@@ -1,14 +1,47 @@
-//! DownloadDir and UploadDir.
+//! DownloadDir and UploadDir; and the one mapping of [`ArchiveError`] to a gRPC status.
 
-use sbx_proto::agent::v1 as pb;
+use futures::StreamExt;
+use sbx_proto::agent::v1::{self as pb, upload_dir_request::Part};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
+use super::files::{error_chain, settled};
+use crate::archive::{self, ArchiveError};
+use crate::files::FsError;
 
-pub(super) async fn download(_req: pb::DownloadDirRequest) -> Result<BoxStream<pb::DownloadDirChunk>, Status> {
-    Err(Status::unimplemented("DownloadDir is not implemented yet"))
+pub(super) async fn download(req: pb::DownloadDirRequest) -> Result<BoxStream<pb::DownloadDirChunk>, Status> {
+    let chunks = archive::download::download(req).await?;
+    Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map_err(Status::from))))
 }
 
-pub(super) async fn upload(_input: Streaming<pb::UploadDirRequest>) -> Result<pb::UploadDirResponse, Status> {
-    Err(Status::unimplemented("UploadDir is not implemented yet"))
+pub(super) async fn upload(
+    mut input: Streaming<pb::UploadDirRequest>,
+) -> Result<pb::UploadDirResponse, Status> {
+    let header = match input.message().await? {
+        Some(pb::UploadDirRequest { part: Some(Part::Header(header)) }) => header,
+        _ => return Err(FsError::MissingHeader.into()),
+    };
+    let path = std::path::PathBuf::from(&header.path);
+    let data = input.map(move |msg| match msg {
+        Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(data),
+        Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Err(FsError::SecondHeader),
+        Ok(pb::UploadDirRequest { part: None }) => Ok(Vec::new()),
+        Err(status) => Err(FsError::StreamBroken { path: path.clone(), reason: status.message().to_owned() }),
+    });
+    Ok(archive::upload::upload(header, settled(data)).await?)
+}
+
+impl From<ArchiveError> for Status {
+    fn from(e: ArchiveError) -> Status {
+        let msg = error_chain(&e);
+        match e {
+            ArchiveError::Fs(fs) => fs.into(),
+            ArchiveError::TooLarge { .. } => Status::resource_exhausted(msg),
+            ArchiveError::NotZip(_) | ArchiveError::BadEntry { .. } | ArchiveError::Corrupt { .. } => {
+                Status::invalid_argument(msg)
+            }
+            ArchiveError::Build { .. } => Status::internal(msg),
+        }
+    }
 }

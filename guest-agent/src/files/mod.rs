@@ -1,0 +1,127 @@
+//! Files in the guest: streamed reads, atomic writes, listings and the small operations.
+//!
+//! - [`read`]: a file or a slice of it, streamed in chunks from a blocking reader.
+//! - [`write`]: temp file + fsync + rename, so an interrupted write changes nothing.
+//! - [`list`]: directory listings, optionally recursive, capped and sorted.
+//! - [`ops`]: stat, remove, mkdir. [`rename`]: move, with a copy fallback across file
+//!   systems.
+//! - [`error`]: [`FsError`], the one error type of this module.
+//!
+//! Every path a caller hands in goes through [`check_path`] first: it must be absolute
+//! and free of NUL bytes.
+
+pub mod error;
+pub mod list;
+pub mod ops;
+pub mod read;
+pub mod rename;
+pub mod write;
+
+use std::fs::{FileType, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use sbx_proto::agent::v1 as pb;
+
+pub use error::{FsError, human_bytes};
+
+/// Checks a caller's path: absolute, no NUL bytes.
+pub fn check_path(path: &str) -> Result<PathBuf, FsError> {
+    if path.is_empty() {
+        return Err(FsError::EmptyPath);
+    }
+    if path.contains('\0') {
+        return Err(FsError::NulByte(path.to_owned()));
+    }
+    if !path.starts_with('/') {
+        return Err(FsError::Relative(path.to_owned()));
+    }
+    Ok(PathBuf::from(path))
+}
+
+/// Runs blocking file work on tokio's blocking pool.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T, FsError>
+where
+    F: FnOnce() -> Result<T, FsError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(|_| FsError::WorkerGone)?
+}
+
+/// The wire type of a file type (not following symlinks).
+pub(crate) fn file_type(ft: FileType) -> pb::FileType {
+    if ft.is_symlink() {
+        pb::FileType::Symlink
+    } else if ft.is_dir() {
+        pb::FileType::Dir
+    } else if ft.is_file() {
+        pb::FileType::File
+    } else {
+        pb::FileType::Other
+    }
+}
+
+/// A person's name for a file type that is neither file, directory nor symlink.
+pub(crate) fn special_kind(ft: FileType) -> &'static str {
+    if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_symlink() {
+        "symlink"
+    } else if ft.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
+}
+
+/// A `FileEntry` for `full` (already `lstat`ed as `meta`), named `name` on the wire.
+pub(crate) fn entry(name: &Path, full: &Path, meta: &Metadata) -> pb::FileEntry {
+    let ft = meta.file_type();
+    let symlink_target = if ft.is_symlink() {
+        std::fs::read_link(full).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let mtime_unix_ms = meta
+        .modified()
+        .ok()
+        .and_then(|t| match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => i64::try_from(d.as_millis()).ok(),
+            Err(before) => i64::try_from(before.duration().as_millis()).ok().map(|ms| -ms),
+        })
+        .unwrap_or(0);
+    let raw_path = match name.to_str() {
+        Some(_) => Vec::new(),
+        None => name.as_os_str().as_bytes().to_vec(),
+    };
+    pb::FileEntry {
+        path: name.to_string_lossy().into_owned(),
+        r#type: file_type(ft) as i32,
+        size: meta.len(),
+        mode: meta.mode() & 0o7777,
+        mtime_unix_ms,
+        symlink_target,
+        raw_path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_must_be_absolute_and_clean() {
+        assert!(matches!(check_path(""), Err(FsError::EmptyPath)));
+        assert!(matches!(check_path("root/x"), Err(FsError::Relative(_))));
+        assert!(matches!(check_path("/a\0b"), Err(FsError::NulByte(_))));
+        assert_eq!(check_path("/root/x").unwrap(), PathBuf::from("/root/x"));
+    }
+}

@@ -1,0 +1,151 @@
+//! ReadFile: a file, or a slice of it, streamed in `CHUNK_SIZE` chunks.
+//!
+//! Only regular files are read. The type is checked before opening (opening a device
+//! can have side effects) and again on the open descriptor, which is opened with
+//! `O_NONBLOCK` so that a FIFO swapped in between cannot hang the agent.
+//!
+//! Files in `/proc` and `/sys` report a size of 0 yet have content; for them the agent
+//! reads until end of file and applies `max_bytes` as it goes, failing the stream once
+//! the content passes the cap.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use sbx_proto::agent::v1 as pb;
+use sbx_proto::limits::CHUNK_SIZE;
+use tokio::sync::mpsc;
+
+use super::{FsError, blocking, check_path, special_kind};
+
+/// Chunks buffered between the reader thread and the gRPC stream.
+const QUEUE_CHUNKS: usize = 4;
+
+/// The chunks of a read, in order; an `Err` ends the stream.
+pub type ReadStream = mpsc::Receiver<Result<pb::ReadFileChunk, FsError>>;
+
+/// What to read, after the slice has been worked out against the file's size.
+struct Plan {
+    path: PathBuf,
+    file: File,
+    /// `st_size`; 0 for `/proc`-style files whose length is unknown up front.
+    file_size: u64,
+    /// Most bytes to return (`u64::MAX`: to the end).
+    remaining: u64,
+    /// Cap to enforce while reading, for files whose size was unknown (0: none).
+    running_cap: u64,
+}
+
+/// Opens the file, checks the slice against `max_bytes`, and starts streaming it.
+///
+/// Errors found before the first byte (missing file, directory, over the cap) are
+/// returned here rather than in the stream.
+pub async fn read(req: pb::ReadFileRequest) -> Result<ReadStream, FsError> {
+    let path = check_path(&req.path)?;
+    let plan = blocking(move || plan(path, req.offset, req.length, req.max_bytes)).await?;
+    let (tx, rx) = mpsc::channel(QUEUE_CHUNKS);
+    tokio::task::spawn_blocking(move || pump(plan, &tx));
+    Ok(rx)
+}
+
+fn plan(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Plan, FsError> {
+    let meta = std::fs::metadata(&path).map_err(|e| FsError::io("read", &path, e))?;
+    check_type(&path, meta.file_type())?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&path)
+        .map_err(|e| FsError::io("read", &path, e))?;
+    let meta = file.metadata().map_err(|e| FsError::io("read", &path, e))?;
+    check_type(&path, meta.file_type())?;
+
+    let file_size = meta.len();
+    let wanted = if length == 0 { u64::MAX } else { length };
+    let (remaining, running_cap) = if file_size > 0 {
+        if offset > file_size {
+            return Err(FsError::OffsetPastEnd { path, offset, size: file_size });
+        }
+        let slice = wanted.min(file_size - offset);
+        if max_bytes > 0 && slice > max_bytes {
+            return Err(FsError::TooLarge {
+                what: describe(&path, offset, length),
+                size: slice,
+                limit: max_bytes,
+            });
+        }
+        (slice, 0)
+    } else {
+        (wanted, if wanted > max_bytes { max_bytes } else { 0 })
+    };
+    if offset > 0 {
+        file.seek(SeekFrom::Start(offset)).map_err(|e| FsError::io("seek in", &path, e))?;
+    }
+    Ok(Plan { path, file, file_size, remaining, running_cap })
+}
+
+fn check_type(path: &Path, ft: std::fs::FileType) -> Result<(), FsError> {
+    if ft.is_dir() {
+        return Err(FsError::IsADirectory {
+            path: path.to_path_buf(),
+            hint: "use ListDir to see what it holds",
+        });
+    }
+    if !ft.is_file() {
+        return Err(FsError::NotRegular { path: path.to_path_buf(), kind: special_kind(ft) });
+    }
+    Ok(())
+}
+
+fn describe(path: &Path, offset: u64, length: u64) -> String {
+    if offset == 0 && length == 0 {
+        path.display().to_string()
+    } else {
+        format!("the slice of {} from offset {offset}", path.display())
+    }
+}
+
+/// Reads the planned slice and sends it chunk by chunk. Stops quietly when the
+/// receiver is gone (the client went away).
+fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
+    let mut buf = vec![0u8; CHUNK_SIZE];
+    let mut sent: u64 = 0;
+    let mut first = true;
+    while plan.remaining > 0 {
+        let want = usize::try_from(plan.remaining).unwrap_or(usize::MAX).min(CHUNK_SIZE);
+        let n = match read_some(&mut plan.file, &mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(FsError::io("read", &plan.path, e)));
+                return;
+            }
+        };
+        sent += n as u64;
+        if plan.running_cap > 0 && sent > plan.running_cap {
+            let err = FsError::TooLargeUnsized { path: plan.path.clone(), limit: plan.running_cap };
+            let _ = tx.blocking_send(Err(err));
+            return;
+        }
+        plan.remaining -= n as u64;
+        let chunk =
+            pb::ReadFileChunk { data: buf[..n].to_vec(), file_size: if first { plan.file_size } else { 0 } };
+        first = false;
+        if tx.blocking_send(Ok(chunk)).is_err() {
+            return;
+        }
+    }
+    if first {
+        // An empty slice still tells the caller the file's size.
+        let _ = tx.blocking_send(Ok(pb::ReadFileChunk { data: Vec::new(), file_size: plan.file_size }));
+    }
+}
+
+fn read_some(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! WriteFile: streamed in, made visible atomically.
+//!
+//! The data goes to a temp file (`.sbx-write-*`) in the target's directory, which is
+//! fsynced, given its mode, renamed over the target, and then the directory is fsynced.
+//! If the stream fails or the client goes away first, the temp file is dropped (and so
+//! removed) and the target is untouched. `append` copies the old content into the temp
+//! file first, so it is atomic too.
+//!
+//! A symlink as the target is followed: the file it points to is replaced, the link
+//! stays.
+
+use std::fs::{File, Permissions};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use futures::{Stream, StreamExt};
+use sbx_proto::agent::v1 as pb;
+use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
+
+use super::{FsError, blocking, check_path};
+
+/// Prefix of the temp files a write in progress leaves next to its target.
+pub const TEMP_PREFIX: &str = ".sbx-write-";
+
+/// Mode of a new file when the caller leaves it at 0.
+const DEFAULT_FILE_MODE: u32 = 0o644;
+
+/// A write ready to receive data.
+struct Pending {
+    target: PathBuf,
+    parent: PathBuf,
+    temp: NamedTempFile,
+    mode: u32,
+    /// Bytes copied from the old file (append).
+    kept: u64,
+}
+
+/// Writes the stream's data to `header.path` atomically.
+///
+/// `data` yields the data chunks in order; an `Err` aborts the write and leaves the
+/// target as it was.
+pub async fn write<S>(header: pb::WriteFileHeader, data: S) -> Result<pb::WriteFileResponse, FsError>
+where
+    S: Stream<Item = Result<Vec<u8>, FsError>>,
+{
+    let mut data = std::pin::pin!(data);
+    let path = check_path(&header.path)?;
+    let pending = blocking(move || prepare(path, &header)).await?;
+    let handle = pending.temp.as_file().try_clone().map_err(|e| FsError::io("write", &pending.target, e))?;
+    let mut out = tokio::fs::File::from_std(handle);
+    let mut written: u64 = 0;
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk?;
+        out.write_all(&chunk).await.map_err(|e| FsError::io("write", &pending.target, e))?;
+        written += chunk.len() as u64;
+    }
+    out.flush().await.map_err(|e| FsError::io("write", &pending.target, e))?;
+    drop(out);
+    let file_size = pending.kept + written;
+    blocking(move || commit(pending)).await?;
+    Ok(pb::WriteFileResponse { bytes_written: written, file_size })
+}
+
+/// Resolves the target, makes its parents, and opens the temp file.
+fn prepare(path: PathBuf, header: &pb::WriteFileHeader) -> Result<Pending, FsError> {
+    let target = resolve_symlink(path);
+    let existing = match std::fs::metadata(&target) {
+        Ok(meta) if meta.is_dir() => {
+            return Err(FsError::IsADirectory {
+                path: target,
+                hint: "name a file path, e.g. a new name inside it",
+            });
+        }
+        Ok(meta) => Some(meta),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(FsError::io("write", &target, e)),
+    };
+    let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
+    ensure_parent(&parent, header.no_create_parents)?;
+
+    let mode = match (header.mode, &existing) {
+        (0, Some(meta)) => meta.mode() & 0o7777,
+        (0, None) => DEFAULT_FILE_MODE,
+        (m, _) => m & 0o7777,
+    };
+    let mut temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(&parent).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound && parent.is_dir() {
+            FsError::CannotCreateIn(parent.clone())
+        } else {
+            FsError::io("create a file in", &parent, e)
+        }
+    })?;
+    let mut kept = 0;
+    if header.append && existing.is_some() {
+        let mut old = File::open(&target).map_err(|e| FsError::io("read", &target, e))?;
+        kept =
+            std::io::copy(&mut old, temp.as_file_mut()).map_err(|e| FsError::io("append to", &target, e))?;
+    }
+    Ok(Pending { target, parent, temp, mode, kept })
+}
+
+/// A symlink is replaced by writing through it, to the file it names.
+fn resolve_symlink(path: PathBuf) -> PathBuf {
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
+        _ => path,
+    }
+}
+
+fn ensure_parent(parent: &Path, no_create_parents: bool) -> Result<(), FsError> {
+    match std::fs::metadata(parent) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(FsError::NotADirectory {
+            path: parent.to_path_buf(),
+            hint: "the parent of the file is a file; pick another path",
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if no_create_parents {
+                return Err(FsError::ParentMissing {
+                    path: parent.to_path_buf(),
+                    hint: "create it with MakeDir, or leave no_create_parents unset",
+                });
+            }
+            std::fs::create_dir_all(parent).map_err(|e| FsError::io("create directory", parent, e))
+        }
+        Err(e) => Err(FsError::io("write into", parent, e)),
+    }
+}
+
+/// fsync, chmod, rename over the target, fsync the directory.
+fn commit(pending: Pending) -> Result<(), FsError> {
+    let Pending { target, parent, temp, mode, .. } = pending;
+    let file = temp.as_file();
+    file.set_permissions(Permissions::from_mode(mode))
+        .map_err(|e| FsError::io("set the mode of", &target, e))?;
+    file.sync_all().map_err(|e| FsError::io("sync", &target, e))?;
+    temp.persist(&target).map_err(|e| FsError::io("replace", &target, e.error))?;
+    sync_dir(&parent)
+}
+
+/// Makes a rename in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), FsError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| FsError::io("sync directory", dir, e))
+}
