@@ -1,7 +1,7 @@
 //! DownloadDir: a directory streamed out as a zip.
 //!
 //! The zip writer (`ZipWriter::new_stream`, deflate) runs on a blocking thread and
-//! writes into [`ChunkWriter`], which cuts its output into `CHUNK_SIZE` chunks and
+//! writes into `ChunkWriter`, which cuts its output into `CHUNK_SIZE` chunks and
 //! hands them to a bounded channel; the gRPC stream drains the channel. So memory stays
 //! bounded whatever the directory's size, and when the client goes away the next send
 //! fails and the thread stops.

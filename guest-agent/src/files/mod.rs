@@ -1,7 +1,7 @@
 //! Files in the guest: streamed reads, atomic writes, listings and the small operations.
 //!
 //! - [`read`]: a file or a slice of it, streamed in chunks from a blocking reader.
-//! - [`write`]: temp file + fsync + rename, so an interrupted write changes nothing.
+//! - [`mod@write`]: temp file + fsync + rename, so an interrupted write changes nothing.
 //! - [`list`]: directory listings, optionally recursive, capped and sorted.
 //! - [`ops`]: stat, remove, mkdir. [`rename`]: move, with a copy fallback across file
 //!   systems.
