@@ -48,6 +48,10 @@ async fn main() -> ExitCode {
         if let Err(e) = init::become_init() {
             eprintln!("sbx-agent: init: {}", error_chain(&e));
         }
+        match init::power_off_on_sigterm() {
+            Ok(task) => drop(tokio::spawn(task)),
+            Err(e) => eprintln!("sbx-agent: init: {}", error_chain(&e)),
+        }
     }
     let cmdline = init::KernelCmdline::read();
     if args.listen.is_empty() {

@@ -1,0 +1,124 @@
+# Shared helpers for the rootfs/ scripts. Source it; do not run it.
+#
+# The sbx data directory is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else
+# $HOME/.local/share/sbx (the same rule as `sbx`).
+
+set -euo pipefail
+
+SBX_ROOTFS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SBX_REPO_DIR="$(cd "$SBX_ROOTFS_DIR/.." && pwd)"
+
+sbx_data_dir() {
+    if [ -n "${SBX_DATA_DIR:-}" ]; then
+        printf '%s\n' "$SBX_DATA_DIR"
+    elif [ -n "${XDG_DATA_HOME:-}" ]; then
+        printf '%s\n' "$XDG_DATA_HOME/sbx"
+    else
+        printf '%s\n' "$HOME/.local/share/sbx"
+    fi
+}
+
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+need() {
+    local tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null 2>&1 || die "\`$tool\` is not installed; run rootfs/setup.sh first"
+    done
+}
+
+# Modules the `minimal` image loads, in order (Debian ships them uncompressed and
+# without modules.dep, so the order is the dependency order).
+SBX_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
+# Extra modules for images booted from an ext4 disk (ext4 softdeps on crc32c).
+SBX_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"
+
+# The agent to bake: $SBX_AGENT_BIN, else the workspace's musl release build.
+sbx_agent_bin() {
+    local bin="${SBX_AGENT_BIN:-$SBX_REPO_DIR/target/x86_64-unknown-linux-musl/release/sbx-agent}"
+    [ -x "$bin" ] || die "no agent binary at $bin; build it with \`cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent\` or set SBX_AGENT_BIN"
+    file_is_static "$bin" || die "$bin is not a static binary; build it for x86_64-unknown-linux-musl"
+    printf '%s\n' "$bin"
+}
+
+file_is_static() {
+    # A dynamically linked ELF has a PT_INTERP program header.
+    ! LC_ALL=C readelf -l "$1" 2>/dev/null | grep -q 'Requesting program interpreter'
+}
+
+# The kernel dir: $DATA/kernel/current, which fetch-kernel.sh creates.
+sbx_kernel_dir() {
+    local dir
+    dir="$(sbx_data_dir)/kernel/current"
+    [ -f "$dir/vmlinux" ] || die "no kernel at $dir/vmlinux; run rootfs/fetch-kernel.sh first"
+    (cd "$dir" && pwd -P)
+}
+
+# write_template_json DIR NAME INITRD|null ROOTFS|null CMDLINE INIT
+write_template_json() {
+    local dir="$1" name="$2" initrd="$3" rootfs="$4" cmdline="$5" init="$6" version
+    version="$(agent_version)"
+    jq_str() { if [ "$1" = null ]; then printf 'null'; else printf '"%s"' "$1"; fi; }
+    cat >"$dir/template.json.tmp" <<JSON
+{
+  "name": "$name",
+  "kernel": "vmlinux",
+  "initrd": $(jq_str "$initrd"),
+  "rootfs": $(jq_str "$rootfs"),
+  "cmdline": "$cmdline",
+  "init": "$init",
+  "agent_version": "$version",
+  "created_unix": $(date +%s)
+}
+JSON
+    mv "$dir/template.json.tmp" "$dir/template.json"
+}
+
+agent_version() {
+    sed -n 's/^version = "\(.*\)"/\1/p' "$SBX_REPO_DIR/Cargo.toml" | head -n1
+}
+
+# Copy (hardlink when possible) a file.
+link_or_copy() {
+    ln -f "$1" "$2" 2>/dev/null || cp -f "$1" "$2"
+}
+
+# build_initramfs OUT COMPRESS [AGENT]: a newc cpio of busybox, the kernel's modules,
+# /init (rootfs/initramfs-init.sh) and, when given, AGENT as /sbin/sbx-agent.
+# COMPRESS is `gzip` or `none`.
+build_initramfs() {
+    local out="$1" compress="$2" agent="${3:-}" kdir busybox tree applet
+    need cpio find
+    kdir="$(sbx_kernel_dir)"
+    busybox="$(command -v busybox)" || die "busybox is not installed; run rootfs/setup.sh"
+    file_is_static "$busybox" || die "$busybox is dynamically linked; install busybox-static"
+    tree="$(mktemp -d)"
+    mkdir -p "$tree"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,root,etc/sbx,lib/modules}
+    chmod 1777 "$tree/tmp"
+    chmod 0700 "$tree/root"
+    cp "$busybox" "$tree/bin/busybox"
+    for applet in $("$busybox" --list-full); do
+        [ -e "$tree/$applet" ] || ln -s /bin/busybox "$tree/$applet"
+    done
+    cp "$kdir"/modules/*.ko "$tree/lib/modules/"
+    printf '%s\n' $SBX_VSOCK_MODULES >"$tree/etc/sbx/modules-vsock"
+    printf '%s\n' $SBX_DISK_MODULES >"$tree/etc/sbx/modules-disk"
+    install -m 0755 "$SBX_ROOTFS_DIR/initramfs-init.sh" "$tree/init"
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$tree/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$tree/etc/group"
+    printf '127.0.0.1 localhost\n' >"$tree/etc/hosts"
+    if [ -n "$agent" ]; then
+        install -m 0755 "$agent" "$tree/sbin/sbx-agent"
+    fi
+    (
+        cd "$tree"
+        find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --reproducible --quiet
+    ) | case "$compress" in
+        gzip) gzip -6 -n ;;
+        none) cat ;;
+        *) die "unknown compression $compress" ;;
+    esac >"$out.tmp"
+    mv "$out.tmp" "$out"
+    rm -rf "$tree"
+}

@@ -1,0 +1,325 @@
+//! The images boot: real microVMs under QEMU (TCG where there is no hardware KVM) with
+//! vhost-device-vsock, reached over the hybrid vsock exactly as `sbx` reaches them.
+//!
+//! These tests boot the templates that `rootfs/setup.sh` builds into the sbx data
+//! directory. `minimal` is required; `debian` (`rootfs/setup.sh --with-debian`) is
+//! optional and its test says so and passes when it is not built.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use sbx_proto::agent::v1::agent_client::AgentClient;
+use sbx_proto::agent::v1::{self as pb};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Generous bound for a boot under software emulation on a busy 2-core machine.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+const AGENT_PORT: u32 = 1024;
+const READY_PORT: u32 = 1025;
+const GUEST_CID: u32 = 3;
+
+/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
+fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("sbx");
+    }
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
+}
+
+/// A template's boot files, read from its `template.json`.
+struct Template {
+    kernel: PathBuf,
+    initrd: Option<PathBuf>,
+    rootfs: Option<PathBuf>,
+    cmdline: String,
+}
+
+impl Template {
+    /// `None` when the template is not built.
+    fn load(name: &str) -> Option<Template> {
+        let dir = data_dir().join("templates").join(name);
+        let text = std::fs::read_to_string(dir.join("template.json")).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).expect("template.json is JSON");
+        let file = |key: &str| json[key].as_str().map(|f| dir.join(f));
+        let t = Template {
+            kernel: file("kernel").expect("template.json names a kernel"),
+            initrd: file("initrd"),
+            rootfs: file("rootfs"),
+            cmdline: json["cmdline"].as_str().unwrap_or_default().to_owned(),
+        };
+        for f in [Some(&t.kernel), t.initrd.as_ref(), t.rootfs.as_ref()].into_iter().flatten() {
+            assert!(f.exists(), "template {name} names {} but it is missing; rebuild it", f.display());
+        }
+        Some(t)
+    }
+
+    fn require(name: &str) -> Template {
+        Template::load(name).unwrap_or_else(|| {
+            panic!("template `{name}` is not built in {}; run rootfs/setup.sh", data_dir().display())
+        })
+    }
+}
+
+/// A program from PATH, or from `~/.cargo/bin` where `cargo install` puts it.
+fn program(name: &str) -> PathBuf {
+    let from_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .chain(std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo/bin")))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file());
+    from_path.unwrap_or_else(|| panic!("`{name}` is not installed; run rootfs/setup.sh"))
+}
+
+/// A booted VM: QEMU plus its vhost-device-vsock backend; both killed when dropped.
+struct Vm {
+    /// `None` only while booting, before QEMU is started.
+    qemu: Option<Child>,
+    vhost: Child,
+    dir: tempfile::TempDir,
+    /// Time from starting QEMU to the agent's READY line.
+    boot: Duration,
+    ready_line: String,
+}
+
+impl Vm {
+    /// Boots `template` with `extra` kernel arguments and waits for the agent's READY.
+    async fn boot(template: &Template, extra: &str) -> Vm {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let vhost_sock = dir.path().join("vhost.sock");
+        let uds = dir.path().join("vm.vsock");
+        let vhost = Command::new(program("vhost-device-vsock"))
+            .arg("--vm")
+            .arg(format!("guest-cid={GUEST_CID},socket={},uds-path={}", vhost_sock.display(), uds.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("vhost.log")).expect("vhost log"))
+            .spawn()
+            .expect("spawn vhost-device-vsock");
+        let mut vm = Vm { qemu: None, vhost, dir, boot: Duration::ZERO, ready_line: String::new() };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !vhost_sock.exists() {
+            if let Some(status) = vm.vhost.try_wait().expect("wait vhost") {
+                panic!("vhost-device-vsock exited ({status}): {}", vm.log("vhost.log"));
+            }
+            assert!(Instant::now() < deadline, "vhost-device-vsock did not create {}", vhost_sock.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Listen for READY before QEMU starts, so the announcement cannot be missed.
+        let ready =
+            tokio::net::UnixListener::bind(format!("{}_{READY_PORT}", uds.display())).expect("bind ready");
+        let qemu = qemu_command(template, extra, &vhost_sock, &vm.dir.path().join("console.log"))
+            .spawn()
+            .expect("spawn qemu-system-x86_64");
+        vm.qemu = Some(qemu);
+        let started = Instant::now();
+        let accepted = loop {
+            tokio::select! {
+                conn = ready.accept() => break conn.expect("accept READY").0,
+                () = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if let Some(status) = vm.qemu_exited() {
+                        panic!("QEMU exited ({status}) before READY; console:\n{}", vm.log("console.log"));
+                    }
+                    assert!(started.elapsed() < BOOT_TIMEOUT, "no READY within {BOOT_TIMEOUT:?}; console:\n{}", vm.log("console.log"));
+                }
+            }
+        };
+        let mut line = String::new();
+        BufReader::new(accepted).read_line(&mut line).await.expect("read READY");
+        vm.boot = started.elapsed();
+        vm.ready_line = line.trim_end().to_owned();
+        eprintln!("booted in {:.2?}: {}", vm.boot, vm.ready_line);
+        vm
+    }
+
+    fn qemu_exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.qemu.as_mut().and_then(|q| q.try_wait().expect("wait qemu"))
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default()
+    }
+
+    /// A gRPC client over the hybrid vsock: `CONNECT 1024\n`, `OK <port>\n`, then HTTP/2.
+    async fn client(&self) -> AgentClient<Channel> {
+        let uds = self.dir.path().join("vm.vsock");
+        let channel = Endpoint::from_static("http://agent.invalid")
+            .connect_with_connector(tower::service_fn(move |_: Uri| hvsock_connect(uds.clone(), AGENT_PORT)))
+            .await
+            .expect("connect to the agent over the hybrid vsock");
+        AgentClient::new(channel).max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+    }
+
+    /// Runs `sh -c script` in the guest and returns (exit code, stdout).
+    async fn sh(&self, script: &str) -> (i32, String) {
+        let resp = self
+            .client()
+            .await
+            .exec(pb::ExecRequest {
+                command: Some(pb::Command { shell: script.into(), ..Default::default() }),
+                ..Default::default()
+            })
+            .await
+            .expect("Exec")
+            .into_inner();
+        let code = match resp.status.and_then(|s| s.kind) {
+            Some(pb::exit_status::Kind::Code(c)) => c,
+            other => panic!("`{script}` did not exit normally: {other:?}"),
+        };
+        let out = String::from_utf8_lossy(&resp.stdout.unwrap_or_default().data).into_owned();
+        (code, out)
+    }
+
+    /// Waits (boundedly) for QEMU to exit on its own and returns whether it did.
+    fn wait_exit(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.qemu_exited().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        for child in self.qemu.iter_mut().chain([&mut self.vhost]) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn hvsock_connect(uds: PathBuf, port: u32) -> std::io::Result<TokioIo<tokio::net::UnixStream>> {
+    let mut s = tokio::net::UnixStream::connect(&uds).await?;
+    s.write_all(format!("CONNECT {port}\n").as_bytes()).await?;
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    while reply.last() != Some(&b'\n') {
+        if s.read(&mut byte).await? == 0 || reply.len() > 64 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "no OK from the hybrid vsock",
+            ));
+        }
+        reply.push(byte[0]);
+    }
+    if !reply.starts_with(b"OK ") {
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, text));
+    }
+    Ok(TokioIo::new(s))
+}
+
+/// Hardware KVM where its module is loaded, software emulation otherwise.
+fn accel() -> &'static str {
+    if Path::new("/sys/module/kvm_intel").exists() || Path::new("/sys/module/kvm_amd").exists() {
+        "kvm"
+    } else {
+        "tcg"
+    }
+}
+
+fn qemu_command(t: &Template, extra: &str, vhost_sock: &Path, console: &Path) -> Command {
+    let mut cmd = Command::new(program("qemu-system-x86_64"));
+    cmd.args(["-M", "microvm,rtc=on", "-accel", accel(), "-cpu", "max", "-m", "512M", "-smp", "2"])
+        .args(["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"])
+        .args(["-object", "memory-backend-memfd,id=mem,size=512M,share=on", "-numa", "node,memdev=mem"])
+        .arg("-chardev")
+        .arg(format!("socket,id=c0,path={}", vhost_sock.display()))
+        .args(["-device", "vhost-user-vsock-device,chardev=c0"])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-kernel")
+        .arg(&t.kernel)
+        .arg("-append")
+        .arg(format!(
+            "console=ttyS0 tsc_early_khz=2000000 lpj=4000000 tsc=reliable panic=-1 {} {extra}",
+            t.cmdline
+        ));
+    if let Some(initrd) = &t.initrd {
+        cmd.arg("-initrd").arg(initrd);
+    }
+    if let Some(rootfs) = &t.rootfs {
+        cmd.arg("-drive")
+            .arg(format!("file={},if=none,id=d0,format=raw,snapshot=on", rootfs.display()))
+            .args(["-device", "virtio-blk-device,drive=d0"]);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_minimal_boots_and_answers_info_over_vsock() {
+    let vm = Vm::boot(&Template::require("minimal"), "sbx.hostname=vm-images-test").await;
+    assert!(vm.ready_line.starts_with("READY "), "unexpected announcement {:?}", vm.ready_line);
+    let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
+    assert!(info.pid1, "the agent must be PID 1 in the minimal image");
+    assert_eq!(info.hostname, "vm-images-test");
+    assert!(info.kernel.starts_with("Linux 6."), "kernel {:?}", info.kernel);
+    assert_eq!(info.cpus, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_minimal_pid1_mounts_filesystems_and_brings_up_lo() {
+    let vm = Vm::boot(&Template::require("minimal"), "").await;
+    let (code, mounts) = vm.sh("cut -d' ' -f2,3 /proc/mounts").await;
+    assert_eq!(code, 0);
+    for want in ["/proc proc", "/sys sysfs", "/dev devtmpfs", "/dev/pts devpts", "/run tmpfs", "/tmp tmpfs"] {
+        assert!(mounts.lines().any(|l| l == want), "`{want}` missing from /proc/mounts:\n{mounts}");
+    }
+    let (code, out) =
+        vm.sh("hostname; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags; echo $PATH").await;
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "sbx", "default hostname");
+    let flags = u32::from_str_radix(lines[2].trim_start_matches("0x"), 16).expect("lo flags");
+    assert_eq!(flags & 1, 1, "lo is not up (flags {})", lines[2]);
+    assert!(lines[3].contains("/usr/bin") && lines[3].contains("/bin"), "PATH {:?}", lines[3]);
+    // A shell can reach a server on 127.0.0.1 only when lo is up.
+    let (code, out) =
+        vm.sh("(echo hi | nc -l -p 7000 127.0.0.1 &) ; sleep 1; nc 127.0.0.1 7000 </dev/null").await;
+    assert_eq!((code, out.trim()), (0, "hi"), "loopback TCP round trip");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_minimal_powers_off_on_sigterm_to_pid1() {
+    let mut vm = Vm::boot(&Template::require("minimal"), "").await;
+    let mut client = vm.client().await;
+    // The reply may or may not arrive before the VM goes away; only the power-off counts.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(30),
+        client.exec(pb::ExecRequest {
+            command: Some(pb::Command { shell: "kill -TERM 1".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert!(
+        vm.wait_exit(Duration::from_secs(120)),
+        "QEMU still runs after SIGTERM to PID 1; console:\n{}",
+        vm.log("console.log")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_debian_runs_python3() {
+    let Some(t) = Template::load("debian") else {
+        eprintln!("SKIPPED: template `debian` is not built; build it with `rootfs/setup.sh --with-debian`");
+        return;
+    };
+    let vm = Vm::boot(&t, "").await;
+    let (code, out) = vm.sh("python3 -c 'import sys, os; print(sys.version_info[0], os.getpid() > 1)'").await;
+    assert_eq!((code, out.trim()), (0, "3 True"));
+    let (code, out) = vm.sh("echo persisted > /root/f && cat /root/f && cat /etc/debian_version").await;
+    assert_eq!(code, 0);
+    assert!(out.starts_with("persisted\n12"), "{out}");
+}
