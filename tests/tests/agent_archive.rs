@@ -293,6 +293,8 @@ async fn uploads_may_not_write_through_existing_symlinks_or_replace_directories(
     assert!(!outside.join("planted").exists() && !target.join("ok").exists());
     let over_dir = zip_with(&[("dir", b"x")]);
     assert_status(upload(&mut c, &target, &over_dir).await, Code::InvalidArgument, &["\"dir\"", "directory"]);
+    let nameless = zip_with(&[(".", b"x")]);
+    assert_status(upload(&mut c, &target, &nameless).await, Code::InvalidArgument, &["\".\"", "file name"]);
     let inner = zip_with(&[("f", b"x"), ("f/g", b"y")]);
     assert_status(upload(&mut c, &target, &inner).await, Code::InvalidArgument, &["f/g", "as a file"]);
 }

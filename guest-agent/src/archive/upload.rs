@@ -129,6 +129,9 @@ fn check_entry(archive: &mut ZipArchive<File>, index: usize, target: &Path) -> R
         return Err(bad(&format!("uses compression {method}; only stored and deflate are supported")));
     }
     let is_dir = file.is_dir();
+    if !is_dir && rel.file_name().is_none() {
+        return Err(bad("names no file; every file entry needs a file name"));
+    }
     if let Some(reason) = collision(target, &rel, is_dir) {
         return Err(bad(&reason));
     }
