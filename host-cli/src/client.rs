@@ -219,7 +219,12 @@ impl Client {
             })),
         };
         let (body, failed) =
-            upload_body(header, data, |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) });
+            upload_body(
+                header,
+                data,
+                |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) },
+                pb::WriteFileRequest { part: Some(Part::End(true)) },
+            );
         let call = async { self.rpc.clone().write_file(body).await };
         let r = abandon_on_source_error(call, failed).await?.map_err(self.err("WriteFile"))?.into_inner();
         Ok(WriteResult { bytes_written: r.bytes_written, file_size: r.file_size })
@@ -337,7 +342,12 @@ impl Client {
         let header =
             pb::UploadDirRequest { part: Some(Part::Header(pb::UploadDirHeader { path: path.to_string() })) };
         let (body, failed) =
-            upload_body(header, zip, |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) });
+            upload_body(
+                header,
+                zip,
+                |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) },
+                pb::UploadDirRequest { part: Some(Part::End(true)) },
+            );
         let call = async { self.rpc.clone().upload_dir(body).await };
         let r = abandon_on_source_error(call, failed).await?.map_err(self.err("UploadDir"))?.into_inner();
         Ok(UploadSummary { files: r.files, dirs: r.dirs, file_bytes: r.file_bytes })
@@ -364,6 +374,7 @@ fn upload_body<M, R>(
     first: M,
     data: R,
     wrap: fn(Bytes) -> M,
+    end: M,
 ) -> (impl Stream<Item = M> + Send + 'static, oneshot::Receiver<io::Error>)
 where
     M: Send + 'static,
@@ -383,7 +394,9 @@ where
             }
         }
     });
-    (stream::once(async { first }).chain(rest), rx)
+    // `end` follows the data only when the source was read to its end: the agent commits
+    // nothing without it.
+    (stream::once(async { first }).chain(rest).chain(stream::once(async { end })), rx)
 }
 
 /// Runs `call` unless the body reports a read error first, in which case the call is

@@ -60,6 +60,7 @@ async fn upload(client: &mut Client, path: &Path, zip: &[u8]) -> Result<pb::Uplo
         zip.chunks(100_000)
             .map(|c| pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(c.to_vec())) }),
     );
+    msgs.push(pb::UploadDirRequest { part: Some(upload_dir_request::Part::End(true)) });
     client.upload_dir(futures::stream::iter(msgs)).await.map(|r| r.into_inner())
 }
 

@@ -50,6 +50,7 @@ async fn write_with(
 ) -> Result<pb::WriteFileResponse, Status> {
     let mut msgs = vec![header_msg(header)];
     msgs.extend(data_msgs(data));
+    msgs.push(pb::WriteFileRequest { part: Some(Part::End(true)) });
     client.write_file(futures::stream::iter(msgs)).await.map(|r| r.into_inner())
 }
 
@@ -329,6 +330,26 @@ async fn an_interrupted_write_leaves_the_old_file_and_no_temp_file() {
     let content = std::fs::read(&path).unwrap();
     assert!(content == b"the old content", "the file changed: it now holds {} bytes", content.len());
     assert!(call.await.unwrap_err().is_cancelled());
+}
+
+#[tokio::test]
+async fn a_write_stream_that_stops_without_end_changes_nothing() {
+    let agent = Agent::start();
+    let mut c = agent.client().await;
+    let path = agent.dir.path().join("no-end.txt");
+    std::fs::write(&path, b"the old content").unwrap();
+    let mut msgs = vec![header_msg(pb::WriteFileHeader { path: s(&path), ..Default::default() })];
+    msgs.extend(data_msgs(b"half of the new content"));
+    let err = c.write_file(futures::stream::iter(msgs)).await.expect_err("no `end`, no commit");
+    assert_eq!(err.code(), Code::Cancelled, "{}", err.message());
+    assert!(err.message().contains("nothing was changed"), "{}", err.message());
+    assert_eq!(std::fs::read(&path).unwrap(), b"the old content");
+    let leftovers: Vec<_> = std::fs::read_dir(agent.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("no-end") && n != "no-end.txt")
+        .collect();
+    assert!(leftovers.is_empty(), "temp files left: {leftovers:?}");
 }
 
 /// Polls a condition the agent must reach; the bound only keeps a broken agent from

@@ -6,7 +6,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
-use super::files::{error_chain, settled};
+use super::files::{Piece, error_chain, until_end};
 use crate::archive::{self, ArchiveError};
 use crate::files::FsError;
 
@@ -23,13 +23,14 @@ pub(super) async fn upload(
         _ => return Err(FsError::MissingHeader.into()),
     };
     let path = std::path::PathBuf::from(&header.path);
-    let data = input.map(move |msg| match msg {
-        Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(data),
-        Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Err(FsError::SecondHeader),
-        Ok(pb::UploadDirRequest { part: None }) => Ok(Vec::new()),
-        Err(status) => Err(FsError::StreamBroken { path: path.clone(), reason: status.message().to_owned() }),
+    let pieces = input.map(|msg| match msg {
+        Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
+        Ok(pb::UploadDirRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
+        Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
+        Ok(pb::UploadDirRequest { part: None }) => Ok(Piece::Data(Vec::new())),
+        Err(status) => Err(status.message().to_owned()),
     });
-    Ok(archive::upload::upload(header, settled(data)).await?)
+    Ok(archive::upload::upload(header, until_end(pieces, path)).await?)
 }
 
 impl From<ArchiveError> for Status {

@@ -24,13 +24,14 @@ pub(super) async fn write(
         _ => return Err(FsError::MissingHeader.into()),
     };
     let path = PathBuf::from(&header.path);
-    let data = input.map(move |msg| match msg {
-        Ok(pb::WriteFileRequest { part: Some(Part::Data(data)) }) => Ok(data),
-        Ok(pb::WriteFileRequest { part: Some(Part::Header(_)) }) => Err(FsError::SecondHeader),
-        Ok(pb::WriteFileRequest { part: None }) => Ok(Vec::new()),
-        Err(status) => Err(FsError::StreamBroken { path: path.clone(), reason: status.message().to_owned() }),
+    let pieces = input.map(|msg| match msg {
+        Ok(pb::WriteFileRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
+        Ok(pb::WriteFileRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
+        Ok(pb::WriteFileRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
+        Ok(pb::WriteFileRequest { part: None }) => Ok(Piece::Data(Vec::new())),
+        Err(status) => Err(status.message().to_owned()),
     });
-    Ok(files::write::write(header, settled(data)).await?)
+    Ok(files::write::write(header, until_end(pieces, path)).await?)
 }
 
 pub(super) async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, Status> {
@@ -89,16 +90,43 @@ impl From<FsError> for Status {
     }
 }
 
-/// A client stream that, after its last message, yields to the transport once before
-/// reporting its end.
+/// One message of an upload stream (WriteFile, UploadDir) after its header.
+pub(super) enum Piece {
+    Data(Vec<u8>),
+    End,
+    SecondHeader,
+}
+
+/// The data of an upload stream, up to its explicit `end` message.
 ///
 /// hyper ends the request body of a client that cancelled (`RST_STREAM` with `CANCEL`)
-/// exactly as if the client had ended it cleanly; it tells the two apart only by
-/// dropping the handler the next time the handler returns `Pending`. Yielding once
-/// here gives it that chance before a write or an upload is committed, so a client
-/// that went away mid-stream leaves nothing behind.
-pub(super) fn settled<S: Stream>(stream: S) -> impl Stream<Item = S::Item> {
-    stream.chain(futures::stream::once(tokio::task::yield_now()).filter_map(|()| async { None }))
+/// just as if the client had ended it cleanly, so "the stream ended" cannot mean
+/// "commit". Only the `end` message does: a stream that stops without it yields
+/// [`FsError::StreamBroken`], and the write or extraction leaves nothing behind.
+/// An `Err` item is the transport's error message.
+pub(super) fn until_end<S>(pieces: S, path: PathBuf) -> impl Stream<Item = Result<Vec<u8>, FsError>>
+where
+    S: Stream<Item = Result<Piece, String>> + Send + 'static,
+{
+    futures::stream::unfold((Box::pin(pieces), false), move |(mut pieces, done)| {
+        let path = path.clone();
+        async move {
+            if done {
+                return None;
+            }
+            let item = match pieces.next().await {
+                Some(Ok(Piece::Data(data))) => return Some((Ok(data), (pieces, false))),
+                Some(Ok(Piece::End)) => return None,
+                Some(Ok(Piece::SecondHeader)) => Err(FsError::SecondHeader),
+                Some(Err(reason)) => Err(FsError::StreamBroken { path, reason }),
+                None => Err(FsError::StreamBroken {
+                    path,
+                    reason: "the client stopped before sending `end`".to_owned(),
+                }),
+            };
+            Some((item, (pieces, true)))
+        }
+    })
 }
 
 /// An error and its causes as one line: "cannot read /x: Input/output error (os error 5)".
