@@ -73,6 +73,9 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
             return match c {
                 c if c.is_unreachable() => (EXIT_UNREACHABLE, c.kind()),
                 ClientError::Invalid(_) => (EXIT_USAGE, c.kind()),
+                ClientError::Agent { code: tonic::Code::DeadlineExceeded, .. } => {
+                    (crate::client::TIMEOUT_EXIT_CODE, c.kind())
+                }
                 c => (EXIT_FAILURE, c.kind()),
             };
         }

@@ -218,13 +218,12 @@ impl Client {
                 no_create_parents: opts.no_create_parents,
             })),
         };
-        let (body, failed) =
-            upload_body(
-                header,
-                data,
-                |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) },
-                pb::WriteFileRequest { part: Some(Part::End(true)) },
-            );
+        let (body, failed) = upload_body(
+            header,
+            data,
+            |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) },
+            pb::WriteFileRequest { part: Some(Part::End(true)) },
+        );
         let call = async { self.rpc.clone().write_file(body).await };
         let r = abandon_on_source_error(call, failed).await?.map_err(self.err("WriteFile"))?.into_inner();
         Ok(WriteResult { bytes_written: r.bytes_written, file_size: r.file_size })
@@ -341,13 +340,12 @@ impl Client {
         use pb::upload_dir_request::Part;
         let header =
             pb::UploadDirRequest { part: Some(Part::Header(pb::UploadDirHeader { path: path.to_string() })) };
-        let (body, failed) =
-            upload_body(
-                header,
-                zip,
-                |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) },
-                pb::UploadDirRequest { part: Some(Part::End(true)) },
-            );
+        let (body, failed) = upload_body(
+            header,
+            zip,
+            |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) },
+            pb::UploadDirRequest { part: Some(Part::End(true)) },
+        );
         let call = async { self.rpc.clone().upload_dir(body).await };
         let r = abandon_on_source_error(call, failed).await?.map_err(self.err("UploadDir"))?.into_inner();
         Ok(UploadSummary { files: r.files, dirs: r.dirs, file_bytes: r.file_bytes })
