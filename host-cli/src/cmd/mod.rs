@@ -1,12 +1,12 @@
 //! The subcommands: each is a thin caller of [`crate::client::Client`] that prints the
 //! result. One module per group.
 //!
-//! - `exec` lives in [`exec`];
-//! - `run`, `jobs`, `job status|wait|kill|logs` in [`jobs`];
-//! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in [`files`];
-//! - `cp` (both directions, files and directories) and `download` in [`cp`];
-//! - `info` and `completions` in [`system`].
-//! - [`mcp`]: `mcp`, the MCP server (see [`crate::mcp`]).
+//! - `exec` lives in `exec`;
+//! - `run`, `jobs`, `job status|wait|kill|logs` in `jobs`;
+//! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in `files`;
+//! - `cp` (both directions, files and directories) and `download` in `cp`;
+//! - `info` and `completions` in `system`;
+//! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]).
 //! - [`sandbox`]: `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle).
 
 mod cp;
