@@ -162,7 +162,8 @@ pub struct ExecArgs {
     /// Kill the command after this long (default 60s, at most 10m); exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
-    /// Wait for the end and print the capped output (head and tail), as MCP tools see it.
+    /// Wait for the end and print the capped output (head and tail), as MCP tools see it
+    /// (implied by --json).
     #[arg(long)]
     pub capture: bool,
     /// With --capture: bytes kept per stream (default 32 KiB).

@@ -74,6 +74,17 @@ fn small_operations_and_their_json() {
 }
 
 #[test]
+fn a_failing_local_source_writes_nothing() {
+    let agent = Agent::start();
+    let dst = agent.dir.path().join("never.txt");
+    // Opening a directory works; reading it fails half-way into the upload.
+    let out = sbx(&agent.address(), &["write", "--from", s(agent.dir.path()), s(&dst)]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("nothing was written in the guest"), "{}", stderr(&out));
+    assert!(!dst.exists());
+}
+
+#[test]
 fn a_missing_file_says_so() {
     let agent = Agent::start();
     let missing = agent.dir.path().join("no/such/file");

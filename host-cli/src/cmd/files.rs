@@ -1,6 +1,7 @@
 //! `sbx cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir`: one guest file at a time.
 
 use std::fmt::Write as _;
+use std::io::IsTerminal;
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
@@ -50,7 +51,14 @@ pub(super) async fn write(ctx: &Ctx, args: WriteArgs) -> Result<u8> {
                 .with_context(|| format!("could not open {} to upload it", path.display()))?;
             client.write_file(&args.path, opts, file).await?
         }
-        None => client.write_file(&args.path, opts, tokio::io::stdin()).await?,
+        None => {
+            if std::io::stdin().is_terminal() {
+                eprintln!(
+                    "sbx: reading the content from the terminal; end it with Ctrl-D (or use --from FILE)"
+                );
+            }
+            client.write_file(&args.path, opts, tokio::io::stdin()).await?
+        }
     };
     if ctx.out.json {
         let doc = serde_json::json!({ "path": args.path, "bytes_written": result.bytes_written, "file_size": result.file_size });
