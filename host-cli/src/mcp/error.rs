@@ -5,7 +5,6 @@
 use std::error::Error as _;
 
 use rmcp::model::{ContentBlock, IntoContents};
-use sbx_proto::limits::MAX_TIMEOUT_MS;
 
 use crate::client::ClientError;
 
@@ -19,16 +18,15 @@ pub const MAX_INLINE_ZIP: u64 = 10 * 1024 * 1024;
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
-    /// A timeout outside the range the agent accepts.
-    #[error(
-        "{field} must be between 1 and {MAX_TIMEOUT_MS} ms, not {got}; for longer work start a \
-         job with sandbox_exec_background and poll it with sandbox_job_status"
-    )]
+    /// A timeout outside the range accepted.
+    #[error("{field} must be between 1 and {max} {unit}, not {got}{hint}", unit = unit(field), hint = range_hint(field))]
     TimeoutOutOfRange {
         /// The argument's name.
         field: &'static str,
         /// What the caller asked for.
         got: u64,
+        /// The largest value accepted.
+        max: u64,
     },
     /// An empty command line.
     #[error("command is empty; pass a shell command line such as \"ls -la /\"")]
@@ -104,13 +102,16 @@ pub enum ToolError {
     },
     /// No agent to act on.
     #[error(
-        "this server has no agent to act on; restart it as `sbx mcp --agent ADDR` (or with \
-         SBX_AGENT set) in your MCP client's configuration"
+        "no sandbox to act on: pass sandbox_id (sandbox_list shows them, sandbox_create makes \
+         one), or start this server as `sbx mcp --agent ADDR` (or with SBX_AGENT set)"
     )]
     NoAgent,
     /// The tool call was cancelled by the client.
     #[error("cancelled by the client; the command's processes were killed")]
     Cancelled,
+    /// The sandbox could not be found or started; the message says what to do.
+    #[error(transparent)]
+    Sandbox(#[from] crate::vm::VmError),
     /// The agent refused or could not be reached; its message says what to do.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -143,6 +144,21 @@ impl IntoContents for ToolError {
     fn into_contents(self) -> Vec<ContentBlock> {
         tracing::debug!(error = %self.render(), "tool call failed");
         vec![ContentBlock::text(self.render())]
+    }
+}
+
+fn unit(field: &str) -> &'static str {
+    if field.ends_with("_ms") { "ms" } else { "s" }
+}
+
+fn range_hint(field: &str) -> &'static str {
+    match field {
+        "timeout_ms" => {
+            "; for longer work start a job with sandbox_exec_background and poll it with \
+             sandbox_job_status"
+        }
+        "wait_ms" => "; to wait longer, call sandbox_job_status again",
+        _ => "",
     }
 }
 
@@ -180,7 +196,7 @@ mod tests {
     fn messages_say_what_to_do_next() {
         let text = ToolError::ContentTooLarge { bytes: 9 * 1024 * 1024 }.render();
         assert!(text.starts_with("content is 9 MiB, over the 8 MiB inline write limit"), "{text}");
-        let text = ToolError::TimeoutOutOfRange { field: "timeout_ms", got: 700_000 }.render();
+        let text = ToolError::TimeoutOutOfRange { field: "timeout_ms", got: 700_000, max: 600_000 }.render();
         assert!(text.contains("between 1 and 600000 ms, not 700000"), "{text}");
     }
 }

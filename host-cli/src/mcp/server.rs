@@ -4,18 +4,25 @@
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{ServerHandler, ServiceExt, tool_handler};
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ContentBlock, Implementation, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool_handler};
 use sbx_proto::Address;
 
 use crate::client::Client;
 use crate::connect::DEFAULT_CONNECT_TIMEOUT;
 use crate::mcp::error::ToolError;
+use crate::mcp::shape::schema_signature;
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "Tools to work inside an sbx sandbox: a Linux microVM with its own \
-filesystem and processes. Run commands with sandbox_exec (or sandbox_exec_background for long \
-ones, then sandbox_job_status), and read and change files with the sandbox_files_* tools. Paths \
+filesystem and processes. Create one with sandbox_create (sandbox_list shows those that exist) and \
+pass its id as sandbox_id; a server started with --agent or --sandbox has a default and needs \
+none. Run commands with sandbox_exec (or sandbox_exec_background for long ones, then \
+sandbox_job_status), and read and change files with the sandbox_files_* tools. Paths \
 are absolute paths inside the sandbox. Output is capped; when a result says it was truncated, \
 narrow the command (grep, head, tail) or redirect output to a file and read a slice of it.";
 
@@ -32,24 +39,53 @@ pub enum ServeError {
     Session(#[source] tokio::task::JoinError),
 }
 
+/// What guest tools act on when a call names no sandbox.
+#[derive(Debug, Clone)]
+pub enum Pinned {
+    /// An agent address (`sbx mcp --agent ADDR`).
+    Agent(Address),
+    /// A sandbox by name or id (`sbx mcp --sandbox NAME`).
+    Sandbox(String),
+}
+
+impl std::fmt::Display for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pinned::Agent(addr) => write!(f, "the agent at {addr}"),
+            Pinned::Sandbox(name) => write!(f, "sandbox `{name}`"),
+        }
+    }
+}
+
 /// The `sbx mcp` server.
 #[derive(Clone)]
 pub struct SbxMcp {
-    agent: Option<Address>,
+    pinned: Option<Pinned>,
     connect_timeout: Duration,
     router: ToolRouter<SbxMcp>,
 }
 
 impl SbxMcp {
-    /// A server whose guest tools act on the agent at `agent` when a call names no
-    /// sandbox.
-    pub fn new(agent: Option<Address>) -> Self {
+    /// A server whose guest tools act on `pinned` when a call names no sandbox, waiting
+    /// at most `connect_timeout` for an agent to answer.
+    pub fn new(pinned: Option<Pinned>, connect_timeout: Duration) -> Self {
         let router = Self::exec_router()
             + Self::jobs_router()
             + Self::files_router()
             + Self::archive_router()
-            + Self::system_router();
-        SbxMcp { agent, connect_timeout: DEFAULT_CONNECT_TIMEOUT, router }
+            + Self::system_router()
+            + Self::sandboxes_router();
+        SbxMcp { pinned, connect_timeout, router }
+    }
+
+    /// A server pinned to the agent at `agent`, with the default connect timeout.
+    pub fn for_agent(agent: Address) -> Self {
+        Self::new(Some(Pinned::Agent(agent)), DEFAULT_CONNECT_TIMEOUT)
+    }
+
+    /// What guest tools act on when a call names no sandbox.
+    pub fn pinned(&self) -> Option<&Pinned> {
+        self.pinned.as_ref()
     }
 
     /// The names of every tool this server offers, sorted.
@@ -57,23 +93,73 @@ impl SbxMcp {
         self.router.list_all().into_iter().map(|tool| tool.name.into_owned()).collect()
     }
 
-    /// Connects to the agent a guest tool acts on.
-    pub(crate) async fn client(&self) -> Result<Client, ToolError> {
-        let addr = self.agent.as_ref().ok_or(ToolError::NoAgent)?;
-        Ok(Client::connect(addr, self.connect_timeout).await?)
+    /// The agent address a guest tool acts on: the sandbox the call names (resumed if
+    /// paused), else the pinned agent or sandbox.
+    pub(crate) async fn address(&self, sandbox_id: Option<&str>) -> Result<Address, ToolError> {
+        let sandbox = match (sandbox_id.filter(|id| !id.is_empty()), &self.pinned) {
+            (Some(id), _) => id,
+            (None, Some(Pinned::Sandbox(name))) => name.as_str(),
+            (None, Some(Pinned::Agent(addr))) => return Ok(addr.clone()),
+            (None, None) => return Err(ToolError::NoAgent),
+        };
+        Ok(crate::vm::resolve(sandbox).await?)
     }
 
-    /// The address shown in hints (`sbx --agent ADDR ...`).
-    pub(crate) fn agent_flag(&self) -> String {
-        match &self.agent {
-            Some(addr) => format!("--agent {addr}"),
-            None => "--agent ADDR".to_owned(),
+    /// Connects to the agent a guest tool acts on (see [`SbxMcp::address`]).
+    pub(crate) async fn client(&self, sandbox_id: Option<&str>) -> Result<Client, ToolError> {
+        let addr = self.address(sandbox_id).await?;
+        Ok(Client::connect(&addr, self.connect_timeout).await?)
+    }
+
+    /// How hints name the target on an `sbx` command line.
+    pub(crate) fn target_flag(&self, sandbox_id: Option<&str>) -> String {
+        match (sandbox_id.filter(|id| !id.is_empty()), &self.pinned) {
+            (Some(id), _) => format!("--sandbox {id}"),
+            (None, Some(Pinned::Sandbox(name))) => format!("--sandbox {name}"),
+            (None, Some(Pinned::Agent(addr))) => format!("--agent {addr}"),
+            (None, None) => "--agent ADDR".to_owned(),
         }
+    }
+}
+
+/// What rmcp puts before a serde message when a tool's arguments do not parse.
+const ARGUMENT_ERROR_PREFIX: &str = "failed to deserialize parameters: ";
+
+impl SbxMcp {
+    /// Rewrites rmcp's "failed to deserialize parameters" tool error into a message that
+    /// names the tool and lists the arguments it takes, so a model can fix its call.
+    fn explain_argument_error(&self, tool: &str, mut response: CallToolResponse) -> CallToolResponse {
+        let CallToolResponse::Complete(result) = &mut response else { return response };
+        if result.is_error != Some(true) {
+            return response;
+        }
+        let Some(detail) = result
+            .content
+            .first()
+            .and_then(|c| c.as_text())
+            .and_then(|t| t.text.strip_prefix(ARGUMENT_ERROR_PREFIX))
+        else {
+            return response;
+        };
+        let signature = self.router.get(tool).map(|t| schema_signature(&t.input_schema)).unwrap_or_default();
+        let text = format!("invalid arguments for {tool}: {detail}; {tool} takes {signature}");
+        result.content = vec![ContentBlock::text(text)];
+        response
     }
 }
 
 #[tool_handler(router = self.router)]
 impl ServerHandler for SbxMcp {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = request.name.clone();
+        let response = self.router.call(ToolCallContext::new(self, request, context)).await?;
+        Ok(self.explain_argument_error(&tool, response))
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("sbx", env!("CARGO_PKG_VERSION")))

@@ -106,6 +106,49 @@ pub fn rfc3339_ms(unix_ms: i64) -> String {
     humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 
+/// A one-line summary of a tool's arguments from its input schema, for the message a
+/// model reads when its arguments did not parse: `command (string, required), cwd (string)`.
+pub fn schema_signature(schema: &serde_json::Map<String, serde_json::Value>) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema.get("properties").and_then(|p| p.as_object()) else {
+        return "no arguments".to_owned();
+    };
+    if properties.is_empty() {
+        return "no arguments".to_owned();
+    }
+    let mut parts: Vec<String> = properties
+        .iter()
+        .map(|(name, prop)| {
+            let kind = json_type(prop);
+            if required.contains(&name.as_str()) {
+                format!("{name} ({kind}, required)")
+            } else {
+                format!("{name} ({kind})")
+            }
+        })
+        .collect();
+    // Required arguments first, each group in schema order.
+    parts.sort_by_key(|part| !part.ends_with(", required)"));
+    parts.join(", ")
+}
+
+fn json_type(prop: &serde_json::Value) -> String {
+    match prop.get("type") {
+        Some(serde_json::Value::String(kind)) => kind.clone(),
+        Some(serde_json::Value::Array(kinds)) => {
+            kinds.iter().filter_map(|k| k.as_str()).filter(|k| *k != "null").collect::<Vec<_>>().join(" or ")
+        }
+        _ => match prop.get("enum").or_else(|| prop.get("anyOf")) {
+            Some(_) => "one of the listed values".to_owned(),
+            None => "value".to_owned(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +189,25 @@ mod tests {
         let wrapped = format!("{}\n{}", &encoded[..4], &encoded[4..]);
         assert_eq!(from_base64(&wrapped).unwrap(), b"\x00\x01binary\xff");
         assert!(from_base64("not base64!").is_err());
+    }
+
+    #[test]
+    fn signatures_put_required_arguments_first() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "cwd": {"type": ["string", "null"]},
+                "command": {"type": "string"},
+                "timeout_ms": {"type": ["integer", "null"]}
+            },
+            "required": ["command"]
+        });
+        let signature = schema_signature(schema.as_object().unwrap());
+        assert_eq!(signature, "command (string, required), cwd (string), timeout_ms (integer)");
+        assert_eq!(
+            schema_signature(serde_json::json!({"type": "object"}).as_object().unwrap()),
+            "no arguments"
+        );
     }
 
     #[test]

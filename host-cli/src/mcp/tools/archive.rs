@@ -16,6 +16,10 @@ use crate::mcp::shape::to_base64;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownloadDirArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the directory inside the sandbox.
     pub path: String,
 }
@@ -49,12 +53,12 @@ pub struct DownloadDirOutput {
 }
 
 impl SbxMcp {
-    fn archive_too_large(&self, path: &str, agent: String) -> ToolError {
+    fn archive_too_large(&self, sandbox_id: Option<&str>, path: &str, agent: String) -> ToolError {
         let name = path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("root");
         ToolError::ArchiveTooLarge {
             path: path.to_owned(),
             agent,
-            command: format!("sbx {} download {path} {name}.zip", self.agent_flag()),
+            command: format!("sbx {} download {path} -o {name}.zip", self.target_flag(sandbox_id)),
         }
     }
 }
@@ -80,10 +84,10 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<DownloadDirArgs>,
     ) -> Result<Json<DownloadDirOutput>, ToolError> {
-        let client = self.client().await?;
+        let client = self.client(args.sandbox_id.as_deref()).await?;
         let too_large = |error: ClientError| match error {
             ClientError::Agent { code: Code::ResourceExhausted, message } => {
-                self.archive_too_large(&args.path, message)
+                self.archive_too_large(args.sandbox_id.as_deref(), &args.path, message)
             }
             other => other.into(),
         };
@@ -95,7 +99,7 @@ impl SbxMcp {
                 ArchivePart::Data(bytes) => {
                     if (zip.len() + bytes.len()) as u64 > MAX_INLINE_ZIP {
                         let agent = format!("more than {}", human_bytes(MAX_INLINE_ZIP));
-                        return Err(self.archive_too_large(&args.path, agent));
+                        return Err(self.archive_too_large(args.sandbox_id.as_deref(), &args.path, agent));
                     }
                     zip.extend_from_slice(&bytes);
                 }

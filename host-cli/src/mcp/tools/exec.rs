@@ -21,6 +21,10 @@ use crate::mcp::shape::{lossy_note, lossy_text};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Shell command line, run as `/bin/sh -c COMMAND` inside the sandbox; pipes,
     /// redirects and `&&` work.
     pub command: String,
@@ -92,7 +96,9 @@ pub(crate) fn checked_timeout(timeout_ms: Option<u64>) -> Result<u32, ToolError>
     match timeout_ms {
         None => Ok(DEFAULT_TIMEOUT_MS),
         Some(ms) if (1..=u64::from(MAX_TIMEOUT_MS)).contains(&ms) => Ok(ms as u32),
-        Some(got) => Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got }),
+        Some(got) => {
+            Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: u64::from(MAX_TIMEOUT_MS) })
+        }
     }
 }
 
@@ -165,8 +171,9 @@ impl SbxMcp {
         Parameters(args): Parameters<ExecArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<ExecOutput>, ToolError> {
+        let sandbox_id = args.sandbox_id.clone();
         let (spec, timeout) = args.spec()?;
-        let client = self.client().await?;
+        let client = self.client(sandbox_id.as_deref()).await?;
         let result = run_with_progress(&context, Some(timeout), "running", client.exec(&spec)).await??;
         Ok(Json(result.into()))
     }

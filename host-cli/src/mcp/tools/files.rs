@@ -30,6 +30,10 @@ pub enum Encoding {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the file inside the sandbox.
     pub path: String,
     /// First byte to read. Default: 0.
@@ -68,6 +72,10 @@ pub struct ReadOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the file inside the sandbox; missing parent directories are
     /// created.
     pub path: String,
@@ -100,6 +108,10 @@ pub struct WriteOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the directory inside the sandbox.
     pub path: String,
     /// List subdirectories' contents too. Default: false, or true when max_depth is given.
@@ -149,6 +161,10 @@ pub struct ListOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the file or directory inside the sandbox.
     pub path: String,
     /// Required to remove a directory and everything in it. Default: false.
@@ -160,6 +176,10 @@ pub struct RemoveArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path to move.
     pub from: String,
     /// Absolute path to move it to.
@@ -173,6 +193,10 @@ pub struct MoveArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Absolute path of the directory; missing parents are created, and an existing
     /// directory is fine.
     pub path: String,
@@ -265,7 +289,7 @@ impl SbxMcp {
         }
         let offset = args.offset.unwrap_or(0);
         let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
-        let client = self.client().await?;
+        let client = self.client(args.sandbox_id.as_deref()).await?;
         let mut read = client.read_file(&args.path, opts).await.map_err(|e| read_error(&args.path, e))?;
         let mut data = Vec::new();
         while let Some(chunk) = read.chunks.next().await {
@@ -327,7 +351,11 @@ impl SbxMcp {
         }
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
         let opts = WriteOpts { mode, append: args.append.unwrap_or(false), no_create_parents: false };
-        let written = self.client().await?.write_bytes(&args.path, opts, Bytes::from(data)).await?;
+        let written = self
+            .client(args.sandbox_id.as_deref())
+            .await?
+            .write_bytes(&args.path, opts, Bytes::from(data))
+            .await?;
         Ok(Json(WriteOutput {
             path: args.path,
             bytes_written: written.bytes_written,
@@ -359,7 +387,7 @@ impl SbxMcp {
             max_depth: args.max_depth.filter(|&depth| depth > 0),
             max_entries: Some(MAX_LIST_ENTRIES),
         };
-        let listing = self.client().await?.list(&args.path, opts).await?;
+        let listing = self.client(args.sandbox_id.as_deref()).await?.list(&args.path, opts).await?;
         let notes = if listing.truncated {
             vec![format!(
                 "the listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory, pass a \
@@ -393,7 +421,10 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<RemoveArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
-        self.client().await?.remove(&args.path, args.recursive.unwrap_or(false)).await?;
+        self.client(args.sandbox_id.as_deref())
+            .await?
+            .remove(&args.path, args.recursive.unwrap_or(false))
+            .await?;
         Ok(Json(PathOutput { path: args.path }))
     }
 
@@ -414,7 +445,10 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<MoveArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
-        self.client().await?.mv(&args.from, &args.to, args.overwrite.unwrap_or(false)).await?;
+        self.client(args.sandbox_id.as_deref())
+            .await?
+            .mv(&args.from, &args.to, args.overwrite.unwrap_or(false))
+            .await?;
         Ok(Json(PathOutput { path: args.to }))
     }
 
@@ -436,7 +470,7 @@ impl SbxMcp {
         Parameters(args): Parameters<MkdirArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
-        self.client().await?.mkdir(&args.path, true, mode).await?;
+        self.client(args.sandbox_id.as_deref()).await?.mkdir(&args.path, true, mode).await?;
         Ok(Json(PathOutput { path: args.path }))
     }
 }

@@ -21,6 +21,10 @@ use crate::mcp::shape::{lossy_note, lossy_text, parse_signal, rfc3339_ms};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackgroundArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Shell command line, run as `/bin/sh -c COMMAND` inside the sandbox.
     pub command: String,
     /// Working directory, an absolute path. Default: `/`.
@@ -40,6 +44,10 @@ pub struct BackgroundArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// The job_id sandbox_exec_background returned.
     pub job_id: String,
     /// Wait up to this many milliseconds for the job to exit before answering (at most
@@ -53,12 +61,26 @@ pub struct StatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// The job_id sandbox_exec_background returned.
     pub job_id: String,
     /// Signal to send to the job's whole process group: a name ("TERM", "INT", "KILL",
     /// "HUP") or a number. Default: "KILL".
     #[serde(default)]
     pub signal: Option<String>,
+}
+
+/// Arguments of `sandbox_job_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobListArgs {
+    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
+    /// agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
 }
 
 /// A background job as a model sees it.
@@ -189,9 +211,11 @@ impl SbxMcp {
         spec.timeout = match args.timeout_ms {
             None => None,
             Some(ms @ 1..=0xffff_ffff) => Some(Duration::from_millis(ms)),
-            Some(got) => return Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got }),
+            Some(got) => {
+                return Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: 0xffff_ffff });
+            }
         };
-        let job = self.client().await?.start_job(&spec).await?;
+        let job = self.client(args.sandbox_id.as_deref()).await?.start_job(&spec).await?;
         Ok(Json(job.into()))
     }
 
@@ -217,9 +241,15 @@ impl SbxMcp {
         let wait = match args.wait_ms {
             None => None,
             Some(ms) if (1..=u64::from(MAX_TIMEOUT_MS)).contains(&ms) => Some(Duration::from_millis(ms)),
-            Some(got) => return Err(ToolError::TimeoutOutOfRange { field: "wait_ms", got }),
+            Some(got) => {
+                return Err(ToolError::TimeoutOutOfRange {
+                    field: "wait_ms",
+                    got,
+                    max: u64::from(MAX_TIMEOUT_MS),
+                });
+            }
         };
-        let client = self.client().await?;
+        let client = self.client(args.sandbox_id.as_deref()).await?;
         let job = match wait {
             None => client.job(&args.job_id).await?,
             Some(wait) => {
@@ -252,7 +282,7 @@ impl SbxMcp {
             None | Some("") => libc::SIGKILL,
             Some(name) => parse_signal(name)?,
         };
-        let job = self.client().await?.signal_job(&args.job_id, signal).await?;
+        let job = self.client(args.sandbox_id.as_deref()).await?.signal_job(&args.job_id, signal).await?;
         Ok(Json(job.into()))
     }
 
@@ -269,8 +299,11 @@ impl SbxMcp {
             open_world_hint = false
         )
     )]
-    async fn sandbox_job_list(&self) -> Result<Json<JobList>, ToolError> {
-        let jobs = self.client().await?.jobs().await?;
+    async fn sandbox_job_list(
+        &self,
+        Parameters(args): Parameters<JobListArgs>,
+    ) -> Result<Json<JobList>, ToolError> {
+        let jobs = self.client(args.sandbox_id.as_deref()).await?.jobs().await?;
         Ok(Json(JobList { jobs: jobs.into_iter().map(JobView::from).collect() }))
     }
 }

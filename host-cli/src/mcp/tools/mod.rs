@@ -9,9 +9,12 @@
 //!   `_mkdir`.
 //! - [`archive`] holds `sandbox_files_download_dir`.
 //! - [`system`] holds `sandbox_info`.
+//! - [`sandboxes`] holds `sandbox_create`, `sandbox_list`, `sandbox_pause`,
+//!   `sandbox_resume` and `sandbox_kill`.
 
 pub mod archive;
 pub mod exec;
 pub mod files;
 pub mod jobs;
+pub mod sandboxes;
 pub mod system;

@@ -1,19 +1,29 @@
-//! `sandbox_info`: the agent and the machine it runs on.
+//! `sandbox_info`: a sandbox (when the call acts on one) and what its agent reports.
 
+use rmcp::handler::server::wrapper::Parameters;
 use rmcp::{Json, tool, tool_router};
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::client::AgentInfo;
 use crate::mcp::error::ToolError;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::{Pinned, SbxMcp};
 use crate::mcp::shape::rfc3339_ms;
+use crate::mcp::tools::sandboxes::SandboxView;
 
-/// Result of `sandbox_info`.
+/// Arguments of `sandbox_info`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InfoArgs {
+    /// Sandbox to describe, by id or name (sandbox_list shows them). Default: the sandbox
+    /// or agent this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+}
+
+/// What the agent reports about itself and its machine.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct InfoOutput {
-    /// The address of the agent answering.
-    pub agent: String,
+pub struct AgentView {
     /// sbx-agent's version.
     pub agent_version: String,
     /// The sandbox's hostname.
@@ -32,16 +42,30 @@ pub struct InfoOutput {
     pub disk_free_bytes: u64,
     /// Milliseconds since the agent started.
     pub uptime_ms: u64,
-    /// True when the agent is the sandbox's init (a microVM); false on a plain host.
+    /// True when the agent is the machine's init (inside a microVM).
     pub pid1: bool,
-    /// The sandbox's wall clock (RFC 3339, UTC).
+    /// The machine's wall clock (RFC 3339, UTC).
     pub time: String,
 }
 
-impl InfoOutput {
-    fn new(agent: String, info: AgentInfo) -> Self {
-        InfoOutput {
-            agent,
+/// Result of `sandbox_info`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct InfoOutput {
+    /// The agent's address.
+    pub address: String,
+    /// The sandbox, when the call acted on one (not on a bare agent address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxView>,
+    /// What the agent reports; null when the sandbox is not running.
+    pub agent: Option<AgentView>,
+    /// Why agent is null, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_error: Option<String>,
+}
+
+impl From<AgentInfo> for AgentView {
+    fn from(info: AgentInfo) -> Self {
+        AgentView {
             agent_version: info.agent_version,
             hostname: info.hostname,
             kernel: info.kernel,
@@ -59,22 +83,45 @@ impl InfoOutput {
 
 #[tool_router(router = system_router, vis = "pub(crate)")]
 impl SbxMcp {
-    /// The agent's version and the sandbox's resources.
+    /// Describes a sandbox and its agent.
     #[tool(
         name = "sandbox_info",
-        description = "Describe the sandbox: agent version, hostname, kernel, CPUs, memory and \
-            disk (total and free), uptime and clock. Cheap; use it to check the sandbox answers.",
+        description = "Describe a sandbox: its state, template, CPUs and memory (for sandboxes \
+            made with sandbox_create), and what its agent reports: version, hostname, kernel, \
+            memory and disk (total and free), uptime and clock. Cheap and read-only; a paused \
+            sandbox is not resumed for it.",
         annotations(
-            title = "Describe the sandbox",
+            title = "Describe a sandbox",
             read_only_hint = true,
             destructive_hint = false,
             idempotent_hint = true,
             open_world_hint = false
         )
     )]
-    async fn sandbox_info(&self) -> Result<Json<InfoOutput>, ToolError> {
-        let client = self.client().await?;
-        let info = client.info().await?;
-        Ok(Json(InfoOutput::new(client.address().to_string(), info)))
+    async fn sandbox_info(
+        &self,
+        Parameters(args): Parameters<InfoArgs>,
+    ) -> Result<Json<InfoOutput>, ToolError> {
+        let sandbox = match (args.sandbox_id.filter(|id| !id.is_empty()), self.pinned()) {
+            (Some(id), _) => id,
+            (None, Some(Pinned::Sandbox(name))) => name.clone(),
+            (None, _) => {
+                let client = self.client(None).await?;
+                let info = client.info().await?;
+                return Ok(Json(InfoOutput {
+                    address: client.address().to_string(),
+                    sandbox: None,
+                    agent: Some(info.into()),
+                    agent_error: None,
+                }));
+            }
+        };
+        let inspection = crate::vm::inspect(&sandbox).await?;
+        Ok(Json(InfoOutput {
+            address: inspection.sandbox.address.clone(),
+            sandbox: Some(inspection.sandbox.into()),
+            agent: inspection.agent.map(Into::into),
+            agent_error: inspection.agent_error,
+        }))
     }
 }

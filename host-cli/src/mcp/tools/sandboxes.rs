@@ -1,0 +1,256 @@
+//! Sandbox lifecycle: `sandbox_create`, `sandbox_list`, `sandbox_pause`,
+//! `sandbox_resume` and `sandbox_kill`, each one call into [`crate::vm`].
+
+use std::time::Duration;
+
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::service::RequestContext;
+use rmcp::{Json, RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::mcp::error::ToolError;
+use crate::mcp::progress::run_with_progress;
+use crate::mcp::server::SbxMcp;
+use crate::mcp::shape::rfc3339_ms;
+use crate::vm::{self, CreateOptions, RemoveOptions, SandboxInfo};
+
+/// Arguments of `sandbox_create`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateArgs {
+    /// A unique name for the sandbox. Default: a generated one.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Template (base image) to boot. Default: the default template.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Guest memory in MiB (128 to 262144). Default: 512.
+    #[serde(default)]
+    #[schemars(range(min = 128, max = 262_144))]
+    pub memory_mib: Option<u32>,
+    /// Guest vCPUs (1 to 64). Default: 1.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 64))]
+    pub cpus: Option<u32>,
+    /// Seconds to wait for the sandbox to boot (1 to 600). Default: 120.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 600))]
+    pub boot_timeout_s: Option<u64>,
+}
+
+/// Arguments of the tools that act on one named sandbox.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxRef {
+    /// The sandbox, by id or name (sandbox_list shows them).
+    pub sandbox_id: String,
+}
+
+/// Arguments of `sandbox_list`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSandboxesArgs {}
+
+/// A sandbox as a model sees it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SandboxView {
+    /// Short id; pass it (or the name) as sandbox_id.
+    pub id: String,
+    /// Unique name.
+    pub name: String,
+    /// "starting", "running", "paused" or "dead".
+    pub state: String,
+    /// Template it booted from.
+    pub template: String,
+    /// Guest memory in MiB.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// "kvm" (hardware) or "tcg" (software emulation, slower).
+    pub accel: String,
+    /// When it was created (RFC 3339, UTC).
+    pub created_at: String,
+    /// The agent's address, for `sbx --agent`.
+    pub address: String,
+    /// The agent version it announced at boot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+}
+
+/// Result of `sandbox_list`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SandboxList {
+    /// Every sandbox, oldest first.
+    pub sandboxes: Vec<SandboxView>,
+}
+
+/// Result of `sandbox_resume`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ResumeOutput {
+    /// The sandbox, now running.
+    pub sandbox: SandboxView,
+    /// How far the guest clock was moved to catch up with the host, in milliseconds.
+    pub clock_adjusted_ms: i64,
+}
+
+/// Result of `sandbox_kill`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct KillOutput {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The state it was in.
+    pub was: String,
+}
+
+impl From<SandboxInfo> for SandboxView {
+    fn from(info: SandboxInfo) -> Self {
+        SandboxView {
+            id: info.id,
+            name: info.name,
+            state: info.state.as_str().to_owned(),
+            template: info.template,
+            memory_mib: info.memory_mib,
+            cpus: info.cpus,
+            accel: info.accel,
+            created_at: rfc3339_ms(info.created_unix_ms),
+            address: info.address,
+            agent_version: info.agent_version,
+        }
+    }
+}
+
+impl CreateArgs {
+    fn options(self) -> CreateOptions {
+        let defaults = CreateOptions::default();
+        CreateOptions {
+            template: self.template.filter(|t| !t.is_empty()).unwrap_or(defaults.template),
+            name: self.name.filter(|n| !n.is_empty()),
+            memory_mib: self.memory_mib.unwrap_or(defaults.memory_mib),
+            cpus: self.cpus.unwrap_or(defaults.cpus),
+            timeout: self.boot_timeout_s.map_or(defaults.timeout, Duration::from_secs),
+        }
+    }
+}
+
+#[tool_router(router = sandboxes_router, vis = "pub(crate)")]
+impl SbxMcp {
+    /// Boots a new sandbox.
+    #[tool(
+        name = "sandbox_create",
+        description = "Create and boot a new sandbox (a Linux microVM) and return its id once its \
+            agent answers. Pass that id as sandbox_id to the other tools. Booting takes seconds \
+            with KVM and up to a minute or two under software emulation; progress is sent \
+            meanwhile. Remove it with sandbox_kill when done.",
+        annotations(
+            title = "Create a sandbox",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_create(
+        &self,
+        Parameters(args): Parameters<CreateArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<Json<SandboxView>, ToolError> {
+        if let Some(got) = args.boot_timeout_s.filter(|s| !(1..=600).contains(s)) {
+            return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
+        }
+        let opts = args.options();
+        let info = run_with_progress(&context, Some(opts.timeout), "booting", vm::create(&opts)).await??;
+        Ok(Json(info.into()))
+    }
+
+    /// Lists the sandboxes.
+    #[tool(
+        name = "sandbox_list",
+        description = "List the sandboxes on this machine, oldest first, with id, name, state \
+            (running, paused, starting, dead), template, CPUs and memory.",
+        annotations(
+            title = "List sandboxes",
+            read_only_hint = true,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_list(
+        &self,
+        Parameters(_args): Parameters<ListSandboxesArgs>,
+    ) -> Result<Json<SandboxList>, ToolError> {
+        let sandboxes = vm::list()?;
+        Ok(Json(SandboxList { sandboxes: sandboxes.into_iter().map(SandboxView::from).collect() }))
+    }
+
+    /// Pauses a sandbox.
+    #[tool(
+        name = "sandbox_pause",
+        description = "Pause a sandbox: its CPUs stop, its memory, files and processes are kept. \
+            Guest tools resume it automatically; so does sandbox_resume.",
+        annotations(
+            title = "Pause a sandbox",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_pause(
+        &self,
+        Parameters(args): Parameters<SandboxRef>,
+    ) -> Result<Json<SandboxView>, ToolError> {
+        Ok(Json(vm::pause(&args.sandbox_id).await?.into()))
+    }
+
+    /// Resumes a sandbox.
+    #[tool(
+        name = "sandbox_resume",
+        description = "Resume a paused sandbox and set its clock to the host's. Rarely needed: \
+            guest tools resume a paused sandbox by themselves.",
+        annotations(
+            title = "Resume a sandbox",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_resume(
+        &self,
+        Parameters(args): Parameters<SandboxRef>,
+    ) -> Result<Json<ResumeOutput>, ToolError> {
+        let resumed = vm::resume(&args.sandbox_id).await?;
+        Ok(Json(ResumeOutput {
+            sandbox: resumed.sandbox.into(),
+            clock_adjusted_ms: resumed.clock_adjusted_ms,
+        }))
+    }
+
+    /// Destroys a sandbox.
+    #[tool(
+        name = "sandbox_kill",
+        description = "Permanently delete a sandbox: its VM is stopped and its disk, files and \
+            processes are gone. This cannot be undone.",
+        annotations(
+            title = "Delete a sandbox",
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn sandbox_kill(
+        &self,
+        Parameters(args): Parameters<SandboxRef>,
+    ) -> Result<Json<KillOutput>, ToolError> {
+        let removed = vm::remove(std::slice::from_ref(&args.sandbox_id), RemoveOptions::default()).await?;
+        let Some(gone) = removed.into_iter().next() else {
+            return Err(ToolError::Sandbox(vm::state::StateError::NotFound(args.sandbox_id).into()));
+        };
+        Ok(Json(KillOutput { id: gone.id, name: gone.name, was: gone.was.as_str().to_owned() }))
+    }
+}

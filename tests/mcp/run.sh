@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the MCP test suite: `sbx mcp` driven by the official MCP Python SDK (stdio
+# client) against a real sbx-agent. Creates the virtual environment at .venv when it
+# is missing or its requirements changed, builds the binaries, then runs pytest.
+# Extra arguments go to pytest (e.g. `tests/mcp/run.sh -k exec`).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+venv="$repo/.venv"
+requirements="$repo/tests/mcp/requirements.txt"
+stamp="$venv/.sbx-mcp-requirements"
+
+if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+fi
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+    cp "$requirements" "$stamp"
+fi
+
+if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
+    (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent)
+fi
+
+cd "$repo/tests/mcp"
+exec "$venv/bin/python" -m pytest -p no:cacheprovider --timeout=300 "$@"

@@ -1,0 +1,74 @@
+"""tools/list: every tool, its description, input and output schemas, and annotations
+that tell the truth about what it does."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import Agent, agent_session
+
+pytestmark = pytest.mark.anyio
+
+# name: (readOnly, destructive, idempotent, openWorld, required input fields)
+EXPECTED = {
+    "sandbox_exec": (False, True, False, True, {"command"}),
+    "sandbox_exec_background": (False, True, False, True, {"command"}),
+    "sandbox_job_status": (True, False, True, False, {"job_id"}),
+    "sandbox_job_kill": (False, True, True, False, {"job_id"}),
+    "sandbox_job_list": (True, False, True, False, set()),
+    "sandbox_files_read": (True, False, True, False, {"path"}),
+    "sandbox_files_write": (False, True, False, False, {"path", "content"}),
+    "sandbox_files_list": (True, False, True, False, {"path"}),
+    "sandbox_files_remove": (False, True, True, False, {"path"}),
+    "sandbox_files_move": (False, True, False, False, {"from", "to"}),
+    "sandbox_files_mkdir": (False, False, True, False, {"path"}),
+    "sandbox_files_download_dir": (True, False, True, False, {"path"}),
+    "sandbox_info": (True, False, True, False, set()),
+    "sandbox_create": (False, False, False, False, set()),
+    "sandbox_list": (True, False, True, False, set()),
+    "sandbox_pause": (False, False, True, False, {"sandbox_id"}),
+    "sandbox_resume": (False, False, True, False, {"sandbox_id"}),
+    "sandbox_kill": (False, True, True, False, {"sandbox_id"}),
+}
+LIFECYCLE = {"sandbox_create", "sandbox_list", "sandbox_pause", "sandbox_resume", "sandbox_kill"}
+
+
+async def test_every_tool_is_listed_with_schemas_and_true_annotations(agent: Agent) -> None:
+    async with agent_session(agent) as session:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    assert set(listed) == set(EXPECTED), f"tools/list differs: {sorted(set(listed) ^ set(EXPECTED))}"
+    for name, (read_only, destructive, idempotent, open_world, required) in EXPECTED.items():
+        tool = listed[name]
+        assert tool.description and len(tool.description) > 60, f"{name}: description too thin for a model"
+        assert tool.input_schema["type"] == "object", name
+        assert set(tool.input_schema.get("required", [])) == required, name
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object", name
+        assert tool.output_schema.get("properties"), name
+        if name not in LIFECYCLE:
+            # Guest tools are stateless: every call may name its sandbox.
+            assert "sandbox_id" in tool.input_schema["properties"], f"{name} takes no sandbox_id"
+        hints = tool.annotations
+        assert hints is not None, name
+        assert hints.title, name
+        assert hints.read_only_hint is read_only, f"{name}: readOnlyHint"
+        assert hints.destructive_hint is destructive, f"{name}: destructiveHint"
+        assert hints.idempotent_hint is idempotent, f"{name}: idempotentHint"
+        assert hints.open_world_hint is open_world, f"{name}: openWorldHint"
+
+
+async def test_input_schemas_describe_each_argument(agent: Agent) -> None:
+    async with agent_session(agent) as session:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    exec_schema = listed["sandbox_exec"].input_schema
+    props = exec_schema["properties"]
+    assert set(props) == {"command", "cwd", "env", "stdin", "timeout_ms", "sandbox_id"}
+    for name, prop in props.items():
+        assert prop.get("description"), f"sandbox_exec.{name} has no description"
+    assert props["timeout_ms"]["maximum"] == 600000
+    assert exec_schema.get("additionalProperties") is False, "unknown arguments should be refused"
+    write = listed["sandbox_files_write"].input_schema
+    encoding = str(write["properties"]["encoding"]) + str(write.get("$defs", {}))
+    assert "utf8" in encoding and "base64" in encoding
+    out = listed["sandbox_exec"].output_schema["properties"]
+    for field in ("exit_code", "stdout", "stderr", "stdout_truncated", "stdout_bytes", "timed_out", "duration_ms"):
+        assert field in out, f"sandbox_exec output lacks {field}"
