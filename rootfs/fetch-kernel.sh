@@ -4,7 +4,8 @@
 # entry, 8-10 s faster than the xz bzImage under software emulation) and copies the
 # modules the images load.
 #
-# Writes $DATA/kernel/<version>/{vmlinux,modules/*.ko} and $DATA/kernel/current.
+# Writes $DATA/kernel/<version>/{vmlinux,modules/*.ko,initrd.cpio} and
+# $DATA/kernel/current; initrd.cpio is the shared initramfs of disk templates.
 # Idempotent: an existing <version> is kept unless --force is given.
 #
 # Usage: rootfs/fetch-kernel.sh [--force] [--package linux-image-6.1.0-N-amd64]
@@ -17,12 +18,12 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --force) force=1 ;;
         --package) package="$2"; shift ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) die "unknown argument \`$1\`; see --help" ;;
     esac
     shift
 done
-need apt-get apt-cache dpkg xz od dd
+need apt-get apt-cache dpkg xz od dd busybox cpio
 
 if [ -z "$package" ]; then
     package="$(apt-cache depends linux-image-amd64 2>/dev/null \
@@ -74,4 +75,7 @@ else
     mv "$work/out" "$dest"
 fi
 ln -sfn "$version" "$data/kernel/current"
-log "kernel ready: $data/kernel/current -> $version"
+# The shared initramfs of disk templates (no agent inside; it switch_roots to the
+# disk's). Rebuilt every time: it is cheap and follows initramfs-init.sh.
+build_initramfs "$dest/initrd.cpio" none
+log "kernel ready: $data/kernel/current -> $version (with the shared initrd.cpio)"

@@ -56,7 +56,9 @@ done
 mkdir -p /newroot
 busybox mount -t "$rootfstype" ${rootflags:+-o "$rootflags"} "$root" /newroot \
     || fail "cannot mount $root ($rootfstype) on /newroot"
-[ -x "/newroot$init" ] || fail "$init is not an executable in $root"
+# An absolute symlink (/sbin/init -> /lib/systemd/systemd) resolves only after the
+# switch, so a link is accepted as it is.
+[ -x "/newroot$init" ] || [ -L "/newroot$init" ] || fail "$init is not an executable in $root"
 for d in dev proc; do
     if [ -d "/newroot/$d" ]; then
         busybox mount --move "/$d" "/newroot/$d" || fail "cannot move /$d into the new root"

@@ -131,6 +131,9 @@ pub enum Command {
     /// The sandbox lifecycle: create, inspect, pause, resume, kill.
     #[command(flatten)]
     Sandbox(crate::cmd::sandbox::SandboxCommand),
+    /// Templates: bake the agent into your own root filesystem, list, remove.
+    #[command(subcommand)]
+    Template(crate::cmd::template::TemplateCommand),
 }
 
 /// How a command runs (shared by exec and run).

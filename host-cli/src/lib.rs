@@ -7,6 +7,7 @@
 //! - [`vm`]: sandboxes: booting microVMs (QEMU + vhost-device-vsock), listing, pausing,
 //!   resuming and removing them.
 //! - [`target`]: which agent a command talks to (`--agent`, `--sandbox`, `NAME:/path`).
+//! - [`template`]: `sbx template build|ls|rm`: baking the agent into your own image.
 //! - [`archive`]: host-side zips for `sbx cp` of directories (pack; safe unpack).
 //! - [`cli`]: the clap types of the command line; [`cmd`]: one module per subcommand
 //!   group; [`output`]: stdout/stderr/JSON/progress; [`app`]: `main`, exit codes, errors.
@@ -20,4 +21,5 @@ pub mod connect;
 pub mod mcp;
 pub mod output;
 pub mod target;
+pub mod template;
 pub mod vm;

@@ -16,6 +16,7 @@ mod jobs;
 mod mcp;
 pub mod sandbox;
 mod system;
+pub mod template;
 
 use anyhow::Result;
 
@@ -71,5 +72,6 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Completions(args) => system::completions(&ctx, args),
         Command::Mcp => mcp::mcp(&ctx).await,
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
+        Command::Template(cmd) => template::run(&ctx, cmd).await,
     }
 }

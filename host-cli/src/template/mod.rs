@@ -1,0 +1,196 @@
+//! Templates on disk: baking the agent into a user's root filesystem (`sbx template
+//! build`), listing (`ls`) and removing (`rm`) them.
+//!
+//! A template is a self-contained directory `<data>/templates/<name>/` holding
+//! `template.json` ([`crate::vm::template::TemplateFile`]), a `vmlinux`, an initramfs and
+//! usually a `rootfs.ext4`. The kernel and the shared initramfs of disk templates come
+//! from `<data>/kernel/current/` (made by `rootfs/fetch-kernel.sh`); the agent binary from
+//! [`agent_binary`].
+//!
+//! - [`bake`]: staging, copying or unpacking the user's tree, adding the agent (as PID 1
+//!   or as a systemd unit), `mkfs.ext4 -d`, and the atomic move into place.
+
+pub mod bake;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::vm::dirs;
+use crate::vm::template::{InitKind, TemplateFile, is_plain_name};
+
+pub use bake::{BuildOptions, Source, build};
+
+/// Why a template operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateStoreError {
+    /// Not a plain name.
+    #[error("`{0}` is not a template name; use letters, digits, `-`, `_` and `.` (at most 64)")]
+    BadName(String),
+    /// The data directory is unknown.
+    #[error(transparent)]
+    Dirs(#[from] dirs::DirsError),
+    /// `rm` of a template that is not there.
+    #[error("template `{name}` does not exist{}", list_hint(available))]
+    NotFound {
+        /// The name asked for.
+        name: String,
+        /// Installed templates.
+        available: Vec<String>,
+    },
+    /// Removing the directory failed.
+    #[error("could not remove {}; check its permissions", path.display())]
+    Remove {
+        /// The template directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Listing the templates failed.
+    #[error("could not list {}; check its permissions", path.display())]
+    List {
+        /// The templates directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn list_hint(available: &[String]) -> String {
+    if available.is_empty() {
+        "; no templates are installed (build `minimal` with rootfs/setup.sh)".into()
+    } else {
+        format!("; installed: {}", available.join(", "))
+    }
+}
+
+/// One installed template, as `sbx template ls` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateSummary {
+    /// The name.
+    pub name: String,
+    /// Its directory.
+    pub path: PathBuf,
+    /// What runs as PID 1, or `None` when `template.json` is unreadable.
+    pub init: Option<InitKind>,
+    /// Whether it boots from an ext4 disk (else from its initramfs alone).
+    pub disk: bool,
+    /// The baked agent's version.
+    pub agent_version: String,
+    /// Bytes the template's files occupy on disk.
+    pub disk_usage_bytes: u64,
+    /// When it was built (Unix seconds).
+    pub created_unix: u64,
+    /// Why `template.json` could not be read, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// Checks that `name` can be a template directory name.
+pub fn check_name(name: &str) -> Result<(), TemplateStoreError> {
+    if is_plain_name(name) && !name.starts_with('.') {
+        Ok(())
+    } else {
+        Err(TemplateStoreError::BadName(name.into()))
+    }
+}
+
+/// Every installed template, sorted by name.
+pub fn list() -> Result<Vec<TemplateSummary>, TemplateStoreError> {
+    let root = dirs::templates_dir()?;
+    let entries = match std::fs::read_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(TemplateStoreError::List { path: root, source }),
+    };
+    let mut out: Vec<TemplateSummary> = entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| e.path().join("template.json").is_file())
+        .map(|e| summarize(&e.path()))
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+fn summarize(dir: &Path) -> TemplateSummary {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let parsed = std::fs::read_to_string(dir.join("template.json"))
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str::<TemplateFile>(&t).map_err(|e| e.to_string()));
+    let usage = disk_usage(dir);
+    match parsed {
+        Ok(f) => TemplateSummary {
+            name,
+            path: dir.to_owned(),
+            init: Some(f.init),
+            disk: f.rootfs.is_some(),
+            agent_version: f.agent_version,
+            disk_usage_bytes: usage,
+            created_unix: f.created_unix,
+            problem: None,
+        },
+        Err(e) => TemplateSummary {
+            name,
+            path: dir.to_owned(),
+            init: None,
+            disk: false,
+            agent_version: String::new(),
+            disk_usage_bytes: usage,
+            created_unix: 0,
+            problem: Some(format!("template.json is unreadable ({e}); rebuild or remove it")),
+        },
+    }
+}
+
+/// Allocated bytes of the files directly in `dir` (images are sparse, so not their length).
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// Removes template `name` and everything in its directory. Running sandboxes keep
+/// working: their QEMU holds the files open.
+pub fn remove(name: &str) -> Result<PathBuf, TemplateStoreError> {
+    check_name(name)?;
+    let root = dirs::templates_dir()?;
+    let dir = root.join(name);
+    if !dir.join("template.json").is_file() {
+        let available = list()?.into_iter().map(|t| t.name).collect();
+        return Err(TemplateStoreError::NotFound { name: name.into(), available });
+    }
+    std::fs::remove_dir_all(&dir)
+        .map_err(|source| TemplateStoreError::Remove { path: dir.clone(), source })?;
+    Ok(dir)
+}
+
+/// Where the static agent to bake is: `$SBX_AGENT_BIN`, else the workspace's musl build
+/// next to the running `sbx` (`target/x86_64-unknown-linux-musl/release/sbx-agent`), else
+/// `<data>/bin/sbx-agent` (where `rootfs/setup.sh` puts it). The candidates looked at
+/// are returned when none exists.
+pub fn agent_binary() -> Result<PathBuf, Vec<PathBuf>> {
+    if let Some(p) = std::env::var_os("SBX_AGENT_BIN").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(vec![p]) };
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/sbx -> target/x86_64-unknown-linux-musl/release/sbx-agent
+        if let Some(target) = exe.parent().and_then(Path::parent) {
+            candidates.push(target.join("x86_64-unknown-linux-musl/release/sbx-agent"));
+        }
+    }
+    if let Ok(data) = dirs::data_dir() {
+        candidates.push(data.join("bin/sbx-agent"));
+    }
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or(candidates)
+}
