@@ -51,6 +51,19 @@ async def test_each_handshake_version_is_echoed_and_serves_tools(agent: Agent, v
             assert info["agent"]["agent_version"]
 
 
+async def test_the_stateless_2026_revision_is_served_over_discover(agent: Agent) -> None:
+    async with stdio_client(server_params("--agent", agent.address)) as (read, write):
+        async with ClientSession(read, write) as session:
+            discovered = await session.discover()
+            assert "2024-11-05" in discovered.supported_versions
+            assert "2026-07-28" in discovered.supported_versions
+            assert session.protocol_version == "2026-07-28"
+            tools = await session.list_tools()
+            assert any(tool.name == "sandbox_files_read" for tool in tools.tools)
+            info = await call_ok(session, "sandbox_info")
+            assert info["agent"]["agent_version"]
+
+
 def raw_exchange(agent: Agent, lines: list[str]) -> tuple[list[dict], str]:
     """Writes raw lines to `sbx mcp`, closes stdin, returns every stdout line parsed as
     JSON (the test fails if one is not) and stderr."""

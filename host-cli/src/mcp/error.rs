@@ -75,30 +75,34 @@ pub enum ToolError {
     },
     /// A whole-file read over the inline read cap.
     #[error(
-        "{path} is too large to read in one call ({agent}); pass offset and length (at most \
-         {max} bytes) to read a slice, search it with sandbox_exec (grep, head, tail), or copy \
-         it with `sbx cp`",
+        "{agent}; pass offset and length (at most {max} bytes per call) to read it in slices, \
+         search it with sandbox_exec (grep, head, tail), or copy it out with `sbx cp`",
         max = MAX_INLINE_READ
     )]
     ReadTooLarge {
-        /// The guest path.
-        path: String,
-        /// The agent's own message, which says the size.
+        /// The agent's own message, which names the file and says its size.
         agent: String,
     },
     /// A directory whose zip is over the inline cap.
     #[error(
-        "the zip of {path} grows past the {limit} inline limit ({agent}); download it with \
-         `{command}`, or zip a smaller subdirectory",
-        limit = human_bytes(MAX_INLINE_ZIP)
+        "the zip of {path} is over the {limit} inline limit{size}; download it with `{command}`, \
+         or download a subdirectory",
+        limit = human_bytes(MAX_INLINE_ZIP),
+        size = size.as_ref().map(|s| format!(" ({s})")).unwrap_or_default()
     )]
     ArchiveTooLarge {
         /// The guest directory.
         path: String,
-        /// The agent's own message.
-        agent: String,
+        /// How much the directory holds, when the agent said.
+        size: Option<String>,
         /// The `sbx` command that downloads it without a cap.
         command: String,
+    },
+    /// A job id the agent does not know.
+    #[error("{agent}; sandbox_job_list shows the jobs started in this sandbox")]
+    NoSuchJob {
+        /// The agent's own message.
+        agent: String,
     },
     /// No agent to act on.
     #[error(

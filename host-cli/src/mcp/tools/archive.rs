@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tonic::Code;
 
 use crate::client::{ArchivePart, ArchiveSummary, ClientError};
-use crate::mcp::error::{MAX_INLINE_ZIP, ToolError, human_bytes};
+use crate::mcp::error::{MAX_INLINE_ZIP, ToolError};
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::to_base64;
 
@@ -53,14 +53,21 @@ pub struct DownloadDirOutput {
 }
 
 impl SbxMcp {
-    fn archive_too_large(&self, sandbox_id: Option<&str>, path: &str, agent: String) -> ToolError {
+    fn archive_too_large(&self, sandbox_id: Option<&str>, path: &str, agent: &str) -> ToolError {
         let name = path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("root");
         ToolError::ArchiveTooLarge {
             path: path.to_owned(),
-            agent,
+            size: directory_size(agent),
             command: format!("sbx {} download {path} -o {name}.zip", self.target_flag(sandbox_id)),
         }
     }
+}
+
+/// The "the directory holds 11.0 MiB in 3 files" clause of the agent's refusal, if any.
+fn directory_size(agent: &str) -> Option<String> {
+    let start = agent.find("the directory holds ")?;
+    let clause = agent[start..].split(';').next()?.trim();
+    Some(clause.to_owned())
 }
 
 #[tool_router(router = archive_router, vis = "pub(crate)")]
@@ -87,7 +94,7 @@ impl SbxMcp {
         let client = self.client(args.sandbox_id.as_deref()).await?;
         let too_large = |error: ClientError| match error {
             ClientError::Agent { code: Code::ResourceExhausted, message } => {
-                self.archive_too_large(args.sandbox_id.as_deref(), &args.path, message)
+                self.archive_too_large(args.sandbox_id.as_deref(), &args.path, &message)
             }
             other => other.into(),
         };
@@ -98,8 +105,7 @@ impl SbxMcp {
             match part.map_err(too_large)? {
                 ArchivePart::Data(bytes) => {
                     if (zip.len() + bytes.len()) as u64 > MAX_INLINE_ZIP {
-                        let agent = format!("more than {}", human_bytes(MAX_INLINE_ZIP));
-                        return Err(self.archive_too_large(args.sandbox_id.as_deref(), &args.path, agent));
+                        return Err(self.archive_too_large(args.sandbox_id.as_deref(), &args.path, ""));
                     }
                     zip.extend_from_slice(&bytes);
                 }

@@ -237,10 +237,13 @@ fn kind_name(kind: FileKind) -> &'static str {
 }
 
 /// A read refused for its size becomes the message that says how to read a slice.
-fn read_error(path: &str, error: ClientError) -> ToolError {
+fn read_error(error: ClientError) -> ToolError {
     match error {
         ClientError::Agent { code: Code::ResourceExhausted, message } => {
-            ToolError::ReadTooLarge { path: path.to_owned(), agent: message }
+            // The agent's first clause names the file and its size; the rest is advice for
+            // its own callers, which ours replaces.
+            let agent = message.split(';').next().unwrap_or(&message).trim().to_owned();
+            ToolError::ReadTooLarge { agent }
         }
         other => other.into(),
     }
@@ -290,13 +293,14 @@ impl SbxMcp {
         let offset = args.offset.unwrap_or(0);
         let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
         let client = self.client(args.sandbox_id.as_deref()).await?;
-        let mut read = client.read_file(&args.path, opts).await.map_err(|e| read_error(&args.path, e))?;
+        let mut read = client.read_file(&args.path, opts).await.map_err(|e| read_error(e))?;
         let mut data = Vec::new();
         while let Some(chunk) = read.chunks.next().await {
-            let chunk = chunk.map_err(|e| read_error(&args.path, e))?;
+            let chunk = chunk.map_err(|e| read_error(e))?;
             if (data.len() + chunk.len()) as u64 > MAX_INLINE_READ {
-                let agent = format!("it has more than {MAX_INLINE_READ} bytes from offset {offset}");
-                return Err(ToolError::ReadTooLarge { path: args.path, agent });
+                let agent =
+                    format!("{} has more than {MAX_INLINE_READ} bytes from offset {offset}", args.path);
+                return Err(ToolError::ReadTooLarge { agent });
             }
             data.extend_from_slice(&chunk);
         }

@@ -11,7 +11,7 @@ use sbx_proto::limits::MAX_TIMEOUT_MS;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{ExecSpec, Job, JobOutput, JobState};
+use crate::client::{ClientError, ExecSpec, Job, JobOutput, JobState};
 use crate::mcp::error::{ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::server::SbxMcp;
@@ -169,6 +169,16 @@ impl From<Job> for JobView {
     }
 }
 
+/// An unknown job id also points at sandbox_job_list.
+fn job_error(error: ClientError) -> ToolError {
+    match error {
+        ClientError::Agent { code: tonic::Code::NotFound, message } => {
+            ToolError::NoSuchJob { agent: message }
+        }
+        other => other.into(),
+    }
+}
+
 fn partial_tail_note(name: &str, output: &JobOutput) -> Option<String> {
     (output.total_bytes > output.tail.len() as u64).then(|| {
         format!(
@@ -251,10 +261,11 @@ impl SbxMcp {
         };
         let client = self.client(args.sandbox_id.as_deref()).await?;
         let job = match wait {
-            None => client.job(&args.job_id).await?,
+            None => client.job(&args.job_id).await.map_err(job_error)?,
             Some(wait) => {
                 run_with_progress(&context, Some(wait), "waiting", client.wait_job(&args.job_id, Some(wait)))
-                    .await??
+                    .await?
+                    .map_err(job_error)?
             }
         };
         Ok(Json(job.into()))
@@ -282,7 +293,12 @@ impl SbxMcp {
             None | Some("") => libc::SIGKILL,
             Some(name) => parse_signal(name)?,
         };
-        let job = self.client(args.sandbox_id.as_deref()).await?.signal_job(&args.job_id, signal).await?;
+        let job = self
+            .client(args.sandbox_id.as_deref())
+            .await?
+            .signal_job(&args.job_id, signal)
+            .await
+            .map_err(job_error)?;
         Ok(Json(job.into()))
     }
 
