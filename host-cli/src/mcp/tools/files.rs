@@ -293,10 +293,10 @@ impl SbxMcp {
         let offset = args.offset.unwrap_or(0);
         let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
         let client = self.client(args.sandbox_id.as_deref()).await?;
-        let mut read = client.read_file(&args.path, opts).await.map_err(|e| read_error(e))?;
+        let mut read = client.read_file(&args.path, opts).await.map_err(read_error)?;
         let mut data = Vec::new();
         while let Some(chunk) = read.chunks.next().await {
-            let chunk = chunk.map_err(|e| read_error(e))?;
+            let chunk = chunk.map_err(read_error)?;
             if (data.len() + chunk.len()) as u64 > MAX_INLINE_READ {
                 let agent =
                     format!("{} has more than {MAX_INLINE_READ} bytes from offset {offset}", args.path);
