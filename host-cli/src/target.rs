@@ -59,6 +59,21 @@ pub fn resolve_target(agent: Option<&str>, sandbox: Option<&str>) -> Result<Addr
     }
 }
 
+/// When both an agent and a sandbox are set, a command-line flag beats the environment:
+/// `SBX_AGENT=... sbx -s dev` talks to `dev`. Returns the pair to resolve.
+pub fn flags_over_env<'a>(
+    agent: Option<&'a str>,
+    sandbox: Option<&'a str>,
+    env_agent: Option<&str>,
+    env_sandbox: Option<&str>,
+) -> (Option<&'a str>, Option<&'a str>) {
+    match (agent, sandbox) {
+        (Some(a), Some(s)) if env_agent == Some(a) && env_sandbox != Some(s) => (None, Some(s)),
+        (Some(a), Some(s)) if env_sandbox == Some(s) && env_agent != Some(a) => (Some(a), None),
+        pair => pair,
+    }
+}
+
 /// The agent address of the sandbox called `name`.
 ///
 /// Sandboxes, their names and their hybrid-vsock sockets live in `crate::vm`; a paused
@@ -119,6 +134,15 @@ mod tests {
         assert_eq!(Location::parse("/tmp/x"), Location::Host("/tmp/x".into()));
         assert_eq!(Location::parse("rel:x"), Location::Host("rel:x".into()));
         assert_eq!(Location::parse("a b:/x"), Location::Host("a b:/x".into()));
+    }
+
+    #[test]
+    fn a_flag_beats_the_environment() {
+        let (a, s) = (Some("unix:///a"), Some("dev"));
+        assert_eq!(flags_over_env(a, s, a, None), (None, s));
+        assert_eq!(flags_over_env(a, s, None, s), (a, None));
+        assert_eq!(flags_over_env(a, s, None, None), (a, s));
+        assert_eq!(flags_over_env(a, None, a, None), (a, None));
     }
 
     #[test]

@@ -34,7 +34,14 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// Connects to the agent named by `--agent` / `--sandbox`.
     pub(crate) async fn client(&self) -> Result<Client> {
-        let addr = target::resolve_target(self.global.agent.as_deref(), self.global.sandbox.as_deref())?;
+        let (env_agent, env_sandbox) = (std::env::var("SBX_AGENT").ok(), std::env::var("SBX_SANDBOX").ok());
+        let (agent, sandbox) = target::flags_over_env(
+            self.global.agent.as_deref(),
+            self.global.sandbox.as_deref(),
+            env_agent.as_deref(),
+            env_sandbox.as_deref(),
+        );
+        let addr = target::resolve_target(agent, sandbox)?;
         tracing::debug!("connecting to {addr}");
         Ok(Client::connect(&addr, self.global.connect_timeout).await?)
     }
