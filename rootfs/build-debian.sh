@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the `debian` template: Debian bookworm (debootstrap minbase plus python3) with
+# Builds the `debian` template: Debian bookworm (debootstrap minbase, python3, systemd) with
 # sbx-agent baked in as /sbin/sbx-agent, as an ext4 image made with `mkfs.ext4 -d` (no
 # loop mounts), booted from virtio-blk through the shared initramfs, which loads
 # virtio_blk and ext4, mounts /dev/vda and switch_roots to the agent (PID 1).
@@ -11,19 +11,21 @@
 # Usage: rootfs/build-debian.sh [--mirror URL] [--size 4G] [--packages a,b,c]
 #   --mirror    default: $SBX_DEBIAN_MIRROR, else the first Debian mirror apt uses here
 #   --size      the image's size (sparse; sandboxes write into a copy-on-write overlay)
-#   --packages  extra packages, added to python3
+#   --packages  extra packages, added to python3 and systemd-sysv (systemd is not PID 1
+#               here, the agent is; it is in the image so that the tree can be re-baked
+#               with `sbx template build --init systemd`)
 
 source "$(dirname "$0")/lib.sh"
 
 mirror="${SBX_DEBIAN_MIRROR:-}"
 size=4G
-packages=python3
+packages=python3,systemd-sysv
 while [ $# -gt 0 ]; do
     case "$1" in
         --mirror) mirror="$2"; shift ;;
         --size) size="$2"; shift ;;
-        --packages) packages="python3,$2"; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --packages) packages="$packages,$2"; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) die "unknown argument \`$1\`; see --help" ;;
     esac
     shift
@@ -71,7 +73,7 @@ rm -rf "$root" "$stage/debootstrap.log"
 link_or_copy "$kdir/vmlinux" "$stage/vmlinux"
 [ -f "$kdir/initrd.cpio" ] || die "no shared initramfs at $kdir/initrd.cpio; run rootfs/fetch-kernel.sh"
 link_or_copy "$kdir/initrd.cpio" "$stage/initrd.cpio"
-write_template_json "$stage" debian initrd.cpio rootfs.ext4 "root=/dev/vda rootfstype=ext4 quiet" agent
+write_template_json "$stage" debian initrd.cpio rootfs.ext4 "root=/dev/vda rootfstype=ext4 quiet" agent "$agent"
 
 rm -rf "$templates/debian"
 mv "$stage" "$templates/debian"

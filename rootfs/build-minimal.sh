@@ -37,7 +37,7 @@ trap 'rm -rf "$stage"' EXIT
 
 link_or_copy "$kdir/vmlinux" "$stage/vmlinux"
 build_initramfs "$stage/$initrd" "$compress" "$agent"
-write_template_json "$stage" minimal "$initrd" null "quiet" agent
+write_template_json "$stage" minimal "$initrd" null "quiet" agent "$agent"
 
 rm -rf "$templates/minimal"
 mv "$stage" "$templates/minimal"

@@ -55,10 +55,10 @@ sbx_kernel_dir() {
     (cd "$dir" && pwd -P)
 }
 
-# write_template_json DIR NAME INITRD|null ROOTFS|null CMDLINE INIT
+# write_template_json DIR NAME INITRD|null ROOTFS|null CMDLINE INIT AGENT
 write_template_json() {
     local dir="$1" name="$2" initrd="$3" rootfs="$4" cmdline="$5" init="$6" version
-    version="$(agent_version)"
+    version="$(agent_version "$7")"
     jq_str() { if [ "$1" = null ]; then printf 'null'; else printf '"%s"' "$1"; fi; }
     cat >"$dir/template.json.tmp" <<JSON
 {
@@ -75,8 +75,9 @@ JSON
     mv "$dir/template.json.tmp" "$dir/template.json"
 }
 
+# The baked agent's version: it is static, so `sbx-agent --version` runs here too.
 agent_version() {
-    sed -n 's/^version = "\(.*\)"/\1/p' "$SBX_REPO_DIR/Cargo.toml" | head -n1
+    "$1" --version 2>/dev/null | awk '{print $2; exit}'
 }
 
 # Copy (hardlink when possible) a file.

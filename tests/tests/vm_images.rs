@@ -43,7 +43,12 @@ struct Template {
 impl Template {
     /// `None` when the template is not built.
     fn load(name: &str) -> Option<Template> {
-        let dir = data_dir().join("templates").join(name);
+        Template::load_from(&data_dir(), name)
+    }
+
+    /// Template `name` of the data directory `data`.
+    fn load_from(data: &Path, name: &str) -> Option<Template> {
+        let dir = data.join("templates").join(name);
         let text = std::fs::read_to_string(dir.join("template.json")).ok()?;
         let json: serde_json::Value = serde_json::from_str(&text).expect("template.json is JSON");
         let file = |key: &str| json[key].as_str().map(|f| dir.join(f));
@@ -321,4 +326,115 @@ async fn vm_debian_runs_python3() {
     let (code, out) = vm.sh("echo persisted > /root/f && cat /root/f && cat /etc/debian_version").await;
     assert_eq!(code, 0);
     assert!(out.starts_with("persisted\n12"), "{out}");
+}
+
+/// A data directory of its own whose `kernel/current` is the real one, so building a
+/// template in a test does not touch the user's templates.
+fn scratch_data_dir() -> tempfile::TempDir {
+    let kernel = data_dir().join("kernel/current");
+    assert!(kernel.join("vmlinux").is_file(), "no kernel at {}; run rootfs/setup.sh", kernel.display());
+    let data = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(data.path().join("kernel")).expect("mkdir kernel");
+    std::os::unix::fs::symlink(
+        kernel.canonicalize().expect("kernel dir"),
+        data.path().join("kernel/current"),
+    )
+    .expect("link kernel");
+    data
+}
+
+/// Runs `sbx ARGS` with `SBX_DATA_DIR=data`; returns stdout, panics with stderr on failure.
+fn sbx(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(sbx_tests::workspace_bin("sbx"))
+        .args(args)
+        .env("SBX_DATA_DIR", data)
+        .output()
+        .expect("run sbx");
+    assert!(
+        out.status.success(),
+        "sbx {args:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_custom_template_from_a_directory_boots_with_the_agent_as_init() {
+    let data = scratch_data_dir();
+    // A user's tree: static busybox, `/sbin` an absolute symlink (the agent must land
+    // in the tree's /bin, not the host's), and a file of the user's.
+    let tree = tempfile::tempdir().expect("tempdir");
+    let t = tree.path();
+    std::fs::create_dir_all(t.join("bin")).unwrap();
+    std::fs::create_dir_all(t.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", t.join("bin/busybox"))
+        .expect("busybox-static is installed (rootfs/setup.sh)");
+    for applet in ["sh", "cat", "ls"] {
+        std::os::unix::fs::symlink("busybox", t.join("bin").join(applet)).unwrap();
+    }
+    std::os::unix::fs::symlink("/bin", t.join("sbin")).unwrap();
+    std::fs::write(t.join("etc/marker"), "from the user's tree\n").unwrap();
+
+    let tree_arg = t.to_str().unwrap();
+    sbx(data.path(), &["template", "build", "--from", tree_arg, "--name", "custom"]);
+    assert!(!t.join("bin/sbx-agent").exists(), "the user's tree must not be modified");
+    let listed = sbx(data.path(), &["--json", "template", "ls"]);
+    assert!(listed.contains("\"custom\""), "template ls: {listed}");
+
+    let template = Template::load_from(data.path(), "custom").expect("template.json written");
+    assert!(template.rootfs.is_some() && template.initrd.is_some());
+    let vm = Vm::boot(&template, "").await;
+    let (code, out) = vm.sh("cat /etc/marker; ls /bin/sbx-agent").await;
+    assert_eq!((code, out.as_str()), (0, "from the user's tree\n/bin/sbx-agent\n"));
+    let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
+    assert!(info.pid1);
+    drop(vm);
+
+    sbx(data.path(), &["template", "rm", "custom"]);
+    assert!(!data.path().join("templates/custom").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vm_debian_tree_rebaked_with_systemd_as_init_boots() {
+    let Some(debian) = Template::load("debian") else {
+        eprintln!("SKIPPED: template `debian` is not built; build it with `rootfs/setup.sh --with-debian`");
+        return;
+    };
+    let data = scratch_data_dir();
+    // The user's tree as a tarball: debian's root filesystem, taken out of its image.
+    let work = tempfile::tempdir().expect("tempdir");
+    let tree = work.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let rootfs = debian.rootfs.expect("debian has a rootfs");
+    let dump = Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("rdump / {}", tree.display()))
+        .arg(&rootfs)
+        .output()
+        .expect("debugfs (e2fsprogs) is installed");
+    assert!(dump.status.success(), "debugfs rdump: {}", String::from_utf8_lossy(&dump.stderr));
+    let tarball = work.path().join("tree.tar.gz");
+    let tar = Command::new("tar")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&tree)
+        .args(["--numeric-owner", "."])
+        .status()
+        .expect("tar");
+    assert!(tar.success());
+    std::fs::remove_dir_all(&tree).unwrap();
+
+    let from = tarball.to_str().unwrap();
+    sbx(data.path(), &["template", "build", "--from", from, "--name", "deb-systemd", "--init", "systemd"]);
+    let template = Template::load_from(data.path(), "deb-systemd").expect("template.json written");
+    assert!(template.cmdline.contains("sbx.init=/usr/lib/systemd/systemd"), "{}", template.cmdline);
+
+    let vm = Vm::boot(&template, "").await;
+    let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
+    assert!(!info.pid1, "systemd, not the agent, is PID 1");
+    let (code, out) =
+        vm.sh("cat /proc/1/comm; systemctl is-active sbx-agent.service; python3 -c 'print(6*7)'").await;
+    assert_eq!((code, out.as_str()), (0, "systemd\nactive\n42\n"));
 }

@@ -228,7 +228,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
             InitKind::Systemd => format!("root=/dev/vda rootfstype=ext4 sbx.init={init_path} quiet"),
         },
         init: opts.init,
-        agent_version: env!("CARGO_PKG_VERSION").into(),
+        agent_version: agent_version(&agent),
         created_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
@@ -419,6 +419,20 @@ fn is_static_elf(path: &Path) -> bool {
     };
     const PT_INTERP: u32 = 3;
     (0..phnum).all(|i| u32_at(phoff as usize + i * phentsize) != Some(PT_INTERP))
+}
+
+/// The agent's own idea of its version (`sbx-agent --version` prints `sbx-agent X.Y.Z`);
+/// it is static, so it runs on the host too.
+fn agent_version(agent: &Path) -> String {
+    Command::new(agent)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn require_tool(tool: &'static str, package: &'static str) -> Result<(), BakeError> {

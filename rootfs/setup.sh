@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The one set-up for a fresh machine (Debian bookworm or similar, x86_64); idempotent,
+# so it is cheap to run again:
+#   1. apt packages: QEMU, busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
+#   2. the musl Rust target and vhost-device-vsock (`cargo install`, 2-5 minutes once)
+#   3. the static agent (cargo build --release --target x86_64-unknown-linux-musl),
+#      copied to $DATA/bin/sbx-agent
+#   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
+#   5. with --with-debian (or SBX_WITH_DEBIAN=1): the `debian` template, rebuilt only
+#      when the agent changed (about a minute)
+#
+# Usage: rootfs/setup.sh [--with-debian]
+# $DATA is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else ~/.local/share/sbx.
+
+source "$(dirname "$0")/lib.sh"
+
+with_debian="${SBX_WITH_DEBIAN:-0}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --with-debian) with_debian=1 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        *) die "unknown argument \`$1\`; see --help" ;;
+    esac
+    shift
+done
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "not root and no sudo: run this script as root"
+    sudo=sudo
+fi
+
+# 1. Packages (installed only when missing, so a ready machine needs no network).
+packages="qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
+missing=""
+for p in $packages; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    log "installing:$missing"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# 2. Rust pieces.
+if ! command -v cargo >/dev/null; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || die "cargo is not installed; install Rust with https://rustup.rs and run this again"
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if command -v rustup >/dev/null; then
+    (cd "$SBX_REPO_DIR" && rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1) \
+        || die "rustup could not add the x86_64-unknown-linux-musl target"
+fi
+if ! command -v vhost-device-vsock >/dev/null && [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
+    log "cargo install vhost-device-vsock (takes a few minutes, once)"
+    cargo install vhost-device-vsock --version 0.3.0 --locked
+fi
+
+# 3. The static agent.
+log "building the static agent"
+(cd "$SBX_REPO_DIR" && cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent)
+agent="$(sbx_agent_bin)"
+data="$(sbx_data_dir)"
+mkdir -p "$data/bin"
+if ! cmp -s "$agent" "$data/bin/sbx-agent"; then
+    install -m 0755 "$agent" "$data/bin/sbx-agent.tmp"
+    mv "$data/bin/sbx-agent.tmp" "$data/bin/sbx-agent"
+fi
+
+# 4. Kernel and the default template (rebuilt every time: under a second).
+"$SBX_ROOTFS_DIR/fetch-kernel.sh"
+"$SBX_ROOTFS_DIR/build-minimal.sh"
+
+# 5. The debian template, when asked, if missing or older than the agent.
+if [ "$with_debian" = 1 ]; then
+    image="$data/templates/debian/rootfs.ext4"
+    if [ ! -f "$image" ] || [ "$agent" -nt "$image" ] || [ "$SBX_ROOTFS_DIR/build-debian.sh" -nt "$image" ]; then
+        if [ -n "$sudo" ]; then
+            $sudo env SBX_DATA_DIR="$data" SBX_AGENT_BIN="$agent" "$SBX_ROOTFS_DIR/build-debian.sh"
+        else
+            "$SBX_ROOTFS_DIR/build-debian.sh"
+        fi
+    else
+        log "template debian is up to date"
+    fi
+fi
+log "ready: templates in $data/templates; try \`sbx create\`"
