@@ -61,6 +61,9 @@ mod secs {
 /// Boots a sandbox and returns it once its agent has announced itself.
 pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     check_resources(opts)?;
+    if let Some(name) = opts.name.as_deref().filter(|n| !template::is_plain_name(n)) {
+        return Err(state::StateError::BadName(name.to_string()).into());
+    }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     let vhost = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;

@@ -78,7 +78,7 @@ pub enum VmError {
         console: String,
     },
     /// QEMU is gone.
-    #[error("sandbox `{0}` is dead (its VM exited); remove it with `sbx rm {0}`")]
+    #[error("sandbox `{0}` is dead (its VM exited); remove it with `sbx kill {0}`")]
     Dead(String),
     /// Still booting.
     #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
@@ -118,7 +118,7 @@ pub enum SandboxState {
     Running,
     /// The guest CPUs are stopped (`sbx pause`).
     Paused,
-    /// QEMU is gone; `sbx rm` cleans up.
+    /// QEMU is gone; `sbx kill` cleans up.
     Dead,
 }
 

@@ -48,7 +48,7 @@ pub enum StateError {
     #[error("`{0}` is not a valid sandbox name; use up to 64 letters, digits, `-`, `_` and `.`")]
     BadName(String),
     /// The name is taken.
-    #[error("a sandbox named `{0}` already exists; pick another name or remove it with `sbx rm {0}`")]
+    #[error("a sandbox named `{0}` already exists; pick another name or remove it with `sbx kill {0}`")]
     NameTaken(String),
     /// Neither an id nor a name of a sandbox.
     #[error("no sandbox is called `{0}`; `sbx ls` lists them")]

@@ -1,0 +1,317 @@
+//! The sandbox lifecycle through the real `sbx` binary: `create` boots a microVM (QEMU
+//! under TCG where there is no hardware KVM, vhost-device-vsock for the hybrid vsock),
+//! guest commands reach it by name, `pause` / `resume` keep its clock right, `ls`
+//! shows the states, and `kill` leaves no process and no file behind. A failed create
+//! leaves nothing either.
+//!
+//! These boot the `minimal` template that `rootfs/setup.sh` builds into the sbx data
+//! directory; without it they fail and say so. Each test has its own state directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// Generous bound for a boot under software emulation on a busy 2-core machine.
+const BOOT_TIMEOUT: &str = "240s";
+/// Longer than any single `sbx` call can take here (a boot included): a call still
+/// running then is hung.
+const HANG_GUARD: Duration = Duration::from_secs(300);
+
+/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
+fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("sbx");
+    }
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
+}
+
+fn minimal_template_dir() -> PathBuf {
+    let dir = data_dir().join("templates/minimal");
+    assert!(
+        dir.join("template.json").is_file(),
+        "the `minimal` template is not built ({} is missing); run rootfs/setup.sh",
+        dir.join("template.json").display()
+    );
+    dir
+}
+
+/// `sbx` with its own state directory; every sandbox left is force-killed on drop.
+struct Sbx {
+    state: tempfile::TempDir,
+    data: Option<PathBuf>,
+}
+
+impl Sbx {
+    fn new() -> Sbx {
+        minimal_template_dir();
+        Sbx { state: short_tempdir(), data: None }
+    }
+
+    /// With templates taken from `data` instead of the usual data directory.
+    fn with_data_dir(data: &Path) -> Sbx {
+        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()) }
+    }
+
+    /// Runs `sbx ARGS`. A run that hangs is killed and fails the test (instead of
+    /// hanging the suite), so the sandboxes are still cleaned up on drop.
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(sbx_tests::workspace_bin("sbx"));
+        cmd.env_remove("SBX_AGENT")
+            .env_remove("SBX_SANDBOX")
+            .env("SBX_STATE_DIR", self.state.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(d) = &self.data {
+            cmd.env("SBX_DATA_DIR", d);
+        }
+        let child = cmd.spawn().expect("spawn sbx");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output()));
+        match rx.recv_timeout(HANG_GUARD) {
+            Ok(out) => out.expect("wait for sbx"),
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                panic!("sbx {args:?} hung for {} s and was killed", HANG_GUARD.as_secs());
+            }
+        }
+    }
+
+    /// Runs `sbx --json ARGS`, asserts success and parses stdout.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        assert!(out.status.success(), "sbx {args:?} failed: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("sbx {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
+    }
+
+    /// Runs `sbx ARGS` and asserts that it fails; returns stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "sbx {args:?} should fail; printed {}", text(&out.stdout));
+        text(&out.stderr)
+    }
+
+    fn create(&self, name: &str) -> Value {
+        self.json(&["create", "--name", name, "--timeout", BOOT_TIMEOUT])
+    }
+
+    /// `sbx ls --json` as (name, state) pairs.
+    fn states(&self) -> Vec<(String, String)> {
+        let list = self.json(&["ls"]);
+        list.as_array()
+            .expect("ls --json is an array")
+            .iter()
+            .map(|s| (s["name"].as_str().unwrap().to_string(), s["state"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    /// Sandbox directories left in the state directory.
+    fn sandbox_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.state.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+impl Drop for Sbx {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill", "--all", "--force"]);
+    }
+}
+
+/// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
+fn short_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("sbx-vm-").tempdir_in("/tmp").expect("tempdir")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Live (non-zombie) processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &Path) -> Vec<String> {
+    let needle = needle.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && !is_zombie(&entry.path()) {
+            found.push(format!("{name}: {cmdline}"));
+        }
+    }
+    found
+}
+
+fn is_zombie(proc_dir: &Path) -> bool {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+    stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+}
+
+/// The pid is gone, or only a zombie waiting for its parent.
+fn pid_gone(pid: u64) -> bool {
+    let dir = PathBuf::from(format!("/proc/{pid}"));
+    !dir.exists() || is_zombie(&dir)
+}
+
+#[test]
+fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
+    let sbx = Sbx::new();
+    let created = sbx.create("life");
+    assert_eq!(created["name"], "life");
+    assert_eq!(created["state"], "running");
+    assert_eq!(created["template"], "minimal");
+    let id = created["id"].as_str().unwrap().to_string();
+    let qemu_pid = created["qemu_pid"].as_u64().expect("a running sandbox has a QEMU pid");
+    let vhost_pid = created["vhost_pid"].as_u64().expect("a running sandbox has a vhost-device-vsock pid");
+
+    // A second sandbox cannot take the name.
+    let err = sbx.fails(&["create", "--name", "life"]);
+    assert!(err.contains("already exists"), "{err}");
+
+    // Guest commands reach it by name and by id, over virtio-vsock.
+    let out = sbx.run(&["-s", "life", "exec", "--", "sh", "-c", "echo hello-$((6*7)) from $(uname -s)"]);
+    assert!(out.status.success(), "exec failed: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello-42 from Linux\n");
+    let info = sbx.json(&["-s", &id, "info"]);
+    assert_eq!(info["pid1"], true, "the agent is the guest's init: {info}");
+
+    // Pause: ls shows it; the guest clock stands still meanwhile.
+    assert_eq!(sbx.json(&["pause", "life"])["state"], "paused");
+    assert_eq!(sbx.states(), vec![("life".to_string(), "paused".to_string())]);
+    std::thread::sleep(Duration::from_secs(6));
+
+    // Resume sets the guest clock to the host's: without it the guest would be 6 s behind.
+    let resumed = sbx.json(&["resume", "life"]);
+    assert_eq!(resumed["sandbox"]["state"], "running");
+    let before = now_ms();
+    let guest = sbx.json(&["-s", "life", "info"])["time_unix_ms"].as_i64().unwrap();
+    let after = now_ms();
+    assert!(
+        guest >= before - 2_000 && guest <= after + 2_000,
+        "guest clock {guest} is off the host's [{before}, {after}] after resume"
+    );
+    assert_eq!(sbx.states(), vec![("life".to_string(), "running".to_string())]);
+
+    // A guest command on a paused sandbox resumes it first.
+    sbx.json(&["pause", "life"]);
+    let out = sbx.run(&["-s", "life", "exec", "--", "true"]);
+    assert!(out.status.success(), "exec on a paused sandbox failed: {}", text(&out.stderr));
+    assert_eq!(sbx.states(), vec![("life".to_string(), "running".to_string())]);
+
+    let inspected = sbx.json(&["inspect", "life"]);
+    assert_eq!(inspected["qemu_pid"].as_u64(), Some(qemu_pid));
+    assert_eq!(inspected["agent"]["pid1"], true, "inspect shows the agent's Info: {inspected}");
+
+    // kill: no process, no file.
+    let removed = sbx.json(&["kill", "life"]);
+    assert_eq!(removed[0]["id"], id.as_str());
+    assert!(pid_gone(qemu_pid), "QEMU (pid {qemu_pid}) still runs after kill");
+    assert!(pid_gone(vhost_pid), "vhost-device-vsock (pid {vhost_pid}) still runs after kill");
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+    assert_eq!(sbx.states(), vec![]);
+    let err = sbx.fails(&["-s", "life", "exec", "--", "true"]);
+    assert!(err.contains("no sandbox named `life`"), "{err}");
+}
+
+#[test]
+fn vm_dead_sandbox_is_shown_refused_and_still_killed() {
+    let sbx = Sbx::new();
+    let created = sbx.create("doomed");
+    let qemu_pid = created["qemu_pid"].as_u64().unwrap();
+    Command::new("kill").args(["-KILL", &qemu_pid.to_string()]).status().expect("run kill");
+    while !pid_gone(qemu_pid) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(sbx.states(), vec![("doomed".to_string(), "dead".to_string())]);
+    let err = sbx.fails(&["-s", "doomed", "exec", "--", "true"]);
+    assert!(err.contains("`doomed` is dead") && err.contains("sbx kill doomed"), "{err}");
+    let err = sbx.fails(&["pause", "doomed"]);
+    assert!(err.contains("is dead"), "{err}");
+    sbx.json(&["kill", "doomed"]);
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+}
+
+/// A template whose kernel is the given file and whose other files are the minimal one's.
+fn custom_template(data: &Path, name: &str, kernel: Option<&[u8]>, cmdline: &str) {
+    let minimal = minimal_template_dir();
+    let minimal_json: Value =
+        serde_json::from_str(&std::fs::read_to_string(minimal.join("template.json")).unwrap()).unwrap();
+    let dir = data.join("templates").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kernel_path = match kernel {
+        Some(bytes) => {
+            std::fs::write(dir.join("vmlinux"), bytes).unwrap();
+            "vmlinux".to_string()
+        }
+        None => minimal.join(minimal_json["kernel"].as_str().unwrap()).display().to_string(),
+    };
+    let initrd = minimal_json["initrd"].as_str().map(|i| minimal.join(i).display().to_string());
+    let json = serde_json::json!({
+        "name": name, "kernel": kernel_path, "initrd": initrd, "rootfs": null,
+        "cmdline": cmdline, "init": "agent", "agent_version": "test", "created_unix": 0,
+    });
+    std::fs::write(dir.join("template.json"), json.to_string()).unwrap();
+}
+
+#[test]
+fn vm_create_with_a_garbage_kernel_fails_and_leaves_nothing() {
+    let data = short_tempdir();
+    custom_template(data.path(), "junk", Some(&[0x42; 4096]), "");
+    let sbx = Sbx::with_data_dir(data.path());
+    let err = sbx.fails(&["create", "--template", "junk", "--timeout", "60s"]);
+    assert!(err.contains("exited while booting") || err.contains("did not report ready"), "{err}");
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(sbx.states(), vec![]);
+}
+
+#[test]
+fn vm_create_that_never_becomes_ready_times_out_and_leaves_nothing() {
+    let data = short_tempdir();
+    // The kernel boots, but init is `sleep` instead of the agent: no READY ever comes.
+    custom_template(data.path(), "sleeper", None, "rdinit=/bin/sleep -- 600");
+    let sbx = Sbx::with_data_dir(data.path());
+    let err = sbx.fails(&["create", "--template", "sleeper", "--timeout", "20s"]);
+    assert!(err.contains("did not report ready within 20 s"), "{err}");
+    assert!(err.contains("--timeout"), "the message says how to wait longer: {err}");
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+}
+
+#[test]
+fn vm_missing_template_and_bad_resources_are_refused_before_anything_starts() {
+    let data = short_tempdir();
+    let sbx = Sbx::with_data_dir(data.path());
+    let err = sbx.fails(&["create", "--template", "nope"]);
+    assert!(err.contains("template `nope` is not installed") && err.contains("rootfs/setup.sh"), "{err}");
+    let err = sbx.fails(&["create", "--memory", "1"]);
+    assert!(err.contains("--memory 1 MiB is out of range"), "{err}");
+    let err = sbx.fails(&["create", "--name", "../x"]);
+    assert!(err.contains("not a valid sandbox name"), "{err}");
+    let err = sbx.fails(&["kill", "ghost"]);
+    assert!(err.contains("no sandbox is called `ghost`"), "{err}");
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+}
