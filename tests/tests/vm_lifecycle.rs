@@ -256,6 +256,17 @@ fn vm_dead_sandbox_is_shown_refused_and_still_killed() {
 
 /// A template whose kernel is the given file and whose other files are the minimal one's.
 fn custom_template(data: &Path, name: &str, kernel: Option<&[u8]>, cmdline: &str) {
+    custom_template_with_disk(data, name, kernel, cmdline, None);
+}
+
+/// [`custom_template`] with a raw disk image `rootfs.img` holding `disk`.
+fn custom_template_with_disk(
+    data: &Path,
+    name: &str,
+    kernel: Option<&[u8]>,
+    cmdline: &str,
+    disk: Option<&[u8]>,
+) {
     let minimal = minimal_template_dir();
     let minimal_json: Value =
         serde_json::from_str(&std::fs::read_to_string(minimal.join("template.json")).unwrap()).unwrap();
@@ -269,8 +280,12 @@ fn custom_template(data: &Path, name: &str, kernel: Option<&[u8]>, cmdline: &str
         None => minimal.join(minimal_json["kernel"].as_str().unwrap()).display().to_string(),
     };
     let initrd = minimal_json["initrd"].as_str().map(|i| minimal.join(i).display().to_string());
+    let rootfs = disk.map(|bytes| {
+        std::fs::write(dir.join("rootfs.img"), bytes).unwrap();
+        "rootfs.img"
+    });
     let json = serde_json::json!({
-        "name": name, "kernel": kernel_path, "initrd": initrd, "rootfs": null,
+        "name": name, "kernel": kernel_path, "initrd": initrd, "rootfs": rootfs,
         "cmdline": cmdline, "init": "agent", "agent_version": "test", "created_unix": 0,
     });
     std::fs::write(dir.join("template.json"), json.to_string()).unwrap();
@@ -314,4 +329,63 @@ fn vm_missing_template_and_bad_resources_are_refused_before_anything_starts() {
     let err = sbx.fails(&["kill", "ghost"]);
     assert!(err.contains("no sandbox is called `ghost`"), "{err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+}
+
+/// An ext4 image of the minimal template's initramfs tree plus `/marker-from-disk`: a
+/// disk template whose init (the same sbx-agent) runs from the disk after switch_root.
+fn ext4_image_of_minimal(work: &Path, image: &Path) {
+    let minimal = minimal_template_dir();
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(minimal.join("template.json")).unwrap()).unwrap();
+    let initrd = minimal.join(json["initrd"].as_str().expect("minimal boots from an initramfs"));
+    let tree = work.join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    let unpack = format!(
+        "{} '{}' | cpio -idm --quiet",
+        if initrd.extension().is_some_and(|e| e == "gz") { "gzip -dc" } else { "cat" },
+        initrd.display()
+    );
+    let st = Command::new("sh").arg("-c").arg(&unpack).current_dir(&tree).status().unwrap();
+    assert!(st.success(), "could not unpack {}", initrd.display());
+    std::fs::write(tree.join("marker-from-disk"), "booted from the disk\n").unwrap();
+    let st =
+        Command::new("mkfs.ext4").args(["-q", "-F", "-d"]).arg(&tree).arg(image).arg("96M").status().unwrap();
+    assert!(st.success(), "mkfs.ext4 failed");
+}
+
+#[test]
+fn vm_disk_template_boots_on_a_copy_on_write_overlay_and_stays_untouched() {
+    let data = short_tempdir();
+    custom_template_with_disk(data.path(), "disk", None, "", Some(b""));
+    let image = data.path().join("templates/disk/rootfs.img");
+    ext4_image_of_minimal(data.path(), &image);
+    let pristine = std::fs::read(&image).unwrap();
+    let sbx = Sbx::with_data_dir(data.path());
+    let created = sbx.json(&["create", "--template", "disk", "--name", "cow", "--timeout", BOOT_TIMEOUT]);
+    assert_eq!(created["state"], "running");
+    let overlay = PathBuf::from(created["dir"].as_str().unwrap()).join("rootfs.qcow2");
+    let qemu_pid = created["qemu_pid"].as_u64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{qemu_pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.contains(&format!("file={},format=qcow2", overlay.display())),
+        "QEMU runs on the overlay: {cmdline}"
+    );
+    assert!(!cmdline.contains(&image.display().to_string()), "QEMU never opens the template's image itself");
+    let info =
+        Command::new("qemu-img").arg("info").arg("--output=json").arg("-U").arg(&overlay).output().unwrap();
+    assert!(info.status.success(), "qemu-img info: {}", text(&info.stderr));
+    let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+    assert_eq!(info["backing-filename"].as_str().map(PathBuf::from), Some(image.clone()), "{info}");
+
+    // The guest's root is the disk, and it can write to it.
+    let out = sbx.run(&["-s", "cow", "cat", "/marker-from-disk"]);
+    assert!(out.status.success(), "cat failed: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "booted from the disk\n");
+    sbx.json(&["-s", "cow", "mkdir", "/made-in-the-guest"]);
+
+    sbx.json(&["kill", "cow"]);
+    assert!(std::fs::read(&image).unwrap() == pristine, "the template's image is never modified");
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
 }
