@@ -4,7 +4,7 @@
 //! orphan in the guest and must reap them all, while the commands it started need their
 //! exit statuses delivered. Both are done here: [`spawn`] starts a child while holding
 //! the waiter table's lock and registers its pid before releasing it, and the reaper
-//! task, on every SIGCHLD, takes the same lock and loops `waitpid(-1, WNOHANG)`,
+//! task, on every SIGCHLD, takes the same lock and loops `waitpid(-1, WNOHANG)` (rustix `wait`),
 //! handing registered statuses to their waiters and silently reaping the rest. Holding
 //! the lock across the spawn means no child can be reaped before its waiter exists.
 //!
@@ -13,10 +13,10 @@
 
 use std::collections::HashMap;
 use std::process::{Child, Command};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{LazyLock, Mutex, MutexGuard, Once};
 
 use rustix::io::Errno;
-use rustix::process::{WaitOptions, WaitStatus, waitpid};
+use rustix::process::{WaitOptions, WaitStatus, wait};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
 
@@ -42,34 +42,39 @@ impl Ended {
 
 type Waiters = HashMap<u32, oneshot::Sender<Ended>>;
 
-static WAITERS: OnceLock<Mutex<Waiters>> = OnceLock::new();
+static WAITERS: LazyLock<Mutex<Waiters>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+static STARTED: Once = Once::new();
 
 /// Starts the reaper (idempotent). Call early, inside the tokio runtime: as PID 1 the
 /// agent must reap orphans even before it has started anything itself.
 pub fn start() {
-    WAITERS.get_or_init(|| {
+    STARTED.call_once(|| {
         // Orphans of our commands (double-forked daemons) then come back to us, so they
         // are reaped here and stay reachable through their process group.
         if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
             tracing::warn!("cannot become a child subreaper ({e}); orphaned descendants go to PID 1");
         }
-        match signal(SignalKind::child()) {
-            Ok(mut sigchld) => {
-                tokio::spawn(async move {
-                    loop {
-                        if tokio::task::spawn_blocking(reap_all).await.is_err() {
-                            tracing::error!("the reaper panicked; children are no longer reaped");
-                            return;
-                        }
-                        if sigchld.recv().await.is_none() {
-                            return;
-                        }
-                    }
-                });
+        // Registered before any child exists, so no SIGCHLD is missed.
+        let mut sigchld = match signal(SignalKind::child()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot listen for SIGCHLD ({e}); commands' exits will not be seen");
+                return;
             }
-            Err(e) => tracing::error!("cannot listen for SIGCHLD ({e}); commands' exits will not be seen"),
-        }
-        Mutex::new(HashMap::new())
+        };
+        tokio::spawn(async move {
+            loop {
+                // waitpid(WNOHANG) does not block, but the table lock may be held by a
+                // spawn for the length of a fork and exec.
+                if tokio::task::spawn_blocking(reap_all).await.is_err() {
+                    reap_all();
+                }
+                if sigchld.recv().await.is_none() {
+                    tracing::error!("the SIGCHLD stream ended; children are no longer reaped");
+                    return;
+                }
+            }
+        });
     });
 }
 
@@ -84,16 +89,15 @@ pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<End
 }
 
 fn lock() -> MutexGuard<'static, Waiters> {
-    let table = WAITERS.get().expect("reaper started");
     // A panic elsewhere while holding the lock leaves the table itself consistent.
-    table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    WAITERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Reaps every child that has ended, delivering the registered ones' statuses.
 fn reap_all() {
     let mut waiters = lock();
     loop {
-        match waitpid(None, WaitOptions::NOHANG) {
+        match wait(WaitOptions::NOHANG) {
             Ok(Some((pid, status))) => {
                 let pid = pid.as_raw_nonzero().get() as u32;
                 if let Some(tx) = waiters.remove(&pid) {
