@@ -98,18 +98,22 @@ fn sandboxes(ctx: &Ctx) -> Result<u8> {
         ctx.out.json(&list)?;
         return Ok(0);
     }
-    let mut text =
-        format!("{:<20} {:<10} {:<9} {:<16} {:>8}  ADDRESS\n", "NAME", "ID", "STATE", "TEMPLATE", "AGE");
+    let mut text = format!(
+        "{:<20} {:<10} {:<9} {:<16} {:>7} {:>4} {:>8}  ADDRESS\n",
+        "NAME", "ID", "STATE", "TEMPLATE", "MEMORY", "CPUS", "AGE"
+    );
     for s in &list {
         let age = humantime::format_duration(std::time::Duration::from_secs(s.age_secs)).to_string();
         let age = age.split(' ').next().unwrap_or("").to_string();
         let _ = writeln!(
             text,
-            "{:<20} {:<10} {:<9} {:<16} {:>8}  {}",
+            "{:<20} {:<10} {:<9} {:<16} {:>6}M {:>4} {:>8}  {}",
             s.name,
             s.id,
             s.state.as_str(),
             s.template,
+            s.memory_mib,
+            s.cpus,
             age,
             s.address
         );

@@ -84,6 +84,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
         created_unix_ms: now_unix_ms(),
         qemu: None,
         vhost: None,
+        creator: ProcRef::of(std::process::id()),
         ready: false,
         agent_version: None,
         paused: false,

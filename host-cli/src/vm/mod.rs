@@ -118,7 +118,7 @@ pub enum SandboxState {
     Running,
     /// The guest CPUs are stopped (`sbx pause`).
     Paused,
-    /// QEMU is gone; `sbx kill` cleans up.
+    /// QEMU is gone, or its `sbx create` died before it was ready; `sbx kill` cleans up.
     Dead,
 }
 
@@ -173,7 +173,8 @@ impl SandboxInfo {
     /// The view of `record` now.
     pub fn of(record: &state::Record) -> SandboxInfo {
         let qemu_alive = record.qemu.is_some_and(|p| p.is_alive());
-        let state = match (qemu_alive, record.ready, record.paused) {
+        let abandoned = !record.ready && !record.creator.is_some_and(|p| p.is_alive());
+        let state = match (qemu_alive && !abandoned, record.ready, record.paused) {
             (false, ..) => SandboxState::Dead,
             (true, false, _) => SandboxState::Starting,
             (true, true, true) => SandboxState::Paused,

@@ -135,6 +135,10 @@ pub struct Record {
     pub qemu: Option<ProcRef>,
     /// vhost-device-vsock, once started.
     pub vhost: Option<ProcRef>,
+    /// The `sbx create` process booting it; a sandbox never announced whose creator is
+    /// gone will never become ready.
+    #[serde(default)]
+    pub creator: Option<ProcRef>,
     /// True once the agent announced itself.
     pub ready: bool,
     /// The agent version from its `READY` line.
@@ -316,6 +320,7 @@ mod tests {
             created_unix_ms: 1,
             qemu: ProcRef::of(std::process::id()),
             vhost: None,
+            creator: None,
             ready: true,
             agent_version: None,
             paused: false,
@@ -348,6 +353,20 @@ mod tests {
         assert!(matches!(find(d.path(), "ab"), Err(StateError::NotFound(_))), "ambiguous prefix");
         let err = find(d.path(), "zzz").unwrap_err().to_string();
         assert!(err.contains("sbx ls"), "{err}");
+    }
+
+    #[test]
+    fn a_boot_whose_creator_died_shows_dead_not_starting() {
+        use crate::vm::{SandboxInfo, SandboxState};
+        let d = tempfile::tempdir().unwrap();
+        let mut r = record(d.path(), "cc000001", "booting", 3);
+        r.ready = false;
+        r.creator = ProcRef::of(std::process::id());
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);
+        r.creator = r.creator.map(|p| ProcRef { start_ticks: p.start_ticks + 1, ..p });
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Dead);
+        r.ready = true;
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Running);
     }
 
     #[test]
