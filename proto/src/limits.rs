@@ -6,6 +6,9 @@ pub const DEFAULT_TIMEOUT_MS: u32 = 60_000;
 pub const MAX_TIMEOUT_MS: u32 = 600_000;
 /// Default bytes kept per output stream of a unary Exec.
 pub const DEFAULT_OUTPUT_LIMIT: u32 = 32 * 1024;
+/// Largest `output_limit` a unary Exec may ask for (both streams' kept bytes must fit
+/// one message); more output calls for ExecStream or a background job.
+pub const MAX_OUTPUT_LIMIT: u32 = 4 * 1024 * 1024;
 /// Default cap on entries returned by one ListDir.
 pub const DEFAULT_MAX_ENTRIES: u32 = 10_000;
 /// Size of the data chunks the agent streams (file reads, zips, exec output).

@@ -61,6 +61,16 @@ fn gone(pid: u32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// The process's peak resident set size (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
 fn read_pids(path: &Path) -> Vec<u32> {
     std::fs::read_to_string(path).unwrap_or_default().split_whitespace().map(|p| p.parse().unwrap()).collect()
 }
@@ -170,13 +180,34 @@ async fn huge_output_keeps_head_and_tail_in_bounded_memory() {
     let err = resp.stderr.unwrap();
     assert_eq!((err.total_bytes, err.truncated), (3_000_000, true));
 
-    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.pid())).unwrap();
-    let hwm_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/<agent>/status");
+    let hwm_kib = peak_rss_kib(agent.pid());
     assert!(hwm_kib < 64 * 1024, "agent peak RSS {hwm_kib} KiB after 200 MB of output: output is being held");
+}
+
+#[tokio::test]
+async fn output_limit_is_per_request_and_capped() {
+    let agent = Agent::start();
+    let resp = run(&agent, pb::ExecRequest { output_limit: 100, ..shell("seq 1 1000") }).await;
+    let out = resp.stdout.unwrap();
+    assert!(out.truncated && out.data.len() <= 100 && out.total_bytes == 3893);
+    assert!(out.data.starts_with(b"1\n2\n3\n") && out.data.ends_with(b"999\n1000\n"));
+    let status =
+        refused(&agent, pb::ExecRequest { output_limit: 4 * 1024 * 1024 + 1, ..shell("true") }).await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("4194304") && status.message().contains("ExecStream"));
+}
+
+#[tokio::test]
+async fn a_background_process_holding_the_output_open_does_not_hold_the_exec() {
+    let agent = Agent::start();
+    let pidfile = agent.dir.path().join("pid");
+    let script = format!("sleep 1000 & echo $! > {}; echo done", pidfile.display());
+    let resp = run(&agent, pb::ExecRequest { timeout_ms: 30_000, ..shell(&script) }).await;
+    let status = resp.status.unwrap();
+    assert!(!status.timed_out, "the exec waited for the background sleep");
+    assert_eq!((stdout(&resp), status.kind), ("done\n".to_owned(), Some(Kind::Code(0))));
+    let pid = read_pids(&pidfile)[0];
+    eventually(&format!("the leftover sleep {pid} to be killed"), || gone(pid)).await;
 }
 
 #[tokio::test]
@@ -270,6 +301,25 @@ async fn exec_stream_forwards_stdin_and_streams_output_untruncated() {
     assert_eq!(out.len(), 5_000_000, "ExecStream does not truncate");
     assert!(sizes.iter().all(|n| *n <= 64 * 1024), "chunks are at most 64 KiB");
     assert_eq!(status.kind, Some(Kind::Code(7)));
+}
+
+#[tokio::test]
+async fn a_slow_exec_stream_client_slows_the_command_not_the_agents_memory() {
+    let agent = Agent::start();
+    let total = 300_000_000;
+    let (_tx, mut events) = open_stream(&agent, shell(&format!("head -c {total} /dev/zero"))).await;
+    started_pid(&mut events).await;
+    let Some(Event::Stdout(first)) = events.message().await.unwrap().unwrap().event else {
+        panic!("stdout first")
+    };
+    // The client stops reading for a while; a command that was not held back would
+    // have pushed all of its output into the agent by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let hwm = peak_rss_kib(agent.pid());
+    assert!(hwm < 64 * 1024, "agent peak RSS {hwm} KiB while the client was not reading");
+    let (out, _, _, status) = collect(&mut events).await;
+    assert_eq!(status.kind, Some(Kind::Code(0)));
+    assert_eq!(first.len() + out.len(), total, "the rest of the output still arrives");
 }
 
 #[tokio::test]

@@ -4,14 +4,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sbx_proto::agent::v1 as pb;
-use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT_LIMIT, MAX_TIMEOUT_MS};
 
 use super::ExecError;
 use super::user::{self, Credentials};
-
-/// Largest `output_limit` a unary Exec may ask for: head and tail of both streams must
-/// fit one gRPC message, and the agent holds twice the limit per stream while capturing.
-pub const MAX_OUTPUT_LIMIT: u32 = 4 * 1024 * 1024;
 
 /// PATH for commands when the agent's own environment has none (as PID 1 it has none).
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
