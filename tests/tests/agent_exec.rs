@@ -398,6 +398,17 @@ async fn invalid_requests_are_refused_with_actionable_errors() {
     let status = agent.client().await.exec_stream(rx).await.expect_err("stdin before start");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("start"));
+
+    // One stream runs one command: a second `start` ends it with an error.
+    let (mut tx, mut events) = open_stream(&agent, shell("cat")).await;
+    let pid = started_pid(&mut events).await;
+    tx.send(pb::ExecStreamInput { input: Some(pb::exec_stream_input::Input::Start(shell("true"))) })
+        .await
+        .unwrap();
+    let status = events.message().await.expect_err("a second start");
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("second `start`"), "{}", status.message());
+    eventually("the first command to be killed", || gone(pid)).await;
 }
 
 #[tokio::test]
