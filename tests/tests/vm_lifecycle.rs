@@ -389,3 +389,62 @@ fn vm_disk_template_boots_on_a_copy_on_write_overlay_and_stays_untouched() {
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
     assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
 }
+
+#[test]
+fn vm_interrupted_create_kills_and_removes_everything() {
+    let data = short_tempdir();
+    custom_template(data.path(), "sleeper", None, "rdinit=/bin/sleep -- 600");
+    let sbx = Sbx::with_data_dir(data.path());
+    let mut child = Command::new(sbx_tests::workspace_bin("sbx"))
+        .env("SBX_STATE_DIR", sbx.state.path())
+        .env("SBX_DATA_DIR", data.path())
+        .args(["create", "--template", "sleeper", "--timeout", "600s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sbx create");
+    // Wait until QEMU runs: its pid is in the record.
+    let qemu_started = || {
+        sbx.sandbox_dirs().iter().any(|d| {
+            let record = std::fs::read_to_string(d.join("sandbox.json")).unwrap_or_default();
+            serde_json::from_str::<Value>(&record).is_ok_and(|r| r["qemu"].is_object())
+        })
+    };
+    while !qemu_started() {
+        assert!(child.try_wait().unwrap().is_none(), "sbx create ended before QEMU started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!processes_mentioning(sbx.state.path()).is_empty(), "QEMU and vhost-device-vsock run");
+    Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("run kill");
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "an interrupted create fails");
+    assert!(text(&out.stderr).contains("interrupted"), "{}", text(&out.stderr));
+    assert_eq!(
+        sbx.sandbox_dirs(),
+        Vec::<PathBuf>::new(),
+        "an interrupted create leaves no sandbox directory"
+    );
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+}
+
+#[test]
+fn vm_concurrent_creates_get_distinct_names_and_cids() {
+    let sbx = Sbx::new();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| sbx.json(&["create", "--timeout", BOOT_TIMEOUT]));
+        let b = s.spawn(|| sbx.json(&["create", "--timeout", BOOT_TIMEOUT]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_ne!(a["name"], b["name"]);
+    assert_ne!(a["cid"], b["cid"]);
+    assert_ne!(a["address"], b["address"]);
+    let mut states = sbx.states();
+    states.sort();
+    assert_eq!(states.len(), 2);
+    assert!(states.iter().all(|(_, st)| st == "running"), "{states:?}");
+    let removed = sbx.json(&["kill", "--all"]);
+    assert_eq!(removed.as_array().map(Vec::len), Some(2));
+    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+}
