@@ -75,6 +75,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
 }
 
 async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
+    template::check_name(&a.name)?;
     let opts = BuildOptions {
         name: a.name,
         source: Source::detect(&a.from)?,

@@ -136,6 +136,21 @@ pub enum BakeError {
         /// Its last stderr lines.
         stderr: String,
     },
+    /// `mkfs.ext4 -d` failed, most often because the image is too small.
+    #[error(
+        "mkfs.ext4 could not make a {} image of the tree ({} used): {stderr}; if it ran out of \
+         space, pass a larger --size",
+        crate::output::human_bytes(*size),
+        crate::output::human_bytes(*used)
+    )]
+    Mkfs {
+        /// The image size asked for.
+        size: u64,
+        /// What the tree occupies.
+        used: u64,
+        /// mkfs.ext4's last stderr lines.
+        stderr: String,
+    },
     /// `--init systemd` on a tree without systemd.
     #[error(
         "--init systemd needs systemd in the image (no /usr/lib/systemd/systemd or /lib/systemd/systemd); use --init agent"
@@ -206,14 +221,12 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
     let size = opts.size.unwrap_or_else(|| default_size(used));
     let image = stage.path.join("rootfs.ext4");
     let size_arg = format!("{}k", size.div_ceil(1024));
-    run_tool(
-        "mkfs.ext4",
-        Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-L", "sbx-root", "-d"])
-            .arg(&root)
-            .arg(&image)
-            .arg(size_arg),
-    )?;
+    let mut mkfs = Command::new("mkfs.ext4");
+    mkfs.args(["-q", "-F", "-L", "sbx-root", "-d"]).arg(&root).arg(&image).arg(size_arg);
+    run_tool("mkfs.ext4", &mut mkfs).map_err(|e| match e {
+        BakeError::ToolFailed { stderr, .. } => BakeError::Mkfs { size, used, stderr },
+        other => other,
+    })?;
     std::fs::remove_dir_all(&root).map_err(|source| BakeError::Write { path: root.clone(), source })?;
 
     link_or_copy(&vmlinux, &stage.path.join("vmlinux"))?;
