@@ -1,5 +1,5 @@
 //! The sandbox lifecycle subcommands: `sbx create`, `sbx inspect`, `sbx pause`,
-//! `sbx resume`, `sbx kill` (`sbx ls` without a path lives in [`super::files`]).
+//! `sbx resume`, `sbx kill` (`sbx ls` without a path lives with the file commands).
 //! Thin callers of [`crate::vm`].
 
 use std::fmt::Write as _;

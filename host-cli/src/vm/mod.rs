@@ -10,7 +10,7 @@
 //! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
 //! - [`ready`]: the listener for the agent's `READY` announcement.
 //! - [`qmp`]: a few QMP commands (stop, cont, quit).
-//! - [`create`]: [`create()`], booting a sandbox and undoing everything on failure.
+//! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
 
 pub mod control;
