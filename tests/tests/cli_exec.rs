@@ -147,3 +147,23 @@ fn unknown_job_is_not_found() {
     assert_eq!(code(&out), 1);
     assert_eq!(cli_util::json_error(&out)["kind"], "not_found");
 }
+
+#[test]
+fn a_closed_pipe_ends_exec_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let agent = Agent::start();
+    let mut child = cli_util::sbx_cmd(&agent.address(), &["exec", "--", "yes"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 4096];
+    child.stdout.as_mut().unwrap().read_exact(&mut head).unwrap();
+    assert!(head.starts_with(b"y\ny\n"));
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "a broken pipe is not an error to report");
+}
