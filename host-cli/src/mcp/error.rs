@@ -110,6 +110,16 @@ pub enum ToolError {
          one), or start this server as `sbx mcp --agent ADDR` (or with SBX_AGENT set)"
     )]
     NoAgent,
+    /// The agent did not answer within the call's own timeout plus a grace period.
+    #[error(
+        "the agent did not answer within {secs} s, although the call's timeout had passed; the \
+         sandbox may be overloaded or its agent stuck: check it with sandbox_info, and look for \
+         leftover processes with sandbox_exec \"ps -ef\""
+    )]
+    AgentSilent {
+        /// How long we waited.
+        secs: u64,
+    },
     /// The tool call was cancelled by the client.
     #[error("cancelled by the client; the command's processes were killed")]
     Cancelled,

@@ -17,11 +17,16 @@ use crate::mcp::error::ToolError;
 /// How often a running call reports progress.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// How long past a call's own timeout we wait for the agent before giving up on it.
+pub const AGENT_GRACE: Duration = Duration::from_secs(15);
+
 /// Runs `call`, reporting progress every [`PROGRESS_EVERY`] when the request asked for it
 /// (it carried a `progressToken`), and abandoning it when the client cancels.
 ///
 /// `total` is the most the call can take (its timeout), reported so clients can draw a
-/// bar; `verb` starts the message ("running 3 s").
+/// bar; `verb` starts the message ("running 3 s"). Should the agent stay silent for
+/// [`AGENT_GRACE`] past `total`, the call is dropped with [`ToolError::AgentSilent`]
+/// rather than left hanging.
 pub async fn run_with_progress<F: Future>(
     context: &RequestContext<RoleServer>,
     total: Option<Duration>,
@@ -32,10 +37,17 @@ pub async fn run_with_progress<F: Future>(
     let started = Instant::now();
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(call);
+    let give_up = total.map(|total| total + AGENT_GRACE);
+    let deadline = tokio::time::sleep(give_up.unwrap_or(Duration::from_secs(365 * 24 * 3600)));
+    tokio::pin!(call, deadline);
     loop {
         tokio::select! {
             output = &mut call => return Ok(output),
+            () = &mut deadline, if give_up.is_some() => {
+                let secs = give_up.map_or(0, |d| d.as_secs());
+                tracing::warn!("the agent did not answer within {secs} s; dropping the call");
+                return Err(ToolError::AgentSilent { secs });
+            }
             () = context.ct.cancelled() => {
                 tracing::info!("tool call cancelled by the client; dropping the agent call");
                 return Err(ToolError::Cancelled);

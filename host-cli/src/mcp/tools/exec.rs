@@ -49,7 +49,7 @@ pub struct ExecArgs {
 pub struct ExecOutput {
     /// The command's exit code; null when a signal ended it.
     pub exit_code: Option<i32>,
-    /// The signal that ended the command, when one did (9 after a timeout).
+    /// The signal that ended the command, when one did (TERM or KILL after a timeout).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     /// True when the command was killed because timeout_ms passed.
