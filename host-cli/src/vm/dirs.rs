@@ -62,9 +62,12 @@ fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The directory from the first variable set, made absolute: socket paths and agent
+/// addresses built from it must not depend on the working directory.
 fn resolve(own: &str, xdg: &str, home_rel: &str) -> Option<PathBuf> {
     let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    non_empty(own)
+    let dir = non_empty(own)
         .or_else(|| non_empty(xdg).map(|d| d.join("sbx")))
-        .or_else(|| non_empty("HOME").map(|h| h.join(home_rel).join("sbx")))
+        .or_else(|| non_empty("HOME").map(|h| h.join(home_rel).join("sbx")))?;
+    Some(std::path::absolute(&dir).unwrap_or(dir))
 }
