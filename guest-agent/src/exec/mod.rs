@@ -5,6 +5,7 @@
 //! - [`user`]: resolving a user name or uid from /etc/passwd and /etc/group.
 //! - [`process`]: spawning in a new session, the process-group guard, timeouts.
 //! - [`reaper`]: the agent's only `waitpid`, for its own children and for orphans.
+//! - [`tree`]: every process a command started, even those that left its group.
 //! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
 //! - [`stream`]: ExecStream, with stdin forwarding and back-pressure.
 //! - [`error`]: what can go wrong, as [`ExecError`].
@@ -15,6 +16,7 @@ pub mod process;
 pub mod reaper;
 pub mod spec;
 pub mod stream;
+pub mod tree;
 pub mod user;
 
 use sbx_proto::agent::v1 as pb;

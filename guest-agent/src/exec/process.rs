@@ -3,7 +3,9 @@
 //! Every command is a session leader (`setsid` before `exec`), so signalling its process
 //! group reaches every descendant that did not leave the group on purpose. The group is
 //! owned by a [`ProcessGroup`] guard whose `Drop` kills it: when a request is cancelled
-//! (the client went away) or finishes, nothing it started is left running.
+//! (the client went away) or finishes, nothing it started is left running. Processes
+//! that left the group (`setsid`, daemons) are found by [`tree`](super::tree) and
+//! signalled with it.
 
 use std::future::Future;
 use std::os::unix::process::CommandExt;
@@ -17,6 +19,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use super::reaper::{self, Ended};
+use super::tree;
 use super::{ExecError, Spec};
 
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
@@ -59,7 +62,11 @@ pub struct Running {
 /// Starts `spec` in a new session, as its user, with the given stdio.
 pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
     let mut cmd = Command::new(spec.program());
-    cmd.args(&spec.argv[1..]).current_dir(&spec.cwd).envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let tag = tree::new_tag();
+    cmd.args(&spec.argv[1..])
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(tree::TAG_VAR, &tag);
     match stdio {
         StdioSetup::Piped => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
         StdioSetup::Files { stdout, stderr } => cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr),
@@ -86,7 +93,7 @@ pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
         .map_err(|e| ExecError::from_spawn(spec.program(), spec.shell, spec.user_asked.as_deref(), e))?;
     let started = Instant::now();
     let pid = child.id();
-    let group = ProcessGroup::new(pid);
+    let group = ProcessGroup::new(pid, tag.into());
     let stdin = child.stdin.take().map(|p| pipe::Sender::from_owned_fd(p.into()));
     let stdout = child.stdout.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
     let stderr = child.stderr.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
@@ -107,22 +114,24 @@ fn needs_switch(uid: u32) -> bool {
     rustix::process::geteuid().is_root() || rustix::process::geteuid().as_raw() != uid
 }
 
-/// A command's process group. Dropping an armed guard SIGKILLs the whole group.
+/// A command's process group and every process it started (see [`tree`]). Dropping an
+/// armed guard SIGKILLs them all.
 #[derive(Debug)]
 pub struct ProcessGroup {
     pgid: Pid,
+    tag: std::sync::Arc<str>,
     armed: bool,
 }
 
 impl ProcessGroup {
-    fn new(pid: u32) -> Self {
+    fn new(pid: u32, tag: std::sync::Arc<str>) -> Self {
         let pgid = Pid::from_raw(pid as i32).expect("a child's pid is positive");
-        ProcessGroup { pgid, armed: true }
+        ProcessGroup { pgid, tag, armed: true }
     }
 
     /// A second handle on the same group that never kills it on drop.
     pub fn handle(&self) -> ProcessGroup {
-        ProcessGroup { pgid: self.pgid, armed: false }
+        ProcessGroup { pgid: self.pgid, tag: self.tag.clone(), armed: false }
     }
 
     /// Leaves the group running when the guard is dropped (background jobs).
@@ -130,12 +139,18 @@ impl ProcessGroup {
         self.armed = false;
     }
 
-    /// Sends `sig` to every process in the group.
+    /// Sends `sig` to every process in the group, and to the command's processes that
+    /// left it. An error means the group is gone and nothing else was found.
     pub fn signal(&self, sig: Signal) -> std::io::Result<()> {
-        rustix::process::kill_process_group(self.pgid, sig).map_err(Into::into)
+        let group = rustix::process::kill_process_group(self.pgid, sig);
+        let others = tree::signal_all(self.pgid.as_raw_nonzero().get(), &self.tag, sig);
+        match group {
+            Err(e) if others == 0 => Err(e.into()),
+            _ => Ok(()),
+        }
     }
 
-    /// SIGKILLs every process in the group; an empty group is not an error.
+    /// SIGKILLs every process the command started; none left is not an error.
     pub fn kill(&self) {
         let _ = self.signal(Signal::KILL);
     }

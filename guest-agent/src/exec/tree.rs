@@ -1,0 +1,165 @@
+//! Finding every process a command started, including those that left its process
+//! group or session on purpose (`setsid`, double-forked daemons).
+//!
+//! A process group reaches only the descendants that stayed in it. The agent is a child
+//! subreaper, so escapees whose parent died are reparented to the agent and their ppid
+//! chain no longer leads to the command. Each command therefore carries a tag in its
+//! environment ([`TAG_VAR`]), inherited by everything it starts — the way Jenkins'
+//! process-tree killer finds a build's leftovers. A command's members are:
+//!
+//! - processes in its process group or session, or whose ppid chain leads to it, unless
+//!   they carry another command's tag (the command's pid may have been reused);
+//! - processes carrying its tag, and their descendants.
+//!
+//! Zombies are skipped: they are already dead and the reaper collects them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rustix::process::{Pid, Signal};
+
+/// The environment variable that marks a command's processes.
+pub const TAG_VAR: &str = "SBX_AGENT_CMD";
+
+/// How many times [`signal_all`] rescans for processes forked while it was signalling.
+const ROUNDS: usize = 8;
+
+/// A tag no other command of this agent has.
+pub fn new_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// One line of `/proc/<pid>/stat`, the fields that matter here.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: i32,
+    ppid: i32,
+    pgid: i32,
+    sid: i32,
+}
+
+/// Parses `/proc/<pid>/stat`; `None` for a zombie or a process that is gone.
+fn parse_stat(text: &str) -> Option<Proc> {
+    // The command name may contain spaces and parentheses; it ends at the last `)`.
+    let (head, rest) = text.rsplit_once(')')?;
+    let pid = head.split_once('(')?.0.trim().parse().ok()?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    let mut num = || fields.next()?.parse::<i32>().ok();
+    Some(Proc { pid, ppid: num()?, pgid: num()?, sid: num()? })
+}
+
+/// Every live process except the agent itself.
+fn snapshot() -> Vec<Proc> {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name();
+        let pid: i32 = name.to_str()?.parse().ok()?;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        parse_stat(&text).filter(|p| p.pid == pid && p.pid != me && p.pid != 1)
+    })
+    .collect()
+}
+
+/// The command tag in `pid`'s environment, if any.
+fn tag_of(pid: i32) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{TAG_VAR}=");
+    environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(prefix.as_bytes()))
+        .map(|tag| String::from_utf8_lossy(tag).into_owned())
+}
+
+/// The pids belonging to the command started as `root` with `tag`.
+pub fn members(root: i32, tag: &str) -> Vec<i32> {
+    let procs = snapshot();
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    for p in &procs {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    // Only the agent's own descendants are candidates: the subreaper keeps escapees
+    // among them, and nothing else on the machine can be hit by a reused pid.
+    let ours = descendants(&children, std::process::id() as i32);
+    let mut found: HashSet<i32> = HashSet::new();
+    let mut queue: Vec<i32> = Vec::new();
+    for p in procs.iter().filter(|p| ours.contains(&p.pid)) {
+        let structural = p.pid == root || p.pgid == root || p.sid == root;
+        let belongs = match tag_of(p.pid) {
+            Some(t) => t == tag,
+            // No tag: the environment was cleared (or unreadable); trust the structure.
+            None => structural,
+        };
+        if belongs {
+            queue.push(p.pid);
+        }
+    }
+    while let Some(pid) = queue.pop() {
+        if found.insert(pid) {
+            for &child in children.get(&pid).into_iter().flatten() {
+                // A child carrying another command's tag was started by that command.
+                if tag_of(child).is_none_or(|t| t == tag) {
+                    queue.push(child);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+fn descendants(children: &HashMap<i32, Vec<i32>>, root: i32) -> HashSet<i32> {
+    let mut found = HashSet::new();
+    let mut queue = vec![root];
+    while let Some(pid) = queue.pop() {
+        for &child in children.get(&pid).into_iter().flatten() {
+            if found.insert(child) {
+                queue.push(child);
+            }
+        }
+    }
+    found
+}
+
+/// Sends `sig` to every member of the command. For SIGKILL it rescans until no member
+/// is left alive (or [`ROUNDS`] passes), so processes forked meanwhile die too; other
+/// signals may be ignored, so they get one pass. Returns how many processes were signalled.
+pub fn signal_all(root: i32, tag: &str, sig: Signal) -> usize {
+    let mut signalled: HashSet<i32> = HashSet::new();
+    let rounds = if sig == Signal::KILL { ROUNDS } else { 1 };
+    for _ in 0..rounds {
+        let alive = members(root, tag);
+        if alive.is_empty() {
+            break;
+        }
+        for pid in alive {
+            if let Some(p) = Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, sig);
+            }
+            signalled.insert(pid);
+        }
+    }
+    signalled.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_odd_names() {
+        let p = parse_stat("42 (a) b (c)) S 7 42 40 0 -1").unwrap();
+        assert_eq!((p.pid, p.ppid, p.pgid, p.sid), (42, 7, 42, 40));
+        assert!(parse_stat("43 (sleep) Z 1 43 43 0").is_none());
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn tags_are_unique() {
+        assert_ne!(new_tag(), new_tag());
+    }
+}
