@@ -180,7 +180,12 @@ fn bad_addresses_and_usage_errors_exit_2() {
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("write the guest side as :/path"), "{}", stderr(&out));
 
-    let out = sbx("", &["--sandbox", "ghost", "info"]);
+    let state = tempfile::tempdir().unwrap();
+    let out = cli_util::sbx_cmd("", &["--sandbox", "ghost", "info"])
+        .env("SBX_STATE_DIR", state.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("ghost"), "{}", stderr(&out));
 }
@@ -192,4 +197,26 @@ fn help_teaches_and_completions_generate() {
     assert!(help.contains("Examples:") && help.contains("Exit codes:") && help.contains("69"), "{help}");
     let script = cli_util::ok(&sbx("", &["completions", "bash"]));
     assert!(script.contains("_sbx") && script.contains("exec"), "{}", &script[..200.min(script.len())]);
+}
+
+#[test]
+fn info_reports_the_agent() {
+    let agent = Agent::start();
+    let doc = json(&sbx(&agent.address(), &["--json", "info"]));
+    assert!(doc["agent_version"].as_str().is_some_and(|v| !v.is_empty()), "{doc}");
+    assert!(doc["cpus"].as_u64().is_some_and(|n| n >= 1), "{doc}");
+    assert_eq!(doc["pid1"], false);
+    let text = cli_util::ok(&sbx(&agent.address(), &["info"]));
+    assert!(text.contains(&format!("at {}", agent.address())), "{text}");
+}
+
+#[test]
+fn ls_without_a_path_lists_sandboxes() {
+    let state = tempfile::tempdir().unwrap();
+    let out = cli_util::sbx_cmd("", &["--json", "ls"])
+        .env("SBX_STATE_DIR", state.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(json(&out), serde_json::json!([]));
 }
