@@ -98,9 +98,10 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
         launcher::create_overlay(base, overlay).await?;
     }
-    let mut vhost_child = launcher::start_vhost(&vhost, record.cid, &paths).await?;
+    let mut vhost_child = launcher::spawn_vhost(&vhost, record.cid, &paths)?;
     guard.set(|r| r.vhost = vhost_child.id().and_then(ProcRef::of));
     guard.save()?;
+    launcher::wait_vhost_socket(&mut vhost_child, &paths).await?;
 
     let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
     let spec = VmSpec {

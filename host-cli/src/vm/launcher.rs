@@ -174,26 +174,26 @@ pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), LaunchErr
     }
 }
 
-/// Starts vhost-device-vsock for guest `cid` and waits until its vhost-user socket exists.
-pub async fn start_vhost(
-    program: &Path,
-    cid: u32,
-    paths: &Paths,
-) -> Result<tokio::process::Child, LaunchError> {
+/// Starts vhost-device-vsock for guest `cid` in `uds-path` mode; the caller records
+/// the child before waiting for its socket with [`wait_vhost_socket`].
+pub fn spawn_vhost(program: &Path, cid: u32, paths: &Paths) -> Result<tokio::process::Child, LaunchError> {
     let vm =
         format!("guest-cid={cid},socket={},uds-path={}", paths.vhost_socket.display(), paths.vsock.display());
-    let mut child = spawn_detached(program, &["--vm".into(), vm], &paths.vhost_log)?;
+    Ok(spawn_detached(program, &["--vm".into(), vm], &paths.vhost_log)?)
+}
+
+/// Waits until vhost-device-vsock has created its vhost-user socket.
+pub async fn wait_vhost_socket(child: &mut tokio::process::Child, paths: &Paths) -> Result<(), LaunchError> {
     let deadline = Instant::now() + VHOST_SOCKET_WAIT;
     let failed = |why: String| LaunchError::Vhost { why, log: tail(&paths.vhost_log, 10) };
     loop {
         if paths.vhost_socket.exists() {
-            return Ok(child);
+            return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
             return Err(failed(format!("it exited with {status}")));
         }
         if Instant::now() >= deadline {
-            let _ = child.start_kill();
             return Err(failed(format!("no socket after {} s", VHOST_SOCKET_WAIT.as_secs())));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
