@@ -10,8 +10,21 @@ venv="$repo/.venv"
 requirements="$repo/tests/mcp/requirements.txt"
 stamp="$venv/.sbx-mcp-requirements"
 
+make_venv() {
+    rm -rf "$venv"
+    "$1" -m venv "$venv"
+}
 if [[ ! -x "$venv/bin/python" ]]; then
-    python3 -m venv "$venv"
+    if ! make_venv python3; then
+        # Debian's python3 lacks ensurepip until python3-venv is installed.
+        if command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
+            apt-get install -y --no-install-recommends python3-venv
+            make_venv /usr/bin/python3
+        else
+            echo "tests/mcp/run.sh: could not create $venv; install python3-venv" >&2
+            exit 1
+        fi
+    fi
 fi
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"

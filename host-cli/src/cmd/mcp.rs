@@ -2,6 +2,8 @@
 //! Cursor, VS Code, Windsurf, Codex or any MCP client. stdout carries only the
 //! protocol; logs go to stderr.
 
+use std::io::IsTerminal;
+
 use anyhow::Result;
 
 use crate::cmd::Ctx;
@@ -22,6 +24,12 @@ pub(crate) async fn mcp(ctx: &Ctx) -> Result<u8> {
     };
     if let Some(pinned) = &pinned {
         tracing::info!("sbx mcp: guest tools default to {pinned}");
+    }
+    if std::io::stdin().is_terminal() {
+        eprintln!(
+            "sbx mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts it, \
+             e.g. `claude mcp add sbx -- sbx mcp` (see docs/mcp.md). Waiting for a client; Ctrl-D ends."
+        );
     }
     serve_stdio(SbxMcp::new(pinned, ctx.global.connect_timeout)).await?;
     Ok(0)

@@ -121,7 +121,7 @@ pub enum ToolError {
         secs: u64,
     },
     /// The tool call was cancelled by the client.
-    #[error("cancelled by the client; the command's processes were killed")]
+    #[error("cancelled by the client")]
     Cancelled,
     /// The sandbox could not be found or started; the message says what to do.
     #[error(transparent)]

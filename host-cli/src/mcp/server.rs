@@ -13,7 +13,6 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool_handler};
 use sbx_proto::Address;
 
 use crate::client::Client;
-use crate::connect::DEFAULT_CONNECT_TIMEOUT;
 use crate::mcp::error::ToolError;
 use crate::mcp::shape::schema_signature;
 
@@ -78,19 +77,9 @@ impl SbxMcp {
         SbxMcp { pinned, connect_timeout, router }
     }
 
-    /// A server pinned to the agent at `agent`, with the default connect timeout.
-    pub fn for_agent(agent: Address) -> Self {
-        Self::new(Some(Pinned::Agent(agent)), DEFAULT_CONNECT_TIMEOUT)
-    }
-
     /// What guest tools act on when a call names no sandbox.
     pub fn pinned(&self) -> Option<&Pinned> {
         self.pinned.as_ref()
-    }
-
-    /// The names of every tool this server offers, sorted.
-    pub fn tool_names(&self) -> Vec<String> {
-        self.router.list_all().into_iter().map(|tool| tool.name.into_owned()).collect()
     }
 
     /// The agent address a guest tool acts on: the sandbox the call names (resumed if
