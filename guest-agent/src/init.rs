@@ -72,7 +72,7 @@ pub fn become_init() -> Result<(), InitError> {
             if first.is_none() {
                 first = Some(e);
             } else {
-                tracing::warn!("init: {}", crate_error_chain(&e));
+                tracing::warn!("init: {}", error_chain(&e));
             }
         }
     };
@@ -262,7 +262,7 @@ fn default_env() {
     }
 }
 
-fn crate_error_chain(e: &dyn std::error::Error) -> String {
+fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(cause) = src {
