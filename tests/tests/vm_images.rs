@@ -3,7 +3,10 @@
 //!
 //! These tests boot the templates that `rootfs/setup.sh` builds into the sbx data
 //! directory. `minimal` is required; `debian` (`rootfs/setup.sh --with-debian`) is
-//! optional and its test says so and passes when it is not built.
+//! optional and its tests say so and pass when it is not built. Templates baked with
+//! `sbx template build` (which runs as root, like the suite) go to a scratch data
+//! directory that shares the real kernel. Each test boots its own VM; the test's
+//! QEMU is started by the test itself, independently of `sbx create`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
