@@ -56,6 +56,11 @@ fn files_copied_into_a_directory_keep_their_name_and_mode() {
     assert_eq!(std::fs::read(&landed).unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(std::fs::metadata(&landed).unwrap().permissions().mode() & 0o777, 0o755);
 
+    // A destination ending in `/` is a directory, created if missing.
+    let fresh = agent.dir.path().join("fresh");
+    ok(&sbx(&agent.address(), &["cp", s(&src), &format!(":{}/", s(&fresh))]));
+    assert_eq!(std::fs::read(fresh.join("run.sh")).unwrap(), b"#!/bin/sh\necho hi\n");
+
     let into = host.path().join("down");
     std::fs::create_dir(&into).unwrap();
     ok(&sbx(&agent.address(), &["cp", &format!(":{}", s(&landed)), s(&into)]));

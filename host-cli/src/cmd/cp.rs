@@ -84,9 +84,11 @@ fn guest_join(dir: &str, name: &str) -> String {
 async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str) -> Result<Copied> {
     let meta = tokio::fs::metadata(src).await.with_context(|| format!("cannot read {}", src.display()))?;
     let name = src.file_name().and_then(|n| n.to_str()).map(str::to_string);
-    // Copying into an existing guest directory puts SRC inside it, as cp does.
+    // Copying into an existing guest directory (or to a path ending in `/`) puts SRC
+    // inside it, as cp does.
     let target = match (client.stat(dst).await, &name) {
         (Ok(e), Some(name)) if e.kind == FileKind::Dir => guest_join(dst, name),
+        (_, Some(name)) if dst.ends_with('/') => guest_join(dst, name),
         _ => dst.to_string(),
     };
     let from = src.display().to_string();
