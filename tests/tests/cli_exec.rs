@@ -167,3 +167,24 @@ fn a_closed_pipe_ends_exec_quietly() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "a broken pipe is not an error to report");
 }
+
+#[test]
+fn an_agent_that_dies_mid_command_is_reported_as_unreachable() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let agent = Agent::start();
+    let mut child = cli_util::sbx_cmd(&agent.address(), &["exec", "--sh", "echo up; sleep 5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = [0u8; 3];
+    child.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
+    assert_eq!(&up, b"up\n");
+    let killed = std::process::Command::new("kill").arg("-9").arg(agent.pid().to_string()).status().unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 69, "{}", stderr(&out));
+    assert!(stderr(&out).contains("lost the connection to the agent"), "{}", stderr(&out));
+}
