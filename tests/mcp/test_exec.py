@@ -139,3 +139,16 @@ async def test_cancellation_kills_the_command_process_group(agent: Agent) -> Non
     await anyio.to_thread.run_sync(
         lambda: wait_for(lambda: not pid_alive(child) and not pid_alive(shell), "the cancelled command to be killed")
     )
+
+
+async def test_parallel_calls_on_one_session_are_independent(agent: Agent) -> None:
+    results: dict[int, dict] = {}
+    async with agent_session(agent) as session:
+
+        async def run(i: int) -> None:
+            results[i] = await call_ok(session, "sandbox_exec", command=f"sleep 0.5; echo call-{i}")
+
+        async with anyio.create_task_group() as group:
+            for i in range(4):
+                group.start_soon(run, i)
+    assert {i: r["stdout"] for i, r in results.items()} == {i: f"call-{i}\n" for i in range(4)}

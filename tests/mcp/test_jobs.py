@@ -85,3 +85,20 @@ async def test_job_errors_are_tool_errors(agent: Agent, tool: str, arguments: di
     async with agent_session(agent) as session:
         text = await call_err(session, tool, **arguments)
     assert needle in text
+
+
+async def test_long_output_tails_point_at_the_log_and_invalid_utf8_is_noted(agent: Agent) -> None:
+    async with agent_session(agent) as session:
+        job = await call_ok(
+            session,
+            "sandbox_exec_background",
+            command="head -c 100000 /dev/zero | tr '\\0' a; printf 'END\\377'",
+        )
+        done = await call_ok(session, "sandbox_job_status", job_id=job["job_id"], wait_ms=30000)
+    assert done["state"] == "exited" and done["exit_code"] == 0
+    assert done["stdout_bytes"] == 100004
+    assert done["stdout_tail"].endswith("END\ufffd")
+    assert len(done["stdout_tail"]) < 100000
+    notes = " ".join(done["notes"])
+    assert "not valid UTF-8" in notes
+    assert done["stdout_log"] in notes, "the note should say where the whole output is"

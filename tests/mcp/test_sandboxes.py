@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import call_err, call_ok, mcp_session
+import anyio
+
+from conftest import call_err, call_ok, mcp_session, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -58,11 +60,28 @@ async def test_create_refuses_bad_arguments_before_booting(state_dir: Path) -> N
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
 
 
-async def test_a_real_microvm_from_create_to_kill(state_dir: Path) -> None:
+def processes_mentioning(text: str) -> list[int]:
+    """Processes (QEMU, vhost-device-vsock) whose command line mentions `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found
+
+
+def need_vm() -> None:
     if not (data_dir() / "templates" / "minimal" / "template.json").exists():
         pytest.skip("the `minimal` template is not built (rootfs/build-minimal.sh)")
     if shutil.which("qemu-system-x86_64") is None or shutil.which("vhost-device-vsock") is None:
         pytest.skip("qemu-system-x86_64 or vhost-device-vsock is not installed")
+
+
+async def test_a_real_microvm_from_create_to_kill(state_dir: Path) -> None:
+    need_vm()
     updates: list[str | None] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -98,6 +117,9 @@ async def test_a_real_microvm_from_create_to_kill(state_dir: Path) -> None:
         assert not killed.is_error, killed.content
         assert killed.structured_content["was"] == "running"
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: not processes_mentioning(str(state_dir)), "the VM's processes to end")
+        )
         text = await call_err(session, "sandbox_exec", command="true", sandbox_id=sid)
         assert sid in text
     # Booting under KVM may take less than the first progress tick.
@@ -108,3 +130,37 @@ async def test_a_server_pinned_to_a_sandbox_needs_no_sandbox_id(state_dir: Path)
     async with mcp_session(env={"SBX_STATE_DIR": str(state_dir), "SBX_SANDBOX": "ghost"}) as session:
         text = await call_err(session, "sandbox_exec", command="true")
     assert "ghost" in text
+
+
+async def test_cancelling_sandbox_create_leaves_nothing_behind(state_dir: Path) -> None:
+    need_vm()
+    env = {"SBX_STATE_DIR": str(state_dir)}
+    progressed = anyio.Event()
+    created: list = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        progressed.set()
+
+    async with mcp_session(env=env) as session:
+        async with anyio.create_task_group() as group:
+
+            async def create() -> None:
+                created.append(
+                    await session.call_tool(
+                        "sandbox_create", {"template": "minimal", "boot_timeout_s": 300}, progress_callback=on_progress
+                    )
+                )
+                progressed.set()
+
+            group.start_soon(create)
+            await progressed.wait()
+            group.cancel_scope.cancel()
+        if created:
+            await call_ok(session, "sandbox_kill", sandbox_id=created[0].structured_content["id"])
+            pytest.skip("the sandbox booted before the first progress tick; nothing to cancel")
+
+        def nothing_left() -> bool:
+            return not [p for p in state_dir.iterdir() if p.is_dir()] and not processes_mentioning(str(state_dir))
+
+        await anyio.to_thread.run_sync(lambda: wait_for(nothing_left, "the cancelled sandbox to be cleaned up"))
+        assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
