@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "set-up (packages, musl target, vhost-device-vsock, kernel, minimal template)"
-rootfs/setup.sh
+step "set-up (packages, musl target, vhost-device-vsock, kernel, minimal and debian templates)"
+rootfs/setup.sh --with-debian
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"
