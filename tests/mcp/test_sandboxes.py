@@ -44,7 +44,7 @@ async def test_no_sandboxes_yet_and_unknown_ids_are_tool_errors(state_dir: Path)
             text = await call_err(session, tool, sandbox_id="nope")
             assert "nope" in text, f"{tool}: {text}"
         text = await call_err(session, "sandbox_exec", command="true", sandbox_id="nope")
-        assert "nope" in text
+        assert text == "no sandbox is called `nope`; sandbox_list shows the sandboxes, sandbox_create makes one"
         text = await call_err(session, "sandbox_pause")
         assert "missing field `sandbox_id`" in text
 

@@ -7,6 +7,8 @@ use std::error::Error as _;
 use rmcp::model::{ContentBlock, IntoContents};
 
 use crate::client::ClientError;
+use crate::vm::VmError;
+use crate::vm::state::StateError;
 
 /// Bytes of inline content `sandbox_files_write` accepts (after base64 decoding).
 pub const MAX_INLINE_WRITE: u64 = 8 * 1024 * 1024;
@@ -123,9 +125,15 @@ pub enum ToolError {
     /// The tool call was cancelled by the client.
     #[error("cancelled by the client")]
     Cancelled,
+    /// No sandbox has this id or name.
+    #[error("no sandbox is called `{name}`; sandbox_list shows the sandboxes, sandbox_create makes one")]
+    NoSuchSandbox {
+        /// The id or name asked for.
+        name: String,
+    },
     /// The sandbox could not be found or started; the message says what to do.
     #[error(transparent)]
-    Sandbox(#[from] crate::vm::VmError),
+    Sandbox(VmError),
     /// The agent refused or could not be reached; its message says what to do.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -135,14 +143,9 @@ impl ToolError {
     /// The whole message, with each underlying cause once.
     pub fn render(&self) -> String {
         let mut text = self.to_string();
-        let mut source = match self {
-            // The client error is shown through `transparent`; start at its own source.
-            ToolError::Client(inner) => inner.source(),
-            // The decoder's message is already in ours.
-            ToolError::BadBase64 { .. } => None,
-            other => other.source(),
-        };
+        let mut source = self.source();
         while let Some(cause) = source {
+            // A cause some message already quotes (the base64 decoder's) is not repeated.
             let cause_text = cause.to_string();
             if !text.contains(&cause_text) {
                 text.push_str(": ");
@@ -151,6 +154,15 @@ impl ToolError {
             source = cause.source();
         }
         text
+    }
+}
+
+impl From<VmError> for ToolError {
+    fn from(error: VmError) -> Self {
+        match error {
+            VmError::State(StateError::NotFound(name)) => ToolError::NoSuchSandbox { name },
+            other => ToolError::Sandbox(other),
+        }
     }
 }
 

@@ -249,7 +249,7 @@ impl SbxMcp {
     ) -> Result<Json<KillOutput>, ToolError> {
         let removed = vm::remove(std::slice::from_ref(&args.sandbox_id), RemoveOptions::default()).await?;
         let Some(gone) = removed.into_iter().next() else {
-            return Err(ToolError::Sandbox(vm::state::StateError::NotFound(args.sandbox_id).into()));
+            return Err(ToolError::NoSuchSandbox { name: args.sandbox_id });
         };
         Ok(Json(KillOutput { id: gone.id, name: gone.name, was: gone.was.as_str().to_owned() }))
     }
