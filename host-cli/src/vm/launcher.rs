@@ -70,9 +70,18 @@ pub fn probe_accel() -> Accel {
         _ => {}
     }
     let modules = std::fs::read_to_string("/proc/modules").unwrap_or_default();
-    let hw = modules.lines().any(|l| l.starts_with("kvm_intel ") || l.starts_with("kvm_amd "));
+    let hw = hardware_kvm(&modules, Path::new("/sys/module"));
     let opens = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_ok();
     if hw && opens { Accel::Kvm } else { Accel::Tcg }
+}
+
+/// True when kvm_intel or kvm_amd is loaded: listed in `/proc/modules`, or (built in, or
+/// where /proc/modules is missing) present as `/sys/module/<name>`, since both take
+/// parameters. kvm_pvm and friends do not count.
+fn hardware_kvm(proc_modules: &str, sys_module: &Path) -> bool {
+    ["kvm_intel", "kvm_amd"].iter().any(|m| {
+        proc_modules.lines().any(|l| l.split_whitespace().next() == Some(m)) || sys_module.join(m).is_dir()
+    })
 }
 
 /// What QEMU needs to boot one sandbox.
@@ -256,6 +265,16 @@ mod tests {
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
         assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "kvm"));
         assert!(!args.iter().any(|a| a == "-drive"));
+    }
+
+    #[test]
+    fn only_hardware_kvm_modules_count() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("kvm_pvm")).unwrap();
+        assert!(!hardware_kvm("kvm_pvm 1 0 - Live 0x0\nkvm 2 1 kvm_pvm, Live 0x0\n", d.path()));
+        assert!(hardware_kvm("kvm_intel 1 0 - Live 0x0\n", d.path()));
+        std::fs::create_dir(d.path().join("kvm_amd")).unwrap();
+        assert!(hardware_kvm("", d.path()), "a built-in module shows only in /sys/module");
     }
 
     #[test]
