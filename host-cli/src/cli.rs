@@ -236,6 +236,9 @@ pub struct JobLogsArgs {
     /// Print stderr instead of stdout.
     #[arg(long)]
     pub stderr: bool,
+    /// Keep printing new output until the job exits; then exit with its exit code.
+    #[arg(short, long, conflicts_with = "json")]
+    pub follow: bool,
 }
 
 /// A guest path.

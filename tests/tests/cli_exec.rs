@@ -134,6 +134,14 @@ fn background_jobs_run_and_report() {
     let waited = sbx(&a, &["job", "wait", &id]);
     assert_eq!(code(&waited), 128 + 15, "{}", stdout(&waited));
 
+    // Following a job prints its output as it comes and ends with its exit code.
+    let id = ok(&sbx(&a, &["run", "-d", "--sh", "for i in 1 2 3; do echo line $i; sleep 0.3; done; exit 6"]))
+        .trim()
+        .to_string();
+    let followed = sbx(&a, &["job", "logs", "-f", &id]);
+    assert_eq!(code(&followed), 6, "{}", stderr(&followed));
+    assert_eq!(stdout(&followed), "line 1\nline 2\nline 3\n");
+
     // Without -d, run waits and prints the output.
     let out = sbx(&a, &["run", "--", "sh", "-c", "echo attached; exit 4"]);
     assert_eq!(code(&out), 4);

@@ -142,6 +142,9 @@ fn show(ctx: &Ctx, job: &Job) -> Result<()> {
 /// `sbx job logs`: the whole log file, streamed.
 async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     let client = ctx.client().await?;
+    if args.follow {
+        return follow(&client, &args.id, args.stderr).await;
+    }
     let job = client.job(&args.id).await?;
     let log = if args.stderr { &job.stderr.log_path } else { &job.stdout.log_path };
     if ctx.out.json {
@@ -159,11 +162,45 @@ async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     Ok(0)
 }
 
+/// `sbx job logs -f`: prints what the log gained since the last look, until the job
+/// has exited and its log is printed to the end.
+async fn follow(client: &Client, id: &str, stderr: bool) -> Result<u8> {
+    let mut out = tokio::io::stdout();
+    let mut offset = 0;
+    loop {
+        // The state is taken before reading, so the read after an exit sees every byte.
+        let job = client.job(id).await?;
+        let log = if stderr { &job.stderr.log_path } else { &job.stdout.log_path };
+        offset += copy_log_from(client, log, offset, &mut out).await?;
+        if job.state != JobState::Running {
+            return Ok(exit_code(&job));
+        }
+        // Returns early when the job exits; otherwise it paces the polling.
+        client.wait_job(id, Some(FOLLOW_INTERVAL)).await?;
+    }
+}
+
+/// How often `sbx job logs -f` looks for new output while the job runs.
+const FOLLOW_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
 async fn copy_log<W: AsyncWrite + Unpin>(client: &Client, path: &str, out: &mut W) -> Result<()> {
-    let mut read = client.read_file(path, ReadOpts::default()).await?;
+    copy_log_from(client, path, 0, out).await.map(|_| ())
+}
+
+/// Copies the log from `offset` to its current end; returns the bytes copied.
+async fn copy_log_from<W: AsyncWrite + Unpin>(
+    client: &Client,
+    path: &str,
+    offset: u64,
+    out: &mut W,
+) -> Result<u64> {
+    let mut read = client.read_file(path, ReadOpts { offset, ..ReadOpts::default() }).await?;
+    let mut copied = 0;
     while let Some(chunk) = read.chunks.next().await {
-        out.write_all(&chunk?).await?;
+        let chunk = chunk?;
+        out.write_all(&chunk).await?;
+        copied += chunk.len() as u64;
     }
     out.flush().await?;
-    Ok(())
+    Ok(copied)
 }
