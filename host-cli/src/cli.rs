@@ -237,7 +237,7 @@ pub struct JobLogsArgs {
     #[arg(long)]
     pub stderr: bool,
     /// Keep printing new output until the job exits; then exit with its exit code.
-    #[arg(short, long, conflicts_with = "json")]
+    #[arg(short, long)]
     pub follow: bool,
 }
 
