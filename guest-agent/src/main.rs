@@ -30,6 +30,14 @@ struct Args {
     /// Where background jobs keep their log files.
     #[arg(long, value_name = "DIR", default_value = "/run/sbx-agent/jobs", env = "SBX_AGENT_JOB_DIR")]
     job_dir: PathBuf,
+
+    /// Most Exec/ExecStream commands running at once; more are refused (ResourceExhausted).
+    #[arg(long, value_name = "N", default_value_t = sbx_agent::service::limits::DEFAULT_MAX_EXECS, env = "SBX_AGENT_MAX_EXECS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_concurrent_execs: usize,
+
+    /// Most file transfers (read, write, download, upload) at once; more are refused.
+    #[arg(long, value_name = "N", default_value_t = sbx_agent::service::limits::DEFAULT_MAX_TRANSFERS, env = "SBX_AGENT_MAX_TRANSFERS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_concurrent_transfers: usize,
 }
 
 #[tokio::main]
@@ -87,7 +95,11 @@ async fn main() -> ExitCode {
             }
         });
     }
-    let svc = AgentService::new(args.job_dir);
+    let capacity = sbx_agent::service::Capacity {
+        max_execs: args.max_concurrent_execs,
+        max_transfers: args.max_concurrent_transfers,
+    };
+    let svc = AgentService::with_capacity(args.job_dir, capacity);
     match listen::serve_listeners(listeners, svc).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

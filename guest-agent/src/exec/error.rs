@@ -96,6 +96,15 @@ pub enum ExecError {
         #[source]
         source: io::Error,
     },
+    /// The kernel refused the command line (E2BIG): one argument over 128 KiB, or all
+    /// arguments and environment together over its limit.
+    #[error(
+        "the command line and environment are {bytes} bytes, more than the kernel accepts (at most 128 KiB per argument); pass large data through stdin or write it to a file first"
+    )]
+    CommandTooLong {
+        /// Bytes of argv and env together.
+        bytes: usize,
+    },
     /// The guest is out of processes or memory.
     #[error(
         "the guest cannot start another process right now; wait for commands to finish or kill some jobs"
@@ -142,6 +151,7 @@ impl ExecError {
                 ExecError::StartDenied { program: program.to_owned(), user: user.map(str::to_owned), source }
             }
             io::ErrorKind::WouldBlock | io::ErrorKind::OutOfMemory => ExecError::NoResources { source },
+            io::ErrorKind::ArgumentListTooLong => ExecError::CommandTooLong { bytes: 0 },
             _ => ExecError::Spawn { program: program.to_owned(), source },
         }
     }

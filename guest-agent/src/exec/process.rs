@@ -89,8 +89,14 @@ pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
             Ok(())
         });
     }
-    let (mut child, exit) = reaper::spawn(&mut cmd)
-        .map_err(|e| ExecError::from_spawn(spec.program(), spec.shell, spec.user_asked.as_deref(), e))?;
+    let (mut child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+        match ExecError::from_spawn(spec.program(), spec.shell, spec.user_asked.as_deref(), e) {
+            ExecError::CommandTooLong { .. } => {
+                ExecError::CommandTooLong { bytes: spec.command_line_bytes() }
+            }
+            other => other,
+        }
+    })?;
     let started = Instant::now();
     let pid = child.id();
     let group = ProcessGroup::new(pid, tag.into());

@@ -77,6 +77,12 @@ impl Spec {
         Ok(Spec { argv, shell, cwd, env, user, user_asked, display })
     }
 
+    /// Bytes of argv and the added env as `execve` sees them, for messages.
+    pub fn command_line_bytes(&self) -> usize {
+        let argv: usize = self.argv.iter().map(|a| a.len() + 1).sum();
+        argv + self.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>()
+    }
+
     /// argv[0], for messages.
     pub fn program(&self) -> &str {
         &self.argv[0]

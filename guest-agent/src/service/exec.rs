@@ -8,16 +8,20 @@ use tonic::{Code, Status, Streaming};
 use super::{AgentService, BoxStream};
 use crate::exec::{self, ExecError};
 
-pub(super) async fn exec(_svc: &AgentService, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
+pub(super) async fn exec(svc: &AgentService, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
+    let _slot = svc.limits().exec()?;
     Ok(exec::exec(&req).await?)
 }
 
 pub(super) async fn exec_stream(
-    _svc: &AgentService,
+    svc: &AgentService,
     input: Streaming<pb::ExecStreamInput>,
 ) -> Result<BoxStream<pb::ExecEvent>, Status> {
+    let slot = svc.limits().exec()?;
     let events = exec::stream::exec_stream(input).await?;
-    Ok(Box::pin(ReceiverStream::new(events).map(|event| event.map_err(Status::from))))
+    let events = Box::pin(ReceiverStream::new(events).map(|event| event.map_err(Status::from)));
+    // The slot is held while the client reads the command's events.
+    Ok(super::limits::holding(events, slot))
 }
 
 impl From<ExecError> for Status {
@@ -35,7 +39,8 @@ impl From<ExecError> for Status {
             | E::OutputLimitTooLarge { .. }
             | E::UnknownUser(_)
             | E::StreamNotStarted
-            | E::StreamRestarted => Code::InvalidArgument,
+            | E::StreamRestarted
+            | E::CommandTooLong { .. } => Code::InvalidArgument,
             E::CwdMissing(_) | E::ProgramNotFound { .. } => Code::NotFound,
             E::StartDenied { .. } => Code::PermissionDenied,
             E::CwdUnusable { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {

@@ -6,6 +6,7 @@ mod archive;
 mod exec;
 mod files;
 mod jobs;
+pub mod limits;
 mod system;
 
 use std::pin::Pin;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 use futures::Stream;
 use sbx_proto::agent::v1::{self as pb, agent_server::Agent};
 use tonic::{Request, Response, Status, Streaming};
+
+pub use limits::{Capacity, LimitError};
 
 /// A boxed server stream, the response type of every streaming RPC.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -27,14 +30,28 @@ pub struct AgentService {
 struct Shared {
     jobs: crate::jobs::Jobs,
     started: std::time::Instant,
+    limits: limits::Limits,
 }
 
 impl AgentService {
-    /// A service whose background jobs keep their logs under `job_dir`.
+    /// A service whose background jobs keep their logs under `job_dir`, with the default caps.
     pub fn new(job_dir: std::path::PathBuf) -> Self {
+        Self::with_capacity(job_dir, Capacity::default())
+    }
+
+    /// A service with the given caps on concurrent commands and transfers.
+    pub fn with_capacity(job_dir: std::path::PathBuf, capacity: Capacity) -> Self {
         AgentService {
-            inner: Arc::new(Shared { jobs: crate::jobs::Jobs::new(job_dir), started: std::time::Instant::now() }),
+            inner: Arc::new(Shared {
+                jobs: crate::jobs::Jobs::new(job_dir),
+                started: std::time::Instant::now(),
+                limits: limits::Limits::new(capacity),
+            }),
         }
+    }
+
+    pub(crate) fn limits(&self) -> &limits::Limits {
+        &self.inner.limits
     }
 
     /// The tonic server wrapping this service, with the agreed message size limits.
@@ -95,17 +112,23 @@ impl Agent for AgentService {
         &self,
         req: Request<pb::ReadFileRequest>,
     ) -> Result<Response<Self::ReadFileStream>, Status> {
-        files::read(req.into_inner()).await.map(Response::new)
+        let slot = self.limits().transfer()?;
+        let chunks = files::read(req.into_inner()).await?;
+        Ok(Response::new(limits::holding(chunks, slot)))
     }
 
     async fn write_file(
         &self,
         req: Request<Streaming<pb::WriteFileRequest>>,
     ) -> Result<Response<pb::WriteFileResponse>, Status> {
+        let _slot = self.limits().transfer()?;
         files::write(req.into_inner()).await.map(Response::new)
     }
 
-    async fn list_dir(&self, req: Request<pb::ListDirRequest>) -> Result<Response<pb::ListDirResponse>, Status> {
+    async fn list_dir(
+        &self,
+        req: Request<pb::ListDirRequest>,
+    ) -> Result<Response<pb::ListDirResponse>, Status> {
         files::list(req.into_inner()).await.map(Response::new)
     }
 
@@ -121,7 +144,10 @@ impl Agent for AgentService {
         files::rename(req.into_inner()).await.map(Response::new)
     }
 
-    async fn make_dir(&self, req: Request<pb::MakeDirRequest>) -> Result<Response<pb::MakeDirResponse>, Status> {
+    async fn make_dir(
+        &self,
+        req: Request<pb::MakeDirRequest>,
+    ) -> Result<Response<pb::MakeDirResponse>, Status> {
         files::make_dir(req.into_inner()).await.map(Response::new)
     }
 
@@ -130,13 +156,16 @@ impl Agent for AgentService {
         &self,
         req: Request<pb::DownloadDirRequest>,
     ) -> Result<Response<Self::DownloadDirStream>, Status> {
-        archive::download(req.into_inner()).await.map(Response::new)
+        let slot = self.limits().transfer()?;
+        let chunks = archive::download(req.into_inner()).await?;
+        Ok(Response::new(limits::holding(chunks, slot)))
     }
 
     async fn upload_dir(
         &self,
         req: Request<Streaming<pb::UploadDirRequest>>,
     ) -> Result<Response<pb::UploadDirResponse>, Status> {
+        let _slot = self.limits().transfer()?;
         archive::upload(req.into_inner()).await.map(Response::new)
     }
 
@@ -144,7 +173,10 @@ impl Agent for AgentService {
         system::info(self, req.into_inner()).await.map(Response::new)
     }
 
-    async fn set_time(&self, req: Request<pb::SetTimeRequest>) -> Result<Response<pb::SetTimeResponse>, Status> {
+    async fn set_time(
+        &self,
+        req: Request<pb::SetTimeRequest>,
+    ) -> Result<Response<pb::SetTimeResponse>, Status> {
         system::set_time(req.into_inner()).await.map(Response::new)
     }
 }
