@@ -213,8 +213,8 @@ fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
     );
     assert_eq!(sbx.states(), vec![("life".to_string(), "running".to_string())]);
 
-    // A guest command on a paused sandbox resumes it first.
-    sbx.json(&["pause", "life"]);
+    // A guest command on a paused sandbox resumes it first (pause takes -s too).
+    assert_eq!(sbx.json(&["-s", "life", "pause"])["state"], "paused");
     let out = sbx.run(&["-s", "life", "exec", "--", "true"]);
     assert!(out.status.success(), "exec on a paused sandbox failed: {}", text(&out.stderr));
     assert_eq!(sbx.states(), vec![("life".to_string(), "running".to_string())]);

@@ -9,6 +9,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::Ctx;
+use crate::app::UsageError;
 use crate::vm::{self, CreateOptions, RemoveOptions, VmError};
 
 /// The sandbox lifecycle subcommands, flattened into the top level.
@@ -52,9 +53,21 @@ pub struct CreateArgs {
 /// A subcommand taking one sandbox.
 #[derive(Debug, Args)]
 pub struct SandboxArg {
-    /// Sandbox name, id, or unique id prefix.
+    /// Sandbox name, id, or unique id prefix; default: the global --sandbox.
     #[arg(value_name = "SANDBOX")]
-    pub name: String,
+    pub name: Option<String>,
+}
+
+impl SandboxArg {
+    /// The sandbox named here, else the one from `-s` / `SBX_SANDBOX`.
+    fn pick(&self, ctx: &Ctx, verb: &str) -> Result<String> {
+        match self.name.clone().or_else(|| ctx.global.sandbox.clone()) {
+            Some(name) => Ok(name),
+            None => {
+                Err(UsageError(format!("name the sandbox: `sbx {verb} NAME` (`sbx ls` lists them)")).into())
+            }
+        }
+    }
 }
 
 /// `sbx kill`.
@@ -75,13 +88,13 @@ pub struct KillArgs {
 pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
     match cmd {
         SandboxCommand::Create(a) => create(ctx, a).await,
-        SandboxCommand::Inspect(a) => inspect(ctx, &a.name).await,
+        SandboxCommand::Inspect(a) => inspect(ctx, &a.pick(ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
-            let info = vm::pause(&a.name).await?;
+            let info = vm::pause(&a.pick(ctx, "pause")?).await?;
             print(ctx, &info, &format!("{} {}\n", info.name, info.state.as_str()))
         }
         SandboxCommand::Resume(a) => {
-            let r = vm::resume(&a.name).await?;
+            let r = vm::resume(&a.pick(ctx, "resume")?).await?;
             let text = format!(
                 "{} {} (clock moved {} ms)\n",
                 r.sandbox.name,
