@@ -317,7 +317,7 @@ fn vm_create_that_never_becomes_ready_times_out_and_leaves_nothing() {
 }
 
 #[test]
-fn vm_missing_template_and_bad_resources_are_refused_before_anything_starts() {
+fn sandbox_create_refuses_a_missing_template_and_bad_resources_before_starting_anything() {
     let data = short_tempdir();
     let sbx = Sbx::with_data_dir(data.path());
     let err = sbx.fails(&["create", "--template", "nope"]);
