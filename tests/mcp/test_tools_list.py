@@ -72,3 +72,25 @@ async def test_input_schemas_describe_each_argument(agent: Agent) -> None:
     out = listed["sandbox_exec"].output_schema["properties"]
     for field in ("exit_code", "stdout", "stderr", "stdout_truncated", "stdout_bytes", "timed_out", "duration_ms"):
         assert field in out, f"sandbox_exec output lacks {field}"
+
+
+def descriptions(schema) -> list[str]:
+    found = []
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "description" and isinstance(value, str):
+                found.append(value)
+            else:
+                found.extend(descriptions(value))
+    elif isinstance(schema, list):
+        for item in schema:
+            found.extend(descriptions(item))
+    return found
+
+
+async def test_every_description_is_one_line(agent: Agent) -> None:
+    async with agent_session(agent) as session:
+        tools = (await session.list_tools()).tools
+    for tool in tools:
+        for text in [tool.description, *descriptions(tool.input_schema), *descriptions(tool.output_schema)]:
+            assert text and "\n" not in text, f"{tool.name}: {text!r}"

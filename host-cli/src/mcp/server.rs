@@ -1,6 +1,7 @@
 //! [`SbxMcp`]: the MCP server. It holds no session state: every tool call names (or
 //! defaults to) the agent it acts on, connects, makes its one call and shapes the answer.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -14,7 +15,7 @@ use sbx_proto::Address;
 
 use crate::client::Client;
 use crate::mcp::error::ToolError;
-use crate::mcp::shape::schema_signature;
+use crate::mcp::shape::{schema_signature, unwrap_descriptions};
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "Tools to work inside an sbx sandbox: a Linux microVM with its own \
@@ -68,12 +69,18 @@ impl SbxMcp {
     /// A server whose guest tools act on `pinned` when a call names no sandbox, waiting
     /// at most `connect_timeout` for an agent to answer.
     pub fn new(pinned: Option<Pinned>, connect_timeout: Duration) -> Self {
-        let router = Self::exec_router()
+        let mut router = Self::exec_router()
             + Self::jobs_router()
             + Self::files_router()
             + Self::archive_router()
             + Self::system_router()
             + Self::sandboxes_router();
+        for route in router.map.values_mut() {
+            unwrap_descriptions(Arc::make_mut(&mut route.attr.input_schema));
+            if let Some(output) = route.attr.output_schema.as_mut() {
+                unwrap_descriptions(Arc::make_mut(output));
+            }
+        }
         SbxMcp { pinned, connect_timeout, router }
     }
 

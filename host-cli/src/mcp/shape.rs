@@ -136,6 +136,25 @@ pub fn schema_signature(schema: &serde_json::Map<String, serde_json::Value>) -> 
     parts.join(", ")
 }
 
+/// Joins the line breaks that doc comments leave in schema descriptions, so a model
+/// reads each description as one sentence.
+pub fn unwrap_descriptions(schema: &mut serde_json::Map<String, serde_json::Value>) {
+    for (key, value) in schema.iter_mut() {
+        match value {
+            serde_json::Value::String(text) if key == "description" && text.contains('\n') => {
+                *text = text.split('\n').map(str::trim).collect::<Vec<_>>().join(" ");
+            }
+            serde_json::Value::Object(inner) => unwrap_descriptions(inner),
+            serde_json::Value::Array(items) => {
+                for item in items.iter_mut().filter_map(|item| item.as_object_mut()) {
+                    unwrap_descriptions(item);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn json_type(prop: &serde_json::Value) -> String {
     match prop.get("type") {
         Some(serde_json::Value::String(kind)) => kind.clone(),
@@ -208,6 +227,20 @@ mod tests {
             schema_signature(serde_json::json!({"type": "object"}).as_object().unwrap()),
             "no arguments"
         );
+    }
+
+    #[test]
+    fn descriptions_are_unwrapped_at_any_depth() {
+        let mut schema = serde_json::json!({
+            "properties": {"path": {"description": "Absolute path of the file; missing parents are\ncreated."}},
+            "oneOf": [{"description": "a\nb"}]
+        });
+        unwrap_descriptions(schema.as_object_mut().unwrap());
+        assert_eq!(
+            schema["properties"]["path"]["description"],
+            "Absolute path of the file; missing parents are created."
+        );
+        assert_eq!(schema["oneOf"][0]["description"], "a b");
     }
 
     #[test]
