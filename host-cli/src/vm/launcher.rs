@@ -211,9 +211,14 @@ pub async fn wait_vhost_socket(child: &mut tokio::process::Child, paths: &Paths)
 
 /// The last `lines` lines of a log file, for error messages ("(empty)" if none).
 pub fn tail(path: &Path, lines: usize) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let start = bytes.len().saturating_sub(64 * 1024);
-    let text = String::from_utf8_lossy(&bytes[start..]);
+    use std::io::{Read, Seek, SeekFrom};
+    // Only the last 64 KiB are read: a console log can grow large.
+    let mut bytes = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(path) {
+        let _ = f.seek(SeekFrom::End(-64 * 1024)).or_else(|_| f.seek(SeekFrom::Start(0)));
+        let _ = f.take(64 * 1024).read_to_end(&mut bytes);
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let kept = &kept[kept.len().saturating_sub(lines)..];
     if kept.is_empty() { "(empty)".into() } else { kept.join("\n") }
@@ -283,6 +288,10 @@ mod tests {
         let f = d.path().join("log");
         std::fs::write(&f, "a\nb\n\nc\n").unwrap();
         assert_eq!(tail(&f, 2), "b\nc");
+        let mut big = "x".repeat(200 * 1024);
+        big.push_str("\nlast\n");
+        std::fs::write(&f, big).unwrap();
+        assert!(tail(&f, 2).ends_with("\nlast"), "reads the end of a large log");
         assert_eq!(tail(&d.path().join("none"), 2), "(empty)");
     }
 }
