@@ -152,3 +152,39 @@ async def test_parallel_calls_on_one_session_are_independent(agent: Agent) -> No
             for i in range(4):
                 group.start_soon(run, i)
     assert {i: r["stdout"] for i, r in results.items()} == {i: f"call-{i}\n" for i in range(4)}
+
+
+def test_a_client_that_goes_away_leaves_no_command_running(agent: Agent) -> None:
+    """An editor that quits mid-command closes stdin; sbx mcp exits and the agent kills
+    the command's process group."""
+    import json
+    import subprocess
+
+    from conftest import binary, server_params
+
+    work = agent.scratch("exec-client-gone")
+    pids = work / "pids"
+    process = subprocess.Popen(
+        [str(binary("sbx")), "mcp", "--agent", agent.address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=server_params().env,
+    )
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "sandbox_exec",
+                    "arguments": {"command": f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"}}},
+    ]
+    assert process.stdin is not None
+    for message in messages:
+        process.stdin.write((json.dumps(message) + "\n").encode())
+    process.stdin.flush()
+    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the command to start")
+    process.stdin.close()
+    process.wait(timeout=60)
+    child, shell = (int(pid) for pid in pids.read_text().split())
+    wait_for(lambda: not pid_alive(child) and not pid_alive(shell), "the orphaned command to be killed")
