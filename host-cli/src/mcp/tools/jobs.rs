@@ -83,13 +83,25 @@ pub struct JobListArgs {
     pub sandbox_id: Option<String>,
 }
 
+/// Whether a job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStateView {
+    /// Still running.
+    Running,
+    /// Ended; exit_code or signal says how.
+    Exited,
+    /// The agent did not say.
+    Unknown,
+}
+
 /// A background job as a model sees it.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobView {
     /// The job's id, for sandbox_job_status and sandbox_job_kill.
     pub job_id: String,
-    /// "running" or "exited".
-    pub state: String,
+    /// Whether the job is still running.
+    pub state: JobStateView,
     /// The job's process id in the sandbox.
     pub pid: u32,
     /// The command, on one line.
@@ -143,14 +155,14 @@ impl From<Job> for JobView {
         notes.extend(partial_tail_note("stdout", &job.stdout));
         notes.extend(partial_tail_note("stderr", &job.stderr));
         let state = match job.state {
-            JobState::Running => "running",
-            JobState::Exited => "exited",
-            JobState::Unknown => "unknown",
+            JobState::Running => JobStateView::Running,
+            JobState::Exited => JobStateView::Exited,
+            JobState::Unknown => JobStateView::Unknown,
         };
         let status = job.status;
         JobView {
             job_id: job.id,
-            state: state.to_owned(),
+            state,
             pid: job.pid,
             command: job.command,
             started_at: rfc3339_ms(job.started_at_unix_ms),
