@@ -33,6 +33,12 @@ async def test_exit_code_stdout_stderr_cwd_env_and_stdin(agent: Agent) -> None:
     assert "notes" not in out
 
 
+async def test_stdin_up_to_the_inline_limit_reaches_the_command(agent: Agent) -> None:
+    async with agent_session(agent) as session:
+        out = await call_ok(session, "sandbox_exec", command="wc -c", stdin="x" * (8 * 1024 * 1024))
+    assert out["stdout"].strip() == str(8 * 1024 * 1024)
+
+
 async def test_large_output_keeps_head_and_tail_and_reports_the_real_size(agent: Agent) -> None:
     async with agent_session(agent) as session:
         out = await call_ok(
@@ -78,6 +84,7 @@ async def test_timeout_kills_the_command_and_says_so(agent: Agent) -> None:
         ({"command": "true", "env": {"A": 1}}, "invalid type"),
         ({"command": "true", "cwd": "relative/dir"}, "relative"),
         ({"command": "true", "cwd": "/no/such/dir/anywhere"}, "/no/such/dir/anywhere"),
+        ({"command": "wc -c", "stdin": "x" * (8 * 1024 * 1024 + 1)}, "stdin is 8.0 MiB, over the 8 MiB inline limit"),
     ],
 )
 async def test_bad_arguments_are_tool_errors_that_say_what_to_fix(agent: Agent, arguments: dict, needle: str) -> None:

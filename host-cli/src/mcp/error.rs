@@ -44,6 +44,17 @@ pub enum ToolError {
         /// Decoded size of the content.
         bytes: u64,
     },
+    /// Inline stdin over the cap.
+    #[error(
+        "stdin is {size}, over the {limit} inline limit; write the data to a file with \
+         sandbox_files_write (in parts with append: true) and redirect it: `command < file`",
+        size = human_bytes(*bytes),
+        limit = human_bytes(MAX_INLINE_WRITE)
+    )]
+    StdinTooLarge {
+        /// Size of the stdin text.
+        bytes: u64,
+    },
     /// Content that says it is base64 but is not.
     #[error("content is not valid base64 ({source}); send standard base64, or encoding: \"utf8\" for text")]
     BadBase64 {

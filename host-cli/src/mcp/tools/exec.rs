@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::client::{Captured, ExecResult, ExecSpec};
-use crate::mcp::error::{ToolError, human_bytes};
+use crate::mcp::error::{MAX_INLINE_WRITE, ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{lossy_note, lossy_text};
@@ -34,7 +34,8 @@ pub struct ExecArgs {
     /// Extra environment variables, added to the sandbox's own.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// Text fed to the command's standard input, which is then closed. Default: empty.
+    /// Text fed to the command's standard input, which is then closed; at most 8 MiB.
+    /// Default: empty.
     #[serde(default)]
     pub stdin: Option<String>,
     /// Milliseconds before the command's whole process group is killed. Default 60000,
@@ -78,6 +79,10 @@ impl ExecArgs {
     fn spec(self) -> Result<(ExecSpec, Duration), ToolError> {
         if self.command.trim().is_empty() {
             return Err(ToolError::EmptyCommand);
+        }
+        let stdin_bytes = self.stdin.as_ref().map_or(0, |stdin| stdin.len() as u64);
+        if stdin_bytes > MAX_INLINE_WRITE {
+            return Err(ToolError::StdinTooLarge { bytes: stdin_bytes });
         }
         let timeout_ms = checked_timeout(self.timeout_ms)?;
         let timeout = Duration::from_millis(u64::from(timeout_ms));

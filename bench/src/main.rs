@@ -1,0 +1,152 @@
+//! `sbx-bench`: measures sbx next to its floor and its peers, in one run, and prints one
+//! markdown table. `bench/run.sh` builds everything, installs the peers and runs it.
+//!
+//! - [`agent`]: a real `sbx-agent` on a Unix socket; its memory from `/proc`.
+//! - [`floors`]: the same operations done locally, and bare Unix-socket transfers.
+//! - [`calls`]: agent call latency on a warm connection; concurrent execs.
+//! - [`mcp`]: a bare newline-JSON-RPC MCP client; [`official`]: the official Python one.
+//! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
+//! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
+//! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
+//! - [`sections`]: turns measurements into table rows; [`report`]: the table.
+//! - [`stats`]: samples, quantiles, units.
+
+mod agent;
+mod calls;
+mod floors;
+mod footprint;
+mod mcp;
+mod official;
+mod peers;
+mod report;
+mod sections;
+mod stats;
+mod throughput;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+/// Measure sbx against the local floor and against peer MCP servers.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "sbx-bench", max_term_width = 100)]
+pub(crate) struct Opts {
+    /// Fewer iterations and smaller copies (64 MiB file, 32 MiB tree, 256 MiB flood).
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Measured calls per agent operation (default 1000; --quick 200).
+    #[arg(long)]
+    pub(crate) iterations: Option<usize>,
+    /// Measured calls per MCP operation and client (default 200; --quick 40).
+    #[arg(long)]
+    pub(crate) mcp_iterations: Option<usize>,
+    /// Bytes of the file `sbx cp` moves each way (default 1 GiB).
+    #[arg(long)]
+    pub(crate) file_bytes: Option<u64>,
+    /// Bytes of the tree `sbx download` zips (default 200 MiB).
+    #[arg(long)]
+    pub(crate) tree_bytes: Option<u64>,
+    /// Bytes a command prints through ExecStream for the peak-RSS figure (default 1 GiB).
+    #[arg(long)]
+    pub(crate) flood_bytes: Option<u64>,
+    /// The agent binary (the shipped one: static musl, stripped).
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-agent")]
+    pub(crate) agent_bin: PathBuf,
+    /// The `sbx` binary.
+    #[arg(long, default_value = "target/release/sbx")]
+    pub(crate) sbx_bin: PathBuf,
+    /// Where the peers were installed (`node_modules/.bin`, `venv-shell`, `venv-client`).
+    #[arg(long, default_value = "target/bench")]
+    pub(crate) peers_dir: PathBuf,
+    /// Skip the peer servers (sbx mcp is still measured).
+    #[arg(long)]
+    pub(crate) no_peers: bool,
+    /// Skip the official Python MCP client.
+    #[arg(long)]
+    pub(crate) no_python: bool,
+    /// Scratch directory for sockets, workloads and copies (default: a temp dir).
+    #[arg(long)]
+    pub(crate) scratch: Option<PathBuf>,
+    /// Run only these groups (comma-separated): agent, mcp, copy, concurrency, footprint.
+    #[arg(long, value_delimiter = ',', value_parser = ["agent", "mcp", "copy", "concurrency", "footprint"])]
+    pub(crate) only: Vec<String>,
+    /// Also write the table to this file.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+impl Opts {
+    fn pick<T: Copy>(&self, set: Option<T>, full: T, quick: T) -> T {
+        set.unwrap_or(if self.quick { quick } else { full })
+    }
+    pub(crate) fn iters(&self) -> usize {
+        self.pick(self.iterations, 1000, 200)
+    }
+    pub(crate) fn mcp_iters(&self) -> usize {
+        self.pick(self.mcp_iterations, 200, 40)
+    }
+    pub(crate) fn file_size(&self) -> u64 {
+        self.pick(self.file_bytes, 1 << 30, 64 << 20)
+    }
+    pub(crate) fn tree_size(&self) -> u64 {
+        self.pick(self.tree_bytes, 200 << 20, 32 << 20)
+    }
+    /// Whether the group `name` runs.
+    pub(crate) fn runs(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+    pub(crate) fn flood_size(&self) -> u64 {
+        self.pick(self.flood_bytes, 1 << 30, 256 << 20)
+    }
+}
+
+fn main() -> ExitCode {
+    let mut opts = Opts::parse();
+    // Servers run in the workload directory, so every path handed to them is absolute.
+    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.peers_dir] {
+        if let Ok(abs) = std::path::absolute(&*p) {
+            *p = abs;
+        }
+    }
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sbx-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(opts: &Opts) -> Result<()> {
+    let tmp;
+    let scratch = match &opts.scratch {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => {
+            tmp = tempfile::Builder::new().prefix("sbx-bench-").tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let scratch = scratch.canonicalize().context("scratch directory")?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut out = format!("{}\n\n", sections::machine());
+    out.push_str(&format!(
+        "Run: {} agent calls per op, {} MCP calls per op and client, file {}, tree {}, flood {}.\n\n",
+        opts.iters(),
+        opts.mcp_iters(),
+        stats::fmt_bytes(opts.file_size()),
+        stats::fmt_bytes(opts.tree_size()),
+        stats::fmt_bytes(opts.flood_size()),
+    ));
+    let tables = sections::all(opts, &scratch, &rt)?;
+    out.push_str(&report::markdown(&tables));
+    println!("{out}");
+    if let Some(path) = &opts.out {
+        std::fs::write(path, &out).with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,268 @@
+//! Runs each group of figures and turns it into table rows, each next to its floor or
+//! its peers. Progress goes to stderr; the table to stdout.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::runtime::Runtime;
+
+use crate::mcp::{self, Measured, Op, ServerSpec};
+use crate::peers::{self, PeerInstall, Workload};
+use crate::report::Row;
+use crate::stats::{Samples, fmt_bytes, fmt_dur, fmt_rate, rate_mib};
+use crate::{Opts, agent::Agent, calls, floors, footprint, official, throughput};
+
+/// One table section: a title and its rows.
+pub(crate) type Section = (String, Vec<Row>);
+
+fn say(what: &str) {
+    eprintln!("sbx-bench: {what}");
+}
+
+/// The machine the figures come from.
+pub(crate) fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string()))
+        .and_then(|k| k.parse::<u64>().ok())
+        .map(|k| fmt_bytes(k * 1024))
+        .unwrap_or_default();
+    format!("Machine: {cores} cores ({cpu}), {mem} RAM, Linux {}.", kernel.trim())
+}
+
+/// Every section, in table order.
+pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Section>> {
+    let work = Workload::create(&scratch.join("work"))?;
+    let mut out = Vec::new();
+    let agent = Agent::start(&opts.agent_bin, scratch, "main")?;
+    if opts.runs("agent") {
+        say("agent call latency");
+        out.push(agent_latency(opts, scratch, &agent, &work, rt)?);
+    }
+    if opts.runs("mcp") {
+        say("MCP latency");
+        out.extend(mcp_sections(opts, &agent, &work)?);
+    }
+    if opts.runs("copy") {
+        say("throughput");
+        out.push(copies(opts, scratch, &agent)?);
+    }
+    if opts.runs("concurrency") {
+        say("concurrency");
+        out.push(concurrency(&agent, rt)?);
+    }
+    if opts.runs("footprint") {
+        say("footprint");
+        out.push(footprint_section(opts, scratch, &agent, rt)?);
+    }
+    Ok(out)
+}
+
+fn agent_latency(opts: &Opts, scratch: &Path, agent: &Agent, w: &Workload, rt: &Runtime) -> Result<Section> {
+    let (warm, n) = (opts.iters() / 10 + 1, opts.iters());
+    let client = rt.block_on(agent.client())?;
+    let c = rt.block_on(calls::latency(&client, w, warm, n))?;
+    let spawn = floors::spawn_true(warm, n)?;
+    let read = floors::read_file(&w.read_file, warm, n)?;
+    let data = peers::kib_text();
+    let floor_write = scratch.join("floor-write.txt");
+    let write_plain = floors::write_plain(&floor_write, data.as_bytes(), warm, n)?;
+    let write_atomic = floors::write_atomic(&floor_write, data.as_bytes(), warm, n)?;
+    let list = floors::list_dir(&w.list_dir, warm, n)?;
+    let ping = floors::unix_ping_pong(scratch, warm, n)?;
+    Ok((
+        "Agent calls, warm connection, Unix socket (typed client of sbx)".into(),
+        vec![
+            Row::latency("Info (the smallest unary RPC)", &c.info, Some(("64 B Unix ping-pong", &ping))),
+            Row::latency("Exec `true`", &c.exec_true, Some(("local spawn+wait of `true`", &spawn))),
+            Row::latency("ReadFile 1 KiB", &c.read_1k, Some(("local open+read+close", &read))),
+            Row::latency(
+                "WriteFile 1 KiB (atomic)",
+                &c.write_1k,
+                Some(("local temp+write+fsync+rename", &write_atomic)),
+            ),
+            Row::latency(
+                "  same, vs plain write",
+                &c.write_1k,
+                Some(("local open+write+close, no fsync", &write_plain)),
+            ),
+            Row::latency("ListDir 100 entries", &c.list_100, Some(("local readdir+lstat", &list))),
+        ],
+    ))
+}
+
+fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>> {
+    let logs = w.root.parent().unwrap_or(&w.root).join("mcp-logs");
+    std::fs::create_dir_all(&logs)?;
+    let (n, warm) = (opts.mcp_iters(), opts.mcp_iters() / 10 + 1);
+    let cold_runs = if opts.quick { 5 } else { 15 };
+    let mut servers = vec![peers::sbx(&opts.sbx_bin, &agent.address(), w)];
+    let mut notes = Vec::new();
+    if !opts.no_peers {
+        let install = PeerInstall {
+            npm_bin: opts.peers_dir.join("peers/node_modules/.bin"),
+            shell_venv: opts.peers_dir.join("venv-shell"),
+            home: opts.peers_dir.join("home"),
+        };
+        std::fs::create_dir_all(&install.home)?;
+        let (found, missing) = peers::peers(&install, w);
+        servers.extend(found);
+        notes = missing;
+    }
+    let mut bare = Vec::new();
+    for s in &servers {
+        say(&format!("  bare client: {}", s.name));
+        bare.push((s.name.clone(), mcp::measure(s, &logs, cold_runs, warm, n).map_err(|e| format!("{e:#}"))));
+    }
+    let mut out = vec![mcp_section("MCP, bare newline-JSON-RPC client (Rust)", &servers, &bare, &notes)];
+    if !opts.no_python {
+        say("  official Python client");
+        let python = opts.peers_dir.join("venv-client/bin/python");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp_official.py");
+        let py = official::measure(&python, &script, &servers, cold_runs, warm, n)
+            .context("the Python MCP client")?;
+        out.push(mcp_section("MCP, official Python SDK client (mcp 2.3.0)", &servers, &py, &notes));
+    }
+    Ok(out)
+}
+
+/// Rows: per operation, `sbx mcp` then each peer with peer/sbx ratios.
+fn mcp_section(
+    title: &str,
+    servers: &[ServerSpec],
+    res: &[(String, Result<Measured, String>)],
+    notes: &[String],
+) -> Section {
+    let sbx = res.first().and_then(|(_, r)| r.as_ref().ok());
+    let mut rows = Vec::new();
+    let peer_row = |figure: String, s: &Samples, base: Option<&Samples>| {
+        let mut r = Row::latency(figure, s, None);
+        if let Some(b) = base {
+            r.against = format!("sbx mcp {}", fmt_dur(b.p50()));
+            r.ratio = format!("peer/sbx {:.2}x", s.p50().as_secs_f64() / b.p50().as_secs_f64().max(1e-9));
+        }
+        r
+    };
+    // Cold start first.
+    for (i, (name, r)) in res.iter().enumerate() {
+        match r {
+            Ok(m) => rows.push(peer_row(
+                format!("cold: spawn+initialize+tools/list, {name}"),
+                &m.cold,
+                if i == 0 { None } else { sbx.map(|m| &m.cold) },
+            )),
+            Err(e) => rows.push(Row::missing(name.clone(), e.clone())),
+        }
+    }
+    for op in Op::ALL {
+        for (i, (name, r)) in res.iter().enumerate() {
+            let Ok(m) = r else { continue };
+            let Some((_, s)) = m.calls.iter().find(|(o, _)| *o == op) else { continue };
+            let base = if i == 0 {
+                None
+            } else {
+                sbx.and_then(|m| m.calls.iter().find(|(o, _)| *o == op)).map(|(_, s)| s)
+            };
+            let tool = servers
+                .iter()
+                .find(|x| &x.name == name)
+                .and_then(|x| x.calls.iter().find(|c| c.op == op))
+                .map(|c| c.tool.as_str())
+                .unwrap_or("");
+            rows.push(peer_row(format!("{}: {name} `{tool}`", op.label()), s, base));
+        }
+    }
+    for n in notes {
+        rows.push(Row::missing("peer", n.clone()));
+    }
+    (title.to_string(), rows)
+}
+
+fn copies(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
+    let dir = scratch.join("copies");
+    std::fs::create_dir_all(&dir)?;
+    let runs = 3;
+    let t =
+        throughput::measure(&opts.sbx_bin, &agent.address(), &dir, opts.file_size(), opts.tree_size(), runs)?;
+    let raw = rate_mib(t.file_bytes, t.raw);
+    let row = |figure: String, bytes: u64, d: Duration| {
+        Row::plain(
+            figure,
+            fmt_rate(bytes, d),
+            format!("raw Unix-socket copy {raw:.0} MiB/s"),
+            format!("{:.0}% of raw", 100.0 * rate_mib(bytes, d) / raw),
+        )
+    };
+    let size = fmt_bytes(t.file_bytes);
+    Ok((
+        format!("Throughput, Unix socket (best of {runs}; both ends fsync; same disk)"),
+        vec![
+            row(format!("`sbx cp` {size} file, host to guest"), t.file_bytes, t.upload),
+            row(format!("`sbx cp` {size} file, guest to host"), t.file_bytes, t.download),
+            row(
+                format!(
+                    "`sbx download` {} tree ({} files, random bytes)",
+                    fmt_bytes(t.tree_bytes),
+                    t.tree_files
+                ),
+                t.tree_bytes,
+                t.tree,
+            ),
+        ],
+    ))
+}
+
+fn concurrency(agent: &Agent, rt: &Runtime) -> Result<Section> {
+    let client = rt.block_on(agent.client())?;
+    let (parallel, total) = (64, 640);
+    let rate = rt.block_on(calls::concurrent_execs(&client, parallel, total))?;
+    let local = floors::spawn_rate(parallel, total / parallel)?;
+    Ok((
+        "Concurrency".into(),
+        vec![Row::plain(
+            format!("{parallel} concurrent Exec `true` ({total} calls, one connection)"),
+            format!("{rate:.0} calls/s"),
+            format!("local spawn+wait, {parallel} threads: {local:.0}/s"),
+            format!("{:.0}% of local", 100.0 * rate / local),
+        )],
+    ))
+}
+
+fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -> Result<Section> {
+    let size = std::fs::metadata(&opts.agent_bin)?.len();
+    let warm = agent.memory()?;
+    let startup = footprint::startup(&opts.agent_bin, scratch, if opts.quick { 5 } else { 20 })?;
+    let f = rt.block_on(footprint::flood(&opts.agent_bin, scratch, opts.flood_size()))?;
+    let grew = f.after.hwm.saturating_sub(f.idle.hwm);
+    Ok((
+        "Agent footprint (static musl release binary)".into(),
+        vec![
+            Row::plain("stripped binary size", fmt_bytes(size), "target: under 5 MiB", ""),
+            Row::plain("idle RSS, just started", fmt_bytes(f.idle.rss), "target: under 8 MiB", ""),
+            Row::plain(
+                "RSS after all the benches above (warm)",
+                fmt_bytes(warm.rss),
+                format!("peak so far {}", fmt_bytes(warm.hwm)),
+                "",
+            ),
+            Row::plain(
+                format!("peak RSS (VmHWM) while a command prints {} through ExecStream", fmt_bytes(f.bytes)),
+                fmt_bytes(f.after.hwm),
+                format!("peak before: {}", fmt_bytes(f.idle.hwm)),
+                format!("grew {} at {}", fmt_bytes(grew), fmt_rate(f.bytes, f.took)),
+            ),
+            Row::latency("exec of the agent to its socket accepting", &startup, None),
+        ],
+    ))
+}
