@@ -44,7 +44,7 @@ async def test_binary_round_trips_as_base64(agent: Agent) -> None:
     assert (work / "blob.bin").read_bytes() == data
     assert read["encoding"] == "base64"
     assert base64.b64decode(read["content"]) == data
-    assert any("not UTF-8" in note for note in read["notes"])
+    assert read["notes"] == ["the bytes are not UTF-8 text, so content is base64"]
 
 
 async def test_append_and_mode(agent: Agent) -> None:
@@ -58,6 +58,15 @@ async def test_append_and_mode(agent: Agent) -> None:
     assert path.read_text() == "one\ntwo\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE((work / "run.sh").stat().st_mode) == 0o755
+
+
+async def test_a_slice_that_splits_a_character_says_so(agent: Agent) -> None:
+    work = agent.scratch("files-split")
+    (work / "accents").write_text("héllo")
+    async with agent_session(agent) as session:
+        read = await call_ok(session, "sandbox_files_read", path=str(work / "accents"), length=2)
+    assert read["encoding"] == "base64" and base64.b64decode(read["content"]) == "héllo".encode()[:2]
+    assert "split a UTF-8 character" in read["notes"][0]
 
 
 async def test_reading_a_slice(agent: Agent) -> None:

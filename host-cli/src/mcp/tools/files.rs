@@ -249,20 +249,22 @@ fn read_error(error: ClientError) -> ToolError {
     }
 }
 
-/// Renders bytes read as text when they are UTF-8, base64 otherwise.
-fn encode_read(data: &[u8]) -> (Encoding, String, Option<String>) {
-    match std::str::from_utf8(data) {
-        Ok(text) => (Encoding::Utf8, text.to_owned(), None),
-        Err(_) => (
-            Encoding::Base64,
-            to_base64(data),
-            Some(
-                "the bytes are not UTF-8 text, so content is base64; if the file is text, a \
-                 slice boundary may have split a character: move offset or length by a few bytes"
-                    .to_owned(),
-            ),
-        ),
-    }
+/// Renders bytes read as text when they are UTF-8, base64 otherwise. `slice` says the
+/// bytes are part of a file, whose edges may cut a character in two.
+fn encode_read(data: &[u8], slice: bool) -> (Encoding, String, Option<String>) {
+    let error = match std::str::from_utf8(data) {
+        Ok(text) => return (Encoding::Utf8, text.to_owned(), None),
+        Err(error) => error,
+    };
+    // A character cut at the end, or a continuation byte first: text split by the slice.
+    let cut = error.error_len().is_none() || data.first().is_some_and(|b| b & 0xc0 == 0x80);
+    let note = if slice && cut {
+        "the slice's edges split a UTF-8 character, so content is base64; move offset or length \
+         by a few bytes to get text"
+    } else {
+        "the bytes are not UTF-8 text, so content is base64"
+    };
+    (Encoding::Base64, to_base64(data), Some(note.to_owned()))
 }
 
 #[tool_router(router = files_router, vis = "pub(crate)")]
@@ -304,7 +306,8 @@ impl SbxMcp {
             }
             data.extend_from_slice(&chunk);
         }
-        let (encoding, content, note) = encode_read(&data);
+        let slice = offset > 0 || length.is_some_and(|n| n < read.file_size);
+        let (encoding, content, note) = encode_read(&data, slice);
         let bytes = data.len() as u64;
         Ok(Json(ReadOutput {
             path: args.path,
@@ -476,5 +479,22 @@ impl SbxMcp {
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
         self.client(args.sandbox_id.as_deref()).await?.mkdir(&args.path, true, mode).await?;
         Ok(Json(PathOutput { path: args.path }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_text_and_split_characters_are_explained() {
+        assert_eq!(encode_read("héllo".as_bytes(), false).0, Encoding::Utf8);
+        let bytes = "héllo".as_bytes();
+        let (encoding, content, note) = encode_read(&bytes[..2], true);
+        assert_eq!(encoding, Encoding::Base64);
+        assert_eq!(content, to_base64(&bytes[..2]));
+        assert!(note.unwrap().contains("split a UTF-8 character"));
+        let (_, _, note) = encode_read(b"\x00\xff\xfebinary", false);
+        assert_eq!(note.unwrap(), "the bytes are not UTF-8 text, so content is base64");
     }
 }
