@@ -49,7 +49,11 @@ impl Agent {
             .expect("spawn sbx-agent");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(Instant::now() < deadline, "sbx-agent did not listen on {} within 20 s", socket.display());
+            assert!(
+                Instant::now() < deadline,
+                "sbx-agent did not listen on {} within 20 s",
+                socket.display()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         Agent { child, dir, socket }

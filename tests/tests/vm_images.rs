@@ -324,7 +324,10 @@ fn debian_template() -> Option<Template> {
         return Some(t);
     }
     let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
-    assert!(std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(), "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)");
+    assert!(
+        std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
+        "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
+    );
     eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
     None
 }
