@@ -64,7 +64,7 @@ async def test_the_stateless_2026_revision_is_served_over_discover(agent: Agent)
             assert info["agent"]["agent_version"]
 
 
-def raw_exchange(agent: Agent, lines: list[str]) -> tuple[list[dict], str]:
+def raw_exchange(agent: Agent, lines: list[str], log: str = "warn") -> tuple[list[dict], str]:
     """Writes raw lines to `sbx mcp`, closes stdin, returns every stdout line parsed as
     JSON (the test fails if one is not) and stderr."""
     process = subprocess.run(
@@ -72,7 +72,7 @@ def raw_exchange(agent: Agent, lines: list[str]) -> tuple[list[dict], str]:
         input="".join(line + "\n" for line in lines).encode(),
         capture_output=True,
         timeout=60,
-        env=server_params().env,
+        env={**server_params().env, "RUST_LOG": log},
     )
     messages = []
     for line in process.stdout.decode().splitlines():
@@ -112,8 +112,9 @@ def request(id: int, method: str, params: dict | None = None) -> str:
 INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
 
-def test_stdout_carries_only_protocol_and_unroutable_requests_are_jsonrpc_errors(agent: Agent) -> None:
-    messages, _stderr = raw_exchange(
+@pytest.mark.parametrize("log", ["warn", "trace"])
+def test_stdout_carries_only_protocol_and_unroutable_requests_are_jsonrpc_errors(agent: Agent, log: str) -> None:
+    messages, stderr = raw_exchange(
         agent,
         [
             initialize(),
@@ -123,7 +124,10 @@ def test_stdout_carries_only_protocol_and_unroutable_requests_are_jsonrpc_errors
             request(4, "no/such/method"),
             request(5, "tools/call", {"name": "sandbox_exec", "arguments": {"command": "echo raw"}}),
         ],
+        log=log,
     )
+    if log == "trace":
+        assert "tools/call" in stderr or "sandbox_exec" in stderr, "trace logs should go to stderr"
     replies = by_id(messages)
     assert replies[1]["result"]["protocolVersion"] == "2024-11-05"
     assert len(replies[2]["result"]["tools"]) >= 12
