@@ -1,6 +1,7 @@
 //! sbx-agent: the program inside every sbx microVM.
 //!
 //! - [`listen`]: binds the addresses of the shared grammar and serves the gRPC service.
+//! - [`auth`]: the token that TCP clients must present.
 //! - [`service`]: the thin tonic layer; each RPC parses, calls a domain module, maps errors.
 //! - [`exec`]: running commands with capped (head + tail) or streamed output, process
 //!   groups, timeouts. [`jobs`]: detached background jobs with log files.
@@ -10,6 +11,7 @@
 //! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
 
 pub mod archive;
+pub mod auth;
 pub mod exec;
 pub mod files;
 pub mod init;

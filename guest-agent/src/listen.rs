@@ -10,12 +10,15 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_vsock::{VsockAddr, VsockListener};
 
 use crate::AgentService;
+use crate::auth::Token;
 
 /// Why the agent could not listen.
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// Hybrid vsock is the host's side of a VMM socket; the guest listens on plain vsock.
-    #[error("cannot listen on {0}: hybrid vsock is the host side of a VMM socket; inside the VM listen on vsock://-1:PORT")]
+    #[error(
+        "cannot listen on {0}: hybrid vsock is the host side of a VMM socket; inside the VM listen on vsock://-1:PORT"
+    )]
     HybridVsock(Address),
     /// The bind itself failed.
     #[error("cannot listen on {addr}")]
@@ -35,6 +38,11 @@ pub enum ListenError {
         #[source]
         source: io::Error,
     },
+    /// A TCP listener reachable from other machines would be open to anyone.
+    #[error(
+        "refusing to serve {0} without a token: it is not a loopback address; pass --token-file PATH or set SBX_AGENT_TOKEN, or listen on tcp://127.0.0.1:PORT"
+    )]
+    TokenRequired(Address),
     /// The server stopped with an error.
     #[error("serving on {addr} failed")]
     Serve {
@@ -86,14 +94,41 @@ impl Listener {
         }
     }
 
-    /// Serves `svc` on this listener until the process ends.
-    pub async fn serve(self, svc: AgentService) -> Result<(), ListenError> {
+    /// True for a TCP listener on an address other machines can reach.
+    pub fn needs_token(&self) -> bool {
+        match self {
+            Listener::Tcp(_, l) => l.local_addr().map_or(true, |a| !a.ip().is_loopback()),
+            Listener::Vsock(..) | Listener::Unix(..) => false,
+        }
+    }
+
+    /// Refuses a listener that [needs a token](Self::needs_token) when there is none.
+    pub fn check_token(&self, token: Option<&Token>) -> Result<(), ListenError> {
+        if self.needs_token() && token.is_none() {
+            return Err(ListenError::TokenRequired(self.address().clone()));
+        }
+        Ok(())
+    }
+
+    /// Serves `svc` on this listener until the process ends. With a token, TCP callers
+    /// must present it (`authorization: Bearer ...`); vsock and Unix callers need none.
+    pub async fn serve(self, svc: AgentService, token: Option<Token>) -> Result<(), ListenError> {
+        use tonic::service::interceptor::InterceptedService;
+        use tonic::transport::Server;
+        self.check_token(token.as_ref())?;
         let addr = self.address().clone();
-        let router = tonic::transport::Server::builder().add_service(svc.into_server());
-        let result = match self {
-            Listener::Vsock(_, l) => router.serve_with_incoming(l.incoming()).await,
-            Listener::Unix(_, l) => router.serve_with_incoming(UnixListenerStream::new(l)).await,
-            Listener::Tcp(_, l) => router.serve_with_incoming(TcpListenerStream::new(l)).await,
+        let plain = || Server::builder().add_service(svc.clone().into_server());
+        let result = match (self, token) {
+            (Listener::Vsock(_, l), _) => plain().serve_with_incoming(l.incoming()).await,
+            (Listener::Unix(_, l), _) => plain().serve_with_incoming(UnixListenerStream::new(l)).await,
+            (Listener::Tcp(_, l), None) => plain().serve_with_incoming(TcpListenerStream::new(l)).await,
+            (Listener::Tcp(_, l), Some(token)) => {
+                let check = move |req: tonic::Request<()>| token.check(&req).map(|()| req);
+                Server::builder()
+                    .add_service(InterceptedService::new(svc.into_server(), check))
+                    .serve_with_incoming(TcpListenerStream::new(l))
+                    .await
+            }
         };
         result.map_err(|source| ListenError::Serve { addr, source })
     }
@@ -114,20 +149,32 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
 }
 
 /// Binds every address, then serves all of them; returns when any server stops.
-pub async fn serve_all(addrs: &[Address], svc: AgentService) -> Result<(), ListenError> {
+pub async fn serve_all(
+    addrs: &[Address],
+    svc: AgentService,
+    token: Option<Token>,
+) -> Result<(), ListenError> {
     let mut listeners = Vec::with_capacity(addrs.len());
     for addr in addrs {
         listeners.push(Listener::bind(addr).await?);
     }
-    serve_listeners(listeners, svc).await
+    serve_listeners(listeners, svc, token).await
 }
 
-/// Serves already-bound listeners; returns when any server stops.
-pub async fn serve_listeners(listeners: Vec<Listener>, svc: AgentService) -> Result<(), ListenError> {
+/// Serves already-bound listeners; returns when any server stops. Nothing is served if
+/// any listener [needs a token](Listener::needs_token) and there is none.
+pub async fn serve_listeners(
+    listeners: Vec<Listener>,
+    svc: AgentService,
+    token: Option<Token>,
+) -> Result<(), ListenError> {
+    for l in &listeners {
+        l.check_token(token.as_ref())?;
+    }
     let mut set = tokio::task::JoinSet::new();
     for l in listeners {
-        tracing::info!(addr = %l.address(), "listening");
-        set.spawn(l.serve(svc.clone()));
+        tracing::info!(addr = %l.address(), token = token.is_some() && matches!(l, Listener::Tcp(..)), "listening");
+        set.spawn(l.serve(svc.clone(), token.clone()));
     }
     match set.join_next().await {
         Some(Ok(result)) => result,

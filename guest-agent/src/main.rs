@@ -31,6 +31,11 @@ struct Args {
     #[arg(long, value_name = "DIR", default_value = "/run/sbx-agent/jobs", env = "SBX_AGENT_JOB_DIR")]
     job_dir: PathBuf,
 
+    /// File holding the token TCP clients must present (`authorization: Bearer ...`);
+    /// required to listen on a non-loopback TCP address. Default: $SBX_AGENT_TOKEN.
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+
     /// Most Exec/ExecStream commands running at once; more are refused (ResourceExhausted).
     #[arg(long, value_name = "N", default_value_t = sbx_agent::service::limits::DEFAULT_MAX_EXECS, env = "SBX_AGENT_MAX_EXECS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_concurrent_execs: usize,
@@ -78,10 +83,23 @@ async fn main() -> ExitCode {
         (false, None) => None,
     };
 
+    let token = match sbx_agent::auth::Token::load(args.token_file.as_deref()) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("sbx-agent: {}", error_chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let mut listeners = Vec::new();
     for addr in &args.listen {
         match listen::Listener::bind(addr).await {
-            Ok(l) => listeners.push(l),
+            Ok(l) => match l.check_token(token.as_ref()) {
+                Ok(()) => listeners.push(l),
+                Err(e) => {
+                    eprintln!("sbx-agent: {}", error_chain(&e));
+                    return ExitCode::FAILURE;
+                }
+            },
             Err(e) => {
                 eprintln!("sbx-agent: {}", error_chain(&e));
                 return ExitCode::FAILURE;
@@ -100,7 +118,7 @@ async fn main() -> ExitCode {
         max_transfers: args.max_concurrent_transfers,
     };
     let svc = AgentService::with_capacity(args.job_dir, capacity);
-    match listen::serve_listeners(listeners, svc).await {
+    match listen::serve_listeners(listeners, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sbx-agent: {}", error_chain(&e));

@@ -38,7 +38,7 @@ pub struct FileRead {
 /// A connected agent.
 #[derive(Clone)]
 pub struct Client {
-    rpc: AgentClient<Channel>,
+    rpc: AgentClient<tonic::service::interceptor::InterceptedService<Channel, crate::connect::Bearer>>,
     addr: Address,
 }
 
@@ -51,7 +51,7 @@ impl Client {
 
     /// Wraps a channel that is already connected to `addr`.
     pub fn from_channel(channel: Channel, addr: Address) -> Client {
-        let rpc = AgentClient::new(channel)
+        let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::from_env())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Client { rpc, addr }

@@ -282,6 +282,33 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, Conne
         .map_err(|source| ConnectError::Protocol { addr: addr.clone(), source })
 }
 
+/// Adds `authorization: Bearer $SBX_AGENT_TOKEN` to every call when that variable is
+/// set: an agent listening on a non-loopback TCP address requires it.
+#[derive(Clone, Default)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl Bearer {
+    /// The token from `SBX_AGENT_TOKEN`, if set and usable in a header.
+    pub fn from_env() -> Self {
+        let token = std::env::var("SBX_AGENT_TOKEN").ok().filter(|t| !t.trim().is_empty());
+        let value = token.and_then(|t| {
+            let mut v = tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim())).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
+        Bearer(value)
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        Ok(req)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
