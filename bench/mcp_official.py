@@ -26,7 +26,8 @@ def params(spec):
 
 def check(spec, call, result):
     text = result.model_dump_json()
-    if result.isError or call["expect"] not in text:
+    failed = getattr(result, "is_error", None) or getattr(result, "isError", None)
+    if failed or call["expect"] not in text:
         raise RuntimeError(f"{spec['name']} `{call['tool']}` did not do what was asked: {text[:300]}")
 
 

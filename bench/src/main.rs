@@ -8,6 +8,7 @@
 //! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
 //! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
 //! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
+//! - [`vm`]: a real VM: boot to READY next to a bare boot, exec and copies over vsock.
 //! - [`sections`]: turns measurements into table rows; [`report`]: the table.
 //! - [`stats`]: samples, quantiles, units.
 
@@ -22,6 +23,7 @@ mod report;
 mod sections;
 mod stats;
 mod throughput;
+mod vm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,14 +65,17 @@ pub(crate) struct Opts {
     /// Skip the peer servers (sbx mcp is still measured).
     #[arg(long)]
     pub(crate) no_peers: bool,
+    /// Skip the real-VM figures.
+    #[arg(long)]
+    pub(crate) no_vm: bool,
     /// Skip the official Python MCP client.
     #[arg(long)]
     pub(crate) no_python: bool,
     /// Scratch directory for sockets, workloads and copies (default: a temp dir).
     #[arg(long)]
     pub(crate) scratch: Option<PathBuf>,
-    /// Run only these groups (comma-separated): agent, mcp, copy, concurrency, footprint.
-    #[arg(long, value_delimiter = ',', value_parser = ["agent", "mcp", "copy", "concurrency", "footprint"])]
+    /// Run only these groups (comma-separated): agent, mcp, copy, concurrency, footprint, vm.
+    #[arg(long, value_delimiter = ',', value_parser = ["agent", "mcp", "copy", "concurrency", "footprint", "vm"])]
     pub(crate) only: Vec<String>,
     /// Also write the table to this file.
     #[arg(long)]

@@ -108,7 +108,11 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
                 w.call(Op::Exec, "start_process", json!({"command": "echo hi", "timeout_ms": 10000})),
                 w.call(Op::Read, "read_file", json!({"path": r})),
                 // It refuses to replace an existing file unless told to.
-                w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text(), "mode": "rewrite"})),
+                w.call(
+                    Op::Write,
+                    "write_file",
+                    json!({"path": wr, "content": kib_text(), "mode": "rewrite"}),
+                ),
                 w.call(Op::List, "list_directory", json!({"path": l, "depth": 1})),
             ],
         },

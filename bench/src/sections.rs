@@ -11,7 +11,7 @@ use crate::mcp::{self, Measured, Op, ServerSpec};
 use crate::peers::{self, PeerInstall, Workload};
 use crate::report::Row;
 use crate::stats::{Samples, fmt_bytes, fmt_dur, fmt_rate, rate_mib};
-use crate::{Opts, agent::Agent, calls, floors, footprint, official, throughput};
+use crate::{Opts, agent::Agent, calls, floors, footprint, official, throughput, vm};
 
 /// One table section: a title and its rows.
 pub(crate) type Section = (String, Vec<Row>);
@@ -65,6 +65,10 @@ pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Secti
     if opts.runs("footprint") {
         say("footprint");
         out.push(footprint_section(opts, scratch, &agent, rt)?);
+    }
+    if opts.runs("vm") && !opts.no_vm {
+        say("real VM");
+        out.push(vm_section(opts, scratch, rt));
     }
     Ok(out)
 }
@@ -265,4 +269,33 @@ fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -
             Row::latency("exec of the agent to its socket accepting", &startup, None),
         ],
     ))
+}
+
+fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
+    let title = "Inside a real VM (minimal template, virtio-vsock via vhost-device-vsock)".to_string();
+    let (boots, execs, bytes) = if opts.quick { (1, 20, 16 << 20) } else { (3, 100, 64 << 20) };
+    let f = match vm::measure(&opts.sbx_bin, rt, scratch, boots, execs, bytes) {
+        Ok(f) => f,
+        Err(e) => return (title, vec![Row::missing("VM figures", format!("{e:#}"))]),
+    };
+    let accel = &f.accel;
+    let mut boot = Row::latency(format!("`sbx create` to READY ({accel}, {boots} boots)"), &f.create, None);
+    boot.against = format!("bare boot, same kernel+initramfs, init powers off: {}", fmt_dur(f.bare.p50()));
+    boot.ratio = crate::report::compare(f.create.p50(), f.bare.p50());
+    let size = fmt_bytes(f.copy_bytes);
+    let no_raw = "raw vsock stream: not measured (the guest image has no vsock echo/sink)";
+    let mut exec = Row::latency(format!("Exec `true` over hybrid vsock ({accel})"), &f.exec, None);
+    exec.against = "raw vsock echo: not measured (the guest image has no vsock echo)".into();
+    let rows = vec![
+        boot,
+        exec,
+        Row::plain(
+            format!("`sbx cp` {size} host to guest tmpfs"),
+            fmt_rate(f.copy_bytes, f.upload),
+            no_raw,
+            "",
+        ),
+        Row::plain(format!("`sbx cp` {size} guest to host"), fmt_rate(f.copy_bytes, f.download), no_raw, ""),
+    ];
+    (title, rows)
 }

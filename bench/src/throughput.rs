@@ -30,7 +30,7 @@ pub(crate) struct Throughput {
 }
 
 /// Fills `path` with `bytes` of incompressible pseudo-random data.
-fn random_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
+pub(crate) fn random_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
     let mut f = std::io::BufWriter::with_capacity(1 << 20, fs::File::create(path)?);
     let mut x = seed | 1;
     let mut left = bytes;
