@@ -109,12 +109,7 @@ fn check_entry(archive: &mut ZipArchive<File>, index: usize, target: &Path) -> R
     let file = archive.by_index_raw(index).map_err(ArchiveError::NotZip)?;
     let name = String::from_utf8_lossy(file.name_raw()).into_owned();
     let bad = |reason: &str| ArchiveError::BadEntry { name: name.clone(), reason: reason.to_owned() };
-    if name.starts_with('/') {
-        return Err(bad("is an absolute path; entries must be relative to the target"));
-    }
-    if Path::new(&name).components().any(|c| c == Component::ParentDir) {
-        return Err(bad("contains `..`; entries must stay inside the target"));
-    }
+    entry_path(file.name_raw()).map_err(bad)?;
     if file.is_symlink() {
         return Err(bad("is a symlink; symlinks are not extracted"));
     }
@@ -137,6 +132,31 @@ fn check_entry(archive: &mut ZipArchive<File>, index: usize, target: &Path) -> R
     }
     let mode = file.unix_mode().map(|m| m & 0o7777).filter(|m| *m != 0);
     Ok(Entry { name, rel, is_dir, mode })
+}
+
+/// Checks an entry's raw name before anything else: it must be relative and must not
+/// climb with `..` or carry a NUL byte. Returns the relative path it names (possibly
+/// empty, for `./`), built only from plain components, or why it is refused.
+pub fn entry_path(raw: &[u8]) -> Result<PathBuf, &'static str> {
+    let name = String::from_utf8_lossy(raw);
+    if name.starts_with('/') {
+        return Err("is an absolute path; entries must be relative to the target");
+    }
+    if name.contains('\0') {
+        return Err("contains a NUL byte, which no file name can hold");
+    }
+    let mut rel = PathBuf::new();
+    for part in Path::new(&*name).components() {
+        match part {
+            Component::Normal(p) => rel.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => return Err("contains `..`; entries must stay inside the target"),
+            Component::RootDir | Component::Prefix(_) => {
+                return Err("is an absolute path; entries must be relative to the target");
+            }
+        }
+    }
+    Ok(rel)
 }
 
 /// Refuses an archive in which a file entry is also the parent of another entry.
