@@ -15,7 +15,7 @@ use tonic::Code;
 fn parked(dir: &std::path::Path) -> pb::ExecRequest {
     let (pids, go) = (dir.join("pids"), dir.join("go"));
     let script = format!(
-        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.02; done; echo ok",
+        "echo $$ >> {}; while [ ! -e {} ]; do sleep 0.1; done; echo ok",
         pids.display(),
         go.display()
     );
