@@ -106,6 +106,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
     let spec = VmSpec {
         id: &record.id,
+        name: &record.name,
         template: &template,
         memory_mib: opts.memory_mib,
         cpus: opts.cpus,

@@ -89,6 +89,8 @@ fn hardware_kvm(proc_modules: &str, sys_module: &Path) -> bool {
 pub struct VmSpec<'a> {
     /// The sandbox id (used in QEMU's process name).
     pub id: &'a str,
+    /// The sandbox name, which becomes the guest's hostname.
+    pub name: &'a str,
     /// The template to boot.
     pub template: &'a Template,
     /// Guest memory.
@@ -107,7 +109,8 @@ pub struct VmSpec<'a> {
 pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
     let mem = spec.memory_mib;
-    let mut cmdline = String::from("console=ttyS0 panic=-1 reboot=t");
+    // Names are checked to be letters, digits, `-`, `_` and `.`: safe on a kernel command line.
+    let mut cmdline = format!("console=ttyS0 panic=-1 reboot=t sbx.hostname={}", spec.name);
     if spec.template.rootfs.is_some()
         && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
     {
@@ -249,8 +252,15 @@ mod tests {
     fn disk_templates_get_a_root_device_unless_they_name_one() {
         let paths = Paths::in_dir(Path::new("/s/id"), true);
         let t = template(true, "quiet");
-        let spec =
-            VmSpec { id: "id", template: &t, memory_mib: 256, cpus: 2, accel: Accel::Tcg, paths: &paths };
+        let spec = VmSpec {
+            id: "id",
+            name: "dev",
+            template: &t,
+            memory_mib: 256,
+            cpus: 2,
+            accel: Accel::Tcg,
+            paths: &paths,
+        };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
         assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
@@ -264,10 +274,18 @@ mod tests {
     fn initramfs_templates_pass_the_initrd() {
         let paths = Paths::in_dir(Path::new("/s/id"), false);
         let t = template(false, "");
-        let spec =
-            VmSpec { id: "id", template: &t, memory_mib: 512, cpus: 1, accel: Accel::Kvm, paths: &paths };
+        let spec = VmSpec {
+            id: "id",
+            name: "dev",
+            template: &t,
+            memory_mib: 512,
+            cpus: 1,
+            accel: Accel::Kvm,
+            paths: &paths,
+        };
         let args = qemu_args(&spec);
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
+        assert!(append(&args).contains("sbx.hostname=dev"), "{}", append(&args));
         assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "kvm"));
         assert!(!args.iter().any(|a| a == "-drive"));
     }
