@@ -9,7 +9,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     if let Ok(addr) = text.parse::<Address>() {
         let shown = addr.to_string();
-        let again: Address = shown.parse().unwrap_or_else(|e| panic!("{shown:?} (from {text:?}) does not parse: {e}"));
+        let again: Address =
+            shown.parse().unwrap_or_else(|e| panic!("{shown:?} (from {text:?}) does not parse: {e}"));
         assert_eq!(addr, again, "{text:?} -> {shown:?}");
     }
 });
