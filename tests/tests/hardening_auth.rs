@@ -138,3 +138,11 @@ fn env_values_given_to_exec_are_never_logged() {
     assert!(log.contains("TRACE") || log.contains("DEBUG"), "the agent did not log at trace level:\n{log}");
     assert!(!log.contains(SECRET), "the secret appeared in the agent's log");
 }
+
+#[test]
+fn the_unix_socket_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let agent = sbx_tests::Agent::start();
+    let mode = std::fs::metadata(&agent.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "socket mode {mode:o}");
+}
