@@ -79,7 +79,7 @@ pub enum ExecError {
     /// The program (or /bin/sh for a shell command) does not exist.
     #[error("program `{program}` was not found; check its name and PATH, or run it through `shell`")]
     ProgramNotFound {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
     },
     /// The guest has no /bin/sh.
@@ -88,7 +88,7 @@ pub enum ExecError {
     /// Executing the program or switching to the user was refused.
     #[error("permission denied starting `{program}`{}; check the file's execute bit, or run the agent as root to switch users", as_user(.user))]
     StartDenied {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// The user asked for, if any.
         user: Option<String>,
@@ -117,7 +117,7 @@ pub enum ExecError {
     /// Any other failure to start the program.
     #[error("could not start `{program}`")]
     Spawn {
-        /// argv[0].
+        /// `argv[0]`.
         program: String,
         /// What the kernel said.
         #[source]

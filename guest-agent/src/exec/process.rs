@@ -4,7 +4,7 @@
 //! group reaches every descendant that did not leave the group on purpose. The group is
 //! owned by a [`ProcessGroup`] guard whose `Drop` kills it: when a request is cancelled
 //! (the client went away) or finishes, nothing it started is left running. Processes
-//! that left the group (`setsid`, daemons) are found by [`tree`](super::tree) and
+//! that left the group (`setsid`, daemons) are found by [`super::tree`] and
 //! signalled with it.
 
 use std::future::Future;

@@ -83,7 +83,7 @@ impl Spec {
         argv + self.env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>()
     }
 
-    /// argv[0], for messages.
+    /// `argv[0]`, for messages.
     pub fn program(&self) -> &str {
         &self.argv[0]
     }

@@ -126,7 +126,7 @@ fn descendants(children: &HashMap<i32, Vec<i32>>, root: i32) -> HashSet<i32> {
 }
 
 /// Sends `sig` to every member of the command. For SIGKILL it rescans until no member
-/// is left alive (or [`ROUNDS`] passes), so processes forked meanwhile die too; other
+/// is left alive (or `ROUNDS` passes), so processes forked meanwhile die too; other
 /// signals may be ignored, so they get one pass. Returns how many processes were signalled.
 pub fn signal_all(root: i32, tag: &str, sig: Signal) -> usize {
     let mut signalled: HashSet<i32> = HashSet::new();

@@ -6,7 +6,7 @@
 //! output. A watcher task per job records the exit status; status queries read the size
 //! and the last [`JOB_TAIL_BYTES`](sbx_proto::limits::JOB_TAIL_BYTES) of each log.
 //!
-//! - [`log`]: the log files.
+//! - `log`: the log files.
 
 mod log;
 
