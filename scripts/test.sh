@@ -21,6 +21,9 @@ cargo fmt --all -- --check
 step "cargo clippy --all-targets -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc (no warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+
 step "static musl build of the agent"
 cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent
 
