@@ -96,3 +96,28 @@ pub async fn connect_unix(path: &Path) -> AgentClient<Channel> {
         .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
 }
+
+/// Deterministic bytes that do not compress away (xorshift), for transfer tests.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// sbx's data directory, where rootfs/setup.sh puts the kernel and templates:
+/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
+pub fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("sbx");
+    }
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
+}

@@ -8,24 +8,12 @@ use std::time::{Duration, Instant};
 
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb, download_dir_chunk, upload_dir_request};
-use sbx_tests::Agent;
+use sbx_tests::{Agent, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use zip::write::SimpleFileOptions;
 
 type Client = AgentClient<Channel>;
-
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("test paths are UTF-8").to_owned()

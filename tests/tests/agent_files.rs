@@ -10,26 +10,13 @@ use std::time::{Duration, Instant};
 
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
-use sbx_tests::Agent;
+use sbx_tests::{Agent, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 type Client = AgentClient<Channel>;
 
 const MIB: usize = 1024 * 1024;
-
-/// Deterministic bytes that do not compress away.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn s(p: &Path) -> String {
     p.to_str().expect("test paths are UTF-8").to_owned()

@@ -16,7 +16,7 @@ fn write_noise(path: &Path, len: usize, seed: u64) {
     let piece = 1 << 20;
     for i in 0..len.div_ceil(piece) {
         let n = piece.min(len - i * piece);
-        f.write_all(&cli_util::noise(n, seed + i as u64)).unwrap();
+        f.write_all(&sbx_tests::noise(n, seed + i as u64)).unwrap();
     }
     f.flush().unwrap();
 }

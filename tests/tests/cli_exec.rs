@@ -28,7 +28,7 @@ fn a_timeout_exits_124_and_says_so() {
 #[test]
 fn ten_megabytes_of_output_arrive_intact() {
     let agent = Agent::start();
-    let data = cli_util::noise(10_000_000, 3);
+    let data = sbx_tests::noise(10_000_000, 3);
     let file = agent.dir.path().join("big.bin");
     std::fs::write(&file, &data).unwrap();
     let out = sbx(&agent.address(), &["exec", "--", "cat", cli_util::s(&file)]);
@@ -49,7 +49,7 @@ fn stdout_and_stderr_stay_apart() {
 #[test]
 fn stdin_is_forwarded() {
     let agent = Agent::start();
-    let input = cli_util::noise(3_000_000, 9);
+    let input = sbx_tests::noise(3_000_000, 9);
     let out = sbx_stdin(&agent.address(), &["exec", "--", "cat"], &input);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(sha256(&out.stdout), sha256(&input));

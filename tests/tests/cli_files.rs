@@ -14,7 +14,7 @@ fn write_then_cat_round_trips_binary_bytes() {
     let agent = Agent::start();
     let a = agent.address();
     let path = agent.dir.path().join("sub/dir/blob.bin");
-    let data = cli_util::noise(5_000_000, 1);
+    let data = sbx_tests::noise(5_000_000, 1);
     let out = sbx_stdin(&a, &["write", s(&path)], &data);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(std::fs::read(&path).unwrap(), data);
@@ -114,7 +114,7 @@ fn a_relative_path_is_refused_by_the_agent() {
 fn a_closed_pipe_ends_cat_quietly() {
     let agent = Agent::start();
     let path = agent.dir.path().join("big.bin");
-    std::fs::write(&path, cli_util::noise(20_000_000, 5)).unwrap();
+    std::fs::write(&path, sbx_tests::noise(20_000_000, 5)).unwrap();
     let mut child = sbx_cmd(&agent.address(), &["cat", s(&path)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

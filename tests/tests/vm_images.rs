@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb};
+use sbx_tests::data_dir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -23,17 +24,6 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 const AGENT_PORT: u32 = 1024;
 const READY_PORT: u32 = 1025;
 const GUEST_CID: u32 = 3;
-
-/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
-fn data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
-        return d.into();
-    }
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("sbx");
-    }
-    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
-}
 
 /// A template's boot files, read from its `template.json`.
 struct Template {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use sbx_tests::data_dir;
 use serde_json::Value;
 
 /// Generous bound for a boot under software emulation on a busy 2-core machine.
@@ -18,17 +19,6 @@ const BOOT_TIMEOUT: &str = "240s";
 /// Longer than any single `sbx` call can take here (a boot included): a call still
 /// running then is hung.
 const HANG_GUARD: Duration = Duration::from_secs(300);
-
-/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
-fn data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
-        return d.into();
-    }
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("sbx");
-    }
-    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
-}
 
 fn minimal_template_dir() -> PathBuf {
     let dir = data_dir().join("templates/minimal");

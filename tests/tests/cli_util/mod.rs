@@ -76,19 +76,6 @@ pub fn json_error(out: &Output) -> serde_json::Value {
     doc.get("error").cloned().unwrap_or_else(|| panic!("no `error` key: {doc}"))
 }
 
-/// Deterministic bytes that do not compress away.
-pub fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// sha256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> [u8; 32] {
     let mut f = std::fs::File::open(path).expect("open for hashing");
