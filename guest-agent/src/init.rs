@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::report::error_chain;
 use sbx_proto::Address;
 
 /// Hostname used when the kernel command line sets none (or an invalid one).
@@ -260,17 +261,6 @@ fn default_env() {
             unsafe { std::env::set_var(key, value) };
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
 }
 
 /// The `sbx.*` settings from the kernel command line.

@@ -8,6 +8,7 @@
 //! - [`files`]: read, atomic write, list, stat, remove, move, mkdir.
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
+//! - [`report`]: errors rendered as one line with their causes.
 //! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
 
 pub mod archive;
@@ -17,6 +18,7 @@ pub mod files;
 pub mod init;
 pub mod jobs;
 pub mod listen;
+pub mod report;
 pub mod service;
 pub mod system;
 

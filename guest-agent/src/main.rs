@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use sbx_agent::report::error_chain;
 use sbx_agent::{AgentService, init, listen};
 use sbx_proto::Address;
 
@@ -125,15 +126,4 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(cause) = src {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        src = cause.source();
-    }
-    s
 }

@@ -6,9 +6,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
-use super::files::{Piece, error_chain, until_end};
+use super::files::{Piece, until_end};
 use crate::archive::{self, ArchiveError};
 use crate::files::FsError;
+use crate::report::error_chain;
 
 pub(super) async fn download(req: pb::DownloadDirRequest) -> Result<BoxStream<pb::DownloadDirChunk>, Status> {
     let chunks = archive::download::download(req).await?;

@@ -7,6 +7,7 @@ use tonic::{Code, Status, Streaming};
 
 use super::{AgentService, BoxStream};
 use crate::exec::{self, ExecError};
+use crate::report::error_chain;
 
 pub(super) async fn exec(svc: &AgentService, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
     let _slot = svc.limits().exec()?;
@@ -52,16 +53,4 @@ impl From<ExecError> for Status {
         };
         Status::new(code, error_chain(&e))
     }
-}
-
-/// The error's message followed by its sources, `: `-separated, as the caller sees it.
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -10,6 +10,7 @@ use tonic::{Status, Streaming};
 
 use super::BoxStream;
 use crate::files::{self, FsError};
+use crate::report::error_chain;
 
 pub(super) async fn read(req: pb::ReadFileRequest) -> Result<BoxStream<pb::ReadFileChunk>, Status> {
     let chunks = files::read::read(req).await?;
@@ -127,16 +128,4 @@ where
             Some((item, (pieces, true)))
         }
     })
-}
-
-/// An error and its causes as one line: "cannot read /x: Input/output error (os error 5)".
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }

@@ -4,8 +4,8 @@ use sbx_proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
 use super::AgentService;
-use super::exec::error_chain;
 use crate::jobs::JobError;
+use crate::report::error_chain;
 
 pub(super) async fn start(svc: &AgentService, req: pb::StartJobRequest) -> Result<pb::Job, Status> {
     Ok(svc.jobs().start(&req)?)

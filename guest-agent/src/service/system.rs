@@ -4,7 +4,7 @@ use sbx_proto::agent::v1 as pb;
 use tonic::Status;
 
 use super::AgentService;
-use super::files::error_chain;
+use crate::report::error_chain;
 use crate::system::{self, SystemError};
 
 pub(super) async fn info(svc: &AgentService, _req: pb::InfoRequest) -> Result<pb::InfoResponse, Status> {
