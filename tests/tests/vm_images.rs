@@ -285,6 +285,15 @@ async fn vm_minimal_pid1_mounts_filesystems_and_brings_up_lo() {
     // Packets to 127.0.0.1 flow only when lo is up.
     let (code, out) = vm.sh("ping -c 1 -W 10 127.0.0.1").await;
     assert_eq!(code, 0, "ping 127.0.0.1 failed:\n{out}");
+
+    // A process that left the command's session dies with the command; inside the guest
+    // the agent finds it through /proc/<pid>/task/*/children (CONFIG_PROC_CHILDREN).
+    let (code, out) = vm.sh("test -e /proc/1/task/1/children && echo children").await;
+    assert_eq!((code, out.trim()), (0, "children"), "the guest kernel has no /proc/<pid>/task/*/children");
+    let (code, pid) = vm.sh("setsid sleep 777 >/dev/null 2>&1 & echo $!").await;
+    assert_eq!(code, 0);
+    let (_, out) = vm.sh(&format!("cat /proc/{}/cmdline 2>/dev/null | tr '\\0' ' '; echo", pid.trim())).await;
+    assert!(!out.contains("sleep 777"), "the setsid escapee {} outlived its command: {out}", pid.trim());
 }
 
 #[tokio::test(flavor = "multi_thread")]

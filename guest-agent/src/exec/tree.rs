@@ -53,15 +53,54 @@ fn parse_stat(text: &str) -> Option<Proc> {
     Some(Proc { pid, ppid: num()?, pgid: num()?, sid: num()? })
 }
 
-/// Every live process except the agent itself.
+/// The agent's live descendants (the only candidates), with their stat fields.
+///
+/// Walks `/proc/<pid>/task/*/children` down from the agent, so a sweep reads only our
+/// own processes however many run beside them (Debian's guest kernel has
+/// CONFIG_PROC_CHILDREN). A kernel without it falls back to reading every
+/// `/proc/<pid>/stat`.
 fn snapshot() -> Vec<Proc> {
     let me = std::process::id() as i32;
+    let Some(mut queue) = children_of(me) else { return every_process(me) };
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    while let Some(pid) = queue.pop() {
+        if pid == 1 || !seen.insert(pid) {
+            continue;
+        }
+        if let Some(p) = read_stat(pid) {
+            out.push(p);
+        }
+        queue.extend(children_of(pid).into_iter().flatten());
+    }
+    out
+}
+
+/// The children of every thread of `pid`; `None` when the kernel has no `children` files.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut kids = Vec::new();
+    let mut readable = false;
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            readable = true;
+            kids.extend(text.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+        }
+    }
+    readable.then_some(kids)
+}
+
+fn read_stat(pid: i32) -> Option<Proc> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&text).filter(|p| p.pid == pid)
+}
+
+/// Every live process except the agent itself and init.
+fn every_process(me: i32) -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| {
-        let name = e.ok()?.file_name();
-        let pid: i32 = name.to_str()?.parse().ok()?;
-        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        parse_stat(&text).filter(|p| p.pid == pid && p.pid != me && p.pid != 1)
+        let pid: i32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        read_stat(pid).filter(|p| p.pid != me && p.pid != 1)
     })
     .collect()
 }
