@@ -260,7 +260,9 @@ fn add_file<W: Write>(
         return Ok(None);
     }
     let mut options = SimpleFileOptions::default()
-        .compression_method(CompressionMethod::Deflated)
+        .compression_method(method_for(name))
+        // The fastest level: a download is bound by the compressor, not by the link.
+        .compression_level(Some(1))
         .unix_permissions(meta.mode() & 0o7777)
         .large_file(meta.len() >= ZIP64_THRESHOLD);
     if let Some(mtime) = zip_time(meta.mtime()) {
@@ -269,6 +271,20 @@ fn add_file<W: Write>(
     zip.start_file(name, options).map_err(AddError::Zip)?;
     let bytes = copy(&mut file, zip).map_err(AddError::Zip)?;
     Ok(Some(bytes))
+}
+
+/// Files whose format is already compressed are stored: deflating them again costs
+/// CPU and saves nothing.
+fn method_for(name: &str) -> CompressionMethod {
+    const COMPRESSED: &[&str] = &[
+        "gz", "tgz", "xz", "zst", "bz2", "zip", "jar", "whl", "7z", "png", "jpg", "jpeg", "gif", "webp",
+        "mp3", "mp4", "mkv", "webm", "pdf", "woff2",
+    ];
+    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+    match ext {
+        Some(e) if COMPRESSED.contains(&e.as_str()) => CompressionMethod::Stored,
+        _ => CompressionMethod::Deflated,
+    }
 }
 
 /// Copies a file into the archive, telling read errors from write errors.
@@ -325,6 +341,14 @@ fn civil_from_days(days: i64) -> (i64, u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compressed_formats_are_stored() {
+        assert_eq!(method_for("dist/app.tar.GZ"), CompressionMethod::Stored);
+        assert_eq!(method_for("a/b.whl"), CompressionMethod::Stored);
+        assert_eq!(method_for("src/main.rs"), CompressionMethod::Deflated);
+        assert_eq!(method_for("Makefile"), CompressionMethod::Deflated);
+    }
 
     #[test]
     fn civil_dates_are_right() {
