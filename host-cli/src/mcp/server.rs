@@ -1,7 +1,10 @@
 //! [`SbxMcp`]: the MCP server. It holds no session state: every tool call names (or
-//! defaults to) the agent it acts on, connects, makes its one call and shapes the answer.
+//! defaults to) the agent it acts on, makes its one call and shapes the answer. Agent
+//! connections are kept per address, so a call costs one request, not a new handshake;
+//! a connection whose agent went away is re-established on the next call.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -63,6 +66,7 @@ pub struct SbxMcp {
     pinned: Option<Pinned>,
     connect_timeout: Duration,
     router: ToolRouter<SbxMcp>,
+    clients: Arc<Mutex<HashMap<Address, Client>>>,
 }
 
 impl SbxMcp {
@@ -81,7 +85,7 @@ impl SbxMcp {
                 unwrap_descriptions(Arc::make_mut(output));
             }
         }
-        SbxMcp { pinned, connect_timeout, router }
+        SbxMcp { pinned, connect_timeout, router, clients: Arc::default() }
     }
 
     /// What guest tools act on when a call names no sandbox.
@@ -101,10 +105,21 @@ impl SbxMcp {
         Ok(crate::vm::resolve(sandbox).await?)
     }
 
-    /// Connects to the agent a guest tool acts on (see [`SbxMcp::address`]).
+    /// A client for the agent a guest tool acts on (see [`SbxMcp::address`]): the kept
+    /// connection to that address, or a new one.
     pub(crate) async fn client(&self, sandbox_id: Option<&str>) -> Result<Client, ToolError> {
         let addr = self.address(sandbox_id).await?;
-        Ok(Client::connect(&addr, self.connect_timeout).await?)
+        if let Some(client) = self.kept().get(&addr) {
+            return Ok(client.clone());
+        }
+        let client = Client::connect(&addr, self.connect_timeout).await?;
+        self.kept().insert(addr, client.clone());
+        Ok(client)
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<Address, Client>> {
+        // The map holds only clones of clients; a panic elsewhere cannot leave it torn.
+        self.clients.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// How hints name the target on an `sbx` command line.
