@@ -224,7 +224,7 @@ pub struct JobKillArgs {
     /// The job id.
     pub id: String,
     /// Signal name or number: TERM, INT, HUP, 15...
-    #[arg(long, default_value = "KILL", value_parser = parse_signal)]
+    #[arg(long, default_value = "KILL", value_parser = crate::signal::parse)]
     pub signal: i32,
 }
 
@@ -378,31 +378,6 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     }
 }
 
-fn parse_signal(s: &str) -> Result<i32, String> {
-    if let Ok(n) = s.parse::<i32>() {
-        return if (1..=64).contains(&n) { Ok(n) } else { Err(format!("signal {n} is out of range 1..64")) };
-    }
-    let upper = s.to_ascii_uppercase();
-    let name = upper.trim_start_matches("SIG");
-    let n = match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "CONT" => libc::SIGCONT,
-        "STOP" => libc::SIGSTOP,
-        _ => {
-            return Err(format!(
-                "`{s}` is not a signal; use TERM, INT, HUP, KILL, USR1, USR2, CONT, STOP or a number"
-            ));
-        }
-    };
-    Ok(n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,10 +392,6 @@ mod tests {
     fn values() {
         assert_eq!(parse_mode("755"), Ok(0o755));
         assert!(parse_mode("9").is_err());
-        assert_eq!(parse_signal("TERM"), Ok(libc::SIGTERM));
-        assert_eq!(parse_signal("sigint"), Ok(libc::SIGINT));
-        assert_eq!(parse_signal("9"), Ok(9));
-        assert!(parse_signal("NOPE").is_err());
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());
     }

@@ -8,6 +8,7 @@
 //!   resuming and removing them.
 //! - [`target`]: which agent a command talks to (`--agent`, `--sandbox`, `NAME:/path`).
 //! - [`template`]: `sbx template build|ls|rm`: baking the agent into your own image.
+//! - [`signal`]: signal names and numbers, for the CLI and the MCP tools alike.
 //! - [`archive`]: host-side zips for `sbx cp` of directories (pack; safe unpack).
 //! - [`cli`]: the clap types of the command line; [`cmd`]: one module per subcommand
 //!   group; [`output`]: stdout/stderr/JSON/progress; [`app`]: `main`, exit codes, errors.
@@ -20,6 +21,7 @@ pub mod cmd;
 pub mod connect;
 pub mod mcp;
 pub mod output;
+pub mod signal;
 pub mod target;
 pub mod template;
 pub mod vm;

@@ -73,29 +73,7 @@ pub fn format_mode(mode: u32) -> String {
 
 /// Parses a signal name (`TERM`, `SIGTERM`, `term`) or number (`15`).
 pub fn parse_signal(text: &str) -> Result<i32, ToolError> {
-    let trimmed = text.trim();
-    if let Ok(number) = trimmed.parse::<i32>() {
-        return if (1..=64).contains(&number) {
-            Ok(number)
-        } else {
-            Err(ToolError::BadSignal { got: text.to_owned() })
-        };
-    }
-    let upper = trimmed.to_ascii_uppercase();
-    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
-    let number = match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "CONT" => libc::SIGCONT,
-        "STOP" => libc::SIGSTOP,
-        _ => return Err(ToolError::BadSignal { got: text.to_owned() }),
-    };
-    Ok(number)
+    crate::signal::parse(text).map_err(|_| ToolError::BadSignal { got: text.to_owned() })
 }
 
 /// RFC 3339 rendering (UTC, milliseconds) of a Unix time in milliseconds.
