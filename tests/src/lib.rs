@@ -121,3 +121,32 @@ pub fn data_dir() -> PathBuf {
     }
     PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
 }
+
+/// Live (non-zombie) processes whose command line mentions `needle`, as "pid: cmdline".
+pub fn processes_mentioning(needle: &Path) -> Vec<String> {
+    let needle = needle.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(&needle) && !is_zombie(&entry.path()) {
+            found.push(format!("{name}: {cmdline}"));
+        }
+    }
+    found
+}
+
+/// The pid is gone, or only a zombie waiting for its parent.
+pub fn pid_gone(pid: u64) -> bool {
+    let dir = PathBuf::from(format!("/proc/{pid}"));
+    !dir.exists() || is_zombie(&dir)
+}
+
+fn is_zombie(proc_dir: &Path) -> bool {
+    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
+    stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+}

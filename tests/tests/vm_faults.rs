@@ -8,10 +8,11 @@
 //! directory; without it they fail and say so. Each test has its own state directory.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use sbx_tests::{data_dir, pid_gone, processes_mentioning};
 use serde_json::Value;
 
 /// Generous bound for a boot under software emulation on a busy 2-core machine.
@@ -20,16 +21,6 @@ const BOOT_TIMEOUT: &str = "240s";
 const HANG_GUARD: Duration = Duration::from_secs(300);
 /// How long the CLI may take to notice its VM is gone before we call it hung.
 const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
-
-fn data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
-        return d.into();
-    }
-    if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("sbx");
-    }
-    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
-}
 
 /// `sbx` with its own state directory; every sandbox left is force-killed on drop.
 struct Sbx {
@@ -117,34 +108,6 @@ fn wait_bounded(child: Child, limit: Duration) -> Option<Output> {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn is_zombie(proc_dir: &Path) -> bool {
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-    stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-}
-
-fn pid_gone(pid: u64) -> bool {
-    let dir = PathBuf::from(format!("/proc/{pid}"));
-    !dir.exists() || is_zombie(&dir)
-}
-
-/// Live processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &Path) -> Vec<String> {
-    let needle = needle.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&needle) && !is_zombie(&entry.path()) {
-            found.push(format!("{name}: {cmdline}"));
-        }
-    }
-    found
 }
 
 /// Polls `done` until it holds, failing after `limit` (a bound on an event, not a timing

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sbx_tests::data_dir;
+use sbx_tests::{data_dir, pid_gone, processes_mentioning};
 use serde_json::Value;
 
 /// Generous bound for a boot under software emulation on a busy 2-core machine.
@@ -133,35 +133,6 @@ fn text(b: &[u8]) -> String {
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// Live (non-zombie) processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &Path) -> Vec<String> {
-    let needle = needle.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(&needle) && !is_zombie(&entry.path()) {
-            found.push(format!("{name}: {cmdline}"));
-        }
-    }
-    found
-}
-
-fn is_zombie(proc_dir: &Path) -> bool {
-    let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
-    stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-}
-
-/// The pid is gone, or only a zombie waiting for its parent.
-fn pid_gone(pid: u64) -> bool {
-    let dir = PathBuf::from(format!("/proc/{pid}"));
-    !dir.exists() || is_zombie(&dir)
 }
 
 #[test]
