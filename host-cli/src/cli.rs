@@ -117,8 +117,12 @@ pub enum Command {
         after_help = "Examples:\n  sbx download /work -o work.zip\n  sbx download /work -o - | bsdtar -tf -"
     )]
     Download(DownloadArgs),
-    /// Show the agent's version and its machine's resources.
-    Info,
+    /// Show the agent's version and its machine's resources; with a sandbox name, the
+    /// sandbox too (as `sbx inspect`).
+    #[command(
+        after_help = "Examples:\n  sbx --agent unix:///tmp/agent.sock info\n  sbx info dev\n  sbx -s dev info --json"
+    )]
+    Info(InfoArgs),
     /// Serve the agent's abilities as MCP tools on stdin/stdout (for Claude Code, Cursor, ...).
     #[command(after_help = "Examples:\n  claude mcp add sbx -- sbx mcp --agent unix:///tmp/agent.sock\n  \
                             SBX_SANDBOX=dev sbx mcp\n\nSee docs/mcp.md for Cursor, VS Code, Windsurf and Codex.")]
@@ -338,6 +342,14 @@ pub struct CpArgs {
     pub src: String,
     /// Destination: a host path, `:/guest/path` or `NAME:/guest/path`.
     pub dst: String,
+}
+
+/// `sbx info`.
+#[derive(Debug, Clone, Args)]
+pub struct InfoArgs {
+    /// A sandbox name or id: show its state, template, resources and pids as well.
+    #[arg(value_name = "SANDBOX")]
+    pub name: Option<String>,
 }
 
 /// `sbx download`.

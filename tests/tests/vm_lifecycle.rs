@@ -183,6 +183,10 @@ fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
     let inspected = sbx.json(&["inspect", "life"]);
     assert_eq!(inspected["qemu_pid"].as_u64(), Some(qemu_pid));
     assert_eq!(inspected["agent"]["pid1"], true, "inspect shows the agent's Info: {inspected}");
+    // `sbx info NAME` is the same view, under the name the issue gives it.
+    let info = sbx.json(&["info", "life"]);
+    assert_eq!(info["qemu_pid"], inspected["qemu_pid"], "sbx info NAME: {info}");
+    assert_eq!(info["agent"]["pid1"], true, "sbx info NAME shows the agent's Info: {info}");
 
     // kill: no process, no file.
     let removed = sbx.json(&["kill", "life"]);

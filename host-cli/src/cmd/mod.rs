@@ -75,7 +75,10 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Mkdir(args) => files::mkdir(&ctx, args).await,
         Command::Cp(args) => cp::cp(&ctx, args).await,
         Command::Download(args) => cp::download(&ctx, args).await,
-        Command::Info => system::info(&ctx).await,
+        Command::Info(args) => match args.name {
+            Some(name) => sandbox::inspect(&ctx, &name).await,
+            None => system::info(&ctx).await,
+        },
         Command::Completions(args) => system::completions(&ctx, args),
         Command::Mcp => mcp::mcp(&ctx).await,
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,

@@ -127,7 +127,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     print(ctx, &info, &format!("{}\n", info.id))
 }
 
-async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
+pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     let i = vm::inspect(name).await?;
     let s = &i.sandbox;
     let pid = |p: Option<u32>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
