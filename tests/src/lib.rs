@@ -150,3 +150,27 @@ fn is_zombie(proc_dir: &Path) -> bool {
     let stat = std::fs::read_to_string(proc_dir.join("stat")).unwrap_or_default();
     stat.rsplit_once(')').is_none_or(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
 }
+
+/// Bytes the process has read so far (`rchar` in `/proc/PID/io`).
+pub fn bytes_read(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("/proc/PID/io");
+    let line = io.lines().find(|l| l.starts_with("rchar:")).expect("an rchar line");
+    line["rchar:".len()..].trim().parse().expect("rchar is a number")
+}
+
+/// Waits until the process's read counter stops moving (five steady polls), then
+/// returns it. Fails if it keeps moving for a minute: that bound only keeps a runaway
+/// reader from hanging the suite.
+pub async fn bytes_read_once_settled(pid: u32) -> u64 {
+    let mut last = bytes_read(pid);
+    let mut steady = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while steady < 5 {
+        assert!(Instant::now() < deadline, "the agent kept reading for a minute after the client left");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = bytes_read(pid);
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+    }
+    last
+}

@@ -4,7 +4,6 @@
 use std::io::{Cursor, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb, download_dir_chunk, upload_dir_request};
@@ -183,7 +182,7 @@ async fn a_client_that_leaves_mid_download_stops_the_archiver() {
     for i in 0..8 {
         std::fs::write(root.join(format!("{i}.bin")), block.repeat(8)).unwrap();
     }
-    let before = agent_bytes_read(agent.pid());
+    let before = sbx_tests::bytes_read(agent.pid());
     {
         let req = pb::DownloadDirRequest { path: s(&root), max_bytes: 0 };
         let mut stream = c.download_dir(req).await.unwrap().into_inner();
@@ -192,16 +191,7 @@ async fn a_client_that_leaves_mid_download_stops_the_archiver() {
     }
     // Once the archiver notices the client is gone it stops reading files; wait until
     // the agent's read counter settles, then check it never read the whole tree.
-    let mut last = agent_bytes_read(agent.pid());
-    let mut steady = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while steady < 5 {
-        assert!(Instant::now() < deadline, "the agent kept reading for a minute after the client left");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = agent_bytes_read(agent.pid());
-        steady = if now == last { steady + 1 } else { 0 };
-        last = now;
-    }
+    let last = sbx_tests::bytes_read_once_settled(agent.pid()).await;
     let read = last - before;
     assert!(read < 32 * 1024 * 1024, "the agent read {read} bytes of a 64 MiB tree for a client that left");
 
@@ -210,13 +200,6 @@ async fn a_client_that_leaves_mid_download_stops_the_archiver() {
     std::fs::write(small.join("f"), b"x").unwrap();
     let again = download(&mut c, &small, 0).await.unwrap();
     assert_eq!(again.summary.files, 1, "the agent serves the next download after a client left");
-}
-
-/// Bytes the agent process has read through read(2) and friends (`rchar`).
-fn agent_bytes_read(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    let line = io.lines().find(|l| l.starts_with("rchar:")).unwrap();
-    line["rchar:".len()..].trim().parse().unwrap()
 }
 
 fn zip_with(entries: &[(&str, &[u8])]) -> Vec<u8> {

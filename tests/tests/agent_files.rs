@@ -563,7 +563,7 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
     let mut c = agent.client().await;
     let path = agent.dir.path().join("huge.bin");
     std::fs::write(&path, noise(MIB, 8).repeat(64)).unwrap();
-    let before = agent_bytes_read(agent.pid());
+    let before = sbx_tests::bytes_read(agent.pid());
     {
         let mut stream = c
             .read_file(pb::ReadFileRequest { path: s(&path), ..Default::default() })
@@ -574,16 +574,7 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
         assert_eq!(first.file_size, 64 * MIB as u64);
     }
     // Wait until the agent's read counter settles, then check it stopped early.
-    let mut last = agent_bytes_read(agent.pid());
-    let mut steady = 0;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while steady < 5 {
-        assert!(Instant::now() < deadline, "the agent kept reading for a minute after the client left");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = agent_bytes_read(agent.pid());
-        steady = if now == last { steady + 1 } else { 0 };
-        last = now;
-    }
+    let last = sbx_tests::bytes_read_once_settled(agent.pid()).await;
     let consumed = last - before;
     assert!(
         consumed < 32 * MIB as u64,
@@ -592,11 +583,4 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
     let (small, _) =
         read(&mut c, pb::ReadFileRequest { path: s(&path), length: 10, ..Default::default() }).await.unwrap();
     assert_eq!(small.len(), 10, "the agent serves the next read");
-}
-
-/// Bytes the agent process has read through read(2) and friends (`rchar`).
-fn agent_bytes_read(pid: u32) -> u64 {
-    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-    let line = io.lines().find(|l| l.starts_with("rchar:")).unwrap();
-    line["rchar:".len()..].trim().parse().unwrap()
 }
