@@ -60,7 +60,8 @@ fn main() -> ExitCode {
 }
 
 fn port_arg(port: &str) -> io::Result<u32> {
-    port.parse().map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad port `{port}`; {USAGE}")))
+    port.parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("bad port `{port}`; {USAGE}")))
 }
 
 /// Accepts connections on `port` forever, one thread per connection.
