@@ -94,3 +94,23 @@ async def test_every_description_is_one_line(agent: Agent) -> None:
     for tool in tools:
         for text in [tool.description, *descriptions(tool.input_schema), *descriptions(tool.output_schema)]:
             assert text and "\n" not in text, f"{tool.name}: {text!r}"
+
+
+async def test_list_entries_schema_names_every_field(agent: Agent) -> None:
+    # Entries are typed in the description, not as `properties`, so that clients which
+    # validate every result (this SDK does) do not descend into each field of each entry.
+    async with agent_session(agent) as session:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    entries = listed["sandbox_files_list"].output_schema["properties"]["entries"]
+    assert entries["type"] == "array"
+    assert set(entries["items"]["required"]) == {"path", "type", "size", "mode", "mtime"}
+    for field in ("path", "type", "size", "mode", "mtime", "symlink_target"):
+        assert field in entries["description"], f"entries description does not name {field}"
+
+
+async def test_output_schemas_have_no_refs(agent: Agent) -> None:
+    # A `$ref` costs every validating client a resolution per value it checks.
+    async with agent_session(agent) as session:
+        tools = (await session.list_tools()).tools
+    for tool in tools:
+        assert "$ref" not in str(tool.output_schema), f"{tool.name} output schema has a $ref"

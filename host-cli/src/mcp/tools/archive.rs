@@ -26,6 +26,7 @@ pub struct DownloadDirArgs {
 
 /// An entry left out of the zip.
 #[derive(Debug, Serialize, JsonSchema)]
+#[schemars(inline)]
 pub struct SkippedView {
     /// Path relative to the directory.
     pub path: String,

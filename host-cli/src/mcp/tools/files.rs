@@ -16,13 +16,15 @@ use crate::mcp::shape::{format_mode, from_base64, parse_mode, rfc3339_ms, to_bas
 /// Entries one `sandbox_files_list` returns at most.
 pub const MAX_LIST_ENTRIES: u32 = 1000;
 
-/// How file content travels in a tool call.
+/// How file content travels in a tool call: "utf8" (the text as is) or "base64" (standard
+/// base64 of the raw bytes).
+// Inlined, and with no per-variant docs, so its schema is a plain string enum rather than
+// a `$ref` to a `oneOf`, which clients that validate results (the Python SDK) check slowly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum Encoding {
-    /// UTF-8 text, as is.
     Utf8,
-    /// Standard base64 of the raw bytes.
     Base64,
 }
 
@@ -148,13 +150,31 @@ pub struct EntryView {
 pub struct ListOutput {
     /// The directory listed.
     pub path: String,
-    /// Its entries.
+    /// Its entries, sorted by path. Each is an object with path (string, relative to the
+    /// listed directory), type ("file", "dir", "symlink" or "other"), size (integer, bytes),
+    /// mode (string, octal permission bits such as "0644"), mtime (string, RFC 3339 UTC)
+    /// and, for symlinks, symlink_target (string).
+    #[schemars(schema_with = "entries_schema")]
     pub entries: Vec<EntryView>,
     /// True when the listing stopped at 1000 entries.
     pub truncated: bool,
     /// What to know about this result.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// The schema of `ListOutput::entries`: objects whose fields are named and typed in the
+/// field's description (above) rather than as `properties`. Clients that validate results against the
+/// output schema (the official Python SDK does, on every call) otherwise descend into every
+/// field of every entry: 3 ms for 100 entries, 30 ms for 1000, several times the call.
+fn entries_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["path", "type", "size", "mode", "mtime"]
+        }
+    })
 }
 
 /// Arguments of `sandbox_files_remove`.

@@ -83,20 +83,22 @@ pub struct JobListArgs {
     pub sandbox_id: Option<String>,
 }
 
-/// Whether a job runs.
+/// Whether a job runs: "running", "exited" (exit_code or signal says how) or "unknown"
+/// (the agent did not say).
+// Output types are inlined (no `$ref`) and this enum has no per-variant docs, so its schema
+// is a plain string enum: cheap for clients that validate every result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
+#[schemars(inline)]
 pub enum JobStateView {
-    /// Still running.
     Running,
-    /// Ended; exit_code or signal says how.
     Exited,
-    /// The agent did not say.
     Unknown,
 }
 
 /// A background job as a model sees it.
 #[derive(Debug, Serialize, JsonSchema)]
+#[schemars(inline)]
 pub struct JobView {
     /// The job's id, for sandbox_job_status and sandbox_job_kill.
     pub job_id: String,

@@ -54,6 +54,7 @@ pub struct ListSandboxesArgs {}
 
 /// A sandbox as a model sees it.
 #[derive(Debug, Serialize, JsonSchema)]
+#[schemars(inline)]
 pub struct SandboxView {
     /// Short id; pass it (or the name) as sandbox_id.
     pub id: String,

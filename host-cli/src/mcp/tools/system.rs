@@ -23,6 +23,7 @@ pub struct InfoArgs {
 
 /// What the agent reports about itself and its machine.
 #[derive(Debug, Serialize, JsonSchema)]
+#[schemars(inline)]
 pub struct AgentView {
     /// sbx-agent's version.
     pub agent_version: String,
