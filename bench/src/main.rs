@@ -59,6 +59,9 @@ pub(crate) struct Opts {
     /// The `sbx` binary.
     #[arg(long, default_value = "target/release/sbx")]
     pub(crate) sbx_bin: PathBuf,
+    /// The raw vsock floor run inside the VM (`sbx-vsock-floor`, static musl).
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-vsock-floor")]
+    pub(crate) vsock_floor_bin: PathBuf,
     /// Where the peers were installed (`node_modules/.bin`, `venv-shell`, `venv-client`).
     #[arg(long, default_value = "target/bench")]
     pub(crate) peers_dir: PathBuf,
@@ -110,7 +113,7 @@ impl Opts {
 fn main() -> ExitCode {
     let mut opts = Opts::parse();
     // Servers run in the workload directory, so every path handed to them is absolute.
-    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.peers_dir] {
+    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.vsock_floor_bin, &mut opts.peers_dir] {
         if let Ok(abs) = std::path::absolute(&*p) {
             *p = abs;
         }
