@@ -1,5 +1,8 @@
 //! Helpers shared by the whole-system tests: a real `sbx-agent` process on a Unix
-//! socket in a temp dir, and the generated gRPC client connected to it.
+//! socket in a temp dir, and the generated gRPC client connected to it; [`vm`] runs the
+//! real `sbx` binary against microVMs.
+
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -138,6 +141,24 @@ pub fn processes_mentioning(needle: &Path) -> Vec<String> {
         }
     }
     found
+}
+
+/// The pid is gone from /proc: killed and reaped (stricter than [`pid_gone`]).
+pub fn pid_reaped(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Asserts that a gRPC call failed with `code` and a message that mentions every word.
+pub fn assert_status<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    code: tonic::Code,
+    words: &[&str],
+) {
+    let status = result.expect_err("the call should fail");
+    assert_eq!(status.code(), code, "unexpected code; message: {}", status.message());
+    for w in words {
+        assert!(status.message().contains(w), "message {:?} should mention {w:?}", status.message());
+    }
 }
 
 /// The pid is gone, or only a zombie waiting for its parent.

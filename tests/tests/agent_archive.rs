@@ -7,7 +7,7 @@ use std::path::Path;
 
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb, download_dir_chunk, upload_dir_request};
-use sbx_tests::{Agent, noise};
+use sbx_tests::{Agent, assert_status, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use zip::write::SimpleFileOptions;
@@ -52,14 +52,6 @@ async fn upload(client: &mut Client, path: &Path, zip: &[u8]) -> Result<pb::Uplo
 }
 
 #[track_caller]
-fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, words: &[&str]) {
-    let status = result.expect_err("the call should fail");
-    assert_eq!(status.code(), code, "unexpected code; message: {}", status.message());
-    for w in words {
-        assert!(status.message().contains(w), "message {:?} should mention {w:?}", status.message());
-    }
-}
-
 /// Every regular file under `root` with its contents, sorted by relative path.
 fn files_under(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::SinkExt;
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::agent::v1::exec_event::Event;
-use sbx_tests::Agent;
+use sbx_tests::{Agent, pid_reaped};
 use tonic::Code;
 
 use pb::exit_status::Kind;
@@ -54,11 +54,6 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "gave up waiting: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Gone from /proc: killed and reaped.
-fn gone(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// The process's peak resident set size (VmHWM), in KiB.
@@ -151,7 +146,7 @@ async fn timeout_kills_every_descendant_and_returns_partial_output() {
     let pids = read_pids(&pids);
     assert_eq!(pids.len(), 5, "shell, two sleeps, the subshell's orphan, the inner shell: {pids:?}");
     for pid in pids {
-        eventually(&format!("pid {pid} to be killed and reaped"), || gone(pid)).await;
+        eventually(&format!("pid {pid} to be killed and reaped"), || pid_reaped(pid)).await;
     }
 }
 
@@ -207,7 +202,7 @@ async fn a_background_process_holding_the_output_open_does_not_hold_the_exec() {
     assert!(!status.timed_out, "the exec waited for the background sleep");
     assert_eq!((stdout(&resp), status.kind), ("done\n".to_owned(), Some(Kind::Code(0))));
     let pid = read_pids(&pidfile)[0];
-    eventually(&format!("the leftover sleep {pid} to be killed"), || gone(pid)).await;
+    eventually(&format!("the leftover sleep {pid} to be killed"), || pid_reaped(pid)).await;
 }
 
 #[tokio::test]
@@ -235,7 +230,7 @@ async fn dropping_a_unary_exec_kills_the_command() {
     call.abort();
     assert!(call.await.unwrap_err().is_cancelled());
     for pid in read_pids(&pidfile).into_iter().chain(read_pids(&child)) {
-        eventually(&format!("pid {pid} to be killed after the client left"), || gone(pid)).await;
+        eventually(&format!("pid {pid} to be killed after the client left"), || pid_reaped(pid)).await;
     }
 }
 
@@ -348,7 +343,7 @@ async fn dropping_an_exec_stream_kills_the_command() {
     drop(events);
     drop(tx);
     for pid in [pid].into_iter().chain(read_pids(&pidfile)) {
-        eventually(&format!("pid {pid} to be killed after the client left"), || gone(pid)).await;
+        eventually(&format!("pid {pid} to be killed after the client left"), || pid_reaped(pid)).await;
     }
 }
 
@@ -408,7 +403,7 @@ async fn invalid_requests_are_refused_with_actionable_errors() {
     let status = events.message().await.expect_err("a second start");
     assert_eq!(status.code(), Code::InvalidArgument);
     assert!(status.message().contains("second `start`"), "{}", status.message());
-    eventually("the first command to be killed", || gone(pid)).await;
+    eventually("the first command to be killed", || pid_reaped(pid)).await;
 }
 
 #[tokio::test]

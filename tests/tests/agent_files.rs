@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use sbx_proto::agent::v1::agent_client::AgentClient;
 use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
-use sbx_tests::{Agent, noise};
+use sbx_tests::{Agent, assert_status, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -62,14 +62,6 @@ async fn read_path(client: &mut Client, path: &Path) -> Result<(Vec<u8>, u64), S
 }
 
 #[track_caller]
-fn assert_status<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, words: &[&str]) {
-    let status = result.expect_err("the call should fail");
-    assert_eq!(status.code(), code, "unexpected code; message: {}", status.message());
-    for w in words {
-        assert!(status.message().contains(w), "message {:?} should mention {w:?}", status.message());
-    }
-}
-
 #[tokio::test]
 async fn a_100_mib_file_round_trips_byte_for_byte() {
     let agent = Agent::start();

@@ -2,13 +2,12 @@
 //! tail of each stream, wait (with and without a timeout), signals to the whole group,
 //! listing, unknown ids, timeouts, and complete logs on disk.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::agent::v1::exit_status::Kind;
 use sbx_proto::limits::JOB_TAIL_BYTES;
-use sbx_tests::Agent;
+use sbx_tests::{Agent, pid_reaped};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -48,10 +47,6 @@ async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
         assert!(Instant::now() < deadline, "gave up waiting: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn gone(pid: u32) -> bool {
-    !Path::new(&format!("/proc/{pid}")).exists()
 }
 
 #[tokio::test]
@@ -121,7 +116,7 @@ async fn wait_with_timeout_returns_the_running_job_then_kill_ends_the_whole_grou
     let done = wait(&mut client, &job.id, 0).await;
     assert_eq!(kind(&done), Kind::Signal(9), "signal 0 means SIGKILL");
     for pid in [job.pid, child] {
-        eventually(&format!("pid {pid} to be gone"), async || gone(pid)).await;
+        eventually(&format!("pid {pid} to be gone"), async || pid_reaped(pid)).await;
     }
 
     // A job that has exited cannot be signalled.

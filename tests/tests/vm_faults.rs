@@ -9,116 +9,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use sbx_tests::{data_dir, pid_gone, processes_mentioning};
-use serde_json::Value;
-
-/// Generous bound for a boot under software emulation on a busy 2-core machine.
-const BOOT_TIMEOUT: &str = "240s";
-/// A call still running after this long is hung (a hang guard, not a timing check).
-const HANG_GUARD: Duration = Duration::from_secs(300);
+use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text, wait_bounded, wait_until};
+use sbx_tests::{pid_gone, processes_mentioning};
 /// How long the CLI may take to notice its VM is gone before we call it hung.
 const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
-
-/// `sbx` with its own state directory; every sandbox left is force-killed on drop.
-struct Sbx {
-    state: tempfile::TempDir,
-}
-
-impl Sbx {
-    fn new() -> Sbx {
-        let template = data_dir().join("templates/minimal/template.json");
-        assert!(
-            template.is_file(),
-            "the `minimal` template is not built ({} is missing); run rootfs/setup.sh",
-            template.display()
-        );
-        let state = tempfile::Builder::new().prefix("sbx-vf-").tempdir_in("/tmp").expect("tempdir");
-        Sbx { state }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(sbx_tests::workspace_bin("sbx"));
-        cmd.env_remove("SBX_AGENT")
-            .env_remove("SBX_SANDBOX")
-            .env("SBX_STATE_DIR", self.state.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        cmd
-    }
-
-    /// Runs `sbx ARGS`; a run that hangs is killed and fails the test.
-    fn run(&self, args: &[&str]) -> Output {
-        let child = self.command(args).spawn().expect("spawn sbx");
-        wait_bounded(child, HANG_GUARD).unwrap_or_else(|| panic!("sbx {args:?} hung and was killed"))
-    }
-
-    /// Runs `sbx --json ARGS`, asserts success and parses stdout.
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let out = self.run(&all);
-        assert!(out.status.success(), "sbx {args:?} failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("sbx {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
-    }
-
-    fn state_of(&self, name: &str) -> Option<String> {
-        let list = self.json(&["ls"]);
-        list.as_array()
-            .expect("ls --json is an array")
-            .iter()
-            .find(|s| s["name"] == name)
-            .map(|s| s["state"].as_str().unwrap().to_string())
-    }
-
-    fn sandbox_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(self.state.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_type().unwrap().is_dir())
-            .map(|e| e.path())
-            .collect()
-    }
-}
-
-impl Drop for Sbx {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill", "--all", "--force"]);
-    }
-}
-
-/// Waits for `child` up to `limit`; kills it and returns `None` if it is still running.
-fn wait_bounded(child: Child, limit: Duration) -> Option<Output> {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(limit) {
-        Ok(out) => Some(out.expect("wait for sbx")),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            None
-        }
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Polls `done` until it holds, failing after `limit` (a bound on an event, not a timing
-/// assertion).
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 #[test]
 fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_up() {
@@ -163,7 +60,7 @@ fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_
     let out = sbx.run(&["kill", "doomed"]);
     assert!(out.status.success(), "sbx kill failed: {}", text(&out.stderr));
     assert!(pid_gone(vhost_pid), "vhost-device-vsock {vhost_pid} survived sbx kill");
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
     assert_eq!(sbx.state_of("doomed"), None);
 }

@@ -8,128 +8,12 @@
 //! directory; without it they fail and say so. Each test has its own state directory.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sbx_tests::{data_dir, pid_gone, processes_mentioning};
+use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, minimal_template_dir, short_tempdir, text};
+use sbx_tests::{pid_gone, processes_mentioning};
 use serde_json::Value;
-
-/// Generous bound for a boot under software emulation on a busy 2-core machine.
-const BOOT_TIMEOUT: &str = "240s";
-/// Longer than any single `sbx` call can take here (a boot included): a call still
-/// running then is hung.
-const HANG_GUARD: Duration = Duration::from_secs(300);
-
-fn minimal_template_dir() -> PathBuf {
-    let dir = data_dir().join("templates/minimal");
-    assert!(
-        dir.join("template.json").is_file(),
-        "the `minimal` template is not built ({} is missing); run rootfs/setup.sh",
-        dir.join("template.json").display()
-    );
-    dir
-}
-
-/// `sbx` with its own state directory; every sandbox left is force-killed on drop.
-struct Sbx {
-    state: tempfile::TempDir,
-    data: Option<PathBuf>,
-}
-
-impl Sbx {
-    fn new() -> Sbx {
-        minimal_template_dir();
-        Sbx { state: short_tempdir(), data: None }
-    }
-
-    /// With templates taken from `data` instead of the usual data directory.
-    fn with_data_dir(data: &Path) -> Sbx {
-        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()) }
-    }
-
-    /// Runs `sbx ARGS`. A run that hangs is killed and fails the test (instead of
-    /// hanging the suite), so the sandboxes are still cleaned up on drop.
-    fn run(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(sbx_tests::workspace_bin("sbx"));
-        cmd.env_remove("SBX_AGENT")
-            .env_remove("SBX_SANDBOX")
-            .env("SBX_STATE_DIR", self.state.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(d) = &self.data {
-            cmd.env("SBX_DATA_DIR", d);
-        }
-        let child = cmd.spawn().expect("spawn sbx");
-        let pid = child.id();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || tx.send(child.wait_with_output()));
-        match rx.recv_timeout(HANG_GUARD) {
-            Ok(out) => out.expect("wait for sbx"),
-            Err(_) => {
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-                panic!("sbx {args:?} hung for {} s and was killed", HANG_GUARD.as_secs());
-            }
-        }
-    }
-
-    /// Runs `sbx --json ARGS`, asserts success and parses stdout.
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let out = self.run(&all);
-        assert!(out.status.success(), "sbx {args:?} failed: {}", text(&out.stderr));
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("sbx {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
-    }
-
-    /// Runs `sbx ARGS` and asserts that it fails; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(!out.status.success(), "sbx {args:?} should fail; printed {}", text(&out.stdout));
-        text(&out.stderr)
-    }
-
-    fn create(&self, name: &str) -> Value {
-        self.json(&["create", "--name", name, "--timeout", BOOT_TIMEOUT])
-    }
-
-    /// `sbx ls --json` as (name, state) pairs.
-    fn states(&self) -> Vec<(String, String)> {
-        let list = self.json(&["ls"]);
-        list.as_array()
-            .expect("ls --json is an array")
-            .iter()
-            .map(|s| (s["name"].as_str().unwrap().to_string(), s["state"].as_str().unwrap().to_string()))
-            .collect()
-    }
-
-    /// Sandbox directories left in the state directory.
-    fn sandbox_dirs(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(self.state.path())
-            .unwrap()
-            .flatten()
-            .filter(|e| e.file_type().unwrap().is_dir())
-            .map(|e| e.path())
-            .collect()
-    }
-}
-
-impl Drop for Sbx {
-    fn drop(&mut self) {
-        let _ = self.run(&["kill", "--all", "--force"]);
-    }
-}
-
-/// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
-fn short_tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("sbx-vm-").tempdir_in("/tmp").expect("tempdir")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -193,7 +77,7 @@ fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
     assert_eq!(removed[0]["id"], id.as_str());
     assert!(pid_gone(qemu_pid), "QEMU (pid {qemu_pid}) still runs after kill");
     assert!(pid_gone(vhost_pid), "vhost-device-vsock (pid {vhost_pid}) still runs after kill");
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
     assert_eq!(sbx.states(), vec![]);
     let err = sbx.fails(&["-s", "life", "exec", "--", "true"]);
@@ -215,7 +99,7 @@ fn vm_dead_sandbox_is_shown_refused_and_still_killed() {
     let err = sbx.fails(&["pause", "doomed"]);
     assert!(err.contains("is dead"), "{err}");
     sbx.json(&["kill", "doomed"]);
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
 }
 
@@ -264,7 +148,7 @@ fn vm_create_with_a_garbage_kernel_fails_and_leaves_nothing() {
     let err = sbx.fails(&["create", "--template", "junk", "--timeout", "60s"]);
     assert!(err.contains("exited while booting") || err.contains("did not report ready"), "{err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.states(), vec![]);
 }
 
@@ -278,7 +162,7 @@ fn vm_create_that_never_becomes_ready_times_out_and_leaves_nothing() {
     assert!(err.contains("did not report ready within 20 s"), "{err}");
     assert!(err.contains("--timeout"), "the message says how to wait longer: {err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
 }
 
 #[test]
@@ -352,7 +236,7 @@ fn vm_disk_template_boots_on_a_copy_on_write_overlay_and_stays_untouched() {
     sbx.json(&["kill", "cow"]);
     assert!(std::fs::read(&image).unwrap() == pristine, "the template's image is never modified");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
 }
 
 #[test]
@@ -361,7 +245,7 @@ fn vm_interrupted_create_kills_and_removes_everything() {
     custom_template(data.path(), "sleeper", None, "rdinit=/bin/sleep -- 600");
     let sbx = Sbx::with_data_dir(data.path());
     let mut child = Command::new(sbx_tests::workspace_bin("sbx"))
-        .env("SBX_STATE_DIR", sbx.state.path())
+        .env("SBX_STATE_DIR", sbx.state_dir())
         .env("SBX_DATA_DIR", data.path())
         .args(["create", "--template", "sleeper", "--timeout", "600s"])
         .stdin(Stdio::null())
@@ -380,7 +264,7 @@ fn vm_interrupted_create_kills_and_removes_everything() {
         assert!(child.try_wait().unwrap().is_none(), "sbx create ended before QEMU started");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!processes_mentioning(sbx.state.path()).is_empty(), "QEMU and vhost-device-vsock run");
+    assert!(!processes_mentioning(sbx.state_dir()).is_empty(), "QEMU and vhost-device-vsock run");
     Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("run kill");
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success(), "an interrupted create fails");
@@ -390,7 +274,7 @@ fn vm_interrupted_create_kills_and_removes_everything() {
         Vec::<PathBuf>::new(),
         "an interrupted create leaves no sandbox directory"
     );
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
 }
 
 #[test]
@@ -410,6 +294,6 @@ fn vm_concurrent_creates_get_distinct_names_and_cids() {
     assert!(states.iter().all(|(_, st)| st == "running"), "{states:?}");
     let removed = sbx.json(&["kill", "--all"]);
     assert_eq!(removed.as_array().map(Vec::len), Some(2));
-    assert_eq!(processes_mentioning(sbx.state.path()), Vec::<String>::new());
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
 }

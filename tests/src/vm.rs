@@ -1,0 +1,170 @@
+//! [`Sbx`]: the real `sbx` binary with a private state directory, for tests that boot
+//! microVMs. Every sandbox it leaves is force-killed when it is dropped, and a call that
+//! hangs is killed and fails the test instead of hanging the suite.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{data_dir, workspace_bin};
+
+/// Generous bound for a boot under software emulation on a busy 2-core machine.
+pub const BOOT_TIMEOUT: &str = "240s";
+
+/// Longer than any single `sbx` call can take here (a boot included): a call still
+/// running then is hung. A hang guard, not a timing check.
+pub const HANG_GUARD: Duration = Duration::from_secs(300);
+
+/// The `minimal` template's directory; fails the test, saying how to build it, if the
+/// template is missing.
+pub fn minimal_template_dir() -> PathBuf {
+    let dir = data_dir().join("templates/minimal");
+    assert!(
+        dir.join("template.json").is_file(),
+        "the `minimal` template is not built ({} is missing); run rootfs/setup.sh",
+        dir.join("template.json").display()
+    );
+    dir
+}
+
+/// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
+pub fn short_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("sbx-vm-").tempdir_in("/tmp").expect("tempdir")
+}
+
+/// Bytes as text, lossily, for messages and comparisons.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Waits for `child` up to `limit`; kills it and returns `None` if it is still running.
+pub fn wait_bounded(child: Child, limit: Duration) -> Option<Output> {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(limit) {
+        Ok(out) => Some(out.expect("wait for the child")),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            None
+        }
+    }
+}
+
+/// Polls `done` until it holds, failing after `limit` (a bound on an event, not a timing
+/// assertion).
+pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `sbx` with its own state directory.
+pub struct Sbx {
+    state: tempfile::TempDir,
+    data: Option<PathBuf>,
+}
+
+impl Sbx {
+    /// With the usual data directory, which must hold the `minimal` template.
+    pub fn new() -> Sbx {
+        minimal_template_dir();
+        Sbx { state: short_tempdir(), data: None }
+    }
+
+    /// With templates taken from `data` instead of the usual data directory.
+    pub fn with_data_dir(data: &Path) -> Sbx {
+        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()) }
+    }
+
+    /// The private state directory (`SBX_STATE_DIR`).
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// `sbx ARGS`, ready to spawn, with piped output and no inherited target.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(workspace_bin("sbx"));
+        cmd.env_remove("SBX_AGENT")
+            .env_remove("SBX_SANDBOX")
+            .env("SBX_STATE_DIR", self.state.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(data) = &self.data {
+            cmd.env("SBX_DATA_DIR", data);
+        }
+        cmd
+    }
+
+    /// Runs `sbx ARGS`; a run that hangs is killed and fails the test.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let child = self.command(args).spawn().expect("spawn sbx");
+        wait_bounded(child, HANG_GUARD)
+            .unwrap_or_else(|| panic!("sbx {args:?} hung for {} s and was killed", HANG_GUARD.as_secs()))
+    }
+
+    /// Runs `sbx --json ARGS`, asserts success and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        assert!(out.status.success(), "sbx {args:?} failed: {}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("sbx {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
+    }
+
+    /// Runs `sbx ARGS` and asserts that it fails; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "sbx {args:?} should fail; printed {}", text(&out.stdout));
+        text(&out.stderr)
+    }
+
+    /// `sbx create --name NAME` with a boot timeout fit for software emulation.
+    pub fn create(&self, name: &str) -> Value {
+        self.json(&["create", "--name", name, "--timeout", BOOT_TIMEOUT])
+    }
+
+    /// `sbx ls --json` as (name, state) pairs.
+    pub fn states(&self) -> Vec<(String, String)> {
+        let list = self.json(&["ls"]);
+        list.as_array()
+            .expect("ls --json is an array")
+            .iter()
+            .map(|s| (s["name"].as_str().unwrap().to_string(), s["state"].as_str().unwrap().to_string()))
+            .collect()
+    }
+
+    /// The state `sbx ls` shows for the sandbox `name`, if it is listed.
+    pub fn state_of(&self, name: &str) -> Option<String> {
+        self.states().into_iter().find(|(n, _)| n == name).map(|(_, state)| state)
+    }
+
+    /// Sandbox directories left in the state directory.
+    pub fn sandbox_dirs(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.state.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_type().unwrap().is_dir())
+            .map(|e| e.path())
+            .collect()
+    }
+}
+
+impl Default for Sbx {
+    fn default() -> Sbx {
+        Sbx::new()
+    }
+}
+
+impl Drop for Sbx {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill", "--all", "--force"]);
+    }
+}
