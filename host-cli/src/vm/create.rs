@@ -60,6 +60,9 @@ mod secs {
 
 /// Boots a sandbox and returns it once its agent has announced itself.
 pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
+    let started = std::time::Instant::now();
+    let step =
+        |what: &str| tracing::debug!("create: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     check_resources(opts)?;
     if let Some(name) = opts.name.as_deref().filter(|n| !template::is_plain_name(n)) {
         return Err(state::StateError::BadName(name.to_string()).into());
@@ -68,6 +71,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     let vhost = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
     let accel = launcher::probe_accel();
+    step("template loaded, programs found, accelerator probed");
 
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
@@ -94,6 +98,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     let mut guard = Cleanup { record: record.clone(), armed: true };
     guard.save()?;
     drop(lock);
+    step("state allocated and saved");
 
     if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
         launcher::create_overlay(base, overlay).await?;
@@ -101,7 +106,9 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     let mut vhost_child = launcher::spawn_vhost(&vhost, record.cid, &paths)?;
     guard.set(|r| r.vhost = vhost_child.id().and_then(ProcRef::of));
     guard.save()?;
+    step("vhost-device-vsock spawned");
     launcher::wait_vhost_socket(&mut vhost_child, &paths).await?;
+    step("vhost-device-vsock socket seen");
 
     let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
     let spec = VmSpec {
@@ -117,6 +124,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
         .map_err(launcher::LaunchError::from)?;
     guard.set(|r| r.qemu = qemu_child.id().and_then(ProcRef::of));
     guard.save()?;
+    step("QEMU spawned");
 
     let version = tokio::select! {
         v = ready.wait() => v?,
@@ -140,12 +148,14 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
             });
         }
     };
+    step("READY received");
     drop(ready);
     guard.set(|r| {
         r.ready = true;
         r.agent_version = Some(version);
     });
     guard.save()?;
+    step("ready state saved");
     Ok(SandboxInfo::of(&guard.disarm()))
 }
 
