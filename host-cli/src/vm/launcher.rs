@@ -16,6 +16,8 @@ pub const VHOST_VSOCK: &str = "vhost-device-vsock";
 pub const QEMU_IMG: &str = "qemu-img";
 /// How long vhost-device-vsock may take to create its socket.
 const VHOST_SOCKET_WAIT: Duration = Duration::from_secs(10);
+/// How often to look for that socket.
+const VHOST_SOCKET_POLL: Duration = Duration::from_millis(1);
 
 /// Why a process behind the sandbox could not be prepared or started.
 #[derive(Debug, thiserror::Error)]
@@ -208,7 +210,8 @@ pub async fn wait_vhost_socket(child: &mut tokio::process::Child, paths: &Paths)
         if Instant::now() >= deadline {
             return Err(failed(format!("no socket after {} s", VHOST_SOCKET_WAIT.as_secs())));
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // It takes a few milliseconds; every millisecond waited here delays the boot.
+        tokio::time::sleep(VHOST_SOCKET_POLL).await;
     }
 }
 
