@@ -302,6 +302,11 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
         &f.exec,
         Some(("raw vsock echo, 64 B, same VM", &f.echo)),
     );
+    let spawn = Row::latency(
+        "  same, vs spawn+wait of `true` inside the guest",
+        &f.exec,
+        Some(("spawn+wait in the VM, no RPC", &f.spawn)),
+    );
     let size = fmt_bytes(f.copy_bytes);
     let c = &f.copies;
     let row = |figure: String, sbx: Duration, raw: Duration| {
@@ -315,6 +320,7 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     let rows = vec![
         boot,
         exec,
+        spawn,
         row(format!("`sbx cp` {size} host to guest tmpfs (best of {copy_runs})"), c.upload, c.raw_upload),
         row(format!("`sbx cp` {size} guest tmpfs to host (best of {copy_runs})"), c.download, c.raw_download),
     ];

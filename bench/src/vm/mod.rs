@@ -37,6 +37,8 @@ pub(crate) struct VmFigures {
     pub(crate) exec: Samples,
     /// 64-byte ping-pong with the raw vsock echo in the same VM.
     pub(crate) echo: Samples,
+    /// Spawn+wait of `true` inside the guest, no RPC.
+    pub(crate) spawn: Samples,
     /// Bytes copied each way.
     pub(crate) copy_bytes: u64,
     /// Best runs of the copies.
@@ -112,7 +114,7 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &tokio::runtime::Runtime) -> Result<V
     let vm = last.context("no sandbox booted")?;
     let result = with_vm(run, rt, &state, &vm);
     let killed = sbx(run.sbx_bin, &state, &["kill", &vm.name]);
-    let (exec, echo, copies) = result?;
+    let (exec, echo, spawn, copies) = result?;
     killed?;
     Ok(VmFigures {
         accel: vm.accel,
@@ -120,6 +122,7 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &tokio::runtime::Runtime) -> Result<V
         bare: Samples::from_durations(bare),
         exec,
         echo,
+        spawn,
         copy_bytes: run.copy_bytes,
         copies,
     })
@@ -130,7 +133,7 @@ fn with_vm(
     rt: &tokio::runtime::Runtime,
     state: &Path,
     vm: &Created,
-) -> Result<(Samples, Samples, Copies)> {
+) -> Result<(Samples, Samples, Samples, Copies)> {
     let addr: Address = vm.address.parse().context("the sandbox's agent address")?;
     let Address::HybridVsock { path: vsock, .. } = &addr else {
         anyhow::bail!("the sandbox's address {addr} is not hybrid vsock");
@@ -154,6 +157,7 @@ fn with_vm(
         .await
     })?;
     let echo = rt.block_on(floor.echo(warm, n))?;
+    let spawn = rt.block_on(raw::Floor::spawn_true(&client, n))?;
 
     let src = run.scratch.join("vm-copy.bin");
     let back = run.scratch.join("vm-copy.back");
@@ -187,5 +191,5 @@ fn with_vm(
     }
     fs::remove_file(&src)?;
     rt.block_on(client.remove(raw::SINK_FILE, false))?;
-    Ok((exec, echo, best))
+    Ok((exec, echo, spawn, best))
 }

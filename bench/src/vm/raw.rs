@@ -95,6 +95,22 @@ impl Floor {
         Ok(Samples::from_durations(out))
     }
 
+    /// Spawn+wait of `true` inside the guest, timed by the floor there: what Exec
+    /// `true` costs without any RPC.
+    pub(crate) async fn spawn_true(client: &Client, n: usize) -> Result<Samples> {
+        let argv = [GUEST_BIN.to_string(), "spawn".into(), n.to_string(), "/bin/true".into()];
+        let r = client.exec(&ExecSpec::argv(argv)).await.context("run the spawn floor in the VM")?;
+        ensure!(r.status.code == Some(0), "the spawn floor failed in the VM: {:?}", r.status);
+        let text = String::from_utf8_lossy(&r.stdout.data);
+        let us: Vec<Duration> = text
+            .lines()
+            .map(|l| l.trim().parse().map(Duration::from_micros))
+            .collect::<Result<_, _>>()
+            .context("the spawn floor printed something other than microseconds")?;
+        ensure!(us.len() == n, "the spawn floor printed {} times, not {n}", us.len());
+        Ok(Samples::from_durations(us))
+    }
+
     /// Streams the host file `src` into the guest's [`SINK_FILE`] (which it fsyncs),
     /// until the guest confirms the count: dial to confirmation.
     pub(crate) async fn upload(&self, src: &Path) -> Result<Duration> {

@@ -9,6 +9,8 @@
 //! sbx-vsock-floor source PORT FILE   send FILE's u64 size, then its bytes
 //! sbx-vsock-floor announce           connect to host CID 2 port 1025, write
 //!                                    `READY <version>\n` as sbx-agent does, then idle
+//! sbx-vsock-floor spawn N PROGRAM    spawn and wait for PROGRAM N times; print each
+//!                                    time in µs, one a line (the in-guest exec floor)
 //! ```
 //!
 //! Lengths are little-endian u64s, so nothing depends on half-closing a vsock
@@ -28,7 +30,8 @@ const READY_PORT: u32 = 1025;
 /// Copy buffer: large enough that the syscalls are not the bound.
 const BUF: usize = 128 * 1024;
 
-const USAGE: &str = "usage: sbx-vsock-floor echo PORT | sink PORT FILE | source PORT FILE | announce";
+const USAGE: &str =
+    "usage: sbx-vsock-floor echo PORT | sink PORT FILE | source PORT FILE | announce | spawn N PROGRAM";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,6 +47,10 @@ fn main() -> ExitCode {
             port_arg(port).and_then(|p| serve(p, move |s| source(s, &file)))
         }
         ["announce"] => announce_and_idle(),
+        ["spawn", n, program] => match n.parse() {
+            Ok(n) => spawn_times(n, program),
+            Err(_) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad count `{n}`; {USAGE}"))),
+        },
         [] if std::process::id() == 1 => announce_and_idle(),
         _ => {
             eprintln!("{USAGE}");
@@ -136,6 +143,21 @@ fn wait_for_close(s: &mut VsockStream) -> io::Result<()> {
     let mut b = [0u8; 64];
     while s.read(&mut b)? > 0 {}
     Ok(())
+}
+
+/// Spawns and waits for `program` `n` times, printing each time in microseconds.
+fn spawn_times(n: usize, program: &str) -> io::Result<()> {
+    let mut out = String::new();
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        let status = std::process::Command::new(program).status()?;
+        let us = t.elapsed().as_micros();
+        if !status.success() {
+            return Err(io::Error::other(format!("{program} failed: {status}")));
+        }
+        out.push_str(&format!("{us}\n"));
+    }
+    io::stdout().write_all(out.as_bytes())
 }
 
 /// What the agent does once it listens, and nothing else: tell the host it is up.
