@@ -12,24 +12,12 @@ use std::os::unix::net::UnixStream;
 use futures::StreamExt;
 use hardening_util::{alive, argv, shell};
 use sbx_proto::agent::v1 as pb;
-use sbx_tests::Agent;
+use sbx_tests::{Agent, noise};
 use tonic::Code;
 
 fn with_env(mut req: pb::ExecRequest, key: &str, value: &str) -> pb::ExecRequest {
     req.command.as_mut().unwrap().env.insert(key.into(), value.into());
     req
-}
-
-/// Bytes from a small xorshift generator: garbage, but the same on every run.
-fn garbage(len: usize, mut seed: u64) -> Vec<u8> {
-    (0..len)
-        .map(|_| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed as u8
-        })
-        .collect()
 }
 
 #[tokio::test]
@@ -46,13 +34,13 @@ async fn garbage_on_the_socket_does_not_disturb_other_clients() {
     // Random bytes; the agent may close the connection, which is fine.
     for seed in 1..=5 {
         let mut noisy = UnixStream::connect(&agent.socket).unwrap();
-        let _ = noisy.write_all(&garbage(64 * 1024, seed));
+        let _ = noisy.write_all(&noise(64 * 1024, seed));
         bad.push(noisy);
     }
     // A full preface followed by garbage frames.
     let mut framed = UnixStream::connect(&agent.socket).unwrap();
     let _ = framed.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
-    let _ = framed.write_all(&garbage(4096, 99));
+    let _ = framed.write_all(&noise(4096, 99));
     bad.push(framed);
     // HTTP/1.1 instead of HTTP/2.
     let mut http1 = UnixStream::connect(&agent.socket).unwrap();
