@@ -114,17 +114,16 @@ impl Listener {
     /// must present it (`authorization: Bearer ...`); vsock and Unix callers need none.
     pub async fn serve(self, svc: AgentService, token: Option<Token>) -> Result<(), ListenError> {
         use tonic::service::interceptor::InterceptedService;
-        use tonic::transport::Server;
         self.check_token(token.as_ref())?;
         let addr = self.address().clone();
-        let plain = || Server::builder().add_service(svc.clone().into_server());
+        let plain = || builder().add_service(svc.clone().into_server());
         let result = match (self, token) {
             (Listener::Vsock(_, l), _) => plain().serve_with_incoming(l.incoming()).await,
             (Listener::Unix(_, l), _) => plain().serve_with_incoming(UnixListenerStream::new(l)).await,
             (Listener::Tcp(_, l), None) => plain().serve_with_incoming(TcpListenerStream::new(l)).await,
             (Listener::Tcp(_, l), Some(token)) => {
                 let check = move |req: tonic::Request<()>| token.check(&req).map(|()| req);
-                Server::builder()
+                builder()
                     .add_service(InterceptedService::new(svc.into_server(), check))
                     .serve_with_incoming(TcpListenerStream::new(l))
                     .await
@@ -132,6 +131,17 @@ impl Listener {
         };
         result.map_err(|source| ListenError::Serve { addr, source })
     }
+}
+
+/// The HTTP/2 server with the flow-control windows and frame size of
+/// [`sbx_proto::limits`]: with hyper's defaults (1 MiB windows, 16 KiB frames) an upload
+/// arrives in 16 KiB frames, each its own read.
+fn builder() -> tonic::transport::Server {
+    use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+    tonic::transport::Server::builder()
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_frame_size(H2_MAX_FRAME_SIZE)
 }
 
 fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {

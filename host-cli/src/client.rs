@@ -16,7 +16,7 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use sbx_proto::Address;
 use sbx_proto::agent::v1::{self as pb, agent_client::AgentClient};
-use sbx_proto::limits::{CHUNK_SIZE, MAX_MESSAGE_BYTES};
+use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE, MAX_MESSAGE_BYTES};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -379,7 +379,7 @@ where
     R: AsyncRead + Send + Unpin + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    let chunks = tokio_util::io::ReaderStream::with_capacity(data, CHUNK_SIZE);
+    let chunks = tokio_util::io::ReaderStream::with_capacity(data, BULK_CHUNK_SIZE);
     let rest = stream::unfold((chunks, Some(tx)), move |(mut chunks, mut tx)| async move {
         match chunks.next().await {
             None => None,

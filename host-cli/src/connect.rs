@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use sbx_proto::Address;
+use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -275,7 +276,11 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, Conne
             Ok::<_, io::Error>(TokioIo::new(stream))
         }
     });
-    let endpoint = Endpoint::from_static("http://agent.invalid").connect_timeout(timeout);
+    let endpoint = Endpoint::from_static("http://agent.invalid")
+        .connect_timeout(timeout)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_frame_size(H2_MAX_FRAME_SIZE);
     tokio::time::timeout(timeout, endpoint.connect_with_connector(connector))
         .await
         .map_err(|_| timed_out())?

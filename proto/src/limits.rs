@@ -11,8 +11,22 @@ pub const DEFAULT_OUTPUT_LIMIT: u32 = 32 * 1024;
 pub const MAX_OUTPUT_LIMIT: u32 = 4 * 1024 * 1024;
 /// Default cap on entries returned by one ListDir.
 pub const DEFAULT_MAX_ENTRIES: u32 = 10_000;
-/// Size of the data chunks the agent streams (file reads, zips, exec output).
+/// Size of the chunks of interactive streams (exec output and stdin): a read of a pipe
+/// returns what is there, so this caps a message without making output wait.
 pub const CHUNK_SIZE: usize = 64 * 1024;
+/// Size of the chunks of bulk transfers (file reads and writes, zips both ways). Each
+/// chunk is one message, one channel hand-off and one copy into the HTTP/2 send buffer,
+/// so larger chunks cut that per-chunk cost; it stays well under `MAX_MESSAGE_BYTES`.
+pub const BULK_CHUNK_SIZE: usize = 1024 * 1024;
+/// HTTP/2 flow-control window of one stream, both sides: how much one stream may have in
+/// flight before the sender waits for the receiver to consume it. It also bounds what a
+/// receiver buffers for a stream whose consumer is slow.
+pub const H2_STREAM_WINDOW: u32 = 4 * 1024 * 1024;
+/// HTTP/2 flow-control window of a connection, shared by all its streams.
+pub const H2_CONNECTION_WINDOW: u32 = 8 * 1024 * 1024;
+/// Largest HTTP/2 frame a side accepts: fewer, larger frames mean fewer reads and
+/// writes per chunk (the protocol default is 16 KiB).
+pub const H2_MAX_FRAME_SIZE: u32 = 1024 * 1024;
 /// Largest gRPC message either side accepts.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 /// Bytes of each stream's tail reported for a background job.

@@ -1,4 +1,4 @@
-//! ReadFile: a file, or a slice of it, streamed in `CHUNK_SIZE` chunks.
+//! ReadFile: a file, or a slice of it, streamed in `BULK_CHUNK_SIZE` chunks.
 //!
 //! Only regular files are read. The type is checked before opening (opening a device
 //! can have side effects) and again on the open descriptor, which is opened with
@@ -14,13 +14,14 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use sbx_proto::agent::v1 as pb;
-use sbx_proto::limits::CHUNK_SIZE;
+use sbx_proto::limits::BULK_CHUNK_SIZE;
 use tokio::sync::mpsc;
 
 use super::{FsError, blocking, check_path, special_kind};
 
-/// Chunks buffered between the reader thread and the gRPC stream.
-const QUEUE_CHUNKS: usize = 4;
+/// Chunks buffered between the reader thread and the gRPC stream: enough for the disk
+/// read of the next chunk to overlap the send of this one.
+const QUEUE_CHUNKS: usize = 2;
 
 /// The chunks of a read, in order; an `Err` ends the stream.
 pub type ReadStream = mpsc::Receiver<Result<pb::ReadFileChunk, FsError>>;
@@ -108,12 +109,13 @@ fn describe(path: &Path, offset: u64, length: u64) -> String {
 /// Reads the planned slice and sends it chunk by chunk. Stops quietly when the
 /// receiver is gone (the client went away).
 fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
-    let mut buf = vec![0u8; CHUNK_SIZE];
     let mut sent: u64 = 0;
     let mut first = true;
     while plan.remaining > 0 {
-        let want = usize::try_from(plan.remaining).unwrap_or(usize::MAX).min(CHUNK_SIZE);
-        let n = match read_some(&mut plan.file, &mut buf[..want]) {
+        let want = usize::try_from(plan.remaining).unwrap_or(usize::MAX).min(BULK_CHUNK_SIZE);
+        // Read straight into the message's buffer: no second copy.
+        let mut data = vec![0u8; want];
+        let n = match read_some(&mut plan.file, &mut data) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
@@ -128,8 +130,12 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
             return;
         }
         plan.remaining -= n as u64;
-        let chunk =
-            pb::ReadFileChunk { data: buf[..n].to_vec(), file_size: if first { plan.file_size } else { 0 } };
+        data.truncate(n);
+        if n < want / 2 {
+            // A short read (a `/proc` file, a pipe-like source): do not queue the slack.
+            data.shrink_to_fit();
+        }
+        let chunk = pb::ReadFileChunk { data, file_size: if first { plan.file_size } else { 0 } };
         first = false;
         if tx.blocking_send(Ok(chunk)).is_err() {
             return;

@@ -13,14 +13,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use futures::StreamExt;
+use indicatif::ProgressBar;
 use serde::Serialize;
-use tokio::io::AsyncWriteExt;
 
 use super::Ctx;
+use super::file_sink::FileSink;
 use crate::app::UsageError;
 use crate::archive::{self, ArchiveStats};
 use crate::cli::{CpArgs, DownloadArgs};
-use crate::client::{ArchiveSummary, Client, FileKind, ReadOpts, WriteOpts};
+use crate::client::{ArchivePart, ArchiveSummary, Client, FileKind, ReadOpts, WriteOpts};
 use crate::target::Location;
 
 /// What a copy did, for `--json` and the human summary.
@@ -171,16 +172,16 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Resu
         .with_context(|| format!("cannot create a file in {}", parent.display()))?;
     let mut read = client.read_file(src, ReadOpts::default()).await?;
     let bar = ctx.out.progress(Some(read.file_size), "download");
-    let mut out = tokio::fs::File::from_std(tmp.reopen()?);
+    let mut out = FileSink::new(tmp.reopen()?);
     let mut bytes = 0u64;
     while let Some(chunk) = read.chunks.next().await {
         let chunk = chunk?;
-        out.write_all(&chunk).await.with_context(|| format!("cannot write {to}"))?;
-        bytes += chunk.len() as u64;
-        bar.inc(chunk.len() as u64);
+        let len = chunk.len() as u64;
+        out.write(chunk).await.with_context(|| format!("cannot write {to}"))?;
+        bytes += len;
+        bar.inc(len);
     }
-    out.flush().await?;
-    out.sync_all().await?;
+    out.finish_synced().await.with_context(|| format!("cannot write {to}"))?;
     bar.finish_and_clear();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(entry.mode & 0o777))?;
     tmp.persist(&target).with_context(|| format!("cannot write {to}"))?;
@@ -190,13 +191,11 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Resu
 /// Downloads `src` as a zip and extracts it to the new host directory `target`.
 async fn download_dir(ctx: &Ctx, client: &Client, src: &str, target: &Path) -> Result<ArchiveStats> {
     let zip = tempfile::tempfile().context("could not create a temp file for the zip")?;
-    let mut file = tokio::fs::File::from_std(zip);
     let bar = ctx.out.progress(None, "download");
-    let summary = client.download_dir_to(src, None, &mut file, |n| bar.inc(n)).await;
+    let got = download_zip(client, src, None, zip, &bar).await;
     bar.finish_and_clear();
-    let summary = summary?;
+    let (summary, zip) = got?;
     report_skipped(&summary);
-    let zip = file.into_std().await;
     let target = target.to_path_buf();
     let staging_parent = parent_of(&target).to_path_buf();
     tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
@@ -214,6 +213,31 @@ async fn download_dir(ctx: &Ctx, client: &Client, src: &str, target: &Path) -> R
     .await?
 }
 
+/// Downloads the zip of the guest directory `src` into `file`; gives back its summary
+/// and the file, written but not synced.
+async fn download_zip(
+    client: &Client,
+    src: &str,
+    max_bytes: Option<u64>,
+    file: std::fs::File,
+    bar: &ProgressBar,
+) -> Result<(ArchiveSummary, std::fs::File)> {
+    let mut parts = client.download_dir(src, max_bytes).await?;
+    let mut out = FileSink::new(file);
+    while let Some(part) = parts.next().await {
+        match part? {
+            ArchivePart::Data(b) => {
+                bar.inc(b.len() as u64);
+                out.write(b).await.context("cannot write the zip")?;
+            }
+            ArchivePart::Summary(s) => return Ok((s, out.finish().await.context("cannot write the zip")?)),
+        }
+    }
+    anyhow::bail!(
+        "the agent ended the download of {src} without its summary; retry, or check the agent's log"
+    )
+}
+
 fn report_skipped(summary: &ArchiveSummary) {
     for s in &summary.skipped {
         tracing::warn!("the guest left out {}: {}", s.path, s.reason);
@@ -229,12 +253,13 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
         let out = &args.output;
         let tmp = tempfile::NamedTempFile::new_in(parent_of(out))
             .with_context(|| format!("cannot create {}", out.display()))?;
-        let mut file = tokio::fs::File::from_std(tmp.reopen()?);
         let bar = ctx.out.progress(None, "download");
-        let summary = client.download_dir_to(&args.dir, args.max_bytes, &mut file, |n| bar.inc(n)).await;
+        let got = download_zip(&client, &args.dir, args.max_bytes, tmp.reopen()?, &bar).await;
         bar.finish_and_clear();
-        let summary = summary?;
-        file.sync_all().await?;
+        let (summary, file) = got?;
+        tokio::task::spawn_blocking(move || file.sync_all())
+            .await?
+            .with_context(|| format!("cannot write {}", out.display()))?;
         tmp.persist(out).with_context(|| format!("cannot write {}", out.display()))?;
         summary
     };

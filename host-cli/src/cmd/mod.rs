@@ -11,6 +11,7 @@
 
 mod cp;
 mod exec;
+mod file_sink;
 mod files;
 mod jobs;
 mod mcp;
