@@ -1,10 +1,11 @@
 //! DownloadDir: a directory streamed out as a zip.
 //!
-//! The zip writer (`ZipWriter::new_stream`, deflate) runs on a blocking thread and
-//! writes into `ChunkWriter`, which cuts its output into `CHUNK_SIZE` chunks and
+//! The zip writer (`ZipWriter::new_stream`) runs on a blocking thread and writes into
+//! `ChunkWriter`, which cuts its output into `BULK_CHUNK_SIZE` chunks and
 //! hands them to a bounded channel; the gRPC stream drains the channel. So memory stays
 //! bounded whatever the directory's size, and when the client goes away the next send
-//! fails and the thread stops.
+//! fails and the thread stops. Each file is deflated or stored as [`MethodPicker`]
+//! decides from its name and a sample of its first bytes.
 //!
 //! Only directories and regular files go into the archive. Symlinks, FIFOs, sockets,
 //! devices, files that cannot be opened and names that are not UTF-8 are skipped and
@@ -18,17 +19,18 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use sbx_proto::agent::v1::{self as pb, download_dir_chunk::Part};
-use sbx_proto::limits::CHUNK_SIZE;
+use sbx_proto::limits::BULK_CHUNK_SIZE;
 use tokio::sync::mpsc;
 use walkdir::WalkDir;
 use zip::write::{SimpleFileOptions, ZipWriter};
 use zip::{CompressionMethod, DateTime};
 
 use super::ArchiveError;
+use super::method::{MethodPicker, SAMPLE_BYTES};
 use crate::files::{FsError, blocking, check_path, special_kind};
 
 /// Chunks buffered between the zip thread and the gRPC stream.
-const QUEUE_CHUNKS: usize = 4;
+const QUEUE_CHUNKS: usize = 2;
 
 /// Skipped entries listed by name in the summary; the rest are only counted.
 const MAX_SKIPPED_LISTED: usize = 1000;
@@ -72,7 +74,7 @@ enum Stop {
     Failed,
 }
 
-/// A `Write` that sends what it is given as `CHUNK_SIZE` chunks over the channel,
+/// A `Write` that sends what it is given as `BULK_CHUNK_SIZE` chunks over the channel,
 /// enforcing the byte cap. Once stopped it swallows further writes, so the zip writer's
 /// drop-time finalisation stays quiet.
 struct ChunkWriter {
@@ -88,7 +90,7 @@ impl ChunkWriter {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_SIZE));
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(BULK_CHUNK_SIZE));
         let chunk = pb::DownloadDirChunk { part: Some(Part::Data(data)) };
         if self.tx.blocking_send(Ok(chunk)).is_err() {
             self.stop.set(Stop::ClientGone);
@@ -109,7 +111,7 @@ impl Write for ChunkWriter {
         }
         self.buf.extend_from_slice(data);
         self.written += data.len() as u64;
-        if self.buf.len() >= CHUNK_SIZE {
+        if self.buf.len() >= BULK_CHUNK_SIZE {
             self.send_buffer()?;
         }
         Ok(data.len())
@@ -146,13 +148,14 @@ fn build(root: &Path, cap: u64, tx: &Sender) -> Result<(), ArchiveError> {
     let stop = Rc::new(Cell::new(Stop::Running));
     let writer = ChunkWriter {
         tx: tx.clone(),
-        buf: Vec::with_capacity(CHUNK_SIZE),
+        buf: Vec::with_capacity(BULK_CHUNK_SIZE),
         written: 0,
         cap,
         stop: stop.clone(),
     };
     let mut zip = ZipWriter::new_stream(writer);
     let mut tally = Tally::default();
+    let mut adder = FileAdder { picker: MethodPicker::default(), buf: vec![0; BULK_CHUNK_SIZE] };
     // Called once, on the first error; the writer then swallows what the zip writer
     // still emits while it is dropped, so the error is the stream's last message.
     let fail = |source: zip::result::ZipError| {
@@ -193,7 +196,7 @@ fn build(root: &Path, cap: u64, tx: &Sender) -> Result<(), ArchiveError> {
             tally.skip(rel, format!("{} (not a regular file)", special_kind(ft)));
             continue;
         } else {
-            match add_file(&mut zip, item.path(), name) {
+            match adder.add(&mut zip, item.path(), name) {
                 Ok(Some(bytes)) => {
                     tally.files += 1;
                     tally.file_bytes += bytes;
@@ -244,55 +247,73 @@ enum AddError {
     Zip(zip::result::ZipError),
 }
 
-/// Adds one regular file; `Ok(None)` if it turned out not to be one when opened.
-fn add_file<W: Write>(
-    zip: &mut ZipWriter<zip::write::StreamWriter<W>>,
-    path: &Path,
-    name: &str,
-) -> Result<Option<u64>, AddError> {
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(AddError::Open)?;
-    let meta = file.metadata().map_err(AddError::Open)?;
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    let mut options = SimpleFileOptions::default()
-        .compression_method(method_for(name))
-        // The fastest level: a download is bound by the compressor, not by the link.
-        .compression_level(Some(1))
-        .unix_permissions(meta.mode() & 0o7777)
-        .large_file(meta.len() >= ZIP64_THRESHOLD);
-    if let Some(mtime) = zip_time(meta.mtime()) {
-        options = options.last_modified_time(mtime);
-    }
-    zip.start_file(name, options).map_err(AddError::Zip)?;
-    let bytes = copy(&mut file, zip).map_err(AddError::Zip)?;
-    Ok(Some(bytes))
+/// Adds files to the archive with one read buffer and one [`MethodPicker`].
+struct FileAdder {
+    picker: MethodPicker,
+    buf: Vec<u8>,
 }
 
-/// Files whose format is already compressed are stored: deflating them again costs
-/// CPU and saves nothing.
-fn method_for(name: &str) -> CompressionMethod {
-    const COMPRESSED: &[&str] = &[
-        "gz", "tgz", "xz", "zst", "bz2", "zip", "jar", "whl", "7z", "png", "jpg", "jpeg", "gif", "webp",
-        "mp3", "mp4", "mkv", "webm", "pdf", "woff2",
-    ];
-    let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
-    match ext {
-        Some(e) if COMPRESSED.contains(&e.as_str()) => CompressionMethod::Stored,
-        _ => CompressionMethod::Deflated,
+impl FileAdder {
+    /// Adds one regular file; `Ok(None)` if it turned out not to be one when opened.
+    fn add<W: Write>(
+        &mut self,
+        zip: &mut ZipWriter<zip::write::StreamWriter<W>>,
+        path: &Path,
+        name: &str,
+    ) -> Result<Option<u64>, AddError> {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)
+            .map_err(AddError::Open)?;
+        let meta = file.metadata().map_err(AddError::Open)?;
+        if !meta.is_file() {
+            return Ok(None);
+        }
+        // The head is read first: the method must be known before the entry starts.
+        let head = fill(&mut file, &mut self.buf[..SAMPLE_BYTES]).map_err(|e| AddError::Zip(e.into()))?;
+        let method = self.picker.pick(name, &self.buf[..head]);
+        // Deflate at the fastest level: a download is bound by the compressor, not by
+        // the link. (A level given for a stored entry is refused.)
+        let level = (method == CompressionMethod::Deflated).then_some(1);
+        let mut options = SimpleFileOptions::default()
+            .compression_method(method)
+            .compression_level(level)
+            .unix_permissions(meta.mode() & 0o7777)
+            .large_file(meta.len() >= ZIP64_THRESHOLD);
+        if let Some(mtime) = zip_time(meta.mtime()) {
+            options = options.last_modified_time(mtime);
+        }
+        zip.start_file(name, options).map_err(AddError::Zip)?;
+        zip.write_all(&self.buf[..head]).map_err(|e| AddError::Zip(e.into()))?;
+        let rest = if head < SAMPLE_BYTES {
+            0
+        } else {
+            copy(&mut file, zip, &mut self.buf).map_err(AddError::Zip)?
+        };
+        Ok(Some(head as u64 + rest))
     }
 }
 
-/// Copies a file into the archive, telling read errors from write errors.
-fn copy(file: &mut File, out: &mut impl Write) -> Result<u64, zip::result::ZipError> {
-    let mut buf = vec![0u8; CHUNK_SIZE];
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn fill(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match io::Read::read(file, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Copies the rest of a file into the archive, telling read errors from write errors.
+fn copy(file: &mut File, out: &mut impl Write, buf: &mut [u8]) -> Result<u64, zip::result::ZipError> {
     let mut total = 0;
     loop {
-        let n = match io::Read::read(file, &mut buf) {
+        let n = match io::Read::read(file, buf) {
             Ok(0) => return Ok(total),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -341,14 +362,6 @@ fn civil_from_days(days: i64) -> (i64, u8, u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn compressed_formats_are_stored() {
-        assert_eq!(method_for("dist/app.tar.GZ"), CompressionMethod::Stored);
-        assert_eq!(method_for("a/b.whl"), CompressionMethod::Stored);
-        assert_eq!(method_for("src/main.rs"), CompressionMethod::Deflated);
-        assert_eq!(method_for("Makefile"), CompressionMethod::Deflated);
-    }
 
     #[test]
     fn civil_dates_are_right() {

@@ -9,6 +9,7 @@
 //! inside it.
 
 pub mod download;
+mod method;
 pub mod upload;
 
 use std::path::PathBuf;
