@@ -39,7 +39,7 @@ pub fn info(started: Instant) -> pb::InfoResponse {
         uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         hostname: uname.nodename().to_string_lossy().into_owned(),
         kernel: format!("{} {}", uname.sysname().to_string_lossy(), uname.release().to_string_lossy()),
-        cpus: std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        cpus: cpus(),
         memory_total_bytes,
         memory_available_bytes,
         disk_total_bytes,
@@ -67,6 +67,15 @@ fn now_unix_ms() -> i64 {
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
         Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+/// CPUs the agent may run on: one `sched_getaffinity`, where `available_parallelism`
+/// would also open and read the cgroup files on every call.
+fn cpus() -> u32 {
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => set.count().max(1),
+        Err(_) => 1,
     }
 }
 

@@ -10,12 +10,15 @@
 //! - Listing something that is not a directory is refused with a hint to use Stat.
 //! - Subdirectories that cannot be read are listed themselves, without their contents.
 
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use prost::Message;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
-use walkdir::WalkDir;
 
 use super::{FsError, blocking, check_path, entry};
 
@@ -43,35 +46,115 @@ fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirR
         (true, d) => d as usize,
     };
     let cap = if req.max_entries == 0 { DEFAULT_MAX_ENTRIES } else { req.max_entries } as usize;
+    let top = Level::open(rustix::fs::CWD, &root, PathBuf::new(), OFlags::empty())
+        .map_err(|e| FsError::io("list", &root, e.into()))?;
 
-    let walk = WalkDir::new(&root).min_depth(1).max_depth(max_depth).follow_links(false).sort_by_file_name();
+    // Depth first, each directory's entries sorted by name: the walk visits entries in
+    // the order of the reply. Each entry is `lstat`ed relative to its open directory
+    // (`fstatat`), not by its full path, which the kernel would walk again every time
+    // (std's `DirEntry::metadata` does that on musl).
+    let mut open = vec![top];
     let mut entries = Vec::new();
     let mut truncated = false;
     let mut bytes = 0;
-    for item in walk {
-        let item = match item {
-            Ok(item) => item,
-            // The listed directory itself could not be read: that is the caller's error.
-            Err(e) if e.depth() == 0 => {
-                let io = e.into_io_error().unwrap_or_else(|| std::io::Error::other("walk failed"));
-                return Err(FsError::io("list", &root, io));
-            }
-            // A subdirectory that cannot be read: it is listed, its contents are not.
-            Err(_) => continue,
+    loop {
+        let depth = open.len();
+        let Some(level) = open.last_mut() else { break };
+        let Some(name) = level.names.next() else {
+            open.pop();
+            continue;
         };
         if entries.len() == cap {
             truncated = true;
             break;
         }
-        let Ok(meta) = item.metadata() else { continue };
-        let rel = item.path().strip_prefix(&root).unwrap_or(item.path());
-        let entry = entry(rel, item.path(), &meta);
+        let Ok(dirfd) = level.dir.fd() else { continue };
+        let Ok(st) = rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+        let rel = level.rel.join(OsStr::from_bytes(name.as_bytes()));
+        let target = || rustix::fs::readlinkat(dirfd, &name, Vec::new()).ok().map(cstring_path);
+        let entry = entry(&rel, &st, target);
         bytes += entry.encoded_len() + ENTRY_OVERHEAD;
         if bytes > MESSAGE_BUDGET {
             truncated = true;
             break;
         }
         entries.push(entry);
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory && depth < max_depth {
+            // A subdirectory that cannot be read is listed itself, its contents are not.
+            if let Ok(sub) = Level::open(dirfd, &name, rel, OFlags::NOFOLLOW) {
+                open.push(sub);
+            }
+        }
     }
     Ok(pb::ListDirResponse { entries, truncated })
+}
+
+/// A directory being listed: its open descriptor, its path relative to the root, and its
+/// entries still to visit, sorted by name.
+struct Level {
+    /// Read to its end; kept for its descriptor, which `fstatat` and `openat` use.
+    dir: rustix::fs::Dir,
+    rel: PathBuf,
+    names: std::vec::IntoIter<CString>,
+}
+
+impl Level {
+    /// Opens `path` (relative to `at`) and reads all its names.
+    fn open(
+        at: impl AsFd,
+        path: impl rustix::path::Arg,
+        rel: PathBuf,
+        extra: OFlags,
+    ) -> rustix::io::Result<Level> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | extra;
+        let fd = rustix::fs::openat(at, path, flags, Mode::empty())?;
+        let mut dir = rustix::fs::Dir::new(fd)?;
+        let mut names = Vec::new();
+        while let Some(item) = dir.read() {
+            let name = item?.file_name().to_owned();
+            if !is_dot(&name) {
+                names.push(name);
+            }
+        }
+        names.sort_unstable();
+        Ok(Level { dir, rel, names: names.into_iter() })
+    }
+}
+
+fn is_dot(name: &CStr) -> bool {
+    matches!(name.to_bytes(), b"." | b"..")
+}
+
+fn cstring_path(c: CString) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(c.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn names(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> (Vec<String>, bool) {
+        let req = pb::ListDirRequest { path: root.display().to_string(), recursive, max_depth, max_entries };
+        let r = list_blocking(root.to_path_buf(), &req).unwrap();
+        (r.entries.into_iter().map(|e| e.path).collect(), r.truncated)
+    }
+
+    #[test]
+    fn walk_is_sorted_depth_first_and_capped() {
+        let d = tempfile::tempdir().unwrap();
+        for p in ["b/y", "b/x/deep", "a", "c"] {
+            let p = d.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+        std::os::unix::fs::symlink("b", d.path().join("l")).unwrap();
+        let all = ["a", "b", "b/x", "b/x/deep", "b/y", "c", "l"];
+        assert_eq!(names(d.path(), true, 0, 0), (all.map(String::from).to_vec(), false));
+        assert_eq!(names(d.path(), false, 0, 0).0, ["a", "b", "c", "l"]);
+        assert_eq!(names(d.path(), true, 2, 0).0, ["a", "b", "b/x", "b/y", "c", "l"]);
+        assert_eq!(names(d.path(), true, 0, 3), (["a", "b", "b/x"].map(String::from).to_vec(), true));
+        assert!(!names(d.path(), true, 0, 7).1);
+    }
 }

@@ -17,12 +17,12 @@ pub mod read;
 pub mod rename;
 pub mod write;
 
-use std::fs::{FileType, Metadata};
+use std::fs::FileType;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
+use rustix::fs::Stat;
 use sbx_proto::agent::v1 as pb;
 
 pub use error::{FsError, human_bytes};
@@ -51,15 +51,13 @@ where
 }
 
 /// The wire type of a file type (not following symlinks).
-pub(crate) fn file_type(ft: FileType) -> pb::FileType {
-    if ft.is_symlink() {
-        pb::FileType::Symlink
-    } else if ft.is_dir() {
-        pb::FileType::Dir
-    } else if ft.is_file() {
-        pb::FileType::File
-    } else {
-        pb::FileType::Other
+pub(crate) fn file_type(ft: rustix::fs::FileType) -> pb::FileType {
+    use rustix::fs::FileType as T;
+    match ft {
+        T::Symlink => pb::FileType::Symlink,
+        T::Directory => pb::FileType::Dir,
+        T::RegularFile => pb::FileType::File,
+        _ => pb::FileType::Other,
     }
 }
 
@@ -82,22 +80,19 @@ pub(crate) fn special_kind(ft: FileType) -> &'static str {
     }
 }
 
-/// A `FileEntry` for `full` (already `lstat`ed as `meta`), named `name` on the wire.
-pub(crate) fn entry(name: &Path, full: &Path, meta: &Metadata) -> pb::FileEntry {
-    let ft = meta.file_type();
-    let symlink_target = if ft.is_symlink() {
-        std::fs::read_link(full).map(|t| t.to_string_lossy().into_owned()).unwrap_or_default()
-    } else {
-        String::new()
+/// A `FileEntry` for a file already `lstat`ed as `st`, named `name` on the wire;
+/// `target` reads a symlink's target, and is called only for symlinks.
+pub(crate) fn entry(name: &Path, st: &Stat, target: impl FnOnce() -> Option<PathBuf>) -> pb::FileEntry {
+    let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
+    let symlink_target = match ft {
+        rustix::fs::FileType::Symlink => {
+            target().map(|t| t.to_string_lossy().into_owned()).unwrap_or_default()
+        }
+        _ => String::new(),
     };
-    let mtime_unix_ms = meta
-        .modified()
-        .ok()
-        .and_then(|t| match t.duration_since(UNIX_EPOCH) {
-            Ok(d) => i64::try_from(d.as_millis()).ok(),
-            Err(before) => i64::try_from(before.duration().as_millis()).ok().map(|ms| -ms),
-        })
-        .unwrap_or(0);
+    // Whole milliseconds, rounded toward zero on either side of the epoch.
+    let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
+    let mtime_unix_ms = i64::try_from(mtime_ns / 1_000_000).unwrap_or(0);
     let raw_path = match name.to_str() {
         Some(_) => Vec::new(),
         None => name.as_os_str().as_bytes().to_vec(),
@@ -105,8 +100,8 @@ pub(crate) fn entry(name: &Path, full: &Path, meta: &Metadata) -> pb::FileEntry 
     pb::FileEntry {
         path: name.to_string_lossy().into_owned(),
         r#type: file_type(ft) as i32,
-        size: meta.len(),
-        mode: meta.mode() & 0o7777,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mode: st.st_mode & 0o7777,
         mtime_unix_ms,
         symlink_target,
         raw_path,

@@ -15,8 +15,8 @@ const DEFAULT_DIR_MODE: u32 = 0o755;
 pub async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, FsError> {
     let path = check_path(&req.path)?;
     blocking(move || {
-        let meta = std::fs::symlink_metadata(&path).map_err(|e| FsError::io("stat", &path, e))?;
-        Ok(entry(&path, &path, &meta))
+        let st = rustix::fs::lstat(&path).map_err(|e| FsError::io("stat", &path, e.into()))?;
+        Ok(entry(&path, &st, || std::fs::read_link(&path).ok()))
     })
     .await
 }

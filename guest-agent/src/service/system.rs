@@ -7,11 +7,11 @@ use super::AgentService;
 use crate::report::error_chain;
 use crate::system::{self, SystemError};
 
+/// Info runs on the runtime thread: it is a handful of syscalls on kernel file systems
+/// (`uname`, `/proc/meminfo`, `statvfs("/")`, the CPU mask), and a trip to the blocking pool
+/// and back would cost more than the work.
 pub(super) async fn info(svc: &AgentService, _req: pb::InfoRequest) -> Result<pb::InfoResponse, Status> {
-    let started = svc.started();
-    tokio::task::spawn_blocking(move || system::info(started))
-        .await
-        .map_err(|_| Status::internal("the agent's worker for Info stopped unexpectedly; retry the call"))
+    Ok(system::info(svc.started()))
 }
 
 pub(super) async fn set_time(req: pb::SetTimeRequest) -> Result<pb::SetTimeResponse, Status> {
