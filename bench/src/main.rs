@@ -140,7 +140,8 @@ fn run(opts: &Opts) -> Result<()> {
         }
     };
     let scratch = scratch.canonicalize().context("scratch directory")?;
-    let rt = tokio::runtime::Runtime::new()?;
+    // The runtime `sbx` runs its agent calls on, so the typed client is measured as it runs.
+    let rt = sbx::app::runtime(false)?;
     let mut out = format!("{}\n\n", sections::machine());
     out.push_str(&format!(
         "Run: {} agent calls per op, {} MCP calls per op and client, file {}, tree {}, flood {}.\n\n",

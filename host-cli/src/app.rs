@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use clap::error::ErrorKind;
 
-use crate::cli::{Cli, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
+use crate::cli::{Cli, Command, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::connect::ConnectError;
 use crate::target::TargetError;
@@ -21,7 +21,8 @@ pub fn main() -> ExitCode {
     };
     init_logging(cli.global.verbose);
     let json = cli.global.json;
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let bulk = matches!(cli.command, Command::Cp(_) | Command::Download(_));
+    let runtime = match runtime(bulk) {
         Ok(rt) => rt,
         Err(e) => return report(&anyhow::Error::new(e).context("could not start the async runtime"), json),
     };
@@ -32,6 +33,26 @@ pub fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e, json),
     }
+}
+
+/// The runtime a command runs on.
+///
+/// An agent call is a chain of small steps (encode, HTTP/2 framing, one socket write,
+/// one read, decode). On a current-thread runtime they all run on the calling thread;
+/// a multi-thread runtime hands the request to the connection task on a worker and the
+/// answer back, a futex wake and a context switch each way (tens of microseconds each
+/// inside a VM). So calls, and `sbx mcp`, run on one thread. Bulk copies (`cp` and
+/// `download`) keep two workers, so that reading and writing files overlaps the
+/// HTTP/2 framing of the stream.
+pub fn runtime(bulk: bool) -> io::Result<tokio::runtime::Runtime> {
+    let mut builder = if bulk {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build()
 }
 
 fn usage_error(e: &clap::Error) -> ExitCode {
