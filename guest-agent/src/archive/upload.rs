@@ -14,14 +14,13 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
-use tokio::io::AsyncWriteExt;
 use zip::{CompressionMethod, ZipArchive};
 
 use super::ArchiveError;
-use crate::files::write::sync_dir;
+use crate::files::write::{sync_dir, write_stream};
 use crate::files::{FsError, blocking, check_path};
 
 /// Mode of extracted files whose entry carries none.
@@ -32,16 +31,10 @@ pub async fn upload<S>(header: pb::UploadDirHeader, data: S) -> Result<pb::Uploa
 where
     S: Stream<Item = Result<Vec<u8>, FsError>>,
 {
-    let mut data = std::pin::pin!(data);
     let target = check_path(&header.path)?;
     let near = target.clone();
     let spool = blocking(move || spool_file(&near)).await?;
-    let mut out = tokio::fs::File::from_std(spool);
-    while let Some(chunk) = data.next().await {
-        out.write_all(&chunk?).await.map_err(|e| FsError::io("spool the upload for", &target, e))?;
-    }
-    out.flush().await.map_err(|e| FsError::io("spool the upload for", &target, e))?;
-    let spool = out.into_std().await;
+    let (spool, _) = write_stream(spool, data, "spool the upload for", &target).await?;
     let result = tokio::task::spawn_blocking(move || extract(spool, &target)).await;
     result.map_err(|_| FsError::WorkerGone)?
 }

@@ -49,19 +49,39 @@ struct Pending {
 /// Writes the stream's data to `header.path` atomically.
 ///
 /// `data` yields the data chunks in order; an `Err` aborts the write and leaves the
-/// target as it was. The chunks go over a short queue to one blocking thread that
-/// writes them as they come, so the file is written while the next chunks arrive and
-/// no chunk is copied again on its way to the disk.
+/// target as it was.
 pub async fn write<S>(header: pb::WriteFileHeader, data: S) -> Result<pb::WriteFileResponse, FsError>
 where
     S: Stream<Item = Result<Vec<u8>, FsError>>,
 {
-    let mut data = std::pin::pin!(data);
     let path = check_path(&header.path)?;
     let pending = blocking(move || prepare(path, &header)).await?;
     let handle = pending.temp.as_file().try_clone().map_err(|e| FsError::io("write", &pending.target, e))?;
+    let (_, written) = write_stream(handle, data, "write", &pending.target).await?;
+    let file_size = pending.kept + written;
+    blocking(move || commit(pending)).await?;
+    Ok(pb::WriteFileResponse { bytes_written: written, file_size })
+}
+
+/// Writes the chunks of `data` to `file` and gives it back with the bytes written.
+///
+/// The chunks go over a short queue to one blocking thread that writes them as they
+/// come, so the file is written while the next chunks arrive and no chunk is copied
+/// again on its way to the disk (`tokio::fs::File` copies each and hops to the
+/// blocking pool per write). An `Err` from `data` ends the write and is returned; a
+/// failed write is reported as "cannot `what` `path`".
+pub(crate) async fn write_stream<S>(
+    file: File,
+    data: S,
+    what: &'static str,
+    path: &Path,
+) -> Result<(File, u64), FsError>
+where
+    S: Stream<Item = Result<Vec<u8>, FsError>>,
+{
+    let mut data = std::pin::pin!(data);
     let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_CHUNKS);
-    let writer = tokio::task::spawn_blocking(move || write_all(handle, rx));
+    let writer = tokio::task::spawn_blocking(move || write_all(file, rx));
     let mut written: u64 = 0;
     while let Some(chunk) = data.next().await {
         let chunk = chunk?;
@@ -73,21 +93,18 @@ where
         written += len;
     }
     drop(tx);
-    let wrote = writer.await.map_err(|_| FsError::WorkerGone)?;
-    wrote.map_err(|e| FsError::io("write", &pending.target, e))?;
-    let file_size = pending.kept + written;
-    blocking(move || commit(pending)).await?;
-    Ok(pb::WriteFileResponse { bytes_written: written, file_size })
+    let file = writer.await.map_err(|_| FsError::WorkerGone)?.map_err(|e| FsError::io(what, path, e))?;
+    Ok((file, written))
 }
 
 /// Writes every chunk from `rx` to `file` until the sender is gone or a write fails.
-fn write_all(mut file: File, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<()> {
+fn write_all(mut file: File, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<File> {
     while let Some(chunk) = rx.blocking_recv() {
         for piece in chunk.chunks(WRITE_BYTES) {
             file.write_all(piece)?;
         }
     }
-    Ok(())
+    Ok(file)
 }
 
 /// Resolves the target, makes its parents, and opens the temp file.
