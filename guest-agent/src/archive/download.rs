@@ -4,7 +4,7 @@
 //! `ChunkWriter`, which cuts its output into `BULK_CHUNK_SIZE` chunks and
 //! hands them to a bounded channel; the gRPC stream drains the channel. So memory stays
 //! bounded whatever the directory's size, and when the client goes away the next send
-//! fails and the thread stops. Each file is deflated or stored as [`MethodPicker`]
+//! fails and the thread stops. Each file is deflated or stored as `method::MethodPicker`
 //! decides from its name and a sample of its first bytes.
 //!
 //! Only directories and regular files go into the archive. Symlinks, FIFOs, sockets,
