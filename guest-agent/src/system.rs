@@ -4,6 +4,7 @@
 //! (no `/proc/meminfo` when `/proc` is not mounted, a root file system without
 //! `statvfs`) is reported as 0 and logged.
 
+use std::io::Read;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::time::{ClockId, Timespec};
@@ -81,8 +82,11 @@ fn cpus() -> u32 {
 
 /// (MemTotal, MemAvailable) in bytes from `/proc/meminfo`; zeros if unreadable.
 fn memory() -> (u64, u64) {
-    match std::fs::read_to_string("/proc/meminfo") {
-        Ok(text) => parse_meminfo(&text),
+    // Room for the whole file up front: one read(2), where `read_to_string`'s growing
+    // buffer took eight for its 1.5 KiB.
+    let mut text = String::with_capacity(8 * 1024);
+    match std::fs::File::open("/proc/meminfo").and_then(|mut f| f.read_to_string(&mut text)) {
+        Ok(_) => parse_meminfo(&text),
         Err(e) => {
             tracing::warn!("cannot read /proc/meminfo ({e}); reporting memory as 0");
             (0, 0)
