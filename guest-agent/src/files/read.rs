@@ -14,7 +14,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use sbx_proto::agent::v1 as pb;
-use sbx_proto::limits::BULK_CHUNK_SIZE;
+use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
 use super::{FsError, blocking, check_path, special_kind};
@@ -23,8 +23,21 @@ use super::{FsError, blocking, check_path, special_kind};
 /// read of the next chunk to overlap the send of this one.
 const QUEUE_CHUNKS: usize = 2;
 
+/// Slices up to this size (of a file whose size is known) are read whole in the same
+/// blocking-pool trip that opened the file, with no reader thread: most reads of a tool
+/// call are small, and each thread hop costs more than the read itself.
+const WHOLE_READ_MAX: u64 = CHUNK_SIZE as u64;
+
 /// The chunks of a read, in order; an `Err` ends the stream.
 pub type ReadStream = mpsc::Receiver<Result<pb::ReadFileChunk, FsError>>;
+
+/// How a read goes on once the file is open.
+enum Start {
+    /// The whole slice, already read.
+    Whole(pb::ReadFileChunk),
+    /// A slice to stream from a reader thread.
+    Stream(Plan),
+}
 
 /// What to read, after the slice has been worked out against the file's size.
 struct Plan {
@@ -44,10 +57,33 @@ struct Plan {
 /// returned here rather than in the stream.
 pub async fn read(req: pb::ReadFileRequest) -> Result<ReadStream, FsError> {
     let path = check_path(&req.path)?;
-    let plan = blocking(move || plan(path, req.offset, req.length, req.max_bytes)).await?;
-    let (tx, rx) = mpsc::channel(QUEUE_CHUNKS);
-    tokio::task::spawn_blocking(move || pump(plan, &tx));
-    Ok(rx)
+    let start = blocking(move || start(path, req.offset, req.length, req.max_bytes)).await?;
+    match start {
+        Start::Whole(chunk) => {
+            let (tx, rx) = mpsc::channel(1);
+            tx.try_send(Ok(chunk)).expect("a new channel has room for one chunk");
+            Ok(rx)
+        }
+        Start::Stream(plan) => {
+            let (tx, rx) = mpsc::channel(QUEUE_CHUNKS);
+            tokio::task::spawn_blocking(move || pump(plan, &tx));
+            Ok(rx)
+        }
+    }
+}
+
+fn start(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Start, FsError> {
+    let plan = plan(path, offset, length, max_bytes)?;
+    if plan.file_size == 0 || plan.remaining > WHOLE_READ_MAX {
+        return Ok(Start::Stream(plan));
+    }
+    let mut data = Vec::with_capacity(usize::try_from(plan.remaining).unwrap_or(0));
+    // `take` stops at the planned slice even if the file grew since its size was read.
+    (&plan.file)
+        .take(plan.remaining)
+        .read_to_end(&mut data)
+        .map_err(|e| FsError::io("read", &plan.path, e))?;
+    Ok(Start::Whole(pb::ReadFileChunk { data, file_size: plan.file_size }))
 }
 
 fn plan(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Plan, FsError> {
