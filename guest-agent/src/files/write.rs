@@ -33,6 +33,10 @@ const WRITE_QUEUE_CHUNKS: usize = 4;
 /// time of 64 KiB writes (median of 8, 256 MiB each) on the machines we bench on.
 const WRITE_BYTES: usize = 64 * 1024;
 
+/// Writes whose stream ends within this many bytes are gathered whole before the disk is
+/// touched, then written and committed in one blocking-pool trip.
+const WHOLE_WRITE_MAX: usize = 64 * 1024;
+
 /// Mode of a new file when the caller leaves it at 0.
 const DEFAULT_FILE_MODE: u32 = 0o644;
 
@@ -55,12 +59,47 @@ where
     S: Stream<Item = Result<Vec<u8>, FsError>>,
 {
     let path = check_path(&header.path)?;
+    let mut data = std::pin::pin!(data);
+    let (head, ended) = gather_head(&mut data).await?;
+    if ended {
+        // The whole write is in hand: open, write and commit in one blocking-pool trip.
+        let written = head.len() as u64;
+        let file_size = blocking(move || {
+            let mut pending = prepare(path, &header)?;
+            write_pieces(pending.temp.as_file_mut(), &head)
+                .map_err(|e| FsError::io("write", &pending.target, e))?;
+            let file_size = pending.kept + written;
+            commit(pending)?;
+            Ok(file_size)
+        })
+        .await?;
+        return Ok(pb::WriteFileResponse { bytes_written: written, file_size });
+    }
     let pending = blocking(move || prepare(path, &header)).await?;
     let handle = pending.temp.as_file().try_clone().map_err(|e| FsError::io("write", &pending.target, e))?;
-    let (_, written) = write_stream(handle, data, "write", &pending.target).await?;
+    let rest = futures::stream::once(async { Ok(head) }).chain(data);
+    let (_, written) = write_stream(handle, rest, "write", &pending.target).await?;
     let file_size = pending.kept + written;
     blocking(move || commit(pending)).await?;
     Ok(pb::WriteFileResponse { bytes_written: written, file_size })
+}
+
+/// Receives chunks until the stream ends or more than [`WHOLE_WRITE_MAX`] bytes came;
+/// returns them and whether the stream ended. Most writes of a tool call are small and
+/// arrive with their end in one go, so they need no writer thread.
+async fn gather_head<S>(data: &mut std::pin::Pin<&mut S>) -> Result<(Vec<u8>, bool), FsError>
+where
+    S: Stream<Item = Result<Vec<u8>, FsError>>,
+{
+    let mut head = Vec::new();
+    while head.len() <= WHOLE_WRITE_MAX {
+        match data.next().await {
+            None => return Ok((head, true)),
+            Some(chunk) if head.is_empty() => head = chunk?,
+            Some(chunk) => head.extend_from_slice(&chunk?),
+        }
+    }
+    Ok((head, false))
 }
 
 /// Writes the chunks of `data` to `file` and gives it back with the bytes written.
@@ -100,11 +139,14 @@ where
 /// Writes every chunk from `rx` to `file` until the sender is gone or a write fails.
 fn write_all(mut file: File, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<File> {
     while let Some(chunk) = rx.blocking_recv() {
-        for piece in chunk.chunks(WRITE_BYTES) {
-            file.write_all(piece)?;
-        }
+        write_pieces(&mut file, &chunk)?;
     }
     Ok(file)
+}
+
+/// Writes `data` in [`WRITE_BYTES`] pieces.
+fn write_pieces(file: &mut File, data: &[u8]) -> std::io::Result<()> {
+    data.chunks(WRITE_BYTES).try_for_each(|piece| file.write_all(piece))
 }
 
 /// Resolves the target, makes its parents, and opens the temp file.
