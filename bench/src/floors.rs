@@ -34,14 +34,17 @@ pub(crate) fn write_plain(path: &Path, data: &[u8], warmup: usize, n: usize) -> 
     Ok(Samples::measure(warmup, n, || fs::write(path, data))?)
 }
 
-/// The same atomic write the agent does: temp file, write, fsync, rename.
+/// The same durable atomic write the agent does: temp file, write, fsync, rename, and an
+/// fsync of the directory so the rename survives a crash too.
 pub(crate) fn write_atomic(path: &Path, data: &[u8], warmup: usize, n: usize) -> Result<Samples> {
     let tmp = path.with_extension("tmp");
+    let dir = path.parent().unwrap_or(Path::new("/"));
     Ok(Samples::measure(warmup, n, || -> std::io::Result<()> {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
-        fs::rename(&tmp, path)
+        fs::rename(&tmp, path)?;
+        fs::File::open(dir)?.sync_all()
     })?)
 }
 

@@ -94,7 +94,7 @@ fn agent_latency(opts: &Opts, scratch: &Path, agent: &Agent, w: &Workload, rt: &
             Row::latency(
                 "WriteFile 1 KiB (atomic)",
                 &c.write_1k,
-                Some(("local temp+write+fsync+rename", &write_atomic)),
+                Some(("local temp+write+fsync+rename+dir fsync", &write_atomic)),
             ),
             Row::latency(
                 "  same, vs plain write",
