@@ -27,11 +27,14 @@ pub(crate) enum Op {
     Write,
     /// List a directory of 100 entries.
     List,
+    /// List a directory of 100 entries with each one's size and mtime (a stat each), as
+    /// `sandbox_files_list` always does: the like-for-like listing.
+    ListStat,
 }
 
 impl Op {
     /// All of them, in table order.
-    pub(crate) const ALL: [Op; 4] = [Op::Exec, Op::Read, Op::Write, Op::List];
+    pub(crate) const ALL: [Op; 5] = [Op::Exec, Op::Read, Op::Write, Op::List, Op::ListStat];
 
     /// How the table names it.
     pub(crate) fn label(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Op {
             Op::Read => "read 1 KiB",
             Op::Write => "write 1 KiB",
             Op::List => "list 100 entries",
+            Op::ListStat => "list 100 entries with size and mtime",
         }
     }
 }

@@ -47,7 +47,7 @@ impl Workload {
             Op::Read => "sbx-bench",
             // Peers answer writes with prose; sbx with JSON. Both name the path.
             Op::Write => "write-1k",
-            Op::List => "entry-099",
+            Op::List | Op::ListStat => "entry-099",
         };
         ToolCall { op, tool: tool.into(), arguments, expect: expect.into() }
     }
@@ -77,6 +77,8 @@ pub(crate) fn sbx(sbx_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
             w.call(Op::Read, "sandbox_files_read", json!({"path": r})),
             w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()})),
             w.call(Op::List, "sandbox_files_list", json!({"path": l})),
+            // The same call: sandbox_files_list always returns each entry's stat.
+            w.call(Op::ListStat, "sandbox_files_list", json!({"path": l})),
         ],
     }
 }
@@ -96,6 +98,7 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
                 w.call(Op::Read, "read_text_file", json!({"path": r})),
                 w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text()})),
                 w.call(Op::List, "list_directory", json!({"path": l})),
+                w.call(Op::ListStat, "list_directory_with_sizes", json!({"path": l})),
             ],
         },
         ServerSpec {
