@@ -117,6 +117,10 @@ fn tag_of(pid: i32) -> Option<String> {
 
 /// The pids belonging to the command started as `root` with `tag`.
 pub fn members(root: i32, tag: &str) -> Vec<i32> {
+    if has_no_children() {
+        // Members are the agent's descendants, and it has none: skip reading /proc.
+        return Vec::new();
+    }
     let procs = snapshot();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for p in &procs {
@@ -149,6 +153,17 @@ pub fn members(root: i32, tag: &str) -> Vec<i32> {
         }
     }
     found.into_iter().collect()
+}
+
+/// True when the agent has no child at all, running or a zombie (`waitid` says ECHILD):
+/// then nothing descends from it. The common case after a command ends with no other
+/// command or job running, and one syscall instead of a walk of `/proc` (every process's
+/// stat, on kernels without `/proc/<pid>/task/*/children`). `NOWAIT` leaves any zombie
+/// to the reaper.
+fn has_no_children() -> bool {
+    use rustix::process::{WaitId, WaitIdOptions};
+    let peek = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    matches!(rustix::process::waitid(WaitId::All, peek), Err(rustix::io::Errno::CHILD))
 }
 
 fn descendants(children: &HashMap<i32, Vec<i32>>, root: i32) -> HashSet<i32> {
