@@ -17,7 +17,7 @@ use futures::{Stream, StreamExt};
 use sbx_proto::Address;
 use sbx_proto::agent::v1::{self as pb, agent_client::AgentClient};
 use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE, MAX_MESSAGE_BYTES};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
@@ -301,34 +301,6 @@ impl Client {
                 async move { out }
             })
             .boxed())
-    }
-
-    /// Downloads a guest directory as a zip into `out`; returns the summary.
-    /// `on_bytes` is told the size of each piece written (for progress bars).
-    pub async fn download_dir_to<W>(
-        &self,
-        path: &str,
-        max_bytes: Option<u64>,
-        out: &mut W,
-        mut on_bytes: impl FnMut(u64),
-    ) -> Result<ArchiveSummary>
-    where
-        W: AsyncWrite + Unpin,
-    {
-        let mut parts = self.download_dir(path, max_bytes).await?;
-        while let Some(part) = parts.next().await {
-            match part? {
-                ArchivePart::Data(b) => {
-                    out.write_all(&b).await.map_err(ClientError::Source)?;
-                    on_bytes(b.len() as u64);
-                }
-                ArchivePart::Summary(s) => {
-                    out.flush().await.map_err(ClientError::Source)?;
-                    return Ok(s);
-                }
-            }
-        }
-        Err(ClientError::Protocol { rpc: "DownloadDir", what: "the stream ended without its summary" })
     }
 
     /// Extracts the zip read from `zip` into the guest directory `path` (created if

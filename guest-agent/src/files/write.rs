@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use futures::{Stream, StreamExt};
 use sbx_proto::agent::v1 as pb;
+use sbx_proto::limits::CHUNK_SIZE;
 use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 
@@ -35,7 +36,7 @@ const WRITE_BYTES: usize = 64 * 1024;
 
 /// Writes whose stream ends within this many bytes are gathered whole before the disk is
 /// touched, then written and committed in one blocking-pool trip.
-const WHOLE_WRITE_MAX: usize = 64 * 1024;
+const WHOLE_WRITE_MAX: usize = CHUNK_SIZE;
 
 /// Mode of a new file when the caller leaves it at 0.
 const DEFAULT_FILE_MODE: u32 = 0o644;

@@ -12,9 +12,11 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use bytes::Bytes;
 use futures::StreamExt;
 use indicatif::ProgressBar;
 use serde::Serialize;
+use tokio::io::AsyncWriteExt;
 
 use super::Ctx;
 use super::file_sink::FileSink;
@@ -222,15 +224,28 @@ async fn download_zip(
     file: std::fs::File,
     bar: &ProgressBar,
 ) -> Result<(ArchiveSummary, std::fs::File)> {
-    let mut parts = client.download_dir(src, max_bytes).await?;
     let mut out = FileSink::new(file);
+    let summary = stream_zip(client, src, max_bytes, async |b| {
+        bar.inc(b.len() as u64);
+        out.write(b).await
+    })
+    .await?;
+    Ok((summary, out.finish().await.context("cannot write the zip")?))
+}
+
+/// Streams the zip of the guest directory `src` into `sink`, piece by piece; gives back
+/// its summary.
+async fn stream_zip(
+    client: &Client,
+    src: &str,
+    max_bytes: Option<u64>,
+    mut sink: impl AsyncFnMut(Bytes) -> std::io::Result<()>,
+) -> Result<ArchiveSummary> {
+    let mut parts = client.download_dir(src, max_bytes).await?;
     while let Some(part) = parts.next().await {
         match part? {
-            ArchivePart::Data(b) => {
-                bar.inc(b.len() as u64);
-                out.write(b).await.context("cannot write the zip")?;
-            }
-            ArchivePart::Summary(s) => return Ok((s, out.finish().await.context("cannot write the zip")?)),
+            ArchivePart::Data(b) => sink(b).await.context("cannot write the zip")?,
+            ArchivePart::Summary(s) => return Ok(s),
         }
     }
     anyhow::bail!(
@@ -248,7 +263,11 @@ fn report_skipped(summary: &ArchiveSummary) {
 pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let summary = if args.output.as_os_str() == "-" {
-        client.download_dir_to(&args.dir, args.max_bytes, &mut tokio::io::stdout(), |_| {}).await?
+        let mut stdout = tokio::io::stdout();
+        let summary =
+            stream_zip(&client, &args.dir, args.max_bytes, async |b| stdout.write_all(&b).await).await?;
+        stdout.flush().await.context("cannot write the zip")?;
+        summary
     } else {
         let out = &args.output;
         let tmp = tempfile::NamedTempFile::new_in(parent_of(out))
