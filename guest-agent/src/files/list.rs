@@ -20,6 +20,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
+use super::placement::quick;
 use super::{FsError, blocking, check_path, entry};
 
 /// Room a listing may take in its reply; past it the listing is cut short as if by
@@ -29,10 +30,29 @@ const MESSAGE_BUDGET: usize = MAX_MESSAGE_BYTES - 64 * 1024;
 /// Field tag and length prefix of each repeated entry.
 const ENTRY_OVERHEAD: usize = 6;
 
+/// Directories up to this `st_size` are listed in place when not recursive: a couple of
+/// thousand entries on ext4 or tmpfs. Larger or recursive listings go to the blocking
+/// pool, however local the filesystem.
+const SMALL_DIR_BYTES: u64 = 64 * 1024;
+
 /// Lists `req.path`.
 pub async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
     let root = check_path(&req.path)?;
+    if !req.recursive {
+        let (root, req) = (root.clone(), req.clone());
+        if let Some(listing) = quick(move || list_if_small(root, &req)).await? {
+            return Ok(listing);
+        }
+    }
     blocking(move || list_blocking(root, &req)).await
+}
+
+/// The listing of a small directory, or `None` for one to list on the blocking pool.
+fn list_if_small(root: PathBuf, req: &pb::ListDirRequest) -> Result<Option<pb::ListDirResponse>, FsError> {
+    match std::fs::metadata(&root) {
+        Ok(meta) if meta.is_dir() && meta.len() > SMALL_DIR_BYTES => Ok(None),
+        _ => list_blocking(root, req).map(Some),
+    }
 }
 
 fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {

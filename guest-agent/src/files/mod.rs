@@ -6,6 +6,8 @@
 //! - [`ops`]: stat, remove, mkdir. [`rename`]: move, with a copy fallback across file
 //!   systems.
 //! - [`error`]: [`FsError`], the one error type of this module.
+//! - `placement`: small calls run in place while every mount is local, else on the
+//!   blocking pool.
 //!
 //! Every path a caller hands in goes through [`check_path`] first: it must be absolute
 //! and free of NUL bytes.
@@ -13,6 +15,7 @@
 pub mod error;
 pub mod list;
 pub mod ops;
+mod placement;
 pub mod read;
 pub mod rename;
 pub mod write;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sbx_proto::agent::v1 as pb;
 
+use super::placement::quick;
 use super::{FsError, blocking, check_path, entry};
 
 /// Mode of a new directory when the caller leaves it at 0.
@@ -14,7 +15,7 @@ const DEFAULT_DIR_MODE: u32 = 0o755;
 /// `lstat`s a path: a symlink is described, not followed.
 pub async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, FsError> {
     let path = check_path(&req.path)?;
-    blocking(move || {
+    quick(move || {
         let st = rustix::fs::lstat(&path).map_err(|e| FsError::io("stat", &path, e.into()))?;
         Ok(entry(&path, &st, || std::fs::read_link(&path).ok()))
     })

@@ -17,15 +17,16 @@ use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
-use super::{FsError, blocking, check_path, special_kind};
+use super::placement::quick;
+use super::{FsError, check_path, special_kind};
 
 /// Chunks buffered between the reader thread and the gRPC stream: enough for the disk
 /// read of the next chunk to overlap the send of this one.
 const QUEUE_CHUNKS: usize = 2;
 
-/// Slices up to this size (of a file whose size is known) are read whole in the same
-/// blocking-pool trip that opened the file, with no reader thread: most reads of a tool
-/// call are small, and each thread hop costs more than the read itself.
+/// Slices up to this size (of a file whose size is known) are read whole right where the
+/// file was opened, with no reader thread: most reads of a tool call are small, and each
+/// thread hop costs more than the read itself.
 const WHOLE_READ_MAX: u64 = CHUNK_SIZE as u64;
 
 /// The chunks of a read, in order; an `Err` ends the stream.
@@ -57,7 +58,8 @@ struct Plan {
 /// returned here rather than in the stream.
 pub async fn read(req: pb::ReadFileRequest) -> Result<ReadStream, FsError> {
     let path = check_path(&req.path)?;
-    let start = blocking(move || start(path, req.offset, req.length, req.max_bytes)).await?;
+    // Opening and a read of up to 64 KiB are small enough to run in place.
+    let start = quick(move || start(path, req.offset, req.length, req.max_bytes)).await?;
     match start {
         Start::Whole(chunk) => {
             let (tx, rx) = mpsc::channel(1);
