@@ -20,8 +20,8 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
-use super::placement::quick;
-use super::{FsError, blocking, check_path, entry};
+use super::placement::quick_if;
+use super::{FsError, check_path, entry};
 
 /// Room a listing may take in its reply; past it the listing is cut short as if by
 /// `max_entries`, so a huge `max_entries` cannot produce a reply too large to send.
@@ -38,21 +38,9 @@ const SMALL_DIR_BYTES: u64 = 64 * 1024;
 /// Lists `req.path`.
 pub async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
     let root = check_path(&req.path)?;
-    if !req.recursive {
-        let (root, req) = (root.clone(), req.clone());
-        if let Some(listing) = quick(move || list_if_small(root, &req)).await? {
-            return Ok(listing);
-        }
-    }
-    blocking(move || list_blocking(root, &req)).await
-}
-
-/// The listing of a small directory, or `None` for one to list on the blocking pool.
-fn list_if_small(root: PathBuf, req: &pb::ListDirRequest) -> Result<Option<pb::ListDirResponse>, FsError> {
-    match std::fs::metadata(&root) {
-        Ok(meta) if meta.is_dir() && meta.len() > SMALL_DIR_BYTES => Ok(None),
-        _ => list_blocking(root, req).map(Some),
-    }
+    let (probe, recursive) = (root.clone(), req.recursive);
+    let small = move || !recursive && std::fs::metadata(&probe).is_ok_and(|m| m.len() <= SMALL_DIR_BYTES);
+    quick_if(small, move || list_blocking(root, &req)).await
 }
 
 fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {

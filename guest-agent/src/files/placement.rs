@@ -38,7 +38,25 @@ where
     F: FnOnce() -> Result<T, FsError> + Send + 'static,
     T: Send + 'static,
 {
-    if mounts_all_local() { f() } else { blocking(f).await }
+    quick_if(|| true, f).await
+}
+
+/// [`quick`], for work that is small only sometimes: `small` (itself a cheap check, run
+/// in place and only when every mount is local) says whether this time it is.
+pub(crate) async fn quick_if<T, F>(small: impl FnOnce() -> bool, f: F) -> Result<T, FsError>
+where
+    F: FnOnce() -> Result<T, FsError> + Send + 'static,
+    T: Send + 'static,
+{
+    if mounts_all_local() && small() { f() } else { blocking(f).await }
+}
+
+/// True when `dir` is on a filesystem kept in memory (tmpfs, ramfs), where an fsync
+/// returns at once.
+pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    const RAMFS_MAGIC: u64 = 0x8584_58f6;
+    rustix::fs::statfs(dir).is_ok_and(|fs| matches!(fs.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// True when every filesystem mounted now is in [`LOCAL_TYPES`]; false when that cannot

@@ -20,6 +20,7 @@ use sbx_proto::limits::CHUNK_SIZE;
 use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 
+use super::placement::{in_memory, quick_if};
 use super::{FsError, blocking, check_path};
 
 /// Prefix of the temp files a write in progress leaves next to its target.
@@ -63,9 +64,12 @@ where
     let mut data = std::pin::pin!(data);
     let (head, ended) = gather_head(&mut data).await?;
     if ended {
-        // The whole write is in hand: open, write and commit in one blocking-pool trip.
+        // The whole write is in hand: open, write and commit in one go; in place when
+        // its fsyncs return at once (tmpfs, ramfs), else in one blocking-pool trip.
         let written = head.len() as u64;
-        let file_size = blocking(move || {
+        let probe = path.clone();
+        let small = move || resolve_symlink(probe).parent().is_some_and(in_memory);
+        let file_size = quick_if(small, move || {
             let mut pending = prepare(path, &header)?;
             write_pieces(pending.temp.as_file_mut(), &head)
                 .map_err(|e| FsError::io("write", &pending.target, e))?;
