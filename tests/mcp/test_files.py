@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from conftest import Agent, agent_session, call_err, call_ok
+from conftest import Agent, agent_session, call_err, call_ok, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -144,6 +144,40 @@ async def test_listing_flat_recursive_and_depth_limited(agent: Agent) -> None:
     assert {e["path"] for e in deep["entries"]} >= {"d/e/deep.txt", "d/mid.txt"}
     limited_paths = {e["path"] for e in limited["entries"]}
     assert "d/mid.txt" in limited_paths and "d/e/deep.txt" not in limited_paths
+
+
+async def test_names_only_listing_has_paths_and_types_only(agent: Agent) -> None:
+    work = agent.scratch("files-list-names")
+    (work / "d" / "e").mkdir(parents=True)
+    (work / "top.txt").write_text("abc")
+    (work / "d" / "mid.txt").write_text("x")
+    os.symlink("top.txt", work / "link")
+    async with agent_session(agent) as session:
+        flat = await call_ok(session, "sandbox_files_list", path=str(work), names_only=True)
+        deep = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True, names_only=True)
+        full = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True)
+        result = await session.call_tool("sandbox_files_list", {"path": str(work), "names_only": True})
+    assert flat["entries"] == [
+        {"path": "d", "type": "dir"},
+        {"path": "link", "type": "symlink"},
+        {"path": "top.txt", "type": "file"},
+    ]
+    assert [(e["path"], e["type"]) for e in deep["entries"]] == [(e["path"], e["type"]) for e in full["entries"]]
+    assert text_of(result) == f"{work}: 3 entries (type path)\ndir d\nsymlink link\nfile top.txt"
+
+
+async def test_listing_text_is_one_line_per_entry(agent: Agent) -> None:
+    work = agent.scratch("files-list-text")
+    (work / "top.txt").write_text("abc")
+    os.symlink("top.txt", work / "link")
+    async with agent_session(agent) as session:
+        result = await session.call_tool("sandbox_files_list", {"path": str(work)})
+    lines = text_of(result).splitlines()
+    assert lines[0] == f"{work}: 2 entries (type size mode mtime path)"
+    kind, size, mode, mtime, rest = lines[1].split(" ", 4)
+    assert (kind, size, rest) == ("symlink", "7", "link -> top.txt") and mtime.endswith("Z")
+    kind, size, mode, mtime, rest = lines[2].split(" ", 4)
+    assert (kind, size, len(mode), rest) == ("file", "3", 4, "top.txt")
 
 
 async def test_listing_stops_at_a_thousand_entries_and_says_so(agent: Agent) -> None:
