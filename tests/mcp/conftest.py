@@ -146,9 +146,18 @@ async def call_ok(session: ClientSession, tool: str, **arguments: Any) -> dict[s
     text = text_of(result)
     if tool in LINES_TEXT:
         lines = text.splitlines()
-        assert lines[0].startswith(f"{structured['path']}: {len(structured['entries'])} "), lines[0]
-        for line, entry in zip(lines[1:], structured["entries"]):
-            assert line.startswith(entry["type"] + " ") and entry["path"] in line, (line, entry)
+        if "entries" in structured:
+            typed = [(e["type"], e["path"]) for e in structured["entries"]]
+        else:  # names_only: paths grouped by type
+            groups = {"file": "files", "dir": "dirs", "symlink": "symlinks", "other": "other"}
+            typed = [(kind, path) for kind, key in groups.items() for path in structured[key]]
+        assert lines[0].startswith(f"{structured['path']}: {len(typed)} "), lines[0]
+        entry_lines = lines[1 : 1 + len(typed)]
+        for kind, path in typed:
+            assert any(
+                line.startswith(kind + " ") and (line.endswith(" " + path) or f" {path} -> " in line)
+                for line in entry_lines
+            ), (kind, path)
     else:
         assert json.loads(text) == structured, "text content differs from structuredContent"
     return structured

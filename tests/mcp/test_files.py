@@ -146,7 +146,7 @@ async def test_listing_flat_recursive_and_depth_limited(agent: Agent) -> None:
     assert "d/mid.txt" in limited_paths and "d/e/deep.txt" not in limited_paths
 
 
-async def test_names_only_listing_has_paths_and_types_only(agent: Agent) -> None:
+async def test_names_only_listing_groups_paths_by_type(agent: Agent) -> None:
     work = agent.scratch("files-list-names")
     (work / "d" / "e").mkdir(parents=True)
     (work / "top.txt").write_text("abc")
@@ -157,12 +157,18 @@ async def test_names_only_listing_has_paths_and_types_only(agent: Agent) -> None
         deep = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True, names_only=True)
         full = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True)
         result = await session.call_tool("sandbox_files_list", {"path": str(work), "names_only": True})
-    assert flat["entries"] == [
-        {"path": "d", "type": "dir"},
-        {"path": "link", "type": "symlink"},
-        {"path": "top.txt", "type": "file"},
-    ]
-    assert [(e["path"], e["type"]) for e in deep["entries"]] == [(e["path"], e["type"]) for e in full["entries"]]
+    assert flat == {
+        "path": str(work),
+        "files": ["top.txt"],
+        "dirs": ["d"],
+        "symlinks": ["link"],
+        "other": [],
+        "truncated": False,
+    }
+    groups = {"file": "files", "dir": "dirs", "symlink": "symlinks", "other": "other"}
+    for kind, key in groups.items():
+        assert deep[key] == [e["path"] for e in full["entries"] if e["type"] == kind], kind
+    assert deep["dirs"] == ["d", "d/e"] and deep["files"] == ["d/mid.txt", "top.txt"]
     assert text_of(result) == f"{work}: 3 entries (type path)\ndir d\nsymlink link\nfile top.txt"
 
 
@@ -188,6 +194,10 @@ async def test_listing_stops_at_a_thousand_entries_and_says_so(agent: Agent) -> 
         listing = await call_ok(session, "sandbox_files_list", path=str(work))
     assert listing["truncated"] is True and len(listing["entries"]) == 1000
     assert any("1000 entries" in note for note in listing["notes"])
+    async with agent_session(agent) as session:
+        names = await call_ok(session, "sandbox_files_list", path=str(work), names_only=True)
+    assert names["truncated"] is True and len(names["files"]) == 1000
+    assert any("1000 entries" in note for note in names["notes"])
 
 
 async def test_remove_move_and_mkdir(agent: Agent) -> None:
