@@ -68,6 +68,10 @@ pub(crate) struct Opts {
     /// Skip the peer servers (sbx mcp is still measured).
     #[arg(long)]
     pub(crate) no_peers: bool,
+    /// Compare with only these peers (comma-separated names as the table shows them, e.g.
+    /// server-filesystem); default: every installed one. For quick A/B runs of one row.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub(crate) peer: Vec<String>,
     /// Skip the real-VM figures.
     #[arg(long)]
     pub(crate) no_vm: bool,

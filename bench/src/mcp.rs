@@ -25,10 +25,9 @@ pub(crate) enum Op {
     Read,
     /// Write a 1 KiB file.
     Write,
-    /// List a directory of 100 entries.
+    /// List a directory of 100 entries: names and types, no stat per entry.
     List,
-    /// List a directory of 100 entries with each one's size and mtime (a stat each), as
-    /// `sandbox_files_list` always does: the like-for-like listing.
+    /// List a directory of 100 entries with each one's size and mtime (a stat each).
     ListStat,
 }
 

@@ -76,8 +76,9 @@ pub(crate) fn sbx(sbx_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
             w.call(Op::Exec, "sandbox_exec", json!({"command": "echo hi"})),
             w.call(Op::Read, "sandbox_files_read", json!({"path": r})),
             w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()})),
-            w.call(Op::List, "sandbox_files_list", json!({"path": l})),
-            // The same call: sandbox_files_list always returns each entry's stat.
+            // Names and types without a stat per entry, as the peers' plain listings.
+            w.call(Op::List, "sandbox_files_list", json!({"path": l, "names_only": true})),
+            // Each entry's size, mode and mtime (a stat each), as list_directory_with_sizes.
             w.call(Op::ListStat, "sandbox_files_list", json!({"path": l})),
         ],
     }

@@ -121,7 +121,15 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
         };
         std::fs::create_dir_all(&install.home)?;
         let (found, missing) = peers::peers(&install, w);
-        servers.extend(found);
+        let known: Vec<&str> = found
+            .iter()
+            .map(|s| s.name.as_str())
+            .chain(missing.iter().filter_map(|m| m.split(':').next()))
+            .collect();
+        if let Some(unknown) = opts.peer.iter().find(|p| !known.contains(&p.as_str())) {
+            anyhow::bail!("--peer {unknown}: no such peer; the peers are {}", known.join(", "));
+        }
+        servers.extend(found.into_iter().filter(|s| opts.peer.is_empty() || opts.peer.contains(&s.name)));
         notes = missing;
     }
     let mut bare = Vec::new();

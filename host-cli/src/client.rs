@@ -241,6 +241,7 @@ impl Client {
             recursive: opts.recursive,
             max_depth: opts.max_depth.unwrap_or(0),
             max_entries: opts.max_entries.unwrap_or(0),
+            names_only: opts.names_only,
         };
         let r = self.rpc.clone().list_dir(req).await.map_err(self.err("ListDir"))?.into_inner();
         Ok(Listing { entries: r.entries.into_iter().map(Into::into).collect(), truncated: r.truncated })

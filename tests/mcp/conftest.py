@@ -131,6 +131,11 @@ def text_of(result: Any) -> str:
     return texts[0]
 
 
+# Tools whose text content renders the result as lines for a model instead of repeating
+# the structured content's JSON (docs/mcp.md says why).
+LINES_TEXT = {"sandbox_files_list"}
+
+
 async def call_ok(session: ClientSession, tool: str, **arguments: Any) -> dict[str, Any]:
     """Calls a tool that must succeed; returns its structured content, after checking
     the text content carries the same result."""
@@ -138,7 +143,23 @@ async def call_ok(session: ClientSession, tool: str, **arguments: Any) -> dict[s
     assert not result.is_error, f"{tool} failed: {text_of(result)}"
     structured = result.structured_content
     assert isinstance(structured, dict), f"{tool} returned no structuredContent"
-    assert json.loads(text_of(result)) == structured, "text content differs from structuredContent"
+    text = text_of(result)
+    if tool in LINES_TEXT:
+        lines = text.splitlines()
+        if "entries" in structured:
+            typed = [(e["type"], e["path"]) for e in structured["entries"]]
+        else:  # names_only: paths grouped by type
+            groups = {"file": "files", "dir": "dirs", "symlink": "symlinks", "other": "other"}
+            typed = [(kind, path) for kind, key in groups.items() for path in structured[key]]
+        assert lines[0].startswith(f"{structured['path']}: {len(typed)} "), lines[0]
+        entry_lines = lines[1 : 1 + len(typed)]
+        for kind, path in typed:
+            assert any(
+                line.startswith(kind + " ") and (line.endswith(" " + path) or f" {path} -> " in line)
+                for line in entry_lines
+            ), (kind, path)
+    else:
+        assert json.loads(text) == structured, "text content differs from structuredContent"
     return structured
 
 

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from conftest import Agent, agent_session, call_err, call_ok
+from conftest import Agent, agent_session, call_err, call_ok, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -146,6 +146,46 @@ async def test_listing_flat_recursive_and_depth_limited(agent: Agent) -> None:
     assert "d/mid.txt" in limited_paths and "d/e/deep.txt" not in limited_paths
 
 
+async def test_names_only_listing_groups_paths_by_type(agent: Agent) -> None:
+    work = agent.scratch("files-list-names")
+    (work / "d" / "e").mkdir(parents=True)
+    (work / "top.txt").write_text("abc")
+    (work / "d" / "mid.txt").write_text("x")
+    os.symlink("top.txt", work / "link")
+    async with agent_session(agent) as session:
+        flat = await call_ok(session, "sandbox_files_list", path=str(work), names_only=True)
+        deep = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True, names_only=True)
+        full = await call_ok(session, "sandbox_files_list", path=str(work), recursive=True)
+        result = await session.call_tool("sandbox_files_list", {"path": str(work), "names_only": True})
+    assert flat == {
+        "path": str(work),
+        "files": ["top.txt"],
+        "dirs": ["d"],
+        "symlinks": ["link"],
+        "other": [],
+        "truncated": False,
+    }
+    groups = {"file": "files", "dir": "dirs", "symlink": "symlinks", "other": "other"}
+    for kind, key in groups.items():
+        assert deep[key] == [e["path"] for e in full["entries"] if e["type"] == kind], kind
+    assert deep["dirs"] == ["d", "d/e"] and deep["files"] == ["d/mid.txt", "top.txt"]
+    assert text_of(result) == f"{work}: 3 entries (type path)\ndir d\nsymlink link\nfile top.txt"
+
+
+async def test_listing_text_is_one_line_per_entry(agent: Agent) -> None:
+    work = agent.scratch("files-list-text")
+    (work / "top.txt").write_text("abc")
+    os.symlink("top.txt", work / "link")
+    async with agent_session(agent) as session:
+        result = await session.call_tool("sandbox_files_list", {"path": str(work)})
+    lines = text_of(result).splitlines()
+    assert lines[0] == f"{work}: 2 entries (type size mode mtime path)"
+    kind, size, mode, mtime, rest = lines[1].split(" ", 4)
+    assert (kind, size, rest) == ("symlink", "7", "link -> top.txt") and mtime.endswith("Z")
+    kind, size, mode, mtime, rest = lines[2].split(" ", 4)
+    assert (kind, size, len(mode), rest) == ("file", "3", 4, "top.txt")
+
+
 async def test_listing_stops_at_a_thousand_entries_and_says_so(agent: Agent) -> None:
     work = agent.scratch("files-many")
     for i in range(1005):
@@ -154,6 +194,10 @@ async def test_listing_stops_at_a_thousand_entries_and_says_so(agent: Agent) -> 
         listing = await call_ok(session, "sandbox_files_list", path=str(work))
     assert listing["truncated"] is True and len(listing["entries"]) == 1000
     assert any("1000 entries" in note for note in listing["notes"])
+    async with agent_session(agent) as session:
+        names = await call_ok(session, "sandbox_files_list", path=str(work), names_only=True)
+    assert names["truncated"] is True and len(names["files"]) == 1000
+    assert any("1000 entries" in note for note in names["notes"])
 
 
 async def test_remove_move_and_mkdir(agent: Agent) -> None:

@@ -97,15 +97,18 @@ async def test_every_description_is_one_line(agent: Agent) -> None:
 
 
 async def test_list_entries_schema_names_every_field(agent: Agent) -> None:
-    # Entries are typed in the description, not as `properties`, so that clients which
-    # validate every result (this SDK does) do not descend into each field of each entry.
+    # Entries are typed in the description, not as `items`, so that clients which
+    # validate every result (this SDK does) do not check each entry.
     async with agent_session(agent) as session:
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-    entries = listed["sandbox_files_list"].output_schema["properties"]["entries"]
-    assert entries["type"] == "array"
-    assert set(entries["items"]["required"]) == {"path", "type", "size", "mode", "mtime"}
-    for field in ("path", "type", "size", "mode", "mtime", "symlink_target"):
+    properties = listed["sandbox_files_list"].output_schema["properties"]
+    entries = properties["entries"]
+    assert entries["type"] == "array" and "items" not in entries
+    for field in ("path", "type", "size", "mode", "mtime", "symlink_target", "names_only"):
         assert field in entries["description"], f"entries description does not name {field}"
+    for group in ("files", "dirs", "symlinks", "other"):
+        assert properties[group]["type"] == "array" and "items" not in properties[group], group
+        assert "names_only" in properties[group]["description"], group
 
 
 async def test_output_schemas_have_no_refs(agent: Agent) -> None:

@@ -380,6 +380,7 @@ async fn listings_describe_entries_sorted_and_capped() {
         recursive,
         max_depth,
         max_entries,
+        names_only: false,
     };
     let flat = c.list_dir(list(false, 0, 0)).await.unwrap().into_inner();
     assert_eq!(names(&flat), ["b.txt", "bad-\u{fffd}-name", "d", "d-sibling", "link"]);
@@ -407,7 +408,29 @@ async fn listings_describe_entries_sorted_and_capped() {
     let exact = c.list_dir(list(false, 0, 5)).await.unwrap().into_inner();
     assert!(!exact.truncated, "a cap equal to the count does not truncate");
 
+    // names_only: the same paths and types, in the same order, and no stat fields.
+    for (recursive, max_depth, max_entries) in [(false, 0, 0), (true, 0, 0), (true, 2, 0), (true, 0, 3)] {
+        let full = c.list_dir(list(recursive, max_depth, max_entries)).await.unwrap().into_inner();
+        let req = pb::ListDirRequest { names_only: true, ..list(recursive, max_depth, max_entries) };
+        let short = c.list_dir(req).await.unwrap().into_inner();
+        let typed = |r: &pb::ListDirResponse| -> Vec<(String, i32, Vec<u8>)> {
+            r.entries.iter().map(|e| (e.path.clone(), e.r#type, e.raw_path.clone())).collect()
+        };
+        assert_eq!(typed(&short), typed(&full));
+        assert_eq!(short.truncated, full.truncated);
+        assert!(
+            short
+                .entries
+                .iter()
+                .all(|e| e.size == 0 && e.mode == 0 && e.mtime_unix_ms == 0 && e.symlink_target.is_empty()),
+            "names_only leaves the stat fields empty"
+        );
+    }
+
     let missing = pb::ListDirRequest { path: s(&root.join("missing")), ..Default::default() };
+    assert_status(c.list_dir(missing).await, Code::NotFound, &["does not exist"]);
+    let missing =
+        pb::ListDirRequest { path: s(&root.join("missing")), names_only: true, ..Default::default() };
     assert_status(c.list_dir(missing).await, Code::NotFound, &["does not exist"]);
 }
 

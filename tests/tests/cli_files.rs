@@ -54,6 +54,13 @@ fn small_operations_and_their_json() {
     assert_eq!(shallow["entries"].as_array().unwrap().len(), 1, "{shallow}");
     let text = ok(&sbx(&a, &["ls", s(&deep)]));
     assert!(text.contains("f.txt") && text.starts_with("-rw"), "{text}");
+    let names = ok(&sbx(&a, &["ls", "--names", "-R", s(&root)]));
+    assert_eq!(names, "a/\na/b/\na/b/f.txt\n");
+    let names = json(&sbx(&a, &["--json", "ls", "--names", s(&deep)]));
+    assert_eq!(
+        names,
+        serde_json::json!({"entries": [{"path": "f.txt", "kind": "file"}], "truncated": false})
+    );
 
     let st = json(&sbx(&a, &["--json", "stat", s(&deep.join("f.txt"))]));
     assert_eq!(st["kind"], "file");

@@ -9,11 +9,13 @@
 //! - The reply also stops (with `truncated`) before it would outgrow a gRPC message.
 //! - Listing something that is not a directory is refused with a hint to use Stat.
 //! - Subdirectories that cannot be read are listed themselves, without their contents.
+//! - `names_only` skips the stat of each entry: the type comes from the directory itself
+//!   (`d_type`), which is most of a listing's cost saved for callers that want names.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use prost::Message;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
@@ -21,7 +23,7 @@ use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
 use super::placement::quick_if;
-use super::{FsError, check_path, entry};
+use super::{FsError, check_path, entry, file_type};
 
 /// Room a listing may take in its reply; past it the listing is cut short as if by
 /// `max_entries`, so a huge `max_entries` cannot produce a reply too large to send.
@@ -40,10 +42,10 @@ pub async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, FsErro
     let root = check_path(&req.path)?;
     let (probe, recursive) = (root.clone(), req.recursive);
     let small = move || !recursive && std::fs::metadata(&probe).is_ok_and(|m| m.len() <= SMALL_DIR_BYTES);
-    quick_if(small, move || list_blocking(root, &req)).await
+    quick_if(small, move || list_sync(root, &req)).await
 }
 
-fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
+fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
     let meta = std::fs::metadata(&root).map_err(|e| FsError::io("list", &root, e))?;
     if !meta.is_dir() {
         return Err(FsError::NotADirectory { path: root, hint: "use Stat to inspect a single file" });
@@ -68,7 +70,7 @@ fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirR
     loop {
         let depth = open.len();
         let Some(level) = open.last_mut() else { break };
-        let Some(name) = level.names.next() else {
+        let Some((name, kind)) = level.names.next() else {
             open.pop();
             continue;
         };
@@ -77,17 +79,27 @@ fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirR
             break;
         }
         let Ok(dirfd) = level.dir.fd() else { continue };
-        let Ok(st) = rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
         let rel = level.rel.join(OsStr::from_bytes(name.as_bytes()));
-        let target = || rustix::fs::readlinkat(dirfd, &name, Vec::new()).ok().map(cstring_path);
-        let entry = entry(&rel, &st, target);
+        let (entry, kind) = if req.names_only && kind != FileType::Unknown {
+            (name_entry(&rel, kind), kind)
+        } else {
+            // The entry may have gone since the directory was read: skip it.
+            let Ok(st) = rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            let kind = FileType::from_raw_mode(st.st_mode);
+            if req.names_only {
+                (name_entry(&rel, kind), kind)
+            } else {
+                let target = || rustix::fs::readlinkat(dirfd, &name, Vec::new()).ok().map(cstring_path);
+                (entry(&rel, &st, target), kind)
+            }
+        };
         bytes += entry.encoded_len() + ENTRY_OVERHEAD;
         if bytes > MESSAGE_BUDGET {
             truncated = true;
             break;
         }
         entries.push(entry);
-        if FileType::from_raw_mode(st.st_mode) == FileType::Directory && depth < max_depth {
+        if kind == FileType::Directory && depth < max_depth {
             // A subdirectory that cannot be read is listed itself, its contents are not.
             if let Ok(sub) = Level::open(dirfd, &name, rel, OFlags::NOFOLLOW) {
                 open.push(sub);
@@ -97,13 +109,28 @@ fn list_blocking(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirR
     Ok(pb::ListDirResponse { entries, truncated })
 }
 
+/// A `names_only` entry: its path and a type known without a stat.
+fn name_entry(rel: &Path, kind: FileType) -> pb::FileEntry {
+    let raw_path = match rel.to_str() {
+        Some(_) => Vec::new(),
+        None => rel.as_os_str().as_bytes().to_vec(),
+    };
+    pb::FileEntry {
+        path: rel.to_string_lossy().into_owned(),
+        r#type: file_type(kind) as i32,
+        raw_path,
+        ..Default::default()
+    }
+}
+
 /// A directory being listed: its open descriptor, its path relative to the root, and its
-/// entries still to visit, sorted by name.
+/// entries still to visit, sorted by name, each with the type its directory entry gives
+/// (`FileType::Unknown` on file systems that do not fill `d_type`).
 struct Level {
     /// Read to its end; kept for its descriptor, which `fstatat` and `openat` use.
     dir: rustix::fs::Dir,
     rel: PathBuf,
-    names: std::vec::IntoIter<CString>,
+    names: std::vec::IntoIter<(CString, FileType)>,
 }
 
 impl Level {
@@ -119,12 +146,12 @@ impl Level {
         let mut dir = rustix::fs::Dir::new(fd)?;
         let mut names = Vec::new();
         while let Some(item) = dir.read() {
-            let name = item?.file_name().to_owned();
-            if !is_dot(&name) {
-                names.push(name);
+            let item = item?;
+            if !is_dot(item.file_name()) {
+                names.push((item.file_name().to_owned(), item.file_type()));
             }
         }
-        names.sort_unstable();
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Ok(Level { dir, rel, names: names.into_iter() })
     }
 }
@@ -139,18 +166,24 @@ fn cstring_path(c: CString) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
 
+    fn request(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> pb::ListDirRequest {
+        pb::ListDirRequest {
+            path: root.display().to_string(),
+            recursive,
+            max_depth,
+            max_entries,
+            names_only: false,
+        }
+    }
+
     fn names(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> (Vec<String>, bool) {
-        let req = pb::ListDirRequest { path: root.display().to_string(), recursive, max_depth, max_entries };
-        let r = list_blocking(root.to_path_buf(), &req).unwrap();
+        let r = list_sync(root.to_path_buf(), &request(root, recursive, max_depth, max_entries)).unwrap();
         (r.entries.into_iter().map(|e| e.path).collect(), r.truncated)
     }
 
-    #[test]
-    fn walk_is_sorted_depth_first_and_capped() {
+    fn tree() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         for p in ["b/y", "b/x/deep", "a", "c"] {
             let p = d.path().join(p);
@@ -158,11 +191,49 @@ mod tests {
             std::fs::write(p, b"").unwrap();
         }
         std::os::unix::fs::symlink("b", d.path().join("l")).unwrap();
+        d
+    }
+
+    #[test]
+    fn walk_is_sorted_depth_first_and_capped() {
+        let d = tree();
         let all = ["a", "b", "b/x", "b/x/deep", "b/y", "c", "l"];
         assert_eq!(names(d.path(), true, 0, 0), (all.map(String::from).to_vec(), false));
         assert_eq!(names(d.path(), false, 0, 0).0, ["a", "b", "c", "l"]);
         assert_eq!(names(d.path(), true, 2, 0).0, ["a", "b", "b/x", "b/y", "c", "l"]);
         assert_eq!(names(d.path(), true, 0, 3), (["a", "b", "b/x"].map(String::from).to_vec(), true));
         assert!(!names(d.path(), true, 0, 7).1);
+    }
+
+    #[test]
+    fn names_only_gives_the_same_paths_and_types_without_the_stat() {
+        let d = tree();
+        std::fs::write(d.path().join("a"), b"12345").unwrap();
+        for (recursive, max_depth, max_entries) in [(true, 0, 0), (false, 0, 0), (true, 2, 0), (true, 0, 3)] {
+            let full =
+                list_sync(d.path().to_path_buf(), &request(d.path(), recursive, max_depth, max_entries))
+                    .unwrap();
+            let req = pb::ListDirRequest {
+                names_only: true,
+                ..request(d.path(), recursive, max_depth, max_entries)
+            };
+            let short = list_sync(d.path().to_path_buf(), &req).unwrap();
+            let typed = |r: &pb::ListDirResponse| -> Vec<(String, i32)> {
+                r.entries.iter().map(|e| (e.path.clone(), e.r#type)).collect()
+            };
+            assert_eq!(typed(&short), typed(&full));
+            assert_eq!(short.truncated, full.truncated);
+            for e in &short.entries {
+                assert_eq!(
+                    (e.size, e.mode, e.mtime_unix_ms, e.symlink_target.as_str()),
+                    (0, 0, 0, ""),
+                    "{}",
+                    e.path
+                );
+            }
+        }
+        let full = list_sync(d.path().to_path_buf(), &request(d.path(), false, 0, 0)).unwrap();
+        assert_eq!(full.entries[0].size, 5, "the full listing still stats");
+        assert_eq!(full.entries[3].symlink_target, "b");
     }
 }

@@ -336,6 +336,9 @@ pub struct ListOpts {
     pub max_depth: Option<u32>,
     /// Cap on entries; `None`: the agent's default of 10 000.
     pub max_entries: Option<u32>,
+    /// Only paths and types, with no stat per entry in the agent: the entries' size,
+    /// mode and mtime are then 0 and their symlink target `None`.
+    pub names_only: bool,
 }
 
 /// Which part of a file to read.

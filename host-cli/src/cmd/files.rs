@@ -72,15 +72,31 @@ pub(super) async fn ls(ctx: &Ctx, args: LsArgs) -> Result<u8> {
     let Some(path) = args.path else {
         return sandboxes(ctx);
     };
-    let opts = ListOpts { recursive: args.recursive, max_depth: args.depth, max_entries: args.max_entries };
+    let opts = ListOpts {
+        recursive: args.recursive,
+        max_depth: args.depth,
+        max_entries: args.max_entries,
+        names_only: args.names,
+    };
     let listing = ctx.client().await?.list(&path, opts).await?;
+    if ctx.out.json && args.names {
+        // Without the stat the agent skipped: no size, mode or mtime to print as zeros.
+        let entries: Vec<NameEntry> =
+            listing.entries.iter().map(|e| NameEntry { path: &e.path, kind: e.kind }).collect();
+        ctx.out.json(&serde_json::json!({ "entries": entries, "truncated": listing.truncated }))?;
+        return Ok(0);
+    }
     if ctx.out.json {
         ctx.out.json(&listing)?;
         return Ok(0);
     }
     let mut text = String::new();
     for e in &listing.entries {
-        let _ = writeln!(text, "{}", long_line(e));
+        if args.names {
+            let _ = writeln!(text, "{}", name_line(e));
+        } else {
+            let _ = writeln!(text, "{}", long_line(e));
+        }
     }
     ctx.out.text(&text)?;
     if listing.truncated {
@@ -129,6 +145,22 @@ fn kind_char(k: FileKind) -> char {
         FileKind::Symlink => 'l',
         FileKind::Other => 's',
         FileKind::Unknown => '?',
+    }
+}
+
+/// An entry of `sbx ls --names --json`.
+#[derive(serde::Serialize)]
+struct NameEntry<'a> {
+    path: &'a str,
+    kind: FileKind,
+}
+
+/// `name/` for a directory, `name@` for a symlink, else `name`, like `ls -F`.
+fn name_line(e: &FileEntry) -> String {
+    match e.kind {
+        FileKind::Dir => format!("{}/", e.path),
+        FileKind::Symlink => format!("{}@", e.path),
+        _ => e.path.clone(),
     }
 }
 

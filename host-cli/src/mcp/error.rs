@@ -136,6 +136,9 @@ pub enum ToolError {
     /// The tool call was cancelled by the client.
     #[error("cancelled by the client")]
     Cancelled,
+    /// A result could not be encoded as JSON; a bug in sbx, since results are plain data.
+    #[error("sbx could not encode the result as JSON; please report this")]
+    Encode(#[source] serde_json::Error),
     /// No sandbox has this id or name.
     #[error("no sandbox is called `{name}`; sandbox_list shows the sandboxes, sandbox_create makes one")]
     NoSuchSandbox {

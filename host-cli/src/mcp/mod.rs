@@ -7,6 +7,7 @@
 //!   shapes the answer for a model.
 //! - [`shape`]: the shaping helpers shared by the tools (lossy text, base64, octal modes,
 //!   timestamps).
+//! - [`listing`]: the one-line-per-entry text of a directory listing.
 //! - [`error`]: [`ToolError`], the short actionable text a failed tool call returns with
 //!   `isError: true`.
 //! - [`progress`]: progress notifications while a call runs, and cancellation.
@@ -14,6 +15,7 @@
 //! stdout carries only the protocol; logs go to stderr.
 
 pub mod error;
+pub mod listing;
 pub mod progress;
 pub mod server;
 pub mod shape;
