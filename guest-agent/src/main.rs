@@ -96,7 +96,9 @@ fn init_logging() {
         }),
         _ => default(),
     };
-    tracing_subscriber::fmt().with_writer(std::io::stderr).finish().with(filter).init();
+    // A bare fmt layer: `fmt()`'s own builder would cap everything at info first.
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    tracing_subscriber::registry().with(logs).with(filter).init();
 }
 
 #[tokio::main]
