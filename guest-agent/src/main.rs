@@ -14,14 +14,16 @@ const DEFAULT_JOB_DIR: &str = "/run/sbx-agent/jobs";
 /// The environment variable holding the log filter.
 const LOG_ENV: &str = "SBX_AGENT_LOG";
 
+/// What `--help` prints after the options.
+const AFTER_HELP: &str = "\
+Addresses: vsock://CID:PORT (CID -1 = any), unix:///PATH, tcp://HOST:PORT.
+The kernel command line may also set sbx.listen=ADDR and sbx.announce=ADDR.
+Logs go to stderr; SBX_AGENT_LOG sets their level, per target if wanted
+(debug, warn,sbx_agent=trace); default info.";
+
 /// The sbx guest agent: run commands and manage files inside a microVM over gRPC.
-///
-/// Addresses: vsock://CID:PORT (CID -1 = any), unix:///PATH, tcp://HOST:PORT.
-/// The kernel command line may also set `sbx.listen=ADDR` and `sbx.announce=ADDR`.
-/// Logs go to stderr; SBX_AGENT_LOG sets the level, per target if wanted
-/// (`debug`, `warn,sbx_agent=trace`; default `info`).
 #[derive(Parser, Debug, PartialEq)]
-#[command(version, about, long_about = None)]
+#[command(version, about, long_about = None, after_help = AFTER_HELP)]
 struct Args {
     /// Address to listen on (repeatable). Default: vsock://-1:1024.
     #[arg(long = "listen", value_name = "ADDR", env = "SBX_AGENT_LISTEN", value_delimiter = ',')]
