@@ -8,12 +8,22 @@ use sbx_agent::report::error_chain;
 use sbx_agent::{AgentService, init, listen};
 use sbx_proto::Address;
 
+/// Where background jobs keep their log files unless `--job-dir` says otherwise.
+const DEFAULT_JOB_DIR: &str = "/run/sbx-agent/jobs";
+
+/// The environment variable holding the log filter.
+const LOG_ENV: &str = "SBX_AGENT_LOG";
+
+/// What `--help` prints after the options.
+const AFTER_HELP: &str = "\
+Addresses: vsock://CID:PORT (CID -1 = any), unix:///PATH, tcp://HOST:PORT.
+The kernel command line may also set sbx.listen=ADDR and sbx.announce=ADDR.
+Logs go to stderr; SBX_AGENT_LOG sets their level, per target if wanted
+(debug, warn,sbx_agent=trace); default info.";
+
 /// The sbx guest agent: run commands and manage files inside a microVM over gRPC.
-///
-/// Addresses: vsock://CID:PORT (CID -1 = any), unix:///PATH, tcp://HOST:PORT.
-/// The kernel command line may also set `sbx.listen=ADDR` and `sbx.announce=ADDR`.
-#[derive(Parser, Debug)]
-#[command(version, about, long_about = None)]
+#[derive(Parser, Debug, PartialEq)]
+#[command(version, about, long_about = None, after_help = AFTER_HELP)]
 struct Args {
     /// Address to listen on (repeatable). Default: vsock://-1:1024.
     #[arg(long = "listen", value_name = "ADDR", env = "SBX_AGENT_LISTEN", value_delimiter = ',')]
@@ -29,7 +39,7 @@ struct Args {
     no_announce: bool,
 
     /// Where background jobs keep their log files.
-    #[arg(long, value_name = "DIR", default_value = "/run/sbx-agent/jobs", env = "SBX_AGENT_JOB_DIR")]
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_JOB_DIR, env = "SBX_AGENT_JOB_DIR")]
     job_dir: PathBuf,
 
     /// File holding the token TCP clients must present (`authorization: Bearer ...`);
@@ -46,16 +56,57 @@ struct Args {
     max_concurrent_transfers: usize,
 }
 
+impl Args {
+    /// The arguments, parsed by clap unless there is nothing to parse: the kernel starts
+    /// the agent as PID 1 with no arguments, and under software emulation clap's first
+    /// run costs 10-20 ms of the VM's boot. `SBX_AGENT_*` variables (which the kernel
+    /// passes on from its command line) go through clap like arguments do.
+    fn from_env() -> Args {
+        let no_args = std::env::args_os().len() <= 1;
+        let no_env = !std::env::vars_os().any(|(k, _)| k.as_encoded_bytes().starts_with(b"SBX_AGENT_"));
+        if no_args && no_env { Args::defaults() } else { Args::parse() }
+    }
+
+    /// What clap yields for no arguments and no `SBX_AGENT_*` variables (a test checks).
+    fn defaults() -> Args {
+        Args {
+            listen: Vec::new(),
+            announce: None,
+            no_announce: false,
+            job_dir: PathBuf::from(DEFAULT_JOB_DIR),
+            token_file: None,
+            max_concurrent_execs: sbx_agent::service::limits::DEFAULT_MAX_EXECS,
+            max_concurrent_transfers: sbx_agent::service::limits::DEFAULT_MAX_TRANSFERS,
+        }
+    }
+}
+
+/// Logs to stderr at the level `SBX_AGENT_LOG` gives (`info` without it).
+///
+/// A `Targets` filter (`LEVEL`, `TARGET=LEVEL`, comma-separated) rather than an
+/// `EnvFilter`: building the latter compiles regexes, about 10 ms of a VM's boot under
+/// software emulation, for span and field filters the agent's logs do not need.
+fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let default = || Targets::new().with_default(LevelFilter::INFO);
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => spec.parse().unwrap_or_else(|e| {
+            eprintln!("sbx-agent: ignoring {LOG_ENV}={spec} ({e}); logging at info");
+            default()
+        }),
+        _ => default(),
+    };
+    // A bare fmt layer: `fmt()`'s own builder would cap everything at info first.
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    tracing_subscriber::registry().with(logs).with(filter).init();
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SBX_AGENT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let mut args = Args::parse();
+    init_logging();
+    let mut args = Args::from_env();
     let pid1 = init::is_pid1();
     sbx_agent::exec::start_reaper();
     if pid1 {
@@ -124,6 +175,31 @@ async fn main() -> ExitCode {
         Err(e) => {
             eprintln!("sbx-agent: {}", error_chain(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn defaults_are_what_clap_gives_without_arguments() {
+        // Only meaningful when the test's own environment sets none of clap's variables.
+        let set: Vec<_> = Args::command()
+            .get_arguments()
+            .filter_map(|a| a.get_env().map(|e| e.to_owned()))
+            .filter(|e| std::env::var_os(e).is_some())
+            .collect();
+        assert!(set.is_empty(), "unset {set:?} to run this test");
+        assert_eq!(Args::try_parse_from(["sbx-agent"]).unwrap(), Args::defaults());
+    }
+
+    #[test]
+    fn log_filters_parse_as_documented() {
+        for spec in ["debug", "warn,sbx_agent=trace", "h2=off,info"] {
+            assert!(spec.parse::<tracing_subscriber::filter::Targets>().is_ok(), "{spec}");
         }
     }
 }

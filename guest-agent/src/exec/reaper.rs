@@ -62,16 +62,20 @@ pub fn start() {
                 return;
             }
         };
+        // Children that ended before the handler existed (left by whatever exec'd us).
+        // Inline: nothing of ours can hold the table yet, and a blocking-pool thread
+        // started here would cost milliseconds of a VM's boot under emulation.
+        reap_all();
         tokio::spawn(async move {
             loop {
+                if sigchld.recv().await.is_none() {
+                    tracing::error!("the SIGCHLD stream ended; children are no longer reaped");
+                    return;
+                }
                 // waitpid(WNOHANG) does not block, but the table lock may be held by a
                 // spawn for the length of a fork and exec.
                 if tokio::task::spawn_blocking(reap_all).await.is_err() {
                     reap_all();
-                }
-                if sigchld.recv().await.is_none() {
-                    tracing::error!("the SIGCHLD stream ended; children are no longer reaped");
-                    return;
                 }
             }
         });
