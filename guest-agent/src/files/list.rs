@@ -23,7 +23,7 @@ use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
 use super::placement::quick_if;
-use super::{FsError, check_path, entry, file_type};
+use super::{FsError, check_path, entry, file_type, wire_path};
 
 /// Room a listing may take in its reply; past it the listing is cut short as if by
 /// `max_entries`, so a huge `max_entries` cannot produce a reply too large to send.
@@ -80,17 +80,21 @@ fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirRespo
         }
         let Ok(dirfd) = level.dir.fd() else { continue };
         let rel = level.rel.join(OsStr::from_bytes(name.as_bytes()));
-        let (entry, kind) = if req.names_only && kind != FileType::Unknown {
-            (name_entry(&rel, kind), kind)
+        // Only a directory to descend into keeps its relative path; every other entry's
+        // path moves into its reply (one allocation per entry, not three).
+        let (entry, kind, rel) = if req.names_only && kind != FileType::Unknown {
+            let sub = descend(kind, depth, max_depth, &rel);
+            (name_entry(rel, kind), kind, sub)
         } else {
             // The entry may have gone since the directory was read: skip it.
             let Ok(st) = rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
             let kind = FileType::from_raw_mode(st.st_mode);
+            let sub = descend(kind, depth, max_depth, &rel);
             if req.names_only {
-                (name_entry(&rel, kind), kind)
+                (name_entry(rel, kind), kind, sub)
             } else {
                 let target = || rustix::fs::readlinkat(dirfd, &name, Vec::new()).ok().map(cstring_path);
-                (entry(&rel, &st, target), kind)
+                (entry(rel, &st, target), kind, sub)
             }
         };
         bytes += entry.encoded_len() + ENTRY_OVERHEAD;
@@ -99,7 +103,8 @@ fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirRespo
             break;
         }
         entries.push(entry);
-        if kind == FileType::Directory && depth < max_depth {
+        debug_assert!(rel.is_none() || kind == FileType::Directory);
+        if let Some(rel) = rel {
             // A subdirectory that cannot be read is listed itself, its contents are not.
             if let Ok(sub) = Level::open(dirfd, &name, rel, OFlags::NOFOLLOW) {
                 open.push(sub);
@@ -109,14 +114,17 @@ fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirRespo
     Ok(pb::ListDirResponse { entries, truncated })
 }
 
+/// The relative path of a directory the walk goes into next, if `kind` is one and the
+/// depth allows.
+fn descend(kind: FileType, depth: usize, max_depth: usize, rel: &Path) -> Option<PathBuf> {
+    (kind == FileType::Directory && depth < max_depth).then(|| rel.to_path_buf())
+}
+
 /// A `names_only` entry: its path and a type known without a stat.
-fn name_entry(rel: &Path, kind: FileType) -> pb::FileEntry {
-    let raw_path = match rel.to_str() {
-        Some(_) => Vec::new(),
-        None => rel.as_os_str().as_bytes().to_vec(),
-    };
+fn name_entry(rel: PathBuf, kind: FileType) -> pb::FileEntry {
+    let (path, raw_path) = wire_path(rel);
     pb::FileEntry {
-        path: rel.to_string_lossy().into_owned(),
+        path,
         r#type: file_type(kind) as i32,
         raw_path,
         ..Default::default()

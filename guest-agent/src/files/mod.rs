@@ -21,9 +21,9 @@ pub mod rename;
 pub mod write;
 
 use std::fs::FileType;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rustix::fs::Stat;
 use sbx_proto::agent::v1 as pb;
@@ -85,7 +85,7 @@ pub(crate) fn special_kind(ft: FileType) -> &'static str {
 
 /// A `FileEntry` for a file already `lstat`ed as `st`, named `name` on the wire;
 /// `target` reads a symlink's target, and is called only for symlinks.
-pub(crate) fn entry(name: &Path, st: &Stat, target: impl FnOnce() -> Option<PathBuf>) -> pb::FileEntry {
+pub(crate) fn entry(name: PathBuf, st: &Stat, target: impl FnOnce() -> Option<PathBuf>) -> pb::FileEntry {
     let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
     let symlink_target = match ft {
         rustix::fs::FileType::Symlink => {
@@ -96,18 +96,24 @@ pub(crate) fn entry(name: &Path, st: &Stat, target: impl FnOnce() -> Option<Path
     // Whole milliseconds, rounded toward zero on either side of the epoch.
     let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
     let mtime_unix_ms = i64::try_from(mtime_ns / 1_000_000).unwrap_or(0);
-    let raw_path = match name.to_str() {
-        Some(_) => Vec::new(),
-        None => name.as_os_str().as_bytes().to_vec(),
-    };
+    let (path, raw_path) = wire_path(name);
     pb::FileEntry {
-        path: name.to_string_lossy().into_owned(),
+        path,
         r#type: file_type(ft) as i32,
         size: u64::try_from(st.st_size).unwrap_or(0),
         mode: st.st_mode & 0o7777,
         mtime_unix_ms,
         symlink_target,
         raw_path,
+    }
+}
+
+/// A path as `FileEntry` carries it: as text, plus its exact bytes when they are not
+/// UTF-8. Takes the path by value so the usual, UTF-8 case reuses its buffer.
+pub(crate) fn wire_path(name: PathBuf) -> (String, Vec<u8>) {
+    match name.into_os_string().into_string() {
+        Ok(text) => (text, Vec::new()),
+        Err(raw) => (raw.to_string_lossy().into_owned(), raw.into_vec()),
     }
 }
 

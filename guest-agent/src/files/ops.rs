@@ -17,7 +17,8 @@ pub async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, FsError> {
     let path = check_path(&req.path)?;
     quick(move || {
         let st = rustix::fs::lstat(&path).map_err(|e| FsError::io("stat", &path, e.into()))?;
-        Ok(entry(&path, &st, || std::fs::read_link(&path).ok()))
+        let target = || std::fs::read_link(&path).ok();
+        Ok(entry(path.clone(), &st, target))
     })
     .await
 }
