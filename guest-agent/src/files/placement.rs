@@ -21,6 +21,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use super::{FsError, blocking};
 
 /// Filesystem types whose calls the kernel answers without a server or a daemon.
+#[rustfmt::skip]
 const LOCAL_TYPES: &[&str] = &[
     "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "vfat", "exfat", "squashfs", "erofs",
     "iso9660", "overlay", "tmpfs", "ramfs", "rootfs", "devtmpfs", "proc", "sysfs", "devpts",
