@@ -32,14 +32,27 @@ fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
-missing=""
-for p in $packages; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
+missing_packages() {
+    local p
+    for p in $packages; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || printf ' %s' "$p"
+    done
+}
+missing="$(missing_packages)"
 if [ -n "$missing" ]; then
     log "installing:$missing"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    # An install can remove a package it conflicts with: a machine that came with a newer
+    # qemu-utils (a backport) loses it to Debian's qemu-system-x86. Install what went
+    # missing again, now in the version that fits.
+    missing="$(missing_packages)"
+    if [ -n "$missing" ]; then
+        log "installing again (removed by the install above):$missing"
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    fi
+    missing="$(missing_packages)"
+    [ -z "$missing" ] || die "apt-get did not install:$missing"
 fi
 
 # 2. Rust pieces.
