@@ -59,19 +59,34 @@ fn parse_stat(text: &str) -> Option<Proc> {
 /// own processes however many run beside them (Debian's guest kernel has
 /// CONFIG_PROC_CHILDREN). A kernel without it falls back to reading every
 /// `/proc/<pid>/stat`.
+///
+/// The walk is not atomic. A process that dies during it (the sweep usually runs right
+/// after killing the command's group) hands its children to the agent, the subreaper,
+/// possibly after the agent's own list was read; they would be missed. So each
+/// process's children are read before its stat, and when any stat shows it dead, the
+/// agent's list is read again and whatever is new is walked too.
 fn snapshot() -> Vec<Proc> {
     let me = std::process::id() as i32;
     let Some(mut queue) = children_of(me) else { return every_process(me) };
     let mut seen = HashSet::new();
     let mut out = Vec::new();
-    while let Some(pid) = queue.pop() {
-        if pid == 1 || !seen.insert(pid) {
-            continue;
+    for _ in 0..ROUNDS {
+        let mut saw_death = false;
+        while let Some(pid) = queue.pop() {
+            if pid == 1 || !seen.insert(pid) {
+                continue;
+            }
+            let kids = children_of(pid).unwrap_or_default();
+            match read_stat(pid) {
+                Some(p) => out.push(p),
+                None => saw_death = true,
+            }
+            queue.extend(kids);
         }
-        if let Some(p) = read_stat(pid) {
-            out.push(p);
+        if !saw_death {
+            break;
         }
-        queue.extend(children_of(pid).into_iter().flatten());
+        queue = children_of(me).unwrap_or_default();
     }
     out
 }
