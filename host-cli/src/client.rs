@@ -94,7 +94,7 @@ impl Client {
             Some(r) => tokio_util::io::ReaderStream::with_capacity(r, CHUNK_SIZE)
                 .scan((), |(), chunk| {
                     std::future::ready(match chunk {
-                        Ok(b) => Some(pb::ExecStreamInput { input: Some(Input::Stdin(b.to_vec())) }),
+                        Ok(b) => Some(pb::ExecStreamInput { input: Some(Input::Stdin(b)) }),
                         Err(e) => {
                             tracing::warn!("stopped forwarding stdin: {e}");
                             None
@@ -120,12 +120,8 @@ impl Client {
                     Ok(pb::ExecEvent { event: Some(Event::Started(s)) }) => {
                         Some(Ok(ExecEvent::Started { pid: s.pid }))
                     }
-                    Ok(pb::ExecEvent { event: Some(Event::Stdout(b)) }) => {
-                        Some(Ok(ExecEvent::Stdout(b.into())))
-                    }
-                    Ok(pb::ExecEvent { event: Some(Event::Stderr(b)) }) => {
-                        Some(Ok(ExecEvent::Stderr(b.into())))
-                    }
+                    Ok(pb::ExecEvent { event: Some(Event::Stdout(b)) }) => Some(Ok(ExecEvent::Stdout(b))),
+                    Ok(pb::ExecEvent { event: Some(Event::Stderr(b)) }) => Some(Ok(ExecEvent::Stderr(b))),
                     Ok(pb::ExecEvent { event: Some(Event::Exited(s)) }) => {
                         Some(Ok(ExecEvent::Exited(s.into())))
                     }
@@ -183,8 +179,8 @@ impl Client {
         let mut chunks = self.rpc.clone().read_file(req).await.map_err(&err)?.into_inner();
         let first = chunks.message().await.map_err(&err)?;
         let file_size = first.as_ref().map(|c| c.file_size).unwrap_or(0);
-        let first = first.map(|c| Ok(Bytes::from(c.data)));
-        let rest = chunks.map(move |c| c.map(|c| Bytes::from(c.data)).map_err(&err));
+        let first = first.map(|c| Ok(c.data));
+        let rest = chunks.map(move |c| c.map(|c| c.data).map_err(&err));
         Ok(FileRead { file_size, chunks: stream::iter(first).chain(rest).boxed() })
     }
 
@@ -221,7 +217,7 @@ impl Client {
         let (body, failed) = upload_body(
             header,
             data,
-            |b| pb::WriteFileRequest { part: Some(Part::Data(b.to_vec())) },
+            |b| pb::WriteFileRequest { part: Some(Part::Data(b)) },
             pb::WriteFileRequest { part: Some(Part::End(true)) },
         );
         let call = async { self.rpc.clone().write_file(body).await };
@@ -291,9 +287,7 @@ impl Client {
             .filter_map(move |p| {
                 let out = match p {
                     Err(status) => Some(Err(err(status))),
-                    Ok(pb::DownloadDirChunk { part: Some(Part::Data(b)) }) => {
-                        Some(Ok(ArchivePart::Data(b.into())))
-                    }
+                    Ok(pb::DownloadDirChunk { part: Some(Part::Data(b)) }) => Some(Ok(ArchivePart::Data(b))),
                     Ok(pb::DownloadDirChunk { part: Some(Part::Summary(s)) }) => {
                         Some(Ok(ArchivePart::Summary(s.into())))
                     }
@@ -316,7 +310,7 @@ impl Client {
         let (body, failed) = upload_body(
             header,
             zip,
-            |b| pb::UploadDirRequest { part: Some(Part::Data(b.to_vec())) },
+            |b| pb::UploadDirRequest { part: Some(Part::Data(b)) },
             pb::UploadDirRequest { part: Some(Part::End(true)) },
         );
         let call = async { self.rpc.clone().upload_dir(body).await };

@@ -45,7 +45,7 @@ async fn upload(client: &mut Client, path: &Path, zip: &[u8]) -> Result<pb::Uplo
     }];
     msgs.extend(
         zip.chunks(100_000)
-            .map(|c| pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(c.to_vec())) }),
+            .map(|c| pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(c.to_vec().into())) }),
     );
     msgs.push(pb::UploadDirRequest { part: Some(upload_dir_request::Part::End(true)) });
     client.upload_dir(futures::stream::iter(msgs)).await.map(|r| r.into_inner())
@@ -286,7 +286,8 @@ async fn uploads_replace_files_atomically_and_refuse_garbage_and_missing_headers
         Code::InvalidArgument,
         &["not a readable zip"],
     );
-    let no_header = vec![pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(b"PK".to_vec())) }];
+    let no_header =
+        vec![pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(b"PK".to_vec().into())) }];
     assert_status(c.upload_dir(futures::stream::iter(no_header)).await, Code::InvalidArgument, &["header"]);
     assert_status(upload(&mut c, Path::new("rel/dir"), b"").await, Code::InvalidArgument, &["absolute"]);
     let file = target.join("keep.txt");

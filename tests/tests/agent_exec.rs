@@ -97,7 +97,7 @@ async fn cwd_env_and_stdin_reach_the_command() {
         c.cwd = dir.display().to_string();
         c.env.insert("GREETING".into(), "hi there".into());
     });
-    let resp = run(&agent, pb::ExecRequest { stdin: b"from stdin".to_vec(), ..req }).await;
+    let resp = run(&agent, pb::ExecRequest { stdin: b"from stdin".to_vec().into(), ..req }).await;
     assert_eq!(stdout(&resp), format!("{}\nhi there\nfrom stdin", dir.display()));
     // Empty cwd is `/`.
     assert_eq!(stdout(&run(&agent, argv(&["pwd"])).await), "/\n");
@@ -107,7 +107,8 @@ async fn cwd_env_and_stdin_reach_the_command() {
 async fn stdin_larger_than_a_pipe_is_fed_while_output_is_drained() {
     let agent = Agent::start();
     let input: Vec<u8> = (0..3_000_000u32).map(|i| b'a' + (i % 26) as u8).collect();
-    let req = pb::ExecRequest { stdin: input.clone(), output_limit: 4 * 1024 * 1024, ..argv(&["cat"]) };
+    let req =
+        pb::ExecRequest { stdin: input.clone().into(), output_limit: 4 * 1024 * 1024, ..argv(&["cat"]) };
     let resp = run(&agent, req).await;
     let out = resp.stdout.unwrap();
     assert!(!out.truncated);
@@ -211,10 +212,7 @@ async fn stdout_and_stderr_are_captured_separately() {
     let resp = run(&agent, shell("for i in 1 2 3; do echo out$i; echo err$i >&2; done")).await;
     assert_eq!(stdout(&resp), "out1\nout2\nout3\n");
     let err = resp.stderr.unwrap();
-    assert_eq!(
-        (err.data.as_slice(), err.total_bytes, err.truncated),
-        (&b"err1\nerr2\nerr3\n"[..], 15, false)
-    );
+    assert_eq!((err.data.as_ref(), err.total_bytes, err.truncated), (&b"err1\nerr2\nerr3\n"[..], 15, false));
 }
 
 #[tokio::test]
@@ -276,7 +274,7 @@ async fn started_pid(events: &mut tonic::Streaming<pb::ExecEvent>) -> u32 {
 async fn exec_stream_forwards_stdin_and_streams_output_untruncated() {
     use pb::exec_stream_input::Input as In;
     let agent = Agent::start();
-    let start = pb::ExecRequest { stdin: b"first ".to_vec(), ..shell("tr a-z A-Z; echo done >&2") };
+    let start = pb::ExecRequest { stdin: b"first ".to_vec().into(), ..shell("tr a-z A-Z; echo done >&2") };
     let (mut tx, mut events) = open_stream(&agent, start).await;
     let pid = started_pid(&mut events).await;
     assert!(pid > 1);
@@ -386,7 +384,7 @@ async fn invalid_requests_are_refused_with_actionable_errors() {
 
     // ExecStream must open with `start`.
     let (mut tx, rx) = futures::channel::mpsc::channel(1);
-    tx.send(pb::ExecStreamInput { input: Some(pb::exec_stream_input::Input::Stdin(b"x".to_vec())) })
+    tx.send(pb::ExecStreamInput { input: Some(pb::exec_stream_input::Input::Stdin(b"x".to_vec().into())) })
         .await
         .unwrap();
     drop(tx);

@@ -27,7 +27,7 @@ fn header_msg(header: pb::WriteFileHeader) -> pb::WriteFileRequest {
 }
 
 fn data_msgs(data: &[u8]) -> Vec<pb::WriteFileRequest> {
-    data.chunks(MIB).map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec())) }).collect()
+    data.chunks(MIB).map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec().into())) }).collect()
 }
 
 async fn write_with(
@@ -261,7 +261,7 @@ async fn writes_onto_a_directory_or_without_a_header_are_refused() {
     let mut c = agent.client().await;
     assert_status(write(&mut c, agent.dir.path(), b"x").await, Code::InvalidArgument, &["is a directory"]);
 
-    let no_header = vec![pb::WriteFileRequest { part: Some(Part::Data(b"x".to_vec())) }];
+    let no_header = vec![pb::WriteFileRequest { part: Some(Part::Data(b"x".to_vec().into())) }];
     let result = c.write_file(futures::stream::iter(no_header)).await;
     assert_status(result, Code::InvalidArgument, &["header"]);
     let empty = c.write_file(futures::stream::iter(Vec::new())).await;
@@ -389,7 +389,7 @@ async fn listings_describe_entries_sorted_and_capped() {
     assert_eq!((b.r#type(), b.size, b.mode), (pb::FileType::File, 5, 0o640));
     assert!(b.mtime_unix_ms > 1_500_000_000_000, "mtime is in Unix milliseconds");
     assert!(b.raw_path.is_empty());
-    assert_eq!(flat.entries[1].raw_path, b"bad-\xff-name", "non-UTF-8 names carry their raw bytes");
+    assert_eq!(flat.entries[1].raw_path, &b"bad-\xff-name"[..], "non-UTF-8 names carry their raw bytes");
     assert_eq!(flat.entries[2].r#type(), pb::FileType::Dir);
     let link = &flat.entries[4];
     assert_eq!((link.r#type(), link.symlink_target.as_str()), (pb::FileType::Symlink, "b.txt"));
@@ -414,7 +414,7 @@ async fn listings_describe_entries_sorted_and_capped() {
         let req = pb::ListDirRequest { names_only: true, ..list(recursive, max_depth, max_entries) };
         let short = c.list_dir(req).await.unwrap().into_inner();
         let typed = |r: &pb::ListDirResponse| -> Vec<(String, i32, Vec<u8>)> {
-            r.entries.iter().map(|e| (e.path.clone(), e.r#type, e.raw_path.clone())).collect()
+            r.entries.iter().map(|e| (e.path.clone(), e.r#type, e.raw_path.to_vec())).collect()
         };
         assert_eq!(typed(&short), typed(&full));
         assert_eq!(short.truncated, full.truncated);

@@ -71,7 +71,7 @@ async fn job_runs_detached_and_its_logs_are_complete() {
     assert!(out.log_path.starts_with(&agent.dir.path().join("jobs").display().to_string()));
     assert_eq!(std::fs::read_to_string(&out.log_path).unwrap(), expected, "the log holds the whole stream");
     let err = done.stderr.unwrap();
-    assert_eq!((err.total_bytes, err.tail.as_slice()), (5, &b"oops\n"[..]));
+    assert_eq!((err.total_bytes, err.tail.as_ref()), (5, &b"oops\n"[..]));
     assert_eq!(std::fs::read(&err.log_path).unwrap(), b"oops\n");
 
     use std::os::unix::fs::PermissionsExt;
@@ -85,7 +85,7 @@ async fn status_of_a_running_job_shows_its_tail() {
     let mut client = agent.client().await;
     let job = start(&mut client, shell("printf 'working...'; sleep 1000")).await;
     eventually("the job's first output", async || {
-        get(&mut client, &job.id).await.stdout.unwrap().tail == b"working..."
+        get(&mut client, &job.id).await.stdout.unwrap().tail == b"working..."[..]
     })
     .await;
     let now = get(&mut client, &job.id).await;
@@ -135,13 +135,13 @@ async fn sigterm_reaches_the_job() {
     )
     .await;
     eventually("the trap to be set", async || {
-        get(&mut client, &job.id).await.stdout.unwrap().tail == b"ready\n"
+        get(&mut client, &job.id).await.stdout.unwrap().tail == b"ready\n"[..]
     })
     .await;
     client.signal_job(pb::SignalJobRequest { id: job.id.clone(), signal: 15 }).await.unwrap();
     let done = wait(&mut client, &job.id, 0).await;
     assert_eq!(kind(&done), Kind::Code(42));
-    assert_eq!(done.stdout.unwrap().tail, b"ready\ngot-term\n");
+    assert_eq!(done.stdout.unwrap().tail, &b"ready\ngot-term\n"[..]);
 }
 
 #[tokio::test]

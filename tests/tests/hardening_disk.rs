@@ -38,7 +38,9 @@ impl Drop for SmallDisk {
 fn write_msgs(path: &Path, data: &[u8]) -> Vec<pb::WriteFileRequest> {
     let header = pb::WriteFileHeader { path: path.display().to_string(), ..Default::default() };
     let mut msgs = vec![pb::WriteFileRequest { part: Some(Part::Header(header)) }];
-    msgs.extend(data.chunks(64 * 1024).map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec())) }));
+    msgs.extend(
+        data.chunks(64 * 1024).map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec().into())) }),
+    );
     msgs.push(pb::WriteFileRequest { part: Some(Part::End(true)) });
     msgs
 }
@@ -87,7 +89,7 @@ async fn a_write_that_fills_the_disk_fails_and_keeps_the_old_file() {
     client.write_file(futures::stream::iter(write_msgs(&target, b"small"))).await.expect("a small write");
     assert_eq!(std::fs::read(&target).unwrap(), b"small");
     let resp = client.exec(shell("echo alive")).await.unwrap().into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"alive\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"alive\n"[..]);
 }
 
 #[tokio::test]
@@ -110,8 +112,9 @@ async fn an_upload_that_fills_the_disk_fails_and_keeps_the_old_files() {
     let header = pb::UploadDirHeader { path: disk.0.display().to_string() };
     let mut msgs = vec![pb::UploadDirRequest { part: Some(pb::upload_dir_request::Part::Header(header)) }];
     msgs.extend(
-        zip.chunks(64 * 1024)
-            .map(|c| pb::UploadDirRequest { part: Some(pb::upload_dir_request::Part::Data(c.to_vec())) }),
+        zip.chunks(64 * 1024).map(|c| pb::UploadDirRequest {
+            part: Some(pb::upload_dir_request::Part::Data(c.to_vec().into())),
+        }),
     );
     msgs.push(pb::UploadDirRequest { part: Some(pb::upload_dir_request::Part::End(true)) });
     let status =

@@ -42,7 +42,7 @@ async fn a_client_gone_mid_upload_changes_nothing() {
     let header = pb::UploadDirHeader { path: target.display().to_string() };
     tx.send(pb::UploadDirRequest { part: Some(upload_dir_request::Part::Header(header)) }).await.unwrap();
     for chunk in zip[..zip.len() / 2].chunks(64 * 1024) {
-        tx.send(pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(chunk.to_vec())) })
+        tx.send(pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(chunk.to_vec().into())) })
             .await
             .unwrap();
     }
@@ -53,7 +53,7 @@ async fn a_client_gone_mid_upload_changes_nothing() {
 
     // The agent serves the next client, and nothing in the target changed.
     let resp = agent.client().await.exec(shell("echo next")).await.expect("next client").into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"next\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"next\n"[..]);
     eventually("no temp file of the upload left in the target", || names(&target) == ["keep.txt"]).await;
     assert_eq!(std::fs::read(target.join("keep.txt")).unwrap(), b"old");
 }
@@ -72,7 +72,7 @@ async fn a_client_gone_mid_write_keeps_the_old_file() {
     let header = pb::WriteFileHeader { path: file.display().to_string(), ..Default::default() };
     tx.send(pb::WriteFileRequest { part: Some(write_file_request::Part::Header(header)) }).await.unwrap();
     for _ in 0..16 {
-        let data = write_file_request::Part::Data(vec![b'n'; 64 * 1024]);
+        let data = write_file_request::Part::Data(vec![b'n'; 64 * 1024].into());
         tx.send(pb::WriteFileRequest { part: Some(data) }).await.unwrap();
     }
     call.abort();
@@ -80,7 +80,7 @@ async fn a_client_gone_mid_write_keeps_the_old_file() {
     let _ = call.await;
 
     let resp = agent.client().await.exec(shell("echo next")).await.expect("next client").into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"next\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"next\n"[..]);
     eventually("the temp file of the write to be removed", || names(&dir) == ["data"]).await;
     assert_eq!(std::fs::read(&file).unwrap(), b"old content");
 }

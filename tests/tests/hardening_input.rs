@@ -53,7 +53,7 @@ async fn garbage_on_the_socket_does_not_disturb_other_clients() {
     }
     // New clients still connect while the bad connections are open.
     let resp = agent.client().await.exec(shell("echo new")).await.unwrap().into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"new\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"new\n"[..]);
     drop(bad);
     assert!(alive(agent.pid()), "the agent died");
 }
@@ -63,8 +63,10 @@ async fn a_message_over_the_maximum_is_rejected_and_the_agent_keeps_serving() {
     let agent = Agent::start();
     // This client would send anything; the agent must be the one refusing.
     let mut client = agent.client().await.max_encoding_message_size(64 << 20);
-    let big =
-        pb::ExecRequest { stdin: vec![b'x'; sbx_proto::limits::MAX_MESSAGE_BYTES + 1024], ..shell("wc -c") };
+    let big = pb::ExecRequest {
+        stdin: vec![b'x'; sbx_proto::limits::MAX_MESSAGE_BYTES + 1024].into(),
+        ..shell("wc -c")
+    };
     let status = client.exec(big).await.expect_err("a 16 MiB+ message must be refused");
     assert!(
         matches!(status.code(), Code::ResourceExhausted | Code::OutOfRange),
@@ -73,7 +75,7 @@ async fn a_message_over_the_maximum_is_rejected_and_the_agent_keeps_serving() {
         status.message()
     );
     let resp = agent.client().await.exec(shell("echo still here")).await.unwrap().into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"still here\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"still here\n"[..]);
 }
 
 #[tokio::test]
@@ -95,9 +97,9 @@ async fn a_command_line_of_megabytes_is_refused_with_advice() {
     let status = client.exec(req).await.expect_err("E2BIG");
     assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
     // The same data through stdin works.
-    let req = pb::ExecRequest { stdin: vec![b'y'; 2 << 20], ..shell("wc -c") };
+    let req = pb::ExecRequest { stdin: vec![b'y'; 2 << 20].into(), ..shell("wc -c") };
     let resp = client.exec(req).await.unwrap().into_inner();
-    assert_eq!(String::from_utf8(resp.stdout.unwrap().data).unwrap().trim(), (2 << 20).to_string());
+    assert_eq!(String::from_utf8(resp.stdout.unwrap().data.to_vec()).unwrap().trim(), (2 << 20).to_string());
 }
 
 #[tokio::test]
@@ -127,7 +129,7 @@ async fn output_that_is_not_utf8_or_cut_mid_character_arrives_as_exact_bytes() {
     let agent = Agent::start();
     let mut client = agent.client().await;
     let resp = client.exec(shell(r"printf '\377\376\000x'")).await.unwrap().into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"\xff\xfe\0x");
+    assert_eq!(resp.stdout.unwrap().data, &b"\xff\xfe\0x"[..]);
     // "é" is two bytes; a 5-byte cap of five of them cuts one in half.
     let resp = client
         .exec(pb::ExecRequest { output_limit: 5, ..shell("printf 'ééééé'") })
@@ -164,7 +166,7 @@ async fn symlink_loops_long_names_and_non_utf8_names_do_not_hang_or_crash() {
         .into_inner();
     let names: Vec<_> = list.entries.iter().map(|e| e.path.clone()).collect();
     assert!(names.contains(&"loop".to_owned()) && names.contains(&"up".to_owned()), "{names:?}");
-    let odd = list.entries.iter().find(|e| e.raw_path == b"caf\xe9").expect("the non-UTF-8 name, raw");
+    let odd = list.entries.iter().find(|e| e.raw_path == b"caf\xe9"[..]).expect("the non-UTF-8 name, raw");
     assert!(odd.path.starts_with("caf"));
 
     let status = client

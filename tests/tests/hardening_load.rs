@@ -46,7 +46,7 @@ async fn two_hundred_concurrent_execs_succeed_or_get_resource_exhausted() {
     for call in calls {
         match call.await.unwrap() {
             Ok(resp) => {
-                assert_eq!(resp.into_inner().stdout.unwrap().data, b"ok\n");
+                assert_eq!(resp.into_inner().stdout.unwrap().data, &b"ok\n"[..]);
                 ok += 1;
             }
             Err(status) => {
@@ -60,7 +60,7 @@ async fn two_hundred_concurrent_execs_succeed_or_get_resource_exhausted() {
     assert_eq!((ok, exhausted), (64, 136));
     // Slots come back: a new command runs.
     let resp = clients[0].exec(shell("echo again")).await.expect("a slot is free again").into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"again\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"again\n"[..]);
 }
 
 #[tokio::test]
@@ -142,7 +142,8 @@ async fn fifty_concurrent_copies_succeed_or_get_resource_exhausted() {
             let header = pb::WriteFileHeader { path: path.clone(), ..Default::default() };
             let mut msgs = vec![pb::WriteFileRequest { part: Some(Part::Header(header)) }];
             msgs.extend(
-                data.chunks(1 << 20).map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec())) }),
+                data.chunks(1 << 20)
+                    .map(|c| pb::WriteFileRequest { part: Some(Part::Data(c.to_vec().into())) }),
             );
             msgs.push(pb::WriteFileRequest { part: Some(Part::End(true)) });
             client.write_file(futures::stream::iter(msgs)).await.map(|_| path)
@@ -181,7 +182,7 @@ async fn ten_thousand_calls_leave_fds_and_memory_at_baseline() {
                     let header = pb::WriteFileHeader { path, ..Default::default() };
                     let msgs = vec![
                         pb::WriteFileRequest { part: Some(Part::Header(header)) },
-                        pb::WriteFileRequest { part: Some(Part::Data(format!("call {i}").into_bytes())) },
+                        pb::WriteFileRequest { part: Some(Part::Data(format!("call {i}").into())) },
                         pb::WriteFileRequest { part: Some(Part::End(true)) },
                     ];
                     client.write_file(futures::stream::iter(msgs)).await.unwrap();

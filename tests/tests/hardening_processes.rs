@@ -31,7 +31,7 @@ async fn a_setsid_escapee_dies_when_its_exec_finishes() {
         p = pids.display()
     );
     let resp = agent.client().await.exec(shell(&script)).await.unwrap().into_inner();
-    assert_eq!(resp.stdout.unwrap().data, b"started\n");
+    assert_eq!(resp.stdout.unwrap().data, &b"started\n"[..]);
     let pid = read_pids(&pids)[0];
     eventually(&format!("the setsid sleep {pid} to be killed"), || gone(pid)).await;
     eventually("no zombie under the agent", || no_zombie_children(&agent)).await;

@@ -91,7 +91,7 @@ impl ChunkWriter {
             return Ok(());
         }
         let data = std::mem::replace(&mut self.buf, Vec::with_capacity(BULK_CHUNK_SIZE));
-        let chunk = pb::DownloadDirChunk { part: Some(Part::Data(data)) };
+        let chunk = pb::DownloadDirChunk { part: Some(Part::Data(data.into())) };
         if self.tx.blocking_send(Ok(chunk)).is_err() {
             self.stop.set(Stop::ClientGone);
             return Err(io::ErrorKind::BrokenPipe.into());

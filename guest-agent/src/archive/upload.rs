@@ -14,6 +14,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+use bytes::Bytes;
 use futures::Stream;
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
@@ -29,7 +30,7 @@ const DEFAULT_FILE_MODE: u32 = 0o644;
 /// Receives the zip in `data` and extracts it into `header.path`.
 pub async fn upload<S>(header: pb::UploadDirHeader, data: S) -> Result<pb::UploadDirResponse, ArchiveError>
 where
-    S: Stream<Item = Result<Vec<u8>, FsError>>,
+    S: Stream<Item = Result<Bytes, FsError>>,
 {
     let target = check_path(&header.path)?;
     let near = target.clone();

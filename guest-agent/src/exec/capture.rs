@@ -55,13 +55,13 @@ impl Capture {
         if total <= self.limit as u64 {
             let mut data = self.head;
             data.extend(self.tail);
-            return pb::CapturedOutput { data, truncated: false, total_bytes: total };
+            return pb::CapturedOutput { data: data.into(), truncated: false, total_bytes: total };
         }
         // The marker can only shrink once the real omitted count replaces `total`.
         let marker_room = marker(total).len();
         if self.limit < marker_room + 2 {
             let data = self.last(self.limit);
-            return pb::CapturedOutput { data, truncated: true, total_bytes: total };
+            return pb::CapturedOutput { data: data.into(), truncated: true, total_bytes: total };
         }
         let keep = self.limit - marker_room;
         let head_len = keep / 2;
@@ -71,7 +71,7 @@ impl Capture {
         data.extend_from_slice(&self.head[..head_len]);
         data.extend_from_slice(marker(omitted).as_bytes());
         data.extend(self.last(tail_len));
-        pb::CapturedOutput { data, truncated: true, total_bytes: total }
+        pb::CapturedOutput { data: data.into(), truncated: true, total_bytes: total }
     }
 
     /// The last `n` bytes of the stream (`n` <= limit, stream longer than the limit).
@@ -104,9 +104,9 @@ mod tests {
     #[test]
     fn short_output_is_kept_whole() {
         let out = capture(10, &[b"hello", b" you"]);
-        assert_eq!((out.data.as_slice(), out.truncated, out.total_bytes), (&b"hello you"[..], false, 9));
+        assert_eq!((out.data.as_ref(), out.truncated, out.total_bytes), (&b"hello you"[..], false, 9));
         let exact = capture(4, &[b"ab", b"cd"]);
-        assert_eq!((exact.data.as_slice(), exact.truncated), (&b"abcd"[..], false));
+        assert_eq!((exact.data.as_ref(), exact.truncated), (&b"abcd"[..], false));
     }
 
     #[test]
@@ -141,6 +141,6 @@ mod tests {
     #[test]
     fn tiny_limit_keeps_the_end() {
         let out = capture(5, &[b"0123456789"]);
-        assert_eq!((out.data.as_slice(), out.truncated, out.total_bytes), (&b"56789"[..], true, 10));
+        assert_eq!((out.data.as_ref(), out.truncated, out.total_bytes), (&b"56789"[..], true, 10));
     }
 }

@@ -5,6 +5,7 @@
 //! pipes fill up) instead of growing the agent's memory. When the client goes away the
 //! channel closes and the command's process group is killed.
 
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::agent::v1::exec_event::Event;
@@ -52,7 +53,7 @@ where
 async fn drive<S, E>(
     run: &mut Running,
     input: S,
-    stdin: (Option<pipe::Sender>, Vec<u8>),
+    stdin: (Option<pipe::Sender>, Bytes),
     tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
     timeout: std::time::Duration,
 ) where
@@ -80,14 +81,18 @@ async fn drive<S, E>(
 async fn pump(
     pipe: Option<pipe::Receiver>,
     tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
-    wrap: fn(Vec<u8>) -> Event,
+    wrap: fn(Bytes) -> Event,
 ) {
     let Some(mut pipe) = pipe else { return };
+    // One buffer, split after each read: its room is reused once the events sent from
+    // it are gone, instead of a new allocation per read.
+    let mut buf = BytesMut::new();
     loop {
-        let mut buf = Vec::with_capacity(CHUNK_SIZE);
+        buf.reserve(CHUNK_SIZE);
         match pipe.read_buf(&mut buf).await {
             Ok(1..) => {
-                if tx.send(Ok(pb::ExecEvent { event: Some(wrap(buf)) })).await.is_err() {
+                let data = buf.split().freeze();
+                if tx.send(Ok(pb::ExecEvent { event: Some(wrap(data)) })).await.is_err() {
                     return;
                 }
             }
@@ -100,7 +105,7 @@ async fn pump(
 /// until `stdin_eof` or the end of the input.
 async fn forward_stdin<S, E>(
     mut input: S,
-    (mut stdin, first): (Option<pipe::Sender>, Vec<u8>),
+    (mut stdin, first): (Option<pipe::Sender>, Bytes),
     tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
 ) where
     S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin,

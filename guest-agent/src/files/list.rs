@@ -123,7 +123,7 @@ fn descend(kind: FileType, depth: usize, max_depth: usize, rel: &Path) -> Option
 /// A `names_only` entry: its path and a type known without a stat.
 fn name_entry(rel: PathBuf, kind: FileType) -> pb::FileEntry {
     let (path, raw_path) = wire_path(rel);
-    pb::FileEntry { path, r#type: file_type(kind) as i32, raw_path, ..Default::default() }
+    pb::FileEntry { path, r#type: file_type(kind) as i32, raw_path: raw_path.into(), ..Default::default() }
 }
 
 /// A directory being listed: its open descriptor, its path relative to the root, and its

@@ -104,7 +104,7 @@ pub(crate) fn entry(name: PathBuf, st: &Stat, target: impl FnOnce() -> Option<Pa
         mode: st.st_mode & 0o7777,
         mtime_unix_ms,
         symlink_target,
-        raw_path,
+        raw_path: raw_path.into(),
     }
 }
 

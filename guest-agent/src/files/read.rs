@@ -85,7 +85,7 @@ fn start(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Star
         .take(plan.remaining)
         .read_to_end(&mut data)
         .map_err(|e| FsError::io("read", &plan.path, e))?;
-    Ok(Start::Whole(pb::ReadFileChunk { data, file_size: plan.file_size }))
+    Ok(Start::Whole(pb::ReadFileChunk { data: data.into(), file_size: plan.file_size }))
 }
 
 fn plan(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Plan, FsError> {
@@ -173,7 +173,8 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
             // A short read (a `/proc` file, a pipe-like source): do not queue the slack.
             data.shrink_to_fit();
         }
-        let chunk = pb::ReadFileChunk { data, file_size: if first { plan.file_size } else { 0 } };
+        let chunk =
+            pb::ReadFileChunk { data: data.into(), file_size: if first { plan.file_size } else { 0 } };
         first = false;
         if tx.blocking_send(Ok(chunk)).is_err() {
             return;
@@ -181,7 +182,8 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
     }
     if first {
         // An empty slice still tells the caller the file's size.
-        let _ = tx.blocking_send(Ok(pb::ReadFileChunk { data: Vec::new(), file_size: plan.file_size }));
+        let _ =
+            tx.blocking_send(Ok(pb::ReadFileChunk { data: Default::default(), file_size: plan.file_size }));
     }
 }
 

@@ -14,6 +14,7 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
@@ -58,7 +59,7 @@ struct Pending {
 /// target as it was.
 pub async fn write<S>(header: pb::WriteFileHeader, data: S) -> Result<pb::WriteFileResponse, FsError>
 where
-    S: Stream<Item = Result<Vec<u8>, FsError>>,
+    S: Stream<Item = Result<Bytes, FsError>>,
 {
     let path = check_path(&header.path)?;
     let mut data = std::pin::pin!(data);
@@ -92,19 +93,32 @@ where
 /// Receives chunks until the stream ends or more than [`WHOLE_WRITE_MAX`] bytes came;
 /// returns them and whether the stream ended. Most writes of a tool call are small and
 /// arrive with their end in one go, so they need no writer thread.
-async fn gather_head<S>(data: &mut std::pin::Pin<&mut S>) -> Result<(Vec<u8>, bool), FsError>
+async fn gather_head<S>(data: &mut std::pin::Pin<&mut S>) -> Result<(Bytes, bool), FsError>
 where
-    S: Stream<Item = Result<Vec<u8>, FsError>>,
+    S: Stream<Item = Result<Bytes, FsError>>,
 {
-    let mut head = Vec::new();
-    while head.len() <= WHOLE_WRITE_MAX {
+    let mut chunks = Vec::new();
+    let mut len = 0;
+    while len <= WHOLE_WRITE_MAX {
         match data.next().await {
-            None => return Ok((head, true)),
-            Some(chunk) if head.is_empty() => head = chunk?,
-            Some(chunk) => head.extend_from_slice(&chunk?),
+            None => return Ok((join(chunks), true)),
+            Some(chunk) => {
+                let chunk = chunk?;
+                len += chunk.len();
+                chunks.push(chunk);
+            }
         }
     }
-    Ok((head, false))
+    Ok((join(chunks), false))
+}
+
+/// One buffer of `chunks`; a single chunk is kept as it came, without a copy.
+fn join(mut chunks: Vec<Bytes>) -> Bytes {
+    match chunks.len() {
+        0 => Bytes::new(),
+        1 => chunks.swap_remove(0),
+        _ => chunks.concat().into(),
+    }
 }
 
 /// Writes the chunks of `data` to `file` and gives it back with the bytes written.
@@ -121,10 +135,10 @@ pub(crate) async fn write_stream<S>(
     path: &Path,
 ) -> Result<(File, u64), FsError>
 where
-    S: Stream<Item = Result<Vec<u8>, FsError>>,
+    S: Stream<Item = Result<Bytes, FsError>>,
 {
     let mut data = std::pin::pin!(data);
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(WRITE_QUEUE_CHUNKS);
+    let (tx, rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_CHUNKS);
     let writer = tokio::task::spawn_blocking(move || write_all(file, rx));
     let mut written: u64 = 0;
     while let Some(chunk) = data.next().await {
@@ -142,7 +156,7 @@ where
 }
 
 /// Writes every chunk from `rx` to `file` until the sender is gone or a write fails.
-fn write_all(mut file: File, mut rx: mpsc::Receiver<Vec<u8>>) -> std::io::Result<File> {
+fn write_all(mut file: File, mut rx: mpsc::Receiver<Bytes>) -> std::io::Result<File> {
     while let Some(chunk) = rx.blocking_recv() {
         write_pieces(&mut file, &chunk)?;
     }

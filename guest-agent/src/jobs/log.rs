@@ -51,7 +51,7 @@ pub(super) fn create(dir: &Path, id: &str) -> Result<Option<(LogFiles, File, Fil
 /// user) reads as empty rather than failing the whole job status.
 pub(super) fn output(path: &Path) -> pb::JobOutput {
     let (total_bytes, tail) = read_tail(path).unwrap_or_default();
-    pb::JobOutput { log_path: path.display().to_string(), total_bytes, tail }
+    pb::JobOutput { log_path: path.display().to_string(), total_bytes, tail: tail.into() }
 }
 
 fn read_tail(path: &Path) -> io::Result<(u64, Vec<u8>)> {

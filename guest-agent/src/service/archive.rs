@@ -28,7 +28,7 @@ pub(super) async fn upload(
         Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
         Ok(pb::UploadDirRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
         Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::UploadDirRequest { part: None }) => Ok(Piece::Data(Vec::new())),
+        Ok(pb::UploadDirRequest { part: None }) => Ok(Piece::Data(bytes::Bytes::new())),
         Err(status) => Err(status.message().to_owned()),
     });
     Ok(archive::upload::upload(header, until_end(pieces, path)).await?)

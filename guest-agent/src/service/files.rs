@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
 use tokio_stream::wrappers::ReceiverStream;
@@ -29,7 +30,7 @@ pub(super) async fn write(
         Ok(pb::WriteFileRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
         Ok(pb::WriteFileRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
         Ok(pb::WriteFileRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::WriteFileRequest { part: None }) => Ok(Piece::Data(Vec::new())),
+        Ok(pb::WriteFileRequest { part: None }) => Ok(Piece::Data(Bytes::new())),
         Err(status) => Err(status.message().to_owned()),
     });
     Ok(files::write::write(header, until_end(pieces, path)).await?)
@@ -93,7 +94,7 @@ impl From<FsError> for Status {
 
 /// One message of an upload stream (WriteFile, UploadDir) after its header.
 pub(super) enum Piece {
-    Data(Vec<u8>),
+    Data(Bytes),
     End,
     SecondHeader,
 }
@@ -105,7 +106,7 @@ pub(super) enum Piece {
 /// "commit". Only the `end` message does: a stream that stops without it yields
 /// [`FsError::StreamBroken`], and the write or extraction leaves nothing behind.
 /// An `Err` item is the transport's error message.
-pub(super) fn until_end<S>(pieces: S, path: PathBuf) -> impl Stream<Item = Result<Vec<u8>, FsError>>
+pub(super) fn until_end<S>(pieces: S, path: PathBuf) -> impl Stream<Item = Result<Bytes, FsError>>
 where
     S: Stream<Item = Result<Piece, String>> + Send + 'static,
 {

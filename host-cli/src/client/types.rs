@@ -90,7 +90,7 @@ impl ExecSpec {
     pub(crate) fn request(&self) -> pb::ExecRequest {
         pb::ExecRequest {
             command: Some(self.command()),
-            stdin: self.stdin.to_vec(),
+            stdin: self.stdin.clone(),
             timeout_ms: self.timeout.map(millis).unwrap_or(0),
             output_limit: self.output_limit.unwrap_or(0),
         }
@@ -161,7 +161,7 @@ pub struct Captured {
 impl From<Option<pb::CapturedOutput>> for Captured {
     fn from(c: Option<pb::CapturedOutput>) -> Self {
         let c = c.unwrap_or_default();
-        Captured { data: c.data.into(), truncated: c.truncated, total_bytes: c.total_bytes }
+        Captured { data: c.data, truncated: c.truncated, total_bytes: c.total_bytes }
     }
 }
 
@@ -219,7 +219,7 @@ pub struct JobOutput {
 impl From<Option<pb::JobOutput>> for JobOutput {
     fn from(o: Option<pb::JobOutput>) -> Self {
         let o = o.unwrap_or_default();
-        JobOutput { log_path: o.log_path, total_bytes: o.total_bytes, tail: o.tail.into() }
+        JobOutput { log_path: o.log_path, total_bytes: o.total_bytes, tail: o.tail }
     }
 }
 
