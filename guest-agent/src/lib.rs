@@ -6,11 +6,13 @@
 //! - [`exec`]: running commands with capped (head + tail) or streamed output, process
 //!   groups, timeouts. [`jobs`]: detached background jobs with log files.
 //! - [`files`]: read, atomic write, list, stat, remove, move, mkdir.
+//! - [`allocator`]: mimalloc as the allocator, tuned for a small resident set.
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
 //! - [`report`]: errors rendered as one line with their causes.
 //! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
 
+pub mod allocator;
 pub mod archive;
 pub mod auth;
 pub mod exec;

@@ -8,6 +8,10 @@ use sbx_agent::report::error_chain;
 use sbx_agent::{AgentService, init, listen};
 use sbx_proto::Address;
 
+/// See [`sbx_agent::allocator`].
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Where background jobs keep their log files unless `--job-dir` says otherwise.
 const DEFAULT_JOB_DIR: &str = "/run/sbx-agent/jobs";
 
@@ -103,8 +107,17 @@ fn init_logging() {
     tracing_subscriber::registry().with(logs).with(filter).init();
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("sbx-agent: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     init_logging();
     let mut args = Args::from_env();
     let pid1 = init::is_pid1();
@@ -169,6 +182,7 @@ async fn main() -> ExitCode {
         max_execs: args.max_concurrent_execs,
         max_transfers: args.max_concurrent_transfers,
     };
+    tokio::spawn(sbx_agent::allocator::trim_when_idle());
     let svc = AgentService::with_capacity(args.job_dir, capacity);
     match listen::serve_listeners(listeners, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,

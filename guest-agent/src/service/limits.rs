@@ -58,8 +58,15 @@ pub(crate) struct Limits {
     transfers: Arc<Semaphore>,
 }
 
-/// A slot taken under a cap; dropping it frees the slot.
-pub(crate) type Slot = OwnedSemaphorePermit;
+/// A slot taken under a cap; dropping it frees the slot and counts as a call ending
+/// for [`crate::allocator::trim_when_idle`].
+pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        crate::allocator::call_ended();
+    }
+}
 
 impl Limits {
     pub(crate) fn new(capacity: Capacity) -> Self {
@@ -72,7 +79,11 @@ impl Limits {
 
     /// A slot for one command, or the reason there is none.
     pub(crate) fn exec(&self) -> Result<Slot, LimitError> {
-        self.execs.clone().try_acquire_owned().map_err(|_| LimitError::Execs(self.capacity.max_execs))
+        self.execs
+            .clone()
+            .try_acquire_owned()
+            .map(Slot)
+            .map_err(|_| LimitError::Execs(self.capacity.max_execs))
     }
 
     /// A slot for one transfer, or the reason there is none.
@@ -80,6 +91,7 @@ impl Limits {
         self.transfers
             .clone()
             .try_acquire_owned()
+            .map(Slot)
             .map_err(|_| LimitError::Transfers(self.capacity.max_transfers))
     }
 }
