@@ -151,9 +151,9 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
     let mut first = true;
     while plan.remaining > 0 {
         let want = usize::try_from(plan.remaining).unwrap_or(usize::MAX).min(BULK_CHUNK_SIZE);
-        // Read straight into the message's buffer: no second copy.
-        let mut data = vec![0u8; want];
-        let n = match read_some(&mut plan.file, &mut data) {
+        // Read straight into the message's buffer: no second copy, and no zeroing first.
+        let mut data = Vec::with_capacity(want);
+        let n = match (&plan.file).take(want as u64).read_to_end(&mut data) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
@@ -168,7 +168,6 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
             return;
         }
         plan.remaining -= n as u64;
-        data.truncate(n);
         if n < want / 2 {
             // A short read (a `/proc` file, a pipe-like source): do not queue the slack.
             data.shrink_to_fit();
@@ -184,14 +183,5 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
         // An empty slice still tells the caller the file's size.
         let _ =
             tx.blocking_send(Ok(pb::ReadFileChunk { data: Default::default(), file_size: plan.file_size }));
-    }
-}
-
-fn read_some(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        match file.read(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            other => return other,
-        }
     }
 }
