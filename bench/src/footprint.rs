@@ -21,12 +21,18 @@ pub(crate) fn startup(bin: &Path, dir: &Path, runs: usize) -> Result<Samples> {
     Ok(Samples::from_durations(v))
 }
 
+/// How long after its last call an agent's memory is read as settled: past the one
+/// second the agent waits before trimming what its allocator holds free.
+pub(crate) const SETTLED: Duration = Duration::from_secs(2);
+
 /// The agent's memory before and after streaming `bytes` of a command's stdout.
 pub(crate) struct Flood {
     /// Right after it started listening, before any call.
     pub(crate) idle: Memory,
-    /// After the flood.
+    /// Right after the flood.
     pub(crate) after: Memory,
+    /// [`SETTLED`] after the flood, once the agent has handed freed memory back.
+    pub(crate) settled: Memory,
     /// Bytes received.
     pub(crate) bytes: u64,
     /// How long the flood took.
@@ -55,5 +61,7 @@ pub(crate) async fn flood(bin: &Path, dir: &Path, bytes: u64) -> Result<Flood> {
     if got != bytes {
         bail!("the flood delivered {got} bytes, not {bytes}");
     }
-    Ok(Flood { idle, after: agent.memory()?, bytes: got, took })
+    let after = agent.memory()?;
+    tokio::time::sleep(SETTLED).await;
+    Ok(Flood { idle, after, settled: agent.memory()?, bytes: got, took })
 }

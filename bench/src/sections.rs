@@ -254,6 +254,8 @@ fn concurrency(agent: &Agent, rt: &Runtime) -> Result<Section> {
 fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -> Result<Section> {
     let size = std::fs::metadata(&opts.agent_bin)?.len();
     let warm = agent.memory()?;
+    std::thread::sleep(footprint::SETTLED);
+    let settled = agent.memory()?;
     let startup = footprint::startup(&opts.agent_bin, scratch, if opts.quick { 5 } else { 20 })?;
     let f = rt.block_on(footprint::flood(&opts.agent_bin, scratch, opts.flood_size()))?;
     let grew = f.after.hwm.saturating_sub(f.idle.hwm);
@@ -269,10 +271,22 @@ fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -
                 "",
             ),
             Row::plain(
+                format!("same, {} s later (idle)", footprint::SETTLED.as_secs()),
+                fmt_bytes(settled.rss),
+                "",
+                "",
+            ),
+            Row::plain(
                 format!("peak RSS (VmHWM) while a command prints {} through ExecStream", fmt_bytes(f.bytes)),
                 fmt_bytes(f.after.hwm),
                 format!("peak before: {}", fmt_bytes(f.idle.hwm)),
                 format!("grew {} at {}", fmt_bytes(grew), fmt_rate(f.bytes, f.took)),
+            ),
+            Row::plain(
+                format!("RSS {} s after the flood (idle)", footprint::SETTLED.as_secs()),
+                fmt_bytes(f.settled.rss),
+                format!("right after: {}", fmt_bytes(f.after.rss)),
+                "",
             ),
             Row::latency("exec of the agent to its socket accepting", &startup, None),
         ],

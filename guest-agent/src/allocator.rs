@@ -11,10 +11,13 @@
 //! keep the agent's memory as small as it was with musl all the same:
 //! - no transparent huge pages (the crate's `no_thp` feature): with them, the first
 //!   allocations touched 2 MiB pages and an idle agent held 11.5 MiB instead of 4;
-//! - once no call has ended for [`SETTLE`], [`trim_when_idle`] hands what is free back
-//!   to the kernel: mimalloc would otherwise do so only when it next allocates, and an
-//!   idle agent would keep what its last transfer used (12 MiB after a 64 MiB copy).
+//! - once no call has ended for [`SETTLE`], every runtime worker hands what its heap
+//!   holds free back to the kernel ([`trim_when_idle`], [`on_worker_park`]). mimalloc
+//!   would otherwise do so only when that thread next allocates, and an idle agent
+//!   would keep what its last transfer used (20 MiB after an output flood).
 
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -25,19 +28,45 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// Woken each time a call ends.
 static CALL_ENDED: Notify = Notify::const_new();
 
+/// Bumped for each trim; a worker trims its heap when it parks and has not yet trimmed
+/// for the latest one.
+static TRIMS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The last trim this thread did.
+    static TRIMMED: Cell<u64> = const { Cell::new(0) };
+}
+
 /// Says that a call (a command, a transfer) ended; the next trim waits for [`SETTLE`]
 /// after the last one.
 pub fn call_ended() {
     CALL_ENDED.notify_one();
 }
 
-/// Runs for the agent's life: after calls end and [`SETTLE`] passes with no other
-/// call ending, returns every free page to the kernel.
-pub async fn trim_when_idle() {
+/// For the runtime's `on_thread_park`: a worker about to sleep trims its own heap if a
+/// trim was asked for since its last one (one atomic load otherwise).
+pub fn on_worker_park() {
+    let due = TRIMS.load(Ordering::Relaxed);
+    TRIMMED.with(|done| {
+        if done.get() != due {
+            done.set(due);
+            // SAFETY: mi_collect may be called from any thread at any time; it
+            // collects the calling thread's heap.
+            unsafe { libmimalloc_sys::mi_collect(true) };
+        }
+    });
+}
+
+/// Runs for the agent's life: once calls have ended and [`SETTLE`] passed with no
+/// other call ending, asks every worker to trim its heap as it next parks, and gives
+/// each of the `workers` a task so that it wakes up and does.
+pub async fn trim_when_idle(workers: usize) {
     loop {
         CALL_ENDED.notified().await;
         while tokio::time::timeout(SETTLE, CALL_ENDED.notified()).await.is_ok() {}
-        // SAFETY: mi_collect may be called from any thread at any time.
-        unsafe { libmimalloc_sys::mi_collect(true) };
+        TRIMS.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..workers {
+            tokio::spawn(tokio::task::yield_now());
+        }
     }
 }

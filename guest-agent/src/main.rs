@@ -108,8 +108,15 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
-    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(runtime) => runtime.block_on(run()),
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(sbx_agent::allocator::on_worker_park)
+        .build();
+    match runtime {
+        Ok(runtime) => {
+            let workers = runtime.metrics().num_workers();
+            runtime.block_on(run(workers))
+        }
         Err(e) => {
             eprintln!("sbx-agent: cannot start the async runtime: {e}");
             ExitCode::FAILURE
@@ -117,7 +124,8 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run() -> ExitCode {
+/// The agent, on a runtime with `workers` worker threads.
+async fn run(workers: usize) -> ExitCode {
     init_logging();
     let mut args = Args::from_env();
     let pid1 = init::is_pid1();
@@ -182,7 +190,7 @@ async fn run() -> ExitCode {
         max_execs: args.max_concurrent_execs,
         max_transfers: args.max_concurrent_transfers,
     };
-    tokio::spawn(sbx_agent::allocator::trim_when_idle());
+    tokio::spawn(sbx_agent::allocator::trim_when_idle(workers));
     let svc = AgentService::with_capacity(args.job_dir, capacity);
     match listen::serve_listeners(listeners, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,
