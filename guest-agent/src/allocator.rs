@@ -11,13 +11,15 @@
 //! keep the agent's memory as small as it was with musl all the same:
 //! - no transparent huge pages (the crate's `no_thp` feature): with them, the first
 //!   allocations touched 2 MiB pages and an idle agent held 11.5 MiB instead of 4;
-//! - once no call has ended for [`SETTLE`], every runtime worker hands what its heap
-//!   holds free back to the kernel ([`trim_when_idle`], [`on_worker_park`]). mimalloc
-//!   would otherwise do so only when that thread next allocates, and an idle agent
-//!   would keep what its last transfer used (20 MiB after an output flood).
+//! - once no command or transfer has run for [`SETTLE`], every runtime worker hands
+//!   what its heap holds free back to the kernel ([`trim_when_idle`],
+//!   [`on_worker_park`]). mimalloc would otherwise do so only when that thread next
+//!   allocates, and an idle agent would keep what its last transfer used (20 MiB
+//!   after an output flood). Never during one: a transfer trimmed half-way faults its
+//!   buffers in again, which halved `sbx cp` into a TCG VM.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -28,6 +30,9 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 /// Woken each time a call ends.
 static CALL_ENDED: Notify = Notify::const_new();
 
+/// Commands and transfers running now.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 /// Bumped for each trim; a worker trims its heap when it parks and has not yet trimmed
 /// for the latest one.
 static TRIMS: AtomicU64 = AtomicU64::new(0);
@@ -37,9 +42,15 @@ thread_local! {
     static TRIMMED: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Says that a call (a command, a transfer) ended; the next trim waits for [`SETTLE`]
-/// after the last one.
+/// Says that a call (a command, a transfer) started: no trim until it ends.
+pub fn call_started() {
+    RUNNING.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Says that a call that [`call_started`] ended; a trim comes [`SETTLE`] after the
+/// last one, if no other call runs then.
 pub fn call_ended() {
+    RUNNING.fetch_sub(1, Ordering::Relaxed);
     CALL_ENDED.notify_one();
 }
 
@@ -57,13 +68,22 @@ pub fn on_worker_park() {
     });
 }
 
-/// Runs for the agent's life: once calls have ended and [`SETTLE`] passed with no
-/// other call ending, asks every worker to trim its heap as it next parks, and gives
-/// each of the `workers` a task so that it wakes up and does.
+/// Runs for the agent's life: once calls have ended, none is running and [`SETTLE`]
+/// passed with no other call ending, asks every worker to trim its heap as it next
+/// parks, and gives each of the `workers` a task so that it wakes up and does.
 pub async fn trim_when_idle(workers: usize) {
     loop {
         CALL_ENDED.notified().await;
-        while tokio::time::timeout(SETTLE, CALL_ENDED.notified()).await.is_ok() {}
+        loop {
+            if tokio::time::timeout(SETTLE, CALL_ENDED.notified()).await.is_ok() {
+                continue;
+            }
+            if RUNNING.load(Ordering::Relaxed) == 0 {
+                break;
+            }
+            // A call is still running: its end will wake us.
+            CALL_ENDED.notified().await;
+        }
         TRIMS.fetch_add(1, Ordering::Relaxed);
         for _ in 0..workers {
             tokio::spawn(tokio::task::yield_now());

@@ -58,9 +58,16 @@ pub(crate) struct Limits {
     transfers: Arc<Semaphore>,
 }
 
-/// A slot taken under a cap; dropping it frees the slot and counts as a call ending
-/// for [`crate::allocator::trim_when_idle`].
+/// A slot taken under a cap; dropping it frees the slot. While it is held the call
+/// counts as running for [`crate::allocator::trim_when_idle`].
 pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Slot {
+    fn new(permit: OwnedSemaphorePermit) -> Slot {
+        crate::allocator::call_started();
+        Slot(permit)
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
@@ -82,7 +89,7 @@ impl Limits {
         self.execs
             .clone()
             .try_acquire_owned()
-            .map(Slot)
+            .map(Slot::new)
             .map_err(|_| LimitError::Execs(self.capacity.max_execs))
     }
 
@@ -91,7 +98,7 @@ impl Limits {
         self.transfers
             .clone()
             .try_acquire_owned()
-            .map(Slot)
+            .map(Slot::new)
             .map_err(|_| LimitError::Transfers(self.capacity.max_transfers))
     }
 }
