@@ -84,8 +84,13 @@ pub(crate) fn unix_ping_pong(dir: &Path, warmup: usize, n: usize) -> Result<Samp
     Ok(samples)
 }
 
+/// Bytes per read and write of the raw copy.
+const COPY_BLOCK: usize = 1 << 20;
+
 /// Copies `src` to `dst` through a Unix socket (a reader thread writing the file, this
 /// thread streaming it in), the raw transport the agent's copies are compared with.
+/// It moves data as `sbx cp` does, 1 MiB per socket call and 64 KiB per file write
+/// (`std::io::copy` would move 8 KiB at a time and make a weak floor).
 pub(crate) fn unix_copy(dir: &Path, src: &Path, dst: &Path) -> Result<Duration> {
     let path = dir.join("copy.sock");
     let _ = fs::remove_file(&path);
@@ -95,13 +100,22 @@ pub(crate) fn unix_copy(dir: &Path, src: &Path, dst: &Path) -> Result<Duration> 
     let sink = std::thread::spawn(move || -> std::io::Result<u64> {
         let (mut s, _) = listener.accept()?;
         let mut out = fs::File::create(&dst)?;
-        let n = std::io::copy(&mut s, &mut out)?;
+        let mut buf = vec![0u8; COPY_BLOCK];
+        let mut n = 0;
+        loop {
+            let got = s.read(&mut buf)?;
+            if got == 0 {
+                break;
+            }
+            buf[..got].chunks(64 * 1024).try_for_each(|piece| out.write_all(piece))?;
+            n += got as u64;
+        }
         out.sync_all()?;
         Ok(n)
     });
     let mut s = UnixStream::connect(&path)?;
     let mut f = fs::File::open(src)?;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; COPY_BLOCK];
     loop {
         let n = f.read(&mut buf)?;
         if n == 0 {
