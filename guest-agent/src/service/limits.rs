@@ -60,12 +60,14 @@ pub(crate) struct Limits {
 
 /// A slot taken under a cap; dropping it frees the slot. While it is held the call
 /// counts as running for [`crate::allocator::trim_when_idle`].
-pub(crate) struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+pub(crate) struct Slot {
+    _permit: OwnedSemaphorePermit,
+}
 
 impl Slot {
     fn new(permit: OwnedSemaphorePermit) -> Slot {
         crate::allocator::call_started();
-        Slot(permit)
+        Slot { _permit: permit }
     }
 }
 
