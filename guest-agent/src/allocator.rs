@@ -19,7 +19,7 @@
 //!   buffers in again, which halved `sbx cp` into a TCG VM.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -27,8 +27,15 @@ use tokio::sync::Notify;
 /// How long the agent must have been idle before freed memory is trimmed.
 pub const SETTLE: Duration = Duration::from_secs(1);
 
-/// Woken each time a call ends.
-static CALL_ENDED: Notify = Notify::const_new();
+/// Woken by the first call to end after a trim (or after the trimmer last looked).
+static WOKEN: Notify = Notify::const_new();
+
+/// Set when a call ended since the trimmer last looked; only its first setter wakes
+/// the trimmer, so a call costs three atomic operations and no thread wakeup.
+static DIRTY: AtomicBool = AtomicBool::new(false);
+
+/// Calls ended so far.
+static ENDED: AtomicU64 = AtomicU64::new(0);
 
 /// Commands and transfers running now.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -47,11 +54,14 @@ pub fn call_started() {
     RUNNING.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Says that a call that [`call_started`] ended; a trim comes [`SETTLE`] after the
-/// last one, if no other call runs then.
+/// Says that a call that [`call_started`] ended; a trim follows once [`SETTLE`] passes
+/// with no call running or ending.
 pub fn call_ended() {
+    ENDED.fetch_add(1, Ordering::Relaxed);
     RUNNING.fetch_sub(1, Ordering::Relaxed);
-    CALL_ENDED.notify_one();
+    if !DIRTY.swap(true, Ordering::Relaxed) {
+        WOKEN.notify_one();
+    }
 }
 
 /// For the runtime's `on_thread_park`: a worker about to sleep trims its own heap if a
@@ -68,21 +78,21 @@ pub fn on_worker_park() {
     });
 }
 
-/// Runs for the agent's life: once calls have ended, none is running and [`SETTLE`]
-/// passed with no other call ending, asks every worker to trim its heap as it next
-/// parks, and gives each of the `workers` a task so that it wakes up and does.
+/// Runs for the agent's life: once calls have ended and a whole [`SETTLE`] passed with
+/// none running or ending, asks every worker to trim its heap as it next parks, and
+/// gives each of the `workers` a task so that it wakes up and does.
 pub async fn trim_when_idle(workers: usize) {
     loop {
-        CALL_ENDED.notified().await;
+        WOKEN.notified().await;
         loop {
-            if tokio::time::timeout(SETTLE, CALL_ENDED.notified()).await.is_ok() {
-                continue;
-            }
-            if RUNNING.load(Ordering::Relaxed) == 0 {
+            // Calls ending from here on count as activity in this look (and wake the
+            // trimmer again afterwards, which costs one more look at most).
+            DIRTY.store(false, Ordering::Relaxed);
+            let before = ENDED.load(Ordering::Relaxed);
+            tokio::time::sleep(SETTLE).await;
+            if ENDED.load(Ordering::Relaxed) == before && RUNNING.load(Ordering::Relaxed) == 0 {
                 break;
             }
-            // A call is still running: its end will wake us.
-            CALL_ENDED.notified().await;
         }
         TRIMS.fetch_add(1, Ordering::Relaxed);
         for _ in 0..workers {
