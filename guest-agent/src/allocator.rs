@@ -32,11 +32,8 @@ pub const SETTLE: Duration = Duration::from_secs(1);
 static WOKEN: Notify = Notify::const_new();
 
 /// Set when a call ended since the trimmer last looked; only its first setter wakes
-/// the trimmer, so a call costs three atomic operations and no thread wakeup.
+/// the trimmer, so a call costs two atomic operations and no thread wakeup.
 static DIRTY: AtomicBool = AtomicBool::new(false);
-
-/// Calls ended so far.
-static ENDED: AtomicU64 = AtomicU64::new(0);
 
 /// Commands and transfers running now.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -58,7 +55,6 @@ pub fn call_started() {
 /// Says that a call that [`call_started`] ended; a trim follows once [`SETTLE`] passes
 /// with no call running or ending.
 pub fn call_ended() {
-    ENDED.fetch_add(1, Ordering::Relaxed);
     RUNNING.fetch_sub(1, Ordering::Relaxed);
     if !DIRTY.swap(true, Ordering::Relaxed) {
         WOKEN.notify_one();
@@ -81,17 +77,17 @@ pub fn on_worker_park() {
 
 /// Runs for the agent's life: once calls have ended and a whole [`SETTLE`] passed with
 /// none running or ending, asks every worker to trim its heap as it next parks, and
-/// gives each of the `workers` a task so that it wakes up and does.
-pub async fn trim_when_idle(workers: usize) {
+/// gives each worker a task so that it wakes up and does.
+pub async fn trim_when_idle() {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
     loop {
         WOKEN.notified().await;
         loop {
-            // Calls ending from here on count as activity in this look (and wake the
-            // trimmer again afterwards, which costs one more look at most).
+            // A call that ends from here on sets the flag again (and wakes the trimmer
+            // once more afterwards, which costs one more look at most).
             DIRTY.store(false, Ordering::Relaxed);
-            let before = ENDED.load(Ordering::Relaxed);
             tokio::time::sleep(SETTLE).await;
-            if ENDED.load(Ordering::Relaxed) == before && RUNNING.load(Ordering::Relaxed) == 0 {
+            if !DIRTY.load(Ordering::Relaxed) && RUNNING.load(Ordering::Relaxed) == 0 {
                 break;
             }
         }

@@ -113,10 +113,7 @@ fn main() -> ExitCode {
         .on_thread_park(sbx_agent::allocator::on_worker_park)
         .build();
     match runtime {
-        Ok(runtime) => {
-            let workers = runtime.metrics().num_workers();
-            runtime.block_on(run(workers))
-        }
+        Ok(runtime) => runtime.block_on(run()),
         Err(e) => {
             eprintln!("sbx-agent: cannot start the async runtime: {e}");
             ExitCode::FAILURE
@@ -124,8 +121,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// The agent, on a runtime with `workers` worker threads.
-async fn run(workers: usize) -> ExitCode {
+async fn run() -> ExitCode {
     init_logging();
     let mut args = Args::from_env();
     let pid1 = init::is_pid1();
@@ -190,7 +186,7 @@ async fn run(workers: usize) -> ExitCode {
         max_execs: args.max_concurrent_execs,
         max_transfers: args.max_concurrent_transfers,
     };
-    tokio::spawn(sbx_agent::allocator::trim_when_idle(workers));
+    tokio::spawn(sbx_agent::allocator::trim_when_idle());
     let svc = AgentService::with_capacity(args.job_dir, capacity);
     match listen::serve_listeners(listeners, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,

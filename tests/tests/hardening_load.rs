@@ -6,7 +6,9 @@
 mod hardening_util;
 
 use futures::StreamExt;
-use hardening_util::{eventually, fd_count, read_pids, rss_kib, shell};
+use std::time::Duration;
+
+use hardening_util::{eventually, eventually_within, fd_count, read_pids, rss_kib, shell};
 use sbx_proto::agent::v1 as pb;
 use sbx_proto::agent::v1::write_file_request::Part;
 use sbx_tests::Agent;
@@ -244,16 +246,6 @@ async fn memory_a_large_copy_used_goes_back_to_the_kernel_once_the_agent_is_idle
     // Back within 2 MiB of where it started soon after the last call ended (the agent
     // trims one to two seconds after it; left to itself the allocator would hold on to it
     // until something else happens to run, about 10 s).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(7);
-    loop {
-        let rss = rss_kib(agent.pid());
-        if rss < rss0 + 2048 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "RSS still {rss} KiB 7 s after the copies (was {rss0} KiB)"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let what = format!("the agent's RSS to fall back within 2 MiB of {rss0} KiB in 7 s");
+    eventually_within(Duration::from_secs(7), &what, || rss_kib(agent.pid()) < rss0 + 2048).await;
 }

@@ -21,7 +21,8 @@ use rustix::process::{Pid, Signal};
 /// The environment variable that marks a command's processes.
 pub const TAG_VAR: &str = "SBX_AGENT_CMD";
 
-/// How many times [`signal_all`] rescans for processes forked while it was signalling.
+/// How many times [`signal_all`] rescans for processes forked while it was signalling,
+/// and [`snapshot`] for children handed to the agent while it was walking.
 const ROUNDS: usize = 8;
 
 /// A tag no other command of this agent has.

@@ -23,8 +23,13 @@ pub(crate) fn argv(args: &[&str]) -> pb::ExecRequest {
 }
 
 /// Waits (generously) until `cond` holds; panics naming `what` otherwise.
-pub(crate) async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+pub(crate) async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    eventually_within(Duration::from_secs(30), what, cond).await;
+}
+
+/// Waits up to `limit` until `cond` holds; panics naming `what` otherwise.
+pub(crate) async fn eventually_within(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
     while !cond() {
         assert!(Instant::now() < deadline, "gave up waiting: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
