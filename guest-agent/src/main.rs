@@ -108,6 +108,7 @@ fn init_logging() {
 }
 
 fn main() -> ExitCode {
+    sbx_agent::exec::spawn::keep_inherited_fds_from_commands();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(sbx_agent::allocator::on_worker_park)

@@ -129,6 +129,36 @@ async fn user_by_uid_and_name_and_unknown_user() {
     assert!(status.message().contains("no-such-user-xyz") && status.message().contains("/etc/passwd"));
 }
 
+/// Both ways of starting a command (posix_spawn for the agent's own user, fork for a
+/// user switch) give the same start: a session of its own, no blocked or ignored
+/// signal (the agent ignores SIGPIPE), no fd of the agent's, PATH searched.
+#[tokio::test]
+async fn every_command_leads_a_session_with_default_signals_and_only_its_stdio() {
+    let agent = Agent::start();
+    // glibc's posix_spawn leaves its two internal signals (32, 33) ignored; they mean
+    // nothing to other programs, and the musl agent in the images does not.
+    let probe = r#"set -- $(cut -d' ' -f6 /proc/$$/stat); echo sid=$(( $1 == $$ ));
+        set -- $(grep -E '^Sig(Blk|Ign)' /proc/$$/status); echo $1 $(( 0x$2 )) $3 $(( 0x$4 & ~0x180000000 ))"#;
+    for user in ["", "nobody"] {
+        let req = with_command(shell(probe), |c| c.user = user.into());
+        let resp = run(&agent, req).await;
+        assert_eq!(
+            (kind(&resp), stdout(&resp).as_str()),
+            (Kind::Code(0), "sid=1\nSigBlk: 0 SigIgn: 0\n"),
+            "user {user:?}"
+        );
+        // `ls` is found through PATH; its fds are the three it was given and its own
+        // directory handle.
+        let req = with_command(argv(&["ls", "/proc/self/fd"]), |c| c.user = user.into());
+        assert_eq!(stdout(&run(&agent, req).await), "0\n1\n2\n3\n", "user {user:?}");
+        let req = with_command(argv(&["env"]), |c| {
+            c.user = user.into();
+            _ = c.env.insert("SBX_PROBE".into(), "here".into());
+        });
+        assert!(stdout(&run(&agent, req).await).lines().any(|l| l == "SBX_PROBE=here"), "user {user:?}");
+    }
+}
+
 #[tokio::test]
 async fn timeout_kills_every_descendant_and_returns_partial_output() {
     let agent = Agent::start();

@@ -3,7 +3,8 @@
 //!
 //! - [`spec`]: validating a request (shell or argv, cwd, env, user, limits).
 //! - [`user`]: resolving a user name or uid from /etc/passwd and /etc/group.
-//! - [`process`]: spawning in a new session, the process-group guard, timeouts.
+//! - [`spawn`]: starting a command in a new session, as its user.
+//! - [`process`]: the started command, its process-group guard, timeouts.
 //! - [`reaper`]: the agent's only `waitpid`, for its own children and for orphans.
 //! - [`tree`]: every process a command started, even those that left its group.
 //! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
@@ -14,6 +15,7 @@ pub mod capture;
 pub mod error;
 pub mod process;
 pub mod reaper;
+pub mod spawn;
 pub mod spec;
 pub mod stream;
 pub mod tree;
@@ -30,7 +32,7 @@ pub use reaper::{Ended, start as start_reaper};
 pub use spec::Spec;
 
 use capture::Capture;
-use process::StdioSetup;
+use spawn::StdioSetup;
 
 /// Runs a command to completion and returns its status and capped output.
 ///

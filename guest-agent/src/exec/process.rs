@@ -1,6 +1,6 @@
 //! Starting a command in its own session and process group, and ending it.
 //!
-//! Every command is a session leader (`setsid` before `exec`), so signalling its process
+//! Every command is a session leader ([`super::spawn`]), so signalling its process
 //! group reaches every descendant that did not leave the group on purpose. The group is
 //! owned by a [`ProcessGroup`] guard whose `Drop` kills it: when a request is cancelled
 //! (the client went away) or finishes, nothing it started is left running. Processes
@@ -8,17 +8,15 @@
 //! signalled with it.
 
 use std::future::Future;
-use std::os::unix::process::CommandExt;
 use std::pin::pin;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
-use rustix::thread::{Gid, Uid};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use super::reaper::{self, Ended};
+use super::spawn::{self, StdioSetup};
 use super::tree;
 use super::{ExecError, Spec};
 
@@ -27,19 +25,6 @@ pub const KILL_GRACE: Duration = Duration::from_secs(2);
 /// After the command exits, how long its descendants may keep its output pipes open
 /// before they are killed, and then how long the agent waits for the pipes to close.
 pub const SETTLE: Duration = Duration::from_millis(250);
-
-/// Where a command's standard streams go.
-pub enum StdioSetup {
-    /// Pipes to the agent for all three.
-    Piped,
-    /// stdin from /dev/null, stdout and stderr to these files.
-    Files {
-        /// Receives stdout.
-        stdout: std::fs::File,
-        /// Receives stderr.
-        stderr: std::fs::File,
-    },
-}
 
 /// A started command.
 pub struct Running {
@@ -61,35 +46,8 @@ pub struct Running {
 
 /// Starts `spec` in a new session, as its user, with the given stdio.
 pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
-    let mut cmd = Command::new(spec.program());
     let tag = tree::new_tag();
-    cmd.args(&spec.argv[1..])
-        .current_dir(&spec.cwd)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(tree::TAG_VAR, &tag);
-    match stdio {
-        StdioSetup::Piped => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
-        StdioSetup::Files { stdout, stderr } => cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr),
-    };
-    let creds = spec.user.as_ref().filter(|c| needs_switch(c.uid)).map(|c| {
-        let groups: Vec<Gid> = c.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-        (Uid::from_raw(c.uid), Gid::from_raw(c.gid), groups)
-    });
-    // SAFETY: between fork and exec the child is single-threaded and the closure only
-    // makes raw syscalls on data prepared before the fork; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::setsid()?;
-            if let Some((uid, gid, groups)) = &creds {
-                // Groups and gid first: after setuid the right to change them is gone.
-                rustix::thread::set_thread_groups(groups)?;
-                rustix::thread::set_thread_gid(*gid)?;
-                rustix::thread::set_thread_uid(*uid)?;
-            }
-            Ok(())
-        });
-    }
-    let (mut child, exit) = reaper::spawn(&mut cmd).map_err(|e| {
+    let (child, exit) = reaper::spawn(|| spawn::start(spec, &tag, stdio)).map_err(|e| {
         match ExecError::from_spawn(spec.program(), spec.shell, spec.user_asked.as_deref(), e) {
             ExecError::CommandTooLong { .. } => {
                 ExecError::CommandTooLong { bytes: spec.command_line_bytes() }
@@ -98,26 +56,17 @@ pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
         }
     })?;
     let started = Instant::now();
-    let pid = child.id();
-    let group = ProcessGroup::new(pid, tag.into());
-    let stdin = child.stdin.take().map(|p| pipe::Sender::from_owned_fd(p.into()));
-    let stdout = child.stdout.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
-    let stderr = child.stderr.take().map(|p| pipe::Receiver::from_owned_fd(p.into()));
+    let group = ProcessGroup::new(child.pid, tag.into());
     let to_async = |source| ExecError::Spawn { program: spec.program().to_owned(), source };
     Ok(Running {
-        pid,
-        stdin: stdin.transpose().map_err(to_async)?,
-        stdout: stdout.transpose().map_err(to_async)?,
-        stderr: stderr.transpose().map_err(to_async)?,
+        pid: child.pid,
+        stdin: child.stdin.map(pipe::Sender::from_owned_fd).transpose().map_err(to_async)?,
+        stdout: child.stdout.map(pipe::Receiver::from_owned_fd).transpose().map_err(to_async)?,
+        stderr: child.stderr.map(pipe::Receiver::from_owned_fd).transpose().map_err(to_async)?,
         exit,
         group,
         started,
     })
-}
-
-/// Switching users needs root; asking for the agent's own user is a no-op.
-fn needs_switch(uid: u32) -> bool {
-    rustix::process::geteuid().is_root() || rustix::process::geteuid().as_raw() != uid
 }
 
 /// A command's process group and every process it started (see [`tree`]). Dropping an

@@ -12,13 +12,14 @@
 //! `std::process::Command::output`): the reaper would take their statuses.
 
 use std::collections::HashMap;
-use std::process::{Child, Command};
 use std::sync::{LazyLock, Mutex, MutexGuard, Once};
 
 use rustix::io::Errno;
 use rustix::process::{WaitOptions, WaitStatus, wait};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::oneshot;
+
+use super::spawn::Started;
 
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,13 +83,15 @@ pub fn start() {
     });
 }
 
-/// Spawns `cmd` and registers it: the receiver gets its status once it ends.
-pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, oneshot::Receiver<Ended>)> {
-    start();
+/// Starts a child with `start` and registers it: the receiver gets its status once it ends.
+pub fn spawn(
+    start: impl FnOnce() -> std::io::Result<Started>,
+) -> std::io::Result<(Started, oneshot::Receiver<Ended>)> {
+    self::start();
     let mut waiters = lock();
-    let child = cmd.spawn()?;
+    let child = start()?;
     let (tx, rx) = oneshot::channel();
-    waiters.insert(child.id(), tx);
+    waiters.insert(child.pid, tx);
     Ok((child, rx))
 }
 

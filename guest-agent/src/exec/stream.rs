@@ -15,7 +15,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 
-use super::process::{self, Running, StdioSetup};
+use super::process::{self, Running};
+use super::spawn::StdioSetup;
 use super::{ExecError, Spec, spec};
 
 /// Events buffered between the command and the client; with chunks of at most

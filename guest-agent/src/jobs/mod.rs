@@ -20,7 +20,8 @@ use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::MAX_TIMEOUT_MS;
 use tokio::sync::watch;
 
-use crate::exec::process::{self, ProcessGroup, StdioSetup};
+use crate::exec::process::{self, ProcessGroup};
+use crate::exec::spawn::StdioSetup;
 use crate::exec::{ExecError, Spec};
 
 /// Why a job request failed.
