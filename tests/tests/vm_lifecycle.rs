@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, minimal_template_dir, short_tempdir, text};
+use sbx_tests::vm::{
+    BOOT_TIMEOUT, HANG_GUARD, Sbx, minimal_template_dir, short_tempdir, text, wait_bounded, wait_until,
+};
 use sbx_tests::{pid_gone, processes_mentioning};
 use serde_json::Value;
 
@@ -162,6 +164,46 @@ fn vm_create_that_never_becomes_ready_times_out_and_leaves_nothing() {
     assert!(err.contains("did not report ready within 20 s"), "{err}");
     assert!(err.contains("--timeout"), "the message says how to wait longer: {err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
+}
+
+/// A stopped vhost-device-vsock wedges QEMU mid-boot (no CPU, no QMP reply), as a
+/// stalled backend did once in CI: `sbx create` notices, says so, removes that VM and
+/// boots another, which works.
+#[test]
+fn vm_create_that_wedges_while_booting_is_booted_again() {
+    let sbx = Sbx::new();
+    let child = sbx
+        .command(&["--json", "create", "--name", "wedge", "--timeout", BOOT_TIMEOUT])
+        .spawn()
+        .expect("spawn sbx create");
+    // Stop the first vhost-device-vsock as soon as its pid is in the record.
+    let vhost_pid = || {
+        sbx.sandbox_dirs().iter().find_map(|d| {
+            let record = std::fs::read_to_string(d.join("sandbox.json")).unwrap_or_default();
+            serde_json::from_str::<Value>(&record).ok()?["vhost"]["pid"].as_u64()
+        })
+    };
+    let mut stopped = None;
+    wait_until("vhost-device-vsock to start", HANG_GUARD, || {
+        stopped = vhost_pid();
+        stopped.is_some()
+    });
+    let stopped = stopped.unwrap();
+    Command::new("kill").args(["-STOP", &stopped.to_string()]).status().expect("run kill");
+
+    let out = wait_bounded(child, HANG_GUARD).expect("sbx create hung");
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "create failed: {stderr}");
+    assert!(stderr.contains("wedged while booting") && stderr.contains("once more"), "{stderr}");
+    let created: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(created["state"], "running");
+    assert_ne!(created["vhost_pid"].as_u64(), Some(stopped), "the second boot has its own backend");
+    assert!(pid_gone(stopped), "the wedged VM's vhost-device-vsock (pid {stopped}) was not killed");
+    assert_eq!(sbx.sandbox_dirs().len(), 1, "the wedged VM's directory was removed");
+    let out = sbx.run(&["-s", "wedge", "exec", "--", "echo", "alive"]);
+    assert_eq!(text(&out.stdout), "alive\n", "{}", text(&out.stderr));
+    sbx.json(&["kill", "wedge"]);
     assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
 }
 

@@ -11,6 +11,7 @@ use super::process::{ProcRef, find_in_path, spawn_detached};
 use super::ready::ReadyListener;
 use super::state::{self, Paths, Record, StateLock};
 use super::template::{self, DEFAULT_TEMPLATE};
+use super::watchdog;
 use super::{SandboxInfo, VmError, dirs, now_unix_ms};
 
 /// Smallest guest memory accepted.
@@ -59,7 +60,26 @@ mod secs {
 }
 
 /// Boots a sandbox and returns it once its agent has announced itself.
+///
+/// A boot that wedges (see [`watchdog`]) is undone and tried once more, within the
+/// same `timeout`.
 pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
+    let deadline = std::time::Instant::now() + opts.timeout;
+    match boot(opts, opts.timeout).await {
+        Err(wedged @ VmError::BootWedged { .. }) => {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(wedged);
+            }
+            tracing::warn!("{wedged}\nbooting it once more");
+            boot(opts, left).await
+        }
+        other => other,
+    }
+}
+
+/// One boot, given `timeout` to become ready.
+async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, VmError> {
     let started = std::time::Instant::now();
     let step =
         |what: &str| tracing::debug!("create: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -122,7 +142,8 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
     };
     let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
         .map_err(launcher::LaunchError::from)?;
-    guard.set(|r| r.qemu = qemu_child.id().and_then(ProcRef::of));
+    let qemu_pid = qemu_child.id().unwrap_or(0);
+    guard.set(|r| r.qemu = ProcRef::of(qemu_pid));
     guard.save()?;
     step("QEMU spawned");
 
@@ -141,7 +162,13 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
                 log: launcher::tail(&paths.vhost_log, 10),
             }.into());
         }
-        () = tokio::time::sleep(opts.timeout) => {
+        () = watchdog::wedged(qemu_pid, &paths.qmp_socket) => {
+            return Err(VmError::BootWedged {
+                vhost_log: launcher::tail(&paths.vhost_log, 10),
+                console: launcher::tail(&paths.console_log, 20),
+            });
+        }
+        () = tokio::time::sleep(timeout) => {
             return Err(VmError::BootTimeout {
                 secs: opts.timeout.as_secs(),
                 console: launcher::tail(&paths.console_log, 20),

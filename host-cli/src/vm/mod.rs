@@ -10,6 +10,7 @@
 //! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
 //! - [`ready`]: the listener for the agent's `READY` announcement.
 //! - [`qmp`]: a few QMP commands (stop, cont, quit).
+//! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
 
@@ -22,6 +23,7 @@ pub mod qmp;
 pub mod ready;
 pub mod state;
 pub mod template;
+pub mod watchdog;
 
 use std::path::PathBuf;
 
@@ -74,6 +76,18 @@ pub enum VmError {
     BootTimeout {
         /// The timeout.
         secs: u64,
+        /// The end of the guest console.
+        console: String,
+    },
+    /// QEMU stopped using CPU and answering its control socket before the agent
+    /// announced itself (see [`watchdog`]).
+    #[error(
+        "the VM wedged while booting: QEMU used no CPU for {} s and did not answer its control socket, which is what a stalled vhost-device-vsock backend does; everything was cleaned up. vhost-device-vsock said: {vhost_log}\nlast console lines:\n{console}",
+        watchdog::STALL.as_secs()
+    )]
+    BootWedged {
+        /// The end of vhost-device-vsock's log.
+        vhost_log: String,
         /// The end of the guest console.
         console: String,
     },

@@ -107,14 +107,26 @@ impl ProcRef {
 
 /// Reads (state, start time) from `/proc/<pid>/stat`.
 fn stat(pid: u32) -> Option<(char, u64)> {
+    let fields = stat_fields(pid)?;
+    let state = fields.first()?.chars().next()?;
+    // `fields` starts at field 3 (state); start time is field 22.
+    let start = fields.get(22 - 3)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// CPU time `pid` has used, user and system, in clock ticks (`utime` + `stime`).
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some(field(14)? + field(15)?)
+}
+
+/// The fields of `/proc/<pid>/stat` from field 3 (state) on.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: split after it.
     let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // `rest` starts at field 3 (state); start time is field 22.
-    let start = fields.nth(22 - 4)?.parse().ok()?;
-    Some((state, start))
+    Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
 /// Finds `program` in `PATH`, then in `~/.cargo/bin` (where `cargo install` puts
