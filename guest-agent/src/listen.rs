@@ -64,6 +64,38 @@ pub enum Listener {
     Tcp(Address, TcpListener),
 }
 
+/// Receive buffer of the agent's vsock connections (inherited from the listener). The
+/// kernel's 256 KiB lets the host send only that far ahead of what the agent has read,
+/// and under emulation waiting for its credit updates left the guest idle part of an
+/// upload.
+const VSOCK_BUFFER_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Sets [`VSOCK_BUFFER_BYTES`] on `l` (`SO_VM_SOCKETS_BUFFER_MAX_SIZE` first, since the
+/// size is clamped to it).
+fn widen_vsock_buffer(l: &VsockListener) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // linux/vm_sockets.h; the option level is AF_VSOCK.
+    const SO_VM_SOCKETS_BUFFER_SIZE: libc::c_int = 0;
+    const SO_VM_SOCKETS_BUFFER_MAX_SIZE: libc::c_int = 2;
+    for option in [SO_VM_SOCKETS_BUFFER_MAX_SIZE, SO_VM_SOCKETS_BUFFER_SIZE] {
+        let value = VSOCK_BUFFER_BYTES;
+        // SAFETY: a valid socket fd and a pointer to a live u64 of the given length.
+        let ret = unsafe {
+            libc::setsockopt(
+                l.as_raw_fd(),
+                libc::AF_VSOCK,
+                option,
+                (&raw const value).cast(),
+                std::mem::size_of::<u64>() as libc::socklen_t,
+            )
+        };
+        if ret != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 impl Listener {
     /// Binds `addr`. A Unix socket is created 0600 after any stale file at its path is removed.
     pub async fn bind(addr: &Address) -> Result<Self, ListenError> {
@@ -71,6 +103,9 @@ impl Listener {
         match addr {
             Address::Vsock { cid, port } => {
                 let l = VsockListener::bind(VsockAddr::new(*cid, *port)).map_err(bind_err)?;
+                if let Err(e) = widen_vsock_buffer(&l) {
+                    tracing::debug!("vsock receive buffer left at the kernel's default: {e}");
+                }
                 Ok(Listener::Vsock(addr.clone(), l))
             }
             Address::HybridVsock { .. } => Err(ListenError::HybridVsock(addr.clone())),
