@@ -131,9 +131,14 @@ async fn user_by_uid_and_name_and_unknown_user() {
 
 /// Both ways of starting a command (posix_spawn for the agent's own user, fork for a
 /// user switch) give the same start: a session of its own, no blocked or ignored
-/// signal (the agent ignores SIGPIPE), no fd of the agent's, PATH searched.
+/// signal (the agent ignores SIGPIPE), no fd of the agent's (even one it inherited),
+/// PATH searched, and a script without `#!` run by /bin/sh.
 #[tokio::test]
 async fn every_command_leads_a_session_with_default_signals_and_only_its_stdio() {
+    // A pipe without close-on-exec: the agent inherits it, and must not pass it on.
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two-int array it is given.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
     let agent = Agent::start();
     // glibc's posix_spawn leaves its two internal signals (32, 33) ignored; they mean
     // nothing to other programs, and the musl agent in the images does not.
@@ -157,6 +162,13 @@ async fn every_command_leads_a_session_with_default_signals_and_only_its_stdio()
         });
         assert!(stdout(&run(&agent, req).await).lines().any(|l| l == "SBX_PROBE=here"), "user {user:?}");
     }
+    // A script without `#!` runs through /bin/sh, as execvp would run it.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("no-shebang");
+    std::fs::write(&script, "echo ran as $0 with $1\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let resp = run(&agent, argv(&[script.to_str().unwrap(), "arg"])).await;
+    assert_eq!(stdout(&resp), format!("ran as {} with arg\n", script.display()));
 }
 
 #[tokio::test]

@@ -163,7 +163,7 @@ impl Vm {
                     } else if progress.1.elapsed() > STALL {
                         return Err(format!(
                             "QEMU used {} ms of CPU in the last {STALL:?} ({:.1?} after it started); {}",
-                            (ticks - progress.0) * 10, started.elapsed(), vm.diagnostics()
+                            ticks.saturating_sub(progress.0) * 10, started.elapsed(), vm.diagnostics()
                         ));
                     }
                 }

@@ -177,15 +177,18 @@ fn vm_create_that_wedges_while_booting_is_booted_again() {
         .command(&["--json", "create", "--name", "wedge", "--timeout", BOOT_TIMEOUT])
         .spawn()
         .expect("spawn sbx create");
-    // Stop the first vhost-device-vsock as soon as its pid is in the record.
+    // Stop the first vhost-device-vsock once QEMU is in the record (so the backend's
+    // socket is up and QEMU is booting against it).
     let vhost_pid = || {
         sbx.sandbox_dirs().iter().find_map(|d| {
             let record = std::fs::read_to_string(d.join("sandbox.json")).unwrap_or_default();
-            serde_json::from_str::<Value>(&record).ok()?["vhost"]["pid"].as_u64()
+            let record = serde_json::from_str::<Value>(&record).ok()?;
+            record["qemu"]["pid"].as_u64()?;
+            record["vhost"]["pid"].as_u64()
         })
     };
     let mut stopped = None;
-    wait_until("vhost-device-vsock to start", HANG_GUARD, || {
+    wait_until("QEMU to start", HANG_GUARD, || {
         stopped = vhost_pid();
         stopped.is_some()
     });

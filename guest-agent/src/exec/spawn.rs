@@ -3,7 +3,8 @@
 //!
 //! std's `Command` can only `setsid` through a `pre_exec` hook, and any hook makes it
 //! `fork`, which copies the agent's page tables for every command. `posix_spawn` with
-//! `POSIX_SPAWN_SETSID` (glibc 2.26, musl 1.1.24) starts the child with a vfork-style
+//! `POSIX_SPAWN_SETSID` (glibc 2.29 for the working directory's file action, musl
+//! 1.1.24) starts the child with a vfork-style
 //! clone instead, about half the cost of an Exec of `true` (BENCHMARKS.md). A command
 //! that runs as another user still forks: the switch (`setgroups`, `setgid`,
 //! `setuid`) has no `posix_spawn` attribute.
@@ -22,6 +23,9 @@ use rustix::thread::{Gid, Uid};
 
 use super::user::Credentials;
 use super::{Spec, tree};
+
+/// Runs files that have no `#!` line (as execvp does).
+const SHELL: &str = "/bin/sh";
 
 /// PATH searched when the command's environment has none (execvp's default).
 const FALLBACK_PATH: &str = "/usr/local/bin:/bin:/usr/bin";
@@ -150,7 +154,16 @@ fn spawned(spec: &Spec, tag: &str, stdio: StdioSetup) -> io::Result<Started> {
     }
     actions.chdir(&cwd)?;
     let attr = Attributes::new_session()?;
-    let pid = attr.spawn(&program, &actions, &argv, &envp)?;
+    let pid = match attr.spawn(&program, &actions, &argv, &envp) {
+        // A file without `#!` that the kernel cannot run: as execvp does, hand it to sh.
+        Err(e) if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            let sh = cstring(SHELL.into())?;
+            let argv: Vec<CString> =
+                [sh.clone(), program].into_iter().chain(argv.into_iter().skip(1)).collect();
+            attr.spawn(&sh, &actions, &argv, &envp)?
+        }
+        other => other?,
+    };
     drop(child_fds);
     let [stdin, stdout, stderr] = parent_fds;
     Ok(Started { pid, stdin, stdout, stderr })
@@ -249,8 +262,8 @@ impl Attributes {
         let mut attr = Box::new(MaybeUninit::uninit());
         // SAFETY: init writes the object; on failure it is left unused.
         check(unsafe { libc::posix_spawnattr_init(attr.as_mut_ptr()) })?;
-        let attr = Attributes(attr);
-        let p = attr.0.as_ptr().cast_mut();
+        let mut attr = Attributes(attr);
+        let p = attr.0.as_mut_ptr();
         // SAFETY: sigemptyset/sigaddset write the local sets; the setters read them and
         // the initialised attribute object.
         unsafe {
