@@ -144,6 +144,36 @@ async fn sigterm_reaches_the_job() {
     assert_eq!(done.stdout.unwrap().tail, &b"ready\ngot-term\n"[..]);
 }
 
+/// The agent signals a job's process group and then, one by one, the job's processes
+/// that left it; the shell, still in its group, must get each SIGTERM once, not twice.
+/// (A double delivery shows only when it lands after the shell handled the first, so
+/// five signals are sent, one after the other's trap has run.)
+#[tokio::test]
+async fn a_signal_reaches_a_job_once() {
+    const SIGNALS: usize = 5;
+    let agent = Agent::start();
+    let mut client = agent.client().await;
+    let script = "trap 'echo got-term' TERM; echo ready; n=0; \
+        while [ $n -lt 80 ]; do sleep 0.05; n=$((n+1)); done; exit 42";
+    let job = start(&mut client, shell(script)).await;
+    let terms = async |client: &mut _| {
+        let tail = get(client, &job.id).await.stdout.unwrap().tail;
+        String::from_utf8_lossy(&tail).matches("got-term").count()
+    };
+    eventually("the trap to be set", async || {
+        get(&mut client, &job.id).await.stdout.unwrap().tail == b"ready\n"[..]
+    })
+    .await;
+    for sent in 1..=SIGNALS {
+        client.signal_job(pb::SignalJobRequest { id: job.id.clone(), signal: 15 }).await.unwrap();
+        eventually("the trap to run", async || terms(&mut client).await >= sent).await;
+    }
+    let done = wait(&mut client, &job.id, 0).await;
+    assert_eq!(kind(&done), Kind::Code(42));
+    let want = format!("ready\n{}", "got-term\n".repeat(SIGNALS));
+    assert_eq!(String::from_utf8_lossy(&done.stdout.unwrap().tail), want);
+}
+
 #[tokio::test]
 async fn job_timeout_kills_it() {
     let agent = Agent::start();

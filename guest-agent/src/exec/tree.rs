@@ -195,19 +195,25 @@ fn descendants(children: &HashMap<i32, Vec<i32>>, root: i32) -> HashSet<i32> {
     found
 }
 
-/// Sends `sig` to every member of the command. For SIGKILL it rescans until no member
-/// is left alive (or `ROUNDS` passes), so processes forked meanwhile die too; other
-/// signals may be ignored, so they get one pass. Returns how many processes were signalled.
+/// Sends `sig` to every member of the command; the caller has just sent it to the
+/// process group `root`. For SIGKILL it rescans until no member is left alive (or
+/// `ROUNDS` passes), so processes forked meanwhile die too. Other signals get one pass
+/// and skip the members still in the group, which have the signal already: a second
+/// SIGTERM or SIGINT is not harmless (a trap runs twice, a program takes it for "force
+/// quit"). Returns how many processes were signalled.
 pub fn signal_all(root: i32, tag: &str, sig: Signal) -> usize {
     let mut signalled: HashSet<i32> = HashSet::new();
     let rounds = if sig == Signal::KILL { ROUNDS } else { 1 };
+    let group = Pid::from_raw(root);
     for _ in 0..rounds {
         let alive = members(root, tag);
         if alive.is_empty() {
             break;
         }
         for pid in alive {
-            if let Some(p) = Pid::from_raw(pid) {
+            let Some(p) = Pid::from_raw(pid) else { continue };
+            let in_group = || rustix::process::getpgid(Some(p)).ok() == group;
+            if sig == Signal::KILL || !in_group() {
                 let _ = rustix::process::kill_process(p, sig);
             }
             signalled.insert(pid);
