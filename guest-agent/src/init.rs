@@ -6,14 +6,12 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::exec::spec::DEFAULT_PATH;
 use crate::report::error_chain;
 use sbx_proto::Address;
 
 /// Hostname used when the kernel command line sets none (or an invalid one).
 pub const DEFAULT_HOSTNAME: &str = "sbx";
-
-/// PATH given to commands when the kernel started the agent without one.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Why an init duty failed.
 #[derive(Debug, thiserror::Error)]

@@ -22,13 +22,10 @@ use std::process::{Command, Stdio};
 use rustix::thread::{Gid, Uid};
 
 use super::user::Credentials;
-use super::{Spec, tree};
+use super::{Spec, spec, tree};
 
 /// Runs files that have no `#!` line (as execvp does).
 const SHELL: &str = "/bin/sh";
-
-/// PATH searched when the command's environment has none (execvp's default).
-const FALLBACK_PATH: &str = "/usr/local/bin:/bin:/usr/bin";
 
 /// Where a command's standard streams go.
 pub enum StdioSetup {
@@ -74,7 +71,8 @@ pub fn keep_inherited_fds_from_commands() {
 
 /// Switching users needs root; asking for the agent's own user is a no-op.
 fn needs_switch(uid: u32) -> bool {
-    rustix::process::geteuid().is_root() || rustix::process::geteuid().as_raw() != uid
+    let me = rustix::process::geteuid();
+    me.is_root() || me.as_raw() != uid
 }
 
 /// `fork`, `setsid`, the user switch, `exec`: through std, whose child side is
@@ -117,7 +115,8 @@ fn forked(spec: &Spec, tag: &str, stdio: StdioSetup, creds: &Credentials) -> io:
 /// runtime ignores it, and an ignored signal stays ignored across `exec`).
 fn spawned(spec: &Spec, tag: &str, stdio: StdioSetup) -> io::Result<Started> {
     let env = environment(spec, tag);
-    let path_var = env.get(OsStr::new("PATH")).map_or(OsStr::new(FALLBACK_PATH), OsString::as_os_str);
+    // Spec::from_command gives the command a PATH whenever the agent has none.
+    let path_var = env.get(OsStr::new("PATH")).map_or(OsStr::new(spec::DEFAULT_PATH), OsString::as_os_str);
     let program = cstring(find_program(spec.program(), path_var, &spec.cwd)?.into_os_string())?;
     let argv = spec.argv.iter().map(|a| cstring(a.into())).collect::<io::Result<Vec<_>>>()?;
     let envp = env

@@ -10,7 +10,7 @@ use super::ExecError;
 use super::user::{self, Credentials};
 
 /// PATH for commands when the agent's own environment has none (as PID 1 it has none).
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub(crate) const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A validated command, ready to spawn.
 #[derive(Debug, Clone)]
