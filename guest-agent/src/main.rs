@@ -109,7 +109,14 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     sbx_agent::exec::spawn::keep_inherited_fds_from_commands();
+    // One worker thread, whatever the VM's vCPU count: the agent's async work is moving
+    // bytes between sockets, pipes and files, while commands run in their own processes
+    // and slow disk work in the blocking pool. With a worker per vCPU, a stream's buffers
+    // were allocated on one worker and freed on another, where the allocator could not
+    // reuse them at once: a 1 GiB output flood grew the agent by 25 MiB instead of 7
+    // (BENCHMARKS.md), with no call measurably faster.
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .on_thread_park(sbx_agent::allocator::on_worker_park)
         .build();
