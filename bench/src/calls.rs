@@ -1,6 +1,7 @@
 //! Agent calls on one warm connection through the typed client of `sbx`, and many
 //! concurrent execs on it.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use sbx::client::{Client, ExecSpec, ListOpts, ReadOpts, WriteOpts};
 
+use crate::floors::{self, PingPong};
 use crate::peers::{Workload, kib_text};
 use crate::stats::Samples;
 
@@ -24,55 +26,117 @@ async fn bounded<T>(what: &str, call: impl Future<Output = sbx::client::Result<T
     }
 }
 
-/// Latency of each agent call.
-pub(crate) struct CallLatency {
-    /// Exec of `true` (argv, no shell).
-    pub(crate) exec_true: Samples,
-    /// ReadFile of 1 KiB.
-    pub(crate) read_1k: Samples,
-    /// WriteFile of 1 KiB (atomic: temp, fsync, rename).
-    pub(crate) write_1k: Samples,
-    /// ListDir of 100 entries.
-    pub(crate) list_100: Samples,
-    /// Info: the bare cost of a unary RPC.
-    pub(crate) info: Samples,
+/// An agent call's latencies and those of the local operations that bound it, taken
+/// in turn call by call.
+pub(crate) struct Paired {
+    /// The agent call.
+    pub(crate) sbx: Samples,
+    /// Each floor, in the order given.
+    pub(crate) floors: Vec<Samples>,
 }
 
-/// Measures each call `n` times after `warmup`.
-pub(crate) async fn latency(c: &Client, w: &Workload, warmup: usize, n: usize) -> Result<CallLatency> {
+impl Paired {
+    /// The `i`th floor.
+    pub(crate) fn floor(&self, i: usize) -> &Samples {
+        &self.floors[i]
+    }
+}
+
+/// Latency of each agent call, next to its floors.
+pub(crate) struct CallLatency {
+    /// Exec of `true` (argv, no shell); floor: local spawn+wait of `true`.
+    pub(crate) exec_true: Paired,
+    /// ReadFile of 1 KiB; floor: local open+read+close.
+    pub(crate) read_1k: Paired,
+    /// WriteFile of 1 KiB (atomic: temp, fsync, rename); floors: the same write done
+    /// locally, then a plain write.
+    pub(crate) write_1k: Paired,
+    /// ListDir of 100 entries; floor: local readdir+lstat.
+    pub(crate) list_100: Paired,
+    /// Info, the bare cost of a unary RPC; floor: a 64-byte Unix-socket ping-pong.
+    pub(crate) info: Paired,
+}
+
+/// Measures each call `n` times after `warmup`, each time followed by its floors.
+/// `scratch` holds the floors' own files and socket.
+pub(crate) async fn latency(
+    c: &Client,
+    w: &Workload,
+    scratch: &Path,
+    warmup: usize,
+    n: usize,
+) -> Result<CallLatency> {
+    let pair = |(sbx, floors)| Paired { sbx, floors };
     let spec = ExecSpec::argv(["true"]);
-    let exec_true = Samples::measure_async(warmup, n, || async {
-        let r = bounded("Exec `true`", c.exec(&spec)).await?;
-        ensure!(r.status.code == Some(0), "`true` failed in the agent: {:?}", r.status);
-        Ok(())
-    })
-    .await?;
+    let exec_true = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            let r = bounded("Exec `true`", c.exec(&spec)).await?;
+            ensure!(r.status.code == Some(0), "`true` failed in the agent: {:?}", r.status);
+            Ok(())
+        },
+        &mut [&mut floors::spawn_true()],
+    )
+    .await
+    .map(pair)?;
     let path = w.read_file.display().to_string();
-    let read_1k = Samples::measure_async(warmup, n, || async {
-        let data = bounded("ReadFile", c.read_to_vec(&path, ReadOpts::default(), 1 << 20)).await?;
-        ensure!(data.len() == 1024, "read {} bytes, not 1024", data.len());
-        Ok(())
-    })
-    .await?;
+    let read_1k = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            let data = bounded("ReadFile", c.read_to_vec(&path, ReadOpts::default(), 1 << 20)).await?;
+            ensure!(data.len() == 1024, "read {} bytes, not 1024", data.len());
+            Ok(())
+        },
+        &mut [&mut floors::read_file(&w.read_file)],
+    )
+    .await
+    .map(pair)?;
+    // The agent's target and the floor's are side by side, on the same filesystem.
     let target = w.root.join("agent-write-1k.txt").display().to_string();
     let data = Bytes::from(kib_text());
-    let write_1k = Samples::measure_async(warmup, n, || async {
-        bounded("WriteFile", c.write_bytes(&target, WriteOpts::default(), data.clone())).await?;
-        Ok::<_, anyhow::Error>(())
-    })
-    .await?;
+    let floor_target = scratch.join("floor-write.txt");
+    let write_1k = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            bounded("WriteFile", c.write_bytes(&target, WriteOpts::default(), data.clone())).await?;
+            Ok(())
+        },
+        &mut [
+            &mut floors::write_atomic(&floor_target, &data),
+            &mut floors::write_plain(&floor_target, &data),
+        ],
+    )
+    .await
+    .map(pair)?;
     let dir = w.list_dir.display().to_string();
-    let list_100 = Samples::measure_async(warmup, n, || async {
-        let l = bounded("ListDir", c.list(&dir, ListOpts::default())).await?;
-        ensure!(l.entries.len() == 100, "listed {} entries, not 100", l.entries.len());
-        Ok(())
-    })
-    .await?;
-    let info = Samples::measure_async(warmup, n, || async {
-        bounded("Info", c.info()).await?;
-        Ok::<_, anyhow::Error>(())
-    })
-    .await?;
+    let list_100 = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            let l = bounded("ListDir", c.list(&dir, ListOpts::default())).await?;
+            ensure!(l.entries.len() == 100, "listed {} entries, not 100", l.entries.len());
+            Ok(())
+        },
+        &mut [&mut floors::list_dir(&w.list_dir)],
+    )
+    .await
+    .map(pair)?;
+    let mut ping = PingPong::start(scratch)?;
+    let info = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            bounded("Info", c.info()).await?;
+            Ok(())
+        },
+        &mut [&mut || ping.round()],
+    )
+    .await
+    .map(pair)?;
+    ping.finish()?;
     Ok(CallLatency { exec_true, read_1k, write_1k, list_100, info })
 }
 

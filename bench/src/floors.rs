@@ -10,78 +10,95 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::stats::Samples;
+/// One local operation, timed call by call next to the agent call it bounds (see
+/// [`Samples::alternate`](crate::stats::Samples::alternate)).
+pub(crate) type Op<'a> = Box<dyn FnMut() -> std::io::Result<()> + 'a>;
 
-/// Local `fork+exec+wait` of `true`, what the agent's Exec does at its core.
-pub(crate) fn spawn_true(warmup: usize, n: usize) -> Result<Samples> {
-    Ok(Samples::measure(warmup, n, || {
+/// Local spawn+wait of `true`, what the agent's Exec does at its core.
+pub(crate) fn spawn_true() -> Op<'static> {
+    Box::new(|| {
         Command::new("true")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .map(drop)
-    })?)
+    })
 }
 
 /// Local open+read+close of `path`.
-pub(crate) fn read_file(path: &Path, warmup: usize, n: usize) -> Result<Samples> {
-    Ok(Samples::measure(warmup, n, || fs::read(path).map(drop))?)
+pub(crate) fn read_file(path: &Path) -> Op<'_> {
+    Box::new(move || fs::read(path).map(drop))
 }
 
 /// Local plain `write(2)` of `data` to `path` (open, write, close), no fsync.
-pub(crate) fn write_plain(path: &Path, data: &[u8], warmup: usize, n: usize) -> Result<Samples> {
-    Ok(Samples::measure(warmup, n, || fs::write(path, data))?)
+pub(crate) fn write_plain<'a>(path: &'a Path, data: &'a [u8]) -> Op<'a> {
+    Box::new(move || fs::write(path, data))
 }
 
 /// The same durable atomic write the agent does: temp file, write, fsync, rename, and an
 /// fsync of the directory so the rename survives a crash too.
-pub(crate) fn write_atomic(path: &Path, data: &[u8], warmup: usize, n: usize) -> Result<Samples> {
+pub(crate) fn write_atomic<'a>(path: &'a Path, data: &'a [u8]) -> Op<'a> {
     let tmp = path.with_extension("tmp");
     let dir = path.parent().unwrap_or(Path::new("/"));
-    Ok(Samples::measure(warmup, n, || -> std::io::Result<()> {
+    Box::new(move || {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         fs::rename(&tmp, path)?;
         fs::File::open(dir)?.sync_all()
-    })?)
+    })
 }
 
 /// Local readdir plus an lstat per entry, what a listing needs.
-pub(crate) fn list_dir(dir: &Path, warmup: usize, n: usize) -> Result<Samples> {
-    Ok(Samples::measure(warmup, n, || -> std::io::Result<()> {
+pub(crate) fn list_dir(dir: &Path) -> Op<'_> {
+    Box::new(move || {
         for e in fs::read_dir(dir)? {
             std::hint::black_box(e?.metadata()?);
         }
         Ok(())
-    })?)
+    })
 }
 
 /// A 64-byte ping-pong over a Unix socket to an echo thread.
-pub(crate) fn unix_ping_pong(dir: &Path, warmup: usize, n: usize) -> Result<Samples> {
-    let path = dir.join("pingpong.sock");
-    let _ = fs::remove_file(&path);
-    let listener = UnixListener::bind(&path).context("bind the ping-pong socket")?;
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let (mut s, _) = listener.accept()?;
-        let mut buf = [0u8; 64];
-        loop {
-            if let Err(e) = s.read_exact(&mut buf) {
-                return if e.kind() == std::io::ErrorKind::UnexpectedEof { Ok(()) } else { Err(e) };
+pub(crate) struct PingPong {
+    socket: UnixStream,
+    buf: [u8; 64],
+    echo: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl PingPong {
+    /// Binds a socket in `dir` and starts the echo thread.
+    pub(crate) fn start(dir: &Path) -> Result<Self> {
+        let path = dir.join("pingpong.sock");
+        let _ = fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).context("bind the ping-pong socket")?;
+        let echo = std::thread::spawn(move || -> std::io::Result<()> {
+            let (mut s, _) = listener.accept()?;
+            let mut buf = [0u8; 64];
+            loop {
+                if let Err(e) = s.read_exact(&mut buf) {
+                    return if e.kind() == std::io::ErrorKind::UnexpectedEof { Ok(()) } else { Err(e) };
+                }
+                s.write_all(&buf)?;
             }
-            s.write_all(&buf)?;
-        }
-    });
-    let mut s = UnixStream::connect(&path)?;
-    let mut buf = [7u8; 64];
-    let samples = Samples::measure(warmup, n, || -> std::io::Result<()> {
-        s.write_all(&buf)?;
-        s.read_exact(&mut buf)
-    })?;
-    drop(s);
-    echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
-    Ok(samples)
+        });
+        let socket = UnixStream::connect(&path)?;
+        Ok(PingPong { socket, buf: [7u8; 64], echo })
+    }
+
+    /// One round trip.
+    pub(crate) fn round(&mut self) -> std::io::Result<()> {
+        self.socket.write_all(&self.buf)?;
+        self.socket.read_exact(&mut self.buf)
+    }
+
+    /// Closes the socket and reports how the echo thread ended.
+    pub(crate) fn finish(self) -> Result<()> {
+        drop(self.socket);
+        self.echo.join().map_err(|_| anyhow::anyhow!("the echo thread panicked"))??;
+        Ok(())
+    }
 }
 
 /// Bytes per read and write of the raw copy.

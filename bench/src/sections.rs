@@ -76,32 +76,25 @@ pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Secti
 fn agent_latency(opts: &Opts, scratch: &Path, agent: &Agent, w: &Workload, rt: &Runtime) -> Result<Section> {
     let (warm, n) = (opts.iters() / 10 + 1, opts.iters());
     let client = rt.block_on(agent.client())?;
-    let c = rt.block_on(calls::latency(&client, w, warm, n))?;
-    let spawn = floors::spawn_true(warm, n)?;
-    let read = floors::read_file(&w.read_file, warm, n)?;
-    let data = peers::kib_text();
-    let floor_write = scratch.join("floor-write.txt");
-    let write_plain = floors::write_plain(&floor_write, data.as_bytes(), warm, n)?;
-    let write_atomic = floors::write_atomic(&floor_write, data.as_bytes(), warm, n)?;
-    let list = floors::list_dir(&w.list_dir, warm, n)?;
-    let ping = floors::unix_ping_pong(scratch, warm, n)?;
+    let c = rt.block_on(calls::latency(&client, w, scratch, warm, n))?;
     Ok((
-        "Agent calls, warm connection, Unix socket (typed client of sbx)".into(),
+        "Agent calls, warm connection, Unix socket (typed client of sbx; each call alternates with its floors)"
+            .into(),
         vec![
-            Row::latency("Info (the smallest unary RPC)", &c.info, Some(("64 B Unix ping-pong", &ping))),
-            Row::latency("Exec `true`", &c.exec_true, Some(("local spawn+wait of `true`", &spawn))),
-            Row::latency("ReadFile 1 KiB", &c.read_1k, Some(("local open+read+close", &read))),
+            Row::latency("Info (the smallest unary RPC)", &c.info.sbx, Some(("64 B Unix ping-pong", c.info.floor(0)))),
+            Row::latency("Exec `true`", &c.exec_true.sbx, Some(("local spawn+wait of `true`", c.exec_true.floor(0)))),
+            Row::latency("ReadFile 1 KiB", &c.read_1k.sbx, Some(("local open+read+close", c.read_1k.floor(0)))),
             Row::latency(
                 "WriteFile 1 KiB (atomic)",
-                &c.write_1k,
-                Some(("local temp+write+fsync+rename+dir fsync", &write_atomic)),
+                &c.write_1k.sbx,
+                Some(("local temp+write+fsync+rename+dir fsync", c.write_1k.floor(0))),
             ),
             Row::latency(
                 "  same, vs plain write",
-                &c.write_1k,
-                Some(("local open+write+close, no fsync", &write_plain)),
+                &c.write_1k.sbx,
+                Some(("local open+write+close, no fsync", c.write_1k.floor(1))),
             ),
-            Row::latency("ListDir 100 entries", &c.list_100, Some(("local readdir+lstat", &list))),
+            Row::latency("ListDir 100 entries", &c.list_100.sbx, Some(("local readdir+lstat", c.list_100.floor(0)))),
         ],
     ))
 }

@@ -51,6 +51,40 @@ impl Samples {
         Ok(Samples(out))
     }
 
+    /// Runs the async `op` and then each of `floors`, in turn, `warmup` rounds unmeasured
+    /// and `n` measured: the figure and its floors take turns call by call, so whatever
+    /// slows the machine for a while (a disk busy with another tenant's writes, a
+    /// neighbour's build) slows them alike instead of landing on one of them.
+    pub(crate) async fn alternate<F>(
+        warmup: usize,
+        n: usize,
+        mut op: impl FnMut() -> F,
+        floors: &mut [&mut dyn FnMut() -> std::io::Result<()>],
+    ) -> anyhow::Result<(Self, Vec<Self>)>
+    where
+        F: Future<Output = anyhow::Result<()>>,
+    {
+        let mut out = Samples(Vec::with_capacity(n));
+        let mut floor_out: Vec<Samples> = floors.iter().map(|_| Samples(Vec::with_capacity(n))).collect();
+        for round in 0..warmup + n {
+            let t = Instant::now();
+            op().await?;
+            let took = t.elapsed();
+            if round >= warmup {
+                out.0.push(took);
+            }
+            for (floor, samples) in floors.iter_mut().zip(&mut floor_out) {
+                let t = Instant::now();
+                floor()?;
+                let took = t.elapsed();
+                if round >= warmup {
+                    samples.0.push(took);
+                }
+            }
+        }
+        Ok((out, floor_out))
+    }
+
     /// The `q`-quantile (0.5: median), nearest rank.
     pub(crate) fn quantile(&self, q: f64) -> Duration {
         if self.0.is_empty() {

@@ -205,6 +205,20 @@ impl Client {
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
+        self.write_chunks(path, opts, tokio_util::io::ReaderStream::with_capacity(data, BULK_CHUNK_SIZE))
+            .await
+    }
+
+    /// Writes bytes already in memory to a guest file (see [`Client::write_file`]); they
+    /// go out as slices of `data`, without a copy.
+    pub async fn write_bytes(&self, path: &str, opts: WriteOpts, data: Bytes) -> Result<WriteResult> {
+        self.write_chunks(path, opts, stream::iter(bulk_slices(data).map(Ok))).await
+    }
+
+    async fn write_chunks<S>(&self, path: &str, opts: WriteOpts, chunks: S) -> Result<WriteResult>
+    where
+        S: Stream<Item = io::Result<Bytes>> + Send + Unpin + 'static,
+    {
         use pb::write_file_request::Part;
         let header = pb::WriteFileRequest {
             part: Some(Part::Header(pb::WriteFileHeader {
@@ -216,18 +230,13 @@ impl Client {
         };
         let (body, failed) = upload_body(
             header,
-            data,
+            chunks,
             |b| pb::WriteFileRequest { part: Some(Part::Data(b)) },
             pb::WriteFileRequest { part: Some(Part::End(true)) },
         );
         let call = async { self.rpc.clone().write_file(body).await };
         let r = abandon_on_source_error(call, failed).await?.map_err(self.err("WriteFile"))?.into_inner();
         Ok(WriteResult { bytes_written: r.bytes_written, file_size: r.file_size })
-    }
-
-    /// Writes bytes already in memory to a guest file (see [`Client::write_file`]).
-    pub async fn write_bytes(&self, path: &str, opts: WriteOpts, data: Bytes) -> Result<WriteResult> {
-        self.write_file(path, opts, io::Cursor::new(data)).await
     }
 
     /// Lists a directory.
@@ -309,7 +318,7 @@ impl Client {
             pb::UploadDirRequest { part: Some(Part::Header(pb::UploadDirHeader { path: path.to_string() })) };
         let (body, failed) = upload_body(
             header,
-            zip,
+            tokio_util::io::ReaderStream::with_capacity(zip, BULK_CHUNK_SIZE),
             |b| pb::UploadDirRequest { part: Some(Part::Data(b)) },
             pb::UploadDirRequest { part: Some(Part::End(true)) },
         );
@@ -332,21 +341,20 @@ impl Client {
     }
 }
 
-/// A client-streaming request body: `first`, then `data` in chunks. A read error is
+/// A client-streaming request body: `first`, then the `chunks`. A read error is
 /// reported on the returned receiver and the body then stalls instead of ending, so the
 /// agent never sees a clean end it would commit; the caller drops the call instead.
-fn upload_body<M, R>(
+fn upload_body<M, S>(
     first: M,
-    data: R,
+    chunks: S,
     wrap: fn(Bytes) -> M,
     end: M,
 ) -> (impl Stream<Item = M> + Send + 'static, oneshot::Receiver<io::Error>)
 where
     M: Send + 'static,
-    R: AsyncRead + Send + Unpin + 'static,
+    S: Stream<Item = io::Result<Bytes>> + Send + Unpin + 'static,
 {
     let (tx, rx) = oneshot::channel();
-    let chunks = tokio_util::io::ReaderStream::with_capacity(data, BULK_CHUNK_SIZE);
     let rest = stream::unfold((chunks, Some(tx)), move |(mut chunks, mut tx)| async move {
         match chunks.next().await {
             None => None,
@@ -364,6 +372,11 @@ where
     (stream::once(async { first }).chain(rest).chain(stream::once(async { end })), rx)
 }
 
+/// `data` as slices of at most [`BULK_CHUNK_SIZE`] bytes, sharing its buffer.
+fn bulk_slices(mut data: Bytes) -> impl Iterator<Item = Bytes> + Send + Unpin {
+    std::iter::from_fn(move || (!data.is_empty()).then(|| data.split_to(data.len().min(BULK_CHUNK_SIZE))))
+}
+
 /// Runs `call` unless the body reports a read error first, in which case the call is
 /// dropped (resetting the stream) and the error returned.
 async fn abandon_on_source_error<T>(
@@ -373,5 +386,21 @@ async fn abandon_on_source_error<T>(
     tokio::select! {
         out = call => Ok(out),
         Ok(e) = failed => Err(ClientError::Source(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bulk_slices_cover_the_data_in_order_without_empty_slices() {
+        assert_eq!(bulk_slices(Bytes::new()).count(), 0);
+        let data: Bytes = (0..2 * BULK_CHUNK_SIZE + 1).map(|i| i as u8).collect::<Vec<_>>().into();
+        let slices: Vec<Bytes> = bulk_slices(data.clone()).collect();
+        let lens: Vec<usize> = slices.iter().map(Bytes::len).collect();
+        assert_eq!(lens, [BULK_CHUNK_SIZE, BULK_CHUNK_SIZE, 1]);
+        assert_eq!(slices.concat(), data);
+        assert_eq!(bulk_slices(Bytes::from_static(b"hi")).collect::<Vec<_>>(), [Bytes::from_static(b"hi")]);
     }
 }
