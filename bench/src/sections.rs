@@ -299,7 +299,7 @@ fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -
 fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     let title = "Inside a real VM (minimal template, virtio-vsock via vhost-device-vsock)".to_string();
     let (boots, execs, bytes, copy_runs) =
-        if opts.quick { (3, 20, 16 << 20, 2) } else { (15, 100, 64 << 20, 5) };
+        if opts.quick { (3, 20, 16 << 20, 2) } else { (15, 100, 64 << 20, 6) };
     let run = vm::VmRun {
         sbx_bin: &opts.sbx_bin,
         floor_bin: &opts.vsock_floor_bin,
