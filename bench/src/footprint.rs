@@ -41,7 +41,7 @@ pub(crate) struct Flood {
 
 /// Starts a fresh agent and streams `bytes` of zeros through ExecStream.
 pub(crate) async fn flood(bin: &Path, dir: &Path, bytes: u64) -> Result<Flood> {
-    let agent = Agent::start(bin, dir, "flood")?;
+    let agent = Agent::start(bin, dir, &format!("flood-{bytes}"))?;
     // Let lazy initialisation settle before calling it idle.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let idle = agent.memory()?;

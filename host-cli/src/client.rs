@@ -210,7 +210,7 @@ impl Client {
     }
 
     /// Writes bytes already in memory to a guest file (see [`Client::write_file`]); they
-    /// go out as slices of `data`, without a copy.
+    /// go out as slices of `data`, not copied into a read buffer first.
     pub async fn write_bytes(&self, path: &str, opts: WriteOpts, data: Bytes) -> Result<WriteResult> {
         self.write_chunks(path, opts, stream::iter(bulk_slices(data).map(Ok))).await
     }

@@ -192,45 +192,43 @@ fn with_vm(
     })?;
     sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
     rt.block_on(floor.upload(&src))?;
-    // Alternated, best of `copy_runs`: the best run is the least disturbed one. Which
-    // side goes first swaps every round. Under TCG, a 64 MiB `sbx cp` into the guest
-    // right after a raw stream took 0.6-0.7 s where one after another `sbx cp` took
-    // 0.37 s: the guest spent twice the CPU on the same work, and it wore off over two
-    // copies. With a fixed order one side would always pay for the other's wake.
-    for round in 0..run.copy_runs.max(1) {
-        let sbx_first = round % 2 == 0;
+    // Alternated, best of `copy_runs`: the best run is the least disturbed one. Each
+    // side copies in and straight back out, and which side goes first swaps every round.
+    // Under TCG, a 64 MiB `sbx cp` into the guest right after a raw stream took 0.6-0.7 s
+    // where one after another `sbx cp` took 0.37 s: the guest spent up to twice the CPU
+    // on the same work, and it wore off over two copies. This way each side's download
+    // follows its own upload, and each side's upload follows itself in half the rounds
+    // and the other side in the rest. The raw source streams the guest file `sbx cp`
+    // wrote, which is removed only right before the next `sbx cp` upload.
+    let upload_sbx = || -> Result<Duration> {
         rt.block_on(client.remove(guest_file, false))?;
-        let upload_sbx = || -> Result<Duration> {
-            let t = Instant::now();
-            sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
-            Ok(t.elapsed())
-        };
-        if sbx_first {
-            best.upload = best.upload.min(upload_sbx()?);
-            best.raw_upload = best.raw_upload.min(rt.block_on(floor.upload(&src))?);
-        } else {
-            best.raw_upload = best.raw_upload.min(rt.block_on(floor.upload(&src))?);
-            best.upload = best.upload.min(upload_sbx()?);
-        }
-        let download_sbx = || -> Result<Duration> {
-            let t = Instant::now();
-            sbx(run.sbx_bin, state, &["cp", &guest, &back.display().to_string()])?;
-            let took = t.elapsed();
-            check_back("sbx cp")?;
-            Ok(took)
-        };
-        let download_raw = || -> Result<Duration> {
-            let (took, len) = rt.block_on(floor.download(&back))?;
-            ensure!(len == run.copy_bytes, "the vsock source sent {len} bytes, not {}", run.copy_bytes);
-            check_back("the raw vsock stream")?;
-            Ok(took)
-        };
-        if sbx_first {
-            best.download = best.download.min(download_sbx()?);
-            best.raw_download = best.raw_download.min(download_raw()?);
-        } else {
-            best.raw_download = best.raw_download.min(download_raw()?);
-            best.download = best.download.min(download_sbx()?);
+        let t = Instant::now();
+        sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
+        Ok(t.elapsed())
+    };
+    let download_sbx = || -> Result<Duration> {
+        let t = Instant::now();
+        sbx(run.sbx_bin, state, &["cp", &guest, &back.display().to_string()])?;
+        let took = t.elapsed();
+        check_back("sbx cp")?;
+        Ok(took)
+    };
+    let download_raw = || -> Result<Duration> {
+        let (took, len) = rt.block_on(floor.download(&back))?;
+        ensure!(len == run.copy_bytes, "the vsock source sent {len} bytes, not {}", run.copy_bytes);
+        check_back("the raw vsock stream")?;
+        Ok(took)
+    };
+    for round in 0..run.copy_runs.max(1) {
+        let turns = if round % 2 == 0 { [true, false] } else { [false, true] };
+        for sbx_turn in turns {
+            if sbx_turn {
+                best.upload = best.upload.min(upload_sbx()?);
+                best.download = best.download.min(download_sbx()?);
+            } else {
+                best.raw_upload = best.raw_upload.min(rt.block_on(floor.upload(&src))?);
+                best.raw_download = best.raw_download.min(download_raw()?);
+            }
         }
     }
     fs::remove_file(&src)?;

@@ -66,10 +66,13 @@ where
     let (head, ended) = gather_head(&mut data).await?;
     if ended {
         // The whole write is in hand: open, write and commit in one go; in place when
-        // its fsyncs return at once (tmpfs, ramfs), else in one blocking-pool trip.
+        // its fsyncs return at once (tmpfs, ramfs), else in one blocking-pool trip. An
+        // append copies the old file first, whatever its size, so it always takes the
+        // pool: the agent's one worker must not stall on it.
         let written = head.len() as u64;
         let probe = path.clone();
-        let small = move || resolve_symlink(probe).parent().is_some_and(in_memory);
+        let append = header.append;
+        let small = move || !append && resolve_symlink(probe).parent().is_some_and(in_memory);
         let file_size = quick_if(small, move || {
             let mut pending = prepare(path, &header)?;
             write_pieces(pending.temp.as_file_mut(), &head)
