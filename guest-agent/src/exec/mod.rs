@@ -38,10 +38,10 @@ use spawn::StdioSetup;
 ///
 /// Dropping the returned future (the client went away) kills the command's group.
 pub async fn exec(req: &pb::ExecRequest) -> Result<pb::ExecResponse, ExecError> {
-    let spec = Spec::from_command(req.command.as_ref())?;
+    let spec = process::spec_placed(req.command.clone()).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
     let limit = spec::output_limit(req.output_limit)?;
-    let mut run = process::spawn(&spec, StdioSetup::Piped)?;
+    let (spec, mut run) = process::spawn_placed(spec, StdioSetup::Piped).await?;
     let mut out = Capture::new(limit);
     let mut err = Capture::new(limit);
     let (stdin, stdout, stderr) = (run.stdin.take(), run.stdout.take(), run.stderr.take());

@@ -19,6 +19,8 @@ use super::reaper::{self, Ended};
 use super::spawn::{self, StdioSetup};
 use super::tree;
 use super::{ExecError, Spec};
+use crate::files::placement::in_place_unless_remote;
+use sbx_proto::agent::v1 as pb;
 
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -42,6 +44,19 @@ pub struct Running {
     pub group: ProcessGroup,
     /// When it was started.
     pub started: Instant,
+}
+
+/// [`spawn()`] where it cannot stall the agent's one worker: in place while every mount
+/// is local, else on the blocking pool, since finding the program and the exec that
+/// `posix_spawn` waits for may wait on a network filesystem. Gives `spec` back.
+pub async fn spawn_placed(spec: Spec, stdio: StdioSetup) -> Result<(Spec, Running), ExecError> {
+    in_place_unless_remote(move || spawn(&spec, stdio).map(|run| (spec, run))).await
+}
+
+/// [`Spec::from_command`] where it cannot stall the agent (its cwd is checked on the
+/// filesystem), as [`spawn_placed`].
+pub async fn spec_placed(command: Option<pb::Command>) -> Result<Spec, ExecError> {
+    in_place_unless_remote(move || Spec::from_command(command.as_ref())).await
 }
 
 /// Starts `spec` in a new session, as its user, with the given stdio.

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use super::process::{self, Running};
 use super::spawn::StdioSetup;
-use super::{ExecError, Spec, spec};
+use super::{ExecError, spec};
 
 /// Events buffered between the command and the client; with chunks of at most
 /// [`CHUNK_SIZE`] this bounds the agent's memory per stream.
@@ -37,9 +37,9 @@ where
         Some(Ok(pb::ExecStreamInput { input: Some(Input::Start(req)) })) => req,
         _ => return Err(ExecError::StreamNotStarted),
     };
-    let spec = Spec::from_command(req.command.as_ref())?;
+    let spec = process::spec_placed(req.command.clone()).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
-    let mut run = process::spawn(&spec, StdioSetup::Piped)?;
+    let (_, mut run) = process::spawn_placed(spec, StdioSetup::Piped).await?;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let started = Event::Started(pb::exec_event::Started { pid: run.pid });
     tx.try_send(Ok(pb::ExecEvent { event: Some(started) })).expect("a new channel has room");

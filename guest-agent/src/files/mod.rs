@@ -15,7 +15,7 @@
 pub mod error;
 pub mod list;
 pub mod ops;
-mod placement;
+pub(crate) mod placement;
 pub mod read;
 pub mod rename;
 pub mod write;

@@ -52,6 +52,26 @@ where
     if mounts_all_local() && small() { f() } else { blocking(f).await }
 }
 
+/// Runs `f` in place while every mount is local, else on the blocking pool: for work
+/// outside the file calls that touches paths a remote mount could hang, such as
+/// starting a command (its cwd and program are looked up, and `posix_spawn` waits for
+/// the child's exec). A panic in `f` is passed on.
+pub(crate) async fn in_place_unless_remote<T, F>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if mounts_all_local() {
+        return f();
+    }
+    match tokio::task::spawn_blocking(f).await {
+        Ok(value) => value,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // The runtime is shutting down: nothing will poll this again.
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// True when `dir` is on a filesystem kept in memory (tmpfs, ramfs), where an fsync
 /// returns at once.
 pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
@@ -146,5 +166,15 @@ mod tests {
         let mut watch = MountWatch::open().expect("/proc/self/mountinfo opens");
         let first = watch.all_local;
         assert_eq!(watch.all_local(), first, "nothing was mounted in between");
+    }
+
+    #[tokio::test]
+    async fn work_placed_by_mounts_returns_its_value_and_passes_a_panic_on() {
+        assert_eq!(in_place_unless_remote(|| 41 + 1).await, 42);
+        let panicked = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            in_place_unless_remote(|| -> u32 { panic!("boom") }),
+        ))
+        .await;
+        assert!(panicked.is_err(), "the panic reaches the caller");
     }
 }

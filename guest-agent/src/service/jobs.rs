@@ -4,11 +4,15 @@ use sbx_proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
 use super::AgentService;
+use crate::files::placement::in_place_unless_remote;
 use crate::jobs::JobError;
 use crate::report::error_chain;
 
 pub(super) async fn start(svc: &AgentService, req: pb::StartJobRequest) -> Result<pb::Job, Status> {
-    Ok(svc.jobs().start(&req)?)
+    // Starting a job touches its cwd, its program and the job directory: off the
+    // runtime thread when a mount could hang (see `in_place_unless_remote`).
+    let svc = svc.clone();
+    Ok(in_place_unless_remote(move || svc.jobs().start(&req)).await?)
 }
 
 pub(super) async fn get(svc: &AgentService, req: pb::JobRef) -> Result<pb::Job, Status> {
