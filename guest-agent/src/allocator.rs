@@ -8,8 +8,10 @@
 //!
 //! The speed comes from reusing freed memory, so it must not go back to the kernel
 //! while a transfer runs (purging at once measured no faster than musl); a 1 GiB
-//! output flood peaks 30 MiB higher than it did with musl. Two things keep an idle
-//! agent as small as it was with musl all the same:
+//! output flood peaks about 6 MiB above idle (musl: 1.4 MiB), whatever its size, now
+//! that one worker both allocates and frees a stream's buffers (25-30 MiB with a
+//! worker per CPU). Two things keep an idle agent as small as it was with musl all the
+//! same:
 //! - no transparent huge pages (the crate's `no_thp` feature): with them, the first
 //!   allocations touched 2 MiB pages and an idle agent held 11.5 MiB instead of 4;
 //! - once no command or transfer has run for [`SETTLE`], every runtime worker hands
