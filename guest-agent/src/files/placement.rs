@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::{FsError, blocking};
+use super::FsError;
 
 /// Filesystem types whose calls the kernel answers without a server or a daemon.
 #[rustfmt::skip]
@@ -33,7 +33,7 @@ const LOCAL_TYPES: &[&str] = &[
 ///
 /// For work that is small and bounded: a stat, opening a file, reading a few KiB, a
 /// short directory. Anything that may take long on a healthy disk (an fsync, a large
-/// or recursive listing) belongs on [`blocking`] regardless.
+/// or recursive listing) belongs on [`blocking`](super::blocking) regardless.
 pub(crate) async fn quick<T, F>(f: F) -> Result<T, FsError>
 where
     F: FnOnce() -> Result<T, FsError> + Send + 'static,
@@ -49,7 +49,7 @@ where
     F: FnOnce() -> Result<T, FsError> + Send + 'static,
     T: Send + 'static,
 {
-    if mounts_all_local() && small() { f() } else { blocking(f).await }
+    placed(small, f).await.map_err(|_| FsError::WorkerGone)?
 }
 
 /// Runs `f` in place while every mount is local, else on the blocking pool: for work
@@ -61,15 +61,23 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    if mounts_all_local() {
-        return f();
-    }
-    match tokio::task::spawn_blocking(f).await {
+    match placed(|| true, f).await {
         Ok(value) => value,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // The runtime is shutting down: nothing will poll this again.
         Err(_) => std::future::pending().await,
     }
+}
+
+/// The one placement decision: `f` in place when every mount is local and `small()`
+/// agrees, else on the blocking pool (whose failure, a panic or a runtime shutting
+/// down, is the `Err`).
+async fn placed<T, F>(small: impl FnOnce() -> bool, f: F) -> Result<T, tokio::task::JoinError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    if mounts_all_local() && small() { Ok(f()) } else { tokio::task::spawn_blocking(f).await }
 }
 
 /// True when `dir` is on a filesystem kept in memory (tmpfs, ramfs), where an fsync
