@@ -43,12 +43,12 @@ fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
     let info = sbx.json(&["-s", &id, "info"]);
     assert_eq!(info["pid1"], true, "the agent is the guest's init: {info}");
 
-    // Pause: ls shows it; the guest clock stands still meanwhile.
+    // Pause: ls shows it; the guest may lose time meanwhile.
     assert_eq!(sbx.json(&["pause", "life"])["state"], "paused");
     assert_eq!(sbx.states(), vec![("life".to_string(), "paused".to_string())]);
     std::thread::sleep(Duration::from_secs(6));
 
-    // Resume sets the guest clock to the host's: without it the guest would be 6 s behind.
+    // Resume sets the guest clock to the host's, whatever it lost while frozen.
     let resumed = sbx.json(&["resume", "life"]);
     assert_eq!(resumed["sandbox"]["state"], "running");
     let before = now_ms();

@@ -21,7 +21,7 @@ pub enum SandboxCommand {
     Create(CreateArgs),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
     Inspect(SandboxArg),
-    /// Freeze a sandbox's CPUs; it keeps its memory and continues where it stopped.
+    /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it stopped.
     Pause(SandboxArg),
     /// Resume a paused sandbox and set its clock to the host's.
     Resume(SandboxArg),

@@ -15,6 +15,8 @@ use super::{SandboxInfo, SandboxState, VmError, agent_address, dirs, now_unix_ms
 const QUIT_GRACE: Duration = Duration::from_secs(5);
 /// How long vhost-device-vsock gets after SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
+/// How long QEMU's threads get to stop after SIGSTOP.
+const FREEZE_GRACE: Duration = Duration::from_secs(5);
 /// How long to wait for the agent when setting the clock after a resume.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -28,12 +30,24 @@ fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, VmError> {
     }
 }
 
-/// Stops the guest's CPUs (QMP `stop`). Pausing a paused sandbox does nothing.
+/// Freezes the whole VM: QEMU gets SIGSTOP, so its vCPUs, device emulation and
+/// control socket all stand still, and its memory stays as it is. Pausing a paused
+/// sandbox does nothing.
+///
+/// Not QMP `stop`: that also stops the vhost-user rings, and vhost-device-vsock 0.3.0
+/// handles host-side socket traffic that arrives meanwhile (say, output a client
+/// reads after the pause) by ending its only worker thread, which leaves the
+/// sandbox's vsock dead after `cont`. With QEMU frozen the rings stay up, and the
+/// backend keeps serving the host side into guest memory until the guest runs again.
 pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
-    qmp::run(&record.paths.qmp_socket, "stop").await?;
+    let qemu = record.qemu.ok_or_else(|| VmError::Dead(record.name.clone()))?;
+    if !qemu.freeze(FREEZE_GRACE).await {
+        qemu.thaw();
+        return Err(VmError::Freeze(record.name));
+    }
     record.paused = true;
     record.save()?;
     Ok(SandboxInfo::of(&record))
@@ -48,13 +62,17 @@ pub struct Resumed {
     pub clock_adjusted_ms: i64,
 }
 
-/// Restarts the guest's CPUs (QMP `cont`), then sets the guest clock to the host's,
-/// since it stood still while paused. Resuming a running sandbox only sets the clock.
+/// Lets QEMU run again (SIGCONT; QMP `cont` too if its CPUs were stopped some other
+/// way), then sets the guest clock to the host's, which may have fallen behind while
+/// the VM stood still. Resuming a running sandbox only sets the clock.
 pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
     let state = dirs::state_dir()?;
     let record = {
         let _lock = StateLock::acquire(&state)?;
         let mut record = live(&state, name_or_id)?;
+        if let Some(qemu) = record.qemu {
+            qemu.thaw();
+        }
         let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
         if !qmp.is_running().await? {
             qmp.execute("cont").await?;
@@ -209,6 +227,8 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
 
 async fn stop_processes(record: &Record, force: bool) {
     if let Some(qemu) = record.qemu.filter(|p| p.is_alive()) {
+        // A paused QEMU neither answers QMP nor acts on SIGTERM until it runs again.
+        qemu.thaw();
         let asked = !force && qmp::run(&record.paths.qmp_socket, "quit").await.is_ok();
         if !(asked && qemu.wait_gone(QUIT_GRACE).await) {
             qemu.kill().await;

@@ -97,6 +97,9 @@ pub enum VmError {
     /// Still booting.
     #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
     Starting(String),
+    /// QEMU did not stop on SIGSTOP.
+    #[error("sandbox `{0}` could not be paused: its QEMU did not stop within 5 s; it keeps running")]
+    Freeze(String),
     /// Resumed, but the guest clock could not be set.
     #[error("sandbox `{name}` resumed, but its clock could not be set: {reason}")]
     Clock {

@@ -99,6 +99,49 @@ impl ProcRef {
         }
     }
 
+    /// Stops every thread of the process (SIGSTOP) and waits until the kernel has
+    /// stopped them all; false when the process is gone or did not stop within `grace`.
+    pub async fn freeze(&self, grace: Duration) -> bool {
+        if !self.signal(Signal::STOP) {
+            return false;
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            if self.is_frozen() {
+                return true;
+            }
+            if Instant::now() >= deadline || !self.is_alive() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// True when every thread of this process is stopped by a signal (state `T`).
+    pub fn is_frozen(&self) -> bool {
+        if !self.is_alive() {
+            return false;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else { return false };
+        let mut any = false;
+        for task in tasks.flatten() {
+            let stopped = std::fs::read_to_string(task.path().join("stat"))
+                .ok()
+                .and_then(|text| Some(text[text.rfind(')')? + 1..].trim_start().starts_with('T')));
+            // A thread that ended meanwhile has no stat: it does not hold the process up.
+            if stopped == Some(false) {
+                return false;
+            }
+            any |= stopped == Some(true);
+        }
+        any
+    }
+
+    /// Lets a stopped process run again (SIGCONT); does nothing to a running one.
+    pub fn thaw(&self) -> bool {
+        self.signal(Signal::CONT)
+    }
+
     /// SIGKILL without waiting, for clean-up paths that cannot await.
     pub fn kill_now(&self) {
         self.signal(Signal::KILL);
@@ -189,6 +232,31 @@ mod tests {
         child.wait().await.unwrap();
         assert!(!me.is_alive());
         assert!(!me.signal(Signal::KILL));
+    }
+
+    #[tokio::test]
+    async fn freezes_and_thaws_every_thread() {
+        let d = tempfile::tempdir().unwrap();
+        // A shell spinning on a CPU, so a stop shows as CPU time that no longer grows.
+        let sh = find_in_path("sh").unwrap();
+        let mut child =
+            spawn_detached(&sh, &["-c".into(), "while :; do :; done".into()], &d.path().join("log")).unwrap();
+        let me = ProcRef::of(child.id().unwrap()).unwrap();
+        assert!(!me.is_frozen());
+        assert!(me.freeze(Duration::from_secs(10)).await, "SIGSTOP did not stop the process");
+        assert!(me.is_frozen());
+        let frozen_ticks = cpu_ticks(me.pid).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(cpu_ticks(me.pid).unwrap(), frozen_ticks, "a frozen process used CPU");
+        assert!(me.thaw());
+        let start = Instant::now();
+        while me.is_frozen() {
+            assert!(start.elapsed() < Duration::from_secs(10), "SIGCONT did not restart the process");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        me.kill().await;
+        child.wait().await.unwrap();
+        assert!(!me.freeze(Duration::from_secs(1)).await, "a gone process cannot be frozen");
     }
 
     #[test]

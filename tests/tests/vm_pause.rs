@@ -1,0 +1,75 @@
+//! Pausing a sandbox while its vsock is busy: the guest stops, the host side keeps
+//! draining what the guest had already sent, and after `resume` both the call in
+//! flight and new calls work.
+//!
+//! This once killed the sandbox: pausing stopped the vhost-user rings, and
+//! vhost-device-vsock ended its worker thread when host-side traffic arrived while
+//! they were stopped, so nothing reached the agent after `cont`.
+
+use std::io::Read;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use sbx_tests::vm::{HANG_GUARD, Sbx, text, wait_bounded, wait_until};
+
+/// How much the guest prints: far more than the pipe, socket and backend buffers hold.
+const OUTPUT: usize = 30_000_000;
+
+#[test]
+fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
+    let sbx = Sbx::new();
+    sbx.create("busy");
+
+    // Nobody reads the output at first, so it backs up from the pipe through sbx and
+    // vhost-device-vsock into the guest.
+    let mut streaming = sbx
+        .command(&["-s", "busy", "exec", "--", "sh", "-c", &format!("yes | head -c {OUTPUT}")])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn sbx exec");
+    let mut stdout = streaming.stdout.take().unwrap();
+    let received = Arc::new(AtomicUsize::new(0));
+    let (start_reading, reader_go) = std::sync::mpsc::channel::<()>();
+    let reader = {
+        let received = received.clone();
+        std::thread::spawn(move || {
+            reader_go.recv().unwrap();
+            let mut buf = vec![0; 64 * 1024];
+            loop {
+                match stdout.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => received.fetch_add(n, Ordering::Relaxed),
+                };
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+
+    assert_eq!(sbx.json(&["pause", "busy"])["state"], "paused");
+    // Now drain what is buffered on the host side while the guest stands still.
+    start_reading.send(()).unwrap();
+    wait_until("the paused sandbox's buffered output to arrive", Duration::from_secs(30), || {
+        received.load(Ordering::Relaxed) > 0
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let while_paused = received.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(received.load(Ordering::Relaxed), while_paused, "a paused guest kept printing");
+    assert!(while_paused < OUTPUT, "the command finished before the pause; the test proves nothing");
+
+    let resumed = sbx.run(&["resume", "busy"]);
+    assert!(resumed.status.success(), "resume after a busy pause failed: {}", text(&resumed.stderr));
+
+    // The call that was in flight finishes with every byte.
+    let done = wait_bounded(streaming, HANG_GUARD).expect("the exec in flight hung after resume");
+    reader.join().unwrap();
+    assert!(done.status.success(), "the exec in flight failed: {}", text(&done.stderr));
+    assert_eq!(received.load(Ordering::Relaxed), OUTPUT);
+
+    // And new calls reach the agent.
+    let out = sbx.run(&["-s", "busy", "--connect-timeout", "30s", "exec", "--", "echo", "alive"]);
+    assert!(out.status.success(), "exec after resume failed: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "alive\n");
+}
