@@ -1,6 +1,6 @@
 //! Pausing a sandbox while its vsock is busy: the guest stops, the host side keeps
 //! draining what the guest had already sent, and after `resume` both the call in
-//! flight and new calls work.
+//! flight and new calls work; a paused sandbox is also killed cleanly.
 //!
 //! This once killed the sandbox: pausing stopped the vhost-user rings, and
 //! vhost-device-vsock ended its worker thread when host-side traffic arrived while
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use sbx_tests::processes_mentioning;
 use sbx_tests::vm::{HANG_GUARD, Sbx, text, wait_bounded, wait_until};
 
 /// How much the guest prints: far more than the pipe, socket and backend buffers hold.
@@ -72,4 +73,11 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     let out = sbx.run(&["-s", "busy", "--connect-timeout", "30s", "exec", "--", "echo", "alive"]);
     assert!(out.status.success(), "exec after resume failed: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "alive\n");
+
+    // A paused sandbox is killed like a running one: its frozen QEMU is let go first.
+    assert_eq!(sbx.json(&["pause", "busy"])["state"], "paused");
+    let removed = sbx.json(&["kill", "busy"]);
+    assert_eq!(removed[0]["was"], "paused");
+    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
+    assert_eq!(sbx.states(), vec![]);
 }
