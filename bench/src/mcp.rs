@@ -25,6 +25,9 @@ pub(crate) enum Op {
     Read,
     /// Write a 1 KiB file.
     Write,
+    /// Write a 1 KiB file on tmpfs, where a `minimal` sandbox keeps its files: sbx's
+    /// fsyncs cost nothing there, so this is the write without the host disk's flush.
+    WriteMem,
     /// List a directory of 100 entries: names and types, no stat per entry.
     List,
     /// List a directory of 100 entries with each one's size and mtime (a stat each).
@@ -33,7 +36,7 @@ pub(crate) enum Op {
 
 impl Op {
     /// All of them, in table order.
-    pub(crate) const ALL: [Op; 5] = [Op::Exec, Op::Read, Op::Write, Op::List, Op::ListStat];
+    pub(crate) const ALL: [Op; 6] = [Op::Exec, Op::Read, Op::Write, Op::WriteMem, Op::List, Op::ListStat];
 
     /// How the table names it.
     pub(crate) fn label(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Op {
             Op::Exec => "exec `echo hi`",
             Op::Read => "read 1 KiB",
             Op::Write => "write 1 KiB",
+            Op::WriteMem => "write 1 KiB on tmpfs",
             Op::List => "list 100 entries",
             Op::ListStat => "list 100 entries with size and mtime",
         }

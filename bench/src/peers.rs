@@ -20,13 +20,15 @@ pub(crate) struct Workload {
     pub(crate) read_file: PathBuf,
     /// Where writes go.
     pub(crate) write_file: PathBuf,
+    /// A directory on tmpfs the file servers may touch too, when there is one.
+    pub(crate) mem_root: Option<PathBuf>,
     /// A directory holding exactly 100 files.
     pub(crate) list_dir: PathBuf,
 }
 
 impl Workload {
-    /// Creates the files under `root`.
-    pub(crate) fn create(root: &Path) -> std::io::Result<Workload> {
+    /// Creates the files under `root`; `mem_root`, if any, is a directory on tmpfs.
+    pub(crate) fn create(root: &Path, mem_root: Option<&Path>) -> std::io::Result<Workload> {
         let list_dir = root.join("hundred");
         std::fs::create_dir_all(&list_dir)?;
         for i in 0..100 {
@@ -34,7 +36,24 @@ impl Workload {
         }
         let read_file = root.join("read-1k.txt");
         std::fs::write(&read_file, kib_text())?;
-        Ok(Workload { root: root.to_path_buf(), read_file, write_file: root.join("write-1k.txt"), list_dir })
+        Ok(Workload {
+            root: root.to_path_buf(),
+            read_file,
+            write_file: root.join("write-1k.txt"),
+            mem_root: mem_root.map(Path::to_path_buf),
+            list_dir,
+        })
+    }
+
+    /// The directories a file server is allowed to touch.
+    fn allowed(&self) -> Vec<String> {
+        std::iter::once(&self.root).chain(&self.mem_root).map(|p| Workload::s(p)).collect()
+    }
+
+    /// The tmpfs write, as `tool` with `arguments(path)`, when there is a tmpfs.
+    fn mem_write(&self, tool: &str, arguments: impl Fn(String) -> serde_json::Value) -> Option<ToolCall> {
+        let path = Workload::s(&self.mem_root.as_ref()?.join("write-1k.txt"));
+        Some(self.call(Op::WriteMem, tool, arguments(path)))
     }
 
     fn s(p: &Path) -> String {
@@ -46,7 +65,7 @@ impl Workload {
             Op::Exec => "hi",
             Op::Read => "sbx-bench",
             // Peers answer writes with prose; sbx with JSON. Both name the path.
-            Op::Write => "write-1k",
+            Op::Write | Op::WriteMem => "write-1k",
             Op::List | Op::ListStat => "entry-099",
         };
         ToolCall { op, tool: tool.into(), arguments, expect: expect.into() }
@@ -72,15 +91,19 @@ pub(crate) fn sbx(sbx_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
         args: vec!["--agent".into(), agent.into(), "mcp".into()],
         env: vec![],
         cwd: w.root.clone(),
-        calls: vec![
-            w.call(Op::Exec, "sandbox_exec", json!({"command": "echo hi"})),
-            w.call(Op::Read, "sandbox_files_read", json!({"path": r})),
-            w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()})),
+        calls: [
+            Some(w.call(Op::Exec, "sandbox_exec", json!({"command": "echo hi"}))),
+            Some(w.call(Op::Read, "sandbox_files_read", json!({"path": r}))),
+            Some(w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()}))),
+            w.mem_write("sandbox_files_write", |p| json!({"path": p, "content": kib_text()})),
             // Names and types without a stat per entry, as the peers' plain listings.
-            w.call(Op::List, "sandbox_files_list", json!({"path": l, "names_only": true})),
+            Some(w.call(Op::List, "sandbox_files_list", json!({"path": l, "names_only": true}))),
             // Each entry's size, mode and mtime (a stat each), as list_directory_with_sizes.
-            w.call(Op::ListStat, "sandbox_files_list", json!({"path": l})),
-        ],
+            Some(w.call(Op::ListStat, "sandbox_files_list", json!({"path": l}))),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
     }
 }
 
@@ -92,15 +115,19 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
         ServerSpec {
             name: "server-filesystem".into(),
             command: p.npm_bin.join("mcp-server-filesystem"),
-            args: vec![Workload::s(&w.root)],
+            args: w.allowed(),
             env: home.clone(),
             cwd: w.root.clone(),
-            calls: vec![
-                w.call(Op::Read, "read_text_file", json!({"path": r})),
-                w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text()})),
-                w.call(Op::List, "list_directory", json!({"path": l})),
-                w.call(Op::ListStat, "list_directory_with_sizes", json!({"path": l})),
-            ],
+            calls: [
+                Some(w.call(Op::Read, "read_text_file", json!({"path": r}))),
+                Some(w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text()}))),
+                w.mem_write("write_file", |p| json!({"path": p, "content": kib_text()})),
+                Some(w.call(Op::List, "list_directory", json!({"path": l}))),
+                Some(w.call(Op::ListStat, "list_directory_with_sizes", json!({"path": l}))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         },
         ServerSpec {
             name: "desktop-commander".into(),

@@ -43,7 +43,12 @@ pub(crate) fn machine() -> String {
 
 /// Every section, in table order.
 pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Section>> {
-    let work = Workload::create(&scratch.join("work"))?;
+    // The tmpfs the writes are also measured on; dropped (removed) at the end.
+    let shm = tempfile::Builder::new().prefix("sbx-bench-").tempdir_in("/dev/shm").ok();
+    if shm.is_none() {
+        say("  no writable /dev/shm: the tmpfs write rows are left out");
+    }
+    let work = Workload::create(&scratch.join("work"), shm.as_ref().map(|d| d.path()))?;
     let mut out = Vec::new();
     let agent = Agent::start(&opts.agent_bin, scratch, "main")?;
     if opts.runs("agent") {
