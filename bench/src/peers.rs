@@ -135,17 +135,21 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
             args: vec![],
             env: home.clone(),
             cwd: w.root.clone(),
-            calls: vec![
-                w.call(Op::Exec, "start_process", json!({"command": "echo hi", "timeout_ms": 10000})),
-                w.call(Op::Read, "read_file", json!({"path": r})),
+            calls: [
+                Some(w.call(Op::Exec, "start_process", json!({"command": "echo hi", "timeout_ms": 10000}))),
+                Some(w.call(Op::Read, "read_file", json!({"path": r}))),
                 // It refuses to replace an existing file unless told to.
-                w.call(
+                Some(w.call(
                     Op::Write,
                     "write_file",
                     json!({"path": wr, "content": kib_text(), "mode": "rewrite"}),
-                ),
-                w.call(Op::List, "list_directory", json!({"path": l, "depth": 1})),
-            ],
+                )),
+                w.mem_write("write_file", |p| json!({"path": p, "content": kib_text(), "mode": "rewrite"})),
+                Some(w.call(Op::List, "list_directory", json!({"path": l, "depth": 1}))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
         },
         ServerSpec {
             name: "mcp-server-commands".into(),
