@@ -1,6 +1,7 @@
 //! Pausing a sandbox while its vsock is busy: the guest stops, the host side keeps
 //! draining what the guest had already sent, and after `resume` both the call in
-//! flight and new calls work; a paused sandbox is also killed cleanly.
+//! flight and new calls work; a paused sandbox is also killed cleanly. And a long
+//! pause leaves no lockup or stall reports in the guest's kernel log.
 //!
 //! This once killed the sandbox: pausing stopped the vhost-user rings, and
 //! vhost-device-vsock ended its worker thread when host-side traffic arrived while
@@ -80,4 +81,30 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     assert_eq!(removed[0]["was"], "paused");
     assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.states(), vec![]);
+}
+
+/// Longer than the guest kernel's soft-lockup (20 s) and RCU-stall (21 s) thresholds.
+const LONG_PAUSE: Duration = Duration::from_secs(26);
+
+#[test]
+fn vm_a_long_pause_leaves_no_lockup_or_stall_reports_in_the_guest() {
+    let sbx = Sbx::new();
+    sbx.create("still");
+    assert_eq!(sbx.json(&["pause", "still"])["state"], "paused");
+    std::thread::sleep(LONG_PAUSE);
+    let resumed = sbx.run(&["resume", "still"]);
+    assert!(resumed.status.success(), "resume failed: {}", text(&resumed.stderr));
+
+    // The frozen guest finds its clock 26 s ahead; its detectors must not call that a
+    // hang (sbx boots its guests with them off: it freezes guests by design).
+    let out = sbx.run(&["-s", "still", "exec", "--", "dmesg"]);
+    assert!(out.status.success(), "dmesg failed: {}", text(&out.stderr));
+    let log = text(&out.stdout);
+    let reports: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            ["soft lockup", "detected stall", "stall on CPU", "kthread starved"].iter().any(|m| l.contains(m))
+        })
+        .collect();
+    assert!(reports.is_empty(), "the guest reported a hang after a pause: {reports:#?}");
 }

@@ -39,6 +39,8 @@ fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, VmError> {
 /// reads after the pause) by ending its only worker thread, which leaves the
 /// sandbox's vsock dead after `cont`. With QEMU frozen the rings stay up, and the
 /// backend keeps serving the host side into guest memory until the guest runs again.
+/// The guest's clock is not frozen with it, so sbx boots guests with their lockup and
+/// RCU-stall detectors off (`launcher::qemu_args`).
 pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
@@ -63,8 +65,9 @@ pub struct Resumed {
 }
 
 /// Lets QEMU run again (SIGCONT; QMP `cont` too if its CPUs were stopped some other
-/// way), then sets the guest clock to the host's, which may have fallen behind while
-/// the VM stood still. Resuming a running sandbox only sets the clock.
+/// way), then sets the guest clock to the host's: the guest finds its clock moved on by
+/// about the pause, give or take the emulation's drift. Resuming a running sandbox only
+/// sets the clock.
 pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
     let state = dirs::state_dir()?;
     let record = {

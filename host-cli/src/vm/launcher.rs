@@ -112,7 +112,14 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
     let mem = spec.memory_mib;
     // Names are checked to be letters, digits, `-`, `_` and `.`: safe on a kernel command line.
-    let mut cmdline = format!("console=ttyS0 panic=-1 reboot=t sbx.hostname={}", spec.name);
+    // `nowatchdog` and `rcupdate.rcu_cpu_stall_suppress=1`: `sbx pause` freezes QEMU with
+    // SIGSTOP (control.rs says why), so a resumed guest finds its clock moved on by the
+    // whole pause and, without these, reports a soft lockup of whatever ran and an RCU
+    // stall, with stack dumps, after any pause over 20 s.
+    let mut cmdline = format!(
+        "console=ttyS0 panic=-1 reboot=t nowatchdog rcupdate.rcu_cpu_stall_suppress=1 sbx.hostname={}",
+        spec.name
+    );
     if spec.template.rootfs.is_some()
         && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
     {
@@ -271,6 +278,7 @@ mod tests {
         };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
+        assert!(append(&args).contains(" nowatchdog rcupdate.rcu_cpu_stall_suppress=1 "));
         assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-memfd,id=mem,size=256M,share=on".to_string()));
