@@ -103,7 +103,9 @@ fn vm_a_long_pause_leaves_no_lockup_or_stall_reports_in_the_guest() {
     let reports: Vec<&str> = log
         .lines()
         .filter(|l| {
-            ["soft lockup", "detected stall", "stall on CPU", "kthread starved"].iter().any(|m| l.contains(m))
+            ["soft lockup", "detected stall", "stall on CPU", "kthread starved", "blocked for more than"]
+                .iter()
+                .any(|m| l.contains(m))
         })
         .collect();
     assert!(reports.is_empty(), "the guest reported a hang after a pause: {reports:#?}");

@@ -46,12 +46,17 @@ pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
     let qemu = record.qemu.ok_or_else(|| VmError::Dead(record.name.clone()))?;
-    if !qemu.freeze(FREEZE_GRACE).await {
-        qemu.thaw();
-        return Err(VmError::Freeze(record.name));
-    }
+    // Recorded first: whatever stops this call half-way (Ctrl-C, a cancelled MCP call),
+    // a frozen VM is never recorded as running, which guest commands would wait on
+    // instead of resuming it.
     record.paused = true;
     record.save()?;
+    if !qemu.freeze(FREEZE_GRACE).await {
+        qemu.thaw();
+        record.paused = false;
+        record.save()?;
+        return Err(VmError::Freeze { name: record.name, secs: FREEZE_GRACE.as_secs() });
+    }
     Ok(SandboxInfo::of(&record))
 }
 
@@ -76,16 +81,25 @@ pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
         if let Some(qemu) = record.qemu {
             qemu.thaw();
         }
-        let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
-        if !qmp.is_running().await? {
-            qmp.execute("cont").await?;
-        }
         record.paused = false;
         record.save()?;
+        // Only a VM stopped through QMP (by hand, or by an older sbx) needs this; if
+        // QMP fails, setting the clock below says whether the guest runs.
+        if let Err(e) = cont_if_stopped(&record).await {
+            tracing::warn!("sandbox `{}`: could not check its CPUs over QMP: {e}", record.name);
+        }
         record
     };
     let clock_adjusted_ms = set_clock(&record).await?;
     Ok(Resumed { sandbox: SandboxInfo::of(&record), clock_adjusted_ms })
+}
+
+async fn cont_if_stopped(record: &Record) -> Result<(), qmp::QmpError> {
+    let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
+    if !qmp.is_running().await? {
+        qmp.execute("cont").await?;
+    }
+    Ok(())
 }
 
 async fn set_clock(record: &Record) -> Result<i64, VmError> {

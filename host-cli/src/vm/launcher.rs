@@ -105,6 +105,10 @@ pub struct VmSpec<'a> {
     pub paths: &'a Paths,
 }
 
+/// Kernel parameters that turn off the guest's hang detectors (see [`qemu_args`]).
+const HANG_DETECTORS_OFF: &str =
+    "nowatchdog rcupdate.rcu_cpu_stall_suppress=1 sysctl.kernel.hung_task_timeout_secs=0";
+
 /// QEMU's command line: q35 with the uncompressed kernel's PVH entry, shared memfd
 /// memory (vhost-user needs it), vhost-user-vsock-pci, serial console to a file, QMP on
 /// a Unix socket, and no reboot, so a guest panic ends QEMU at once.
@@ -112,14 +116,13 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
     let mem = spec.memory_mib;
     // Names are checked to be letters, digits, `-`, `_` and `.`: safe on a kernel command line.
-    // `nowatchdog` and `rcupdate.rcu_cpu_stall_suppress=1`: `sbx pause` freezes QEMU with
-    // SIGSTOP (control.rs says why), so a resumed guest finds its clock moved on by the
-    // whole pause and, without these, reports a soft lockup of whatever ran and an RCU
-    // stall, with stack dumps, after any pause over 20 s.
-    let mut cmdline = format!(
-        "console=ttyS0 panic=-1 reboot=t nowatchdog rcupdate.rcu_cpu_stall_suppress=1 sbx.hostname={}",
-        spec.name
-    );
+    // The hang detectors are off (`nowatchdog`, RCU stall warnings, hung tasks): `sbx
+    // pause` freezes QEMU with SIGSTOP (control.rs says why), so a resumed guest finds its
+    // clock moved on by the whole pause and, without these, reports a soft lockup of
+    // whatever ran and an RCU stall, with stack dumps, after any pause over 20 s, and
+    // any task that was waiting on I/O as hung after one over 120 s.
+    let mut cmdline =
+        format!("console=ttyS0 panic=-1 reboot=t {HANG_DETECTORS_OFF} sbx.hostname={}", spec.name);
     if spec.template.rootfs.is_some()
         && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
     {
@@ -278,7 +281,7 @@ mod tests {
         };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
-        assert!(append(&args).contains(" nowatchdog rcupdate.rcu_cpu_stall_suppress=1 "));
+        assert!(append(&args).contains(&format!(" {HANG_DETECTORS_OFF} ")));
         assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-memfd,id=mem,size=256M,share=on".to_string()));

@@ -9,7 +9,7 @@
 //! - [`process`]: starting detached processes, pid identity, killing.
 //! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
 //! - [`ready`]: the listener for the agent's `READY` announcement.
-//! - [`qmp`]: a few QMP commands (stop, cont, quit).
+//! - [`qmp`]: a few QMP commands (query-status, cont, quit).
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
@@ -98,8 +98,13 @@ pub enum VmError {
     #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
     Starting(String),
     /// QEMU did not stop on SIGSTOP.
-    #[error("sandbox `{0}` could not be paused: its QEMU did not stop within 5 s; it keeps running")]
-    Freeze(String),
+    #[error("sandbox `{name}` could not be paused: its QEMU did not stop within {secs} s; it keeps running")]
+    Freeze {
+        /// The sandbox.
+        name: String,
+        /// How long it was given.
+        secs: u64,
+    },
     /// Resumed, but the guest clock could not be set.
     #[error("sandbox `{name}` resumed, but its clock could not be set: {reason}")]
     Clock {
@@ -133,7 +138,7 @@ pub enum SandboxState {
     Starting,
     /// The guest runs.
     Running,
-    /// The guest CPUs are stopped (`sbx pause`).
+    /// The whole VM is frozen (`sbx pause`).
     Paused,
     /// QEMU is gone, or its `sbx create` died before it was ready; `sbx kill` cleans up.
     Dead,

@@ -117,7 +117,8 @@ impl ProcRef {
         }
     }
 
-    /// True when every thread of this process is stopped by a signal (state `T`).
+    /// True when every thread of this process is stopped: by a signal (state `T`), or
+    /// by a debugger attached to it (`t`).
     pub fn is_frozen(&self) -> bool {
         if !self.is_alive() {
             return false;
@@ -127,7 +128,7 @@ impl ProcRef {
         for task in tasks.flatten() {
             let stopped = std::fs::read_to_string(task.path().join("stat"))
                 .ok()
-                .and_then(|text| Some(text[text.rfind(')')? + 1..].trim_start().starts_with('T')));
+                .and_then(|text| Some(text[text.rfind(')')? + 1..].trim_start().starts_with(['T', 't'])));
             // A thread that ended meanwhile has no stat: it does not hold the process up.
             if stopped == Some(false) {
                 return false;

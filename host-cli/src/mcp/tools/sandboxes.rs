@@ -190,7 +190,7 @@ impl SbxMcp {
     /// Pauses a sandbox.
     #[tool(
         name = "sandbox_pause",
-        description = "Pause a sandbox: its CPUs stop, its memory, files and processes are kept. \
+        description = "Pause a sandbox: the whole VM is frozen; its memory, files and processes are kept. \
             Guest tools resume it automatically; so does sandbox_resume.",
         annotations(
             title = "Pause a sandbox",
