@@ -92,17 +92,16 @@ pub(crate) fn sbx(sbx_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
         env: vec![],
         cwd: w.root.clone(),
         calls: [
-            Some(w.call(Op::Exec, "sandbox_exec", json!({"command": "echo hi"}))),
-            Some(w.call(Op::Read, "sandbox_files_read", json!({"path": r}))),
-            Some(w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()}))),
-            w.mem_write("sandbox_files_write", |p| json!({"path": p, "content": kib_text()})),
+            w.call(Op::Exec, "sandbox_exec", json!({"command": "echo hi"})),
+            w.call(Op::Read, "sandbox_files_read", json!({"path": r})),
+            w.call(Op::Write, "sandbox_files_write", json!({"path": wr, "content": kib_text()})),
             // Names and types without a stat per entry, as the peers' plain listings.
-            Some(w.call(Op::List, "sandbox_files_list", json!({"path": l, "names_only": true}))),
+            w.call(Op::List, "sandbox_files_list", json!({"path": l, "names_only": true})),
             // Each entry's size, mode and mtime (a stat each), as list_directory_with_sizes.
-            Some(w.call(Op::ListStat, "sandbox_files_list", json!({"path": l}))),
+            w.call(Op::ListStat, "sandbox_files_list", json!({"path": l})),
         ]
         .into_iter()
-        .flatten()
+        .chain(w.mem_write("sandbox_files_write", |p| json!({"path": p, "content": kib_text()})))
         .collect(),
     }
 }
@@ -119,14 +118,13 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
             env: home.clone(),
             cwd: w.root.clone(),
             calls: [
-                Some(w.call(Op::Read, "read_text_file", json!({"path": r}))),
-                Some(w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text()}))),
-                w.mem_write("write_file", |p| json!({"path": p, "content": kib_text()})),
-                Some(w.call(Op::List, "list_directory", json!({"path": l}))),
-                Some(w.call(Op::ListStat, "list_directory_with_sizes", json!({"path": l}))),
+                w.call(Op::Read, "read_text_file", json!({"path": r})),
+                w.call(Op::Write, "write_file", json!({"path": wr, "content": kib_text()})),
+                w.call(Op::List, "list_directory", json!({"path": l})),
+                w.call(Op::ListStat, "list_directory_with_sizes", json!({"path": l})),
             ]
             .into_iter()
-            .flatten()
+            .chain(w.mem_write("write_file", |p| json!({"path": p, "content": kib_text()})))
             .collect(),
         },
         ServerSpec {
@@ -136,19 +134,20 @@ pub(crate) fn peers(p: &PeerInstall, w: &Workload) -> (Vec<ServerSpec>, Vec<Stri
             env: home.clone(),
             cwd: w.root.clone(),
             calls: [
-                Some(w.call(Op::Exec, "start_process", json!({"command": "echo hi", "timeout_ms": 10000}))),
-                Some(w.call(Op::Read, "read_file", json!({"path": r}))),
+                w.call(Op::Exec, "start_process", json!({"command": "echo hi", "timeout_ms": 10000})),
+                w.call(Op::Read, "read_file", json!({"path": r})),
                 // It refuses to replace an existing file unless told to.
-                Some(w.call(
+                w.call(
                     Op::Write,
                     "write_file",
                     json!({"path": wr, "content": kib_text(), "mode": "rewrite"}),
-                )),
-                w.mem_write("write_file", |p| json!({"path": p, "content": kib_text(), "mode": "rewrite"})),
-                Some(w.call(Op::List, "list_directory", json!({"path": l, "depth": 1}))),
+                ),
+                w.call(Op::List, "list_directory", json!({"path": l, "depth": 1})),
             ]
             .into_iter()
-            .flatten()
+            .chain(
+                w.mem_write("write_file", |p| json!({"path": p, "content": kib_text(), "mode": "rewrite"})),
+            )
             .collect(),
         },
         ServerSpec {

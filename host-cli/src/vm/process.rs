@@ -73,16 +73,7 @@ impl ProcRef {
 
     /// Waits up to `grace` for the process to end; true when it did.
     pub async fn wait_gone(&self, grace: Duration) -> bool {
-        let deadline = Instant::now() + grace;
-        loop {
-            if !self.is_alive() {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        poll_until(grace, Duration::from_millis(50), || !self.is_alive()).await
     }
 
     /// Asks with SIGTERM, then SIGKILLs after `grace`; returns once it is gone.
@@ -102,19 +93,9 @@ impl ProcRef {
     /// Stops every thread of the process (SIGSTOP) and waits until the kernel has
     /// stopped them all; false when the process is gone or did not stop within `grace`.
     pub async fn freeze(&self, grace: Duration) -> bool {
-        if !self.signal(Signal::STOP) {
-            return false;
-        }
-        let deadline = Instant::now() + grace;
-        loop {
-            if self.is_frozen() {
-                return true;
-            }
-            if Instant::now() >= deadline || !self.is_alive() {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
+        self.signal(Signal::STOP)
+            && poll_until(grace, Duration::from_millis(2), || self.is_frozen() || !self.is_alive()).await
+            && self.is_frozen()
     }
 
     /// True when every thread of this process is stopped: by a signal (state `T`), or
@@ -126,9 +107,8 @@ impl ProcRef {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else { return false };
         let mut any = false;
         for task in tasks.flatten() {
-            let stopped = std::fs::read_to_string(task.path().join("stat"))
-                .ok()
-                .and_then(|text| Some(text[text.rfind(')')? + 1..].trim_start().starts_with(['T', 't'])));
+            let stopped = stat_fields_at(&task.path().join("stat"))
+                .and_then(|fields| Some(fields.first()?.starts_with(['T', 't'])));
             // A thread that ended meanwhile has no stat: it does not hold the process up.
             if stopped == Some(false) {
                 return false;
@@ -146,6 +126,20 @@ impl ProcRef {
     /// SIGKILL without waiting, for clean-up paths that cannot await.
     pub fn kill_now(&self) {
         self.signal(Signal::KILL);
+    }
+}
+
+/// Checks `done` every `every` until it holds (true) or `grace` has passed (false).
+async fn poll_until(grace: Duration, every: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + grace;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -167,7 +161,12 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// The fields of `/proc/<pid>/stat` from field 3 (state) on.
 fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_fields_at(Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// The fields of a `stat` file under `/proc` (a process's or a thread's) from field 3 on.
+fn stat_fields_at(path: &Path) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(path).ok()?;
     // The command name (field 2) is in parentheses and may hold spaces: split after it.
     let rest = &text[text.rfind(')')? + 1..];
     Some(rest.split_whitespace().map(str::to_owned).collect())
