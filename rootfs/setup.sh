@@ -8,17 +8,20 @@
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
 #   5. with --with-debian (or SBX_WITH_DEBIAN=1): the `debian` template, rebuilt only
 #      when the agent changed (about a minute)
+#   With --with-test-tools, also what the test suite uses beyond that: strace.
 #
-# Usage: rootfs/setup.sh [--with-debian]
+# Usage: rootfs/setup.sh [--with-debian] [--with-test-tools]
 # $DATA is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else ~/.local/share/sbx.
 
 source "$(dirname "$0")/lib.sh"
 
 with_debian="${SBX_WITH_DEBIAN:-0}"
+test_tools=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --with-debian) with_debian=1 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        --with-test-tools) test_tools=1 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) die "unknown argument \`$1\`; see --help" ;;
     esac
     shift
@@ -32,6 +35,7 @@ fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
+[ "$test_tools" = 1 ] && packages="$packages strace"
 missing_packages() {
     local p
     for p in $packages; do

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "set-up (packages, musl target, vhost-device-vsock, kernel, minimal and debian templates)"
-rootfs/setup.sh --with-debian
+step "set-up (packages and strace, musl target, vhost-device-vsock, kernel, minimal and debian templates)"
+rootfs/setup.sh --with-debian --with-test-tools
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"

@@ -284,6 +284,11 @@ pub struct WriteArgs {
     /// Fail instead of creating missing parent directories.
     #[arg(long)]
     pub no_parents: bool,
+    /// Flush the file to the guest's disk (fsync) before returning, so it survives a
+    /// crash of the VM. Without it the write is still atomic: readers see the old or
+    /// the new content, and a failed write changes nothing.
+    #[arg(long)]
+    pub sync: bool,
 }
 
 /// `sbx ls`.
@@ -348,6 +353,10 @@ pub struct CpArgs {
     pub src: String,
     /// Destination: a host path, `:/guest/path` or `NAME:/guest/path`.
     pub dst: String,
+    /// Flush the copy to the destination's disk (fsync, or syncfs for a directory)
+    /// before returning. Without it the copy is still whole or absent, as with `cp`.
+    #[arg(long)]
+    pub sync: bool,
 }
 
 /// `sbx info`.

@@ -226,6 +226,7 @@ impl Client {
                 mode: opts.mode.unwrap_or(0),
                 append: opts.append,
                 no_create_parents: opts.no_create_parents,
+                sync: opts.sync,
             })),
         };
         let (body, failed) = upload_body(
@@ -308,14 +309,15 @@ impl Client {
     }
 
     /// Extracts the zip read from `zip` into the guest directory `path` (created if
-    /// missing). The agent refuses entries that would land outside `path`.
-    pub async fn upload_dir<R>(&self, path: &str, zip: R) -> Result<UploadSummary>
+    /// missing). The agent refuses entries that would land outside `path`. With `sync`
+    /// the agent flushes what it extracted to disk before answering.
+    pub async fn upload_dir<R>(&self, path: &str, sync: bool, zip: R) -> Result<UploadSummary>
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
         use pb::upload_dir_request::Part;
-        let header =
-            pb::UploadDirRequest { part: Some(Part::Header(pb::UploadDirHeader { path: path.to_string() })) };
+        let header = pb::UploadDirHeader { path: path.to_string(), sync };
+        let header = pb::UploadDirRequest { part: Some(Part::Header(header)) };
         let (body, failed) = upload_body(
             header,
             tokio_util::io::ReaderStream::with_capacity(zip, BULK_CHUNK_SIZE),

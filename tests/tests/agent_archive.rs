@@ -41,7 +41,7 @@ async fn download(client: &mut Client, path: &Path, max_bytes: u64) -> Result<Do
 
 async fn upload(client: &mut Client, path: &Path, zip: &[u8]) -> Result<pb::UploadDirResponse, Status> {
     let mut msgs = vec![pb::UploadDirRequest {
-        part: Some(upload_dir_request::Part::Header(pb::UploadDirHeader { path: s(path) })),
+        part: Some(upload_dir_request::Part::Header(pb::UploadDirHeader { path: s(path), sync: false })),
     }];
     msgs.extend(
         zip.chunks(100_000)

@@ -109,7 +109,7 @@ async fn an_upload_that_fills_the_disk_fails_and_keeps_the_old_files() {
     std::io::Write::write_all(&mut zip, &vec![0u8; 3 << 20]).unwrap();
     let zip = zip.finish().unwrap().into_inner();
 
-    let header = pb::UploadDirHeader { path: disk.0.display().to_string() };
+    let header = pb::UploadDirHeader { path: disk.0.display().to_string(), sync: false };
     let mut msgs = vec![pb::UploadDirRequest { part: Some(pb::upload_dir_request::Part::Header(header)) }];
     msgs.extend(
         zip.chunks(64 * 1024).map(|c| pb::UploadDirRequest {

@@ -39,7 +39,7 @@ async fn a_client_gone_mid_upload_changes_nothing() {
     let (mut tx, rx) = futures::channel::mpsc::channel(4);
     let mut client = agent.client().await;
     let call = tokio::spawn(async move { client.upload_dir(rx).await });
-    let header = pb::UploadDirHeader { path: target.display().to_string() };
+    let header = pb::UploadDirHeader { path: target.display().to_string(), sync: false };
     tx.send(pb::UploadDirRequest { part: Some(upload_dir_request::Part::Header(header)) }).await.unwrap();
     for chunk in zip[..zip.len() / 2].chunks(64 * 1024) {
         tx.send(pb::UploadDirRequest { part: Some(upload_dir_request::Part::Data(chunk.to_vec().into())) })

@@ -6,7 +6,9 @@
 //! symlink entries, encrypted entries, unsupported compression, and entries that would
 //! pass through an existing symlink or collide with an existing entry of the other
 //! kind are refused, naming the entry, and nothing is extracted. Each file is then
-//! written to a temp file beside its destination and renamed into place.
+//! written to a temp file beside its destination and renamed into place. With `sync`,
+//! one `syncfs(2)` of the target's filesystem at the end flushes every file and
+//! directory extracted, instead of an fsync per file.
 
 use std::collections::HashSet;
 use std::fs::{File, Permissions};
@@ -21,7 +23,7 @@ use sbx_proto::limits::CHUNK_SIZE;
 use zip::{CompressionMethod, ZipArchive};
 
 use super::ArchiveError;
-use crate::files::write::{sync_dir, write_stream};
+use crate::files::write::write_stream;
 use crate::files::{FsError, blocking, check_path};
 
 /// Mode of extracted files whose entry carries none.
@@ -36,7 +38,15 @@ where
     let near = target.clone();
     let spool = blocking(move || spool_file(&near)).await?;
     let (spool, _) = write_stream(spool, data, "spool the upload for", &target).await?;
-    let result = tokio::task::spawn_blocking(move || extract(spool, &target)).await;
+    let sync = header.sync;
+    let result = tokio::task::spawn_blocking(move || {
+        let done = extract(spool, &target)?;
+        if sync {
+            sync_filesystem(&target)?;
+        }
+        Ok(done)
+    })
+    .await;
     result.map_err(|_| FsError::WorkerGone)?
 }
 
@@ -87,8 +97,14 @@ fn extract(spool: File, target: &Path) -> Result<pb::UploadDirResponse, ArchiveE
             done.files += 1;
         }
     }
-    sync_dir(target)?;
     Ok(done)
+}
+
+/// Flushes the filesystem holding `dir` to disk.
+fn sync_filesystem(dir: &Path) -> Result<(), FsError> {
+    File::open(dir)
+        .and_then(|d| rustix::fs::syncfs(&d).map_err(io::Error::from))
+        .map_err(|e| FsError::io("sync", dir, e))
 }
 
 /// A checked entry, ready to extract.
@@ -218,7 +234,6 @@ fn write_entry(
     let file = temp.as_file();
     file.set_permissions(Permissions::from_mode(mode.unwrap_or(DEFAULT_FILE_MODE)))
         .map_err(|e| FsError::io("set the mode of", dest, e))?;
-    file.sync_all().map_err(|e| FsError::io("sync", dest, e))?;
     temp.persist(dest).map_err(|e| FsError::io("replace", dest, e.error))?;
     Ok(total)
 }

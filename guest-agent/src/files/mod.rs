@@ -1,7 +1,8 @@
 //! Files in the guest: streamed reads, atomic writes, listings and the small operations.
 //!
 //! - [`read`]: a file or a slice of it, streamed in chunks from a blocking reader.
-//! - [`mod@write`]: temp file + fsync + rename, so an interrupted write changes nothing.
+//! - [`mod@write`]: temp file + rename, so an interrupted write changes nothing; fsynced
+//!   too when the caller asks.
 //! - [`list`]: directory listings, optionally recursive, capped and sorted.
 //! - [`ops`]: stat, remove, mkdir. [`rename`]: move, with a copy fallback across file
 //!   systems.

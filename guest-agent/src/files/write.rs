@@ -1,10 +1,16 @@
 //! WriteFile: streamed in, made visible atomically.
 //!
 //! The data goes to a temp file (`.sbx-write-*`) in the target's directory, which is
-//! fsynced, given its mode, renamed over the target, and then the directory is fsynced.
-//! If the stream fails or the client goes away first, the temp file is dropped (and so
-//! removed) and the target is untouched. `append` copies the old content into the temp
-//! file first, so it is atomic too.
+//! given its mode and renamed over the target. If the stream fails or the client goes
+//! away first, the temp file is dropped (and so removed) and the target is untouched.
+//! `append` copies the old content into the temp file first, so it is atomic too.
+//!
+//! With `sync` the temp file is fsynced before the rename and the directory after it,
+//! so the write also survives a crash of the machine. It is not the default: a
+//! sandbox's disk is thrown away with the sandbox (and its overlay ignores flushes), so
+//! the two fsyncs would cost every tool call a disk flush, a millisecond or more,
+//! for nothing; without them the kernel writes the file back in its own time, as it
+//! does for `cp` or an editor's save.
 //!
 //! A symlink as the target is followed: the file it points to is replaced, the link
 //! stays.
@@ -66,30 +72,31 @@ where
     let (head, ended) = gather_head(&mut data).await?;
     if ended {
         // The whole write is in hand: open, write and commit in one go; in place when
-        // its fsyncs return at once (tmpfs, ramfs), else in one blocking-pool trip. An
-        // append copies the old file first, whatever its size, so it always takes the
-        // pool: the agent's one worker must not stall on it.
+        // it is small and bounded, else in one blocking-pool trip. An fsync on a disk
+        // may take long, and an append copies the old file first, whatever its size:
+        // the agent's one worker must not stall on either.
         let written = head.len() as u64;
         let probe = path.clone();
-        let append = header.append;
-        let small = move || !append && resolve_symlink(probe).parent().is_some_and(in_memory);
+        let (append, sync) = (header.append, header.sync);
+        let small = move || !append && (!sync || resolve_symlink(probe).parent().is_some_and(in_memory));
         let file_size = quick_if(small, move || {
             let mut pending = prepare(path, &header)?;
             write_pieces(pending.temp.as_file_mut(), &head)
                 .map_err(|e| FsError::io("write", &pending.target, e))?;
             let file_size = pending.kept + written;
-            commit(pending)?;
+            commit(pending, sync)?;
             Ok(file_size)
         })
         .await?;
         return Ok(pb::WriteFileResponse { bytes_written: written, file_size });
     }
+    let sync = header.sync;
     let pending = blocking(move || prepare(path, &header)).await?;
     let handle = pending.temp.as_file().try_clone().map_err(|e| FsError::io("write", &pending.target, e))?;
     let rest = futures::stream::once(async { Ok(head) }).chain(data);
     let (_, written) = write_stream(handle, rest, "write", &pending.target).await?;
     let file_size = pending.kept + written;
-    blocking(move || commit(pending)).await?;
+    blocking(move || commit(pending, sync)).await?;
     Ok(pb::WriteFileResponse { bytes_written: written, file_size })
 }
 
@@ -237,15 +244,18 @@ fn ensure_parent(parent: &Path, no_create_parents: bool) -> Result<(), FsError> 
     }
 }
 
-/// fsync, chmod, rename over the target, fsync the directory.
-fn commit(pending: Pending) -> Result<(), FsError> {
+/// chmod, rename over the target; with `sync`, fsync the file before the rename and
+/// the directory after it.
+fn commit(pending: Pending, sync: bool) -> Result<(), FsError> {
     let Pending { target, parent, temp, mode, .. } = pending;
     let file = temp.as_file();
     file.set_permissions(Permissions::from_mode(mode))
         .map_err(|e| FsError::io("set the mode of", &target, e))?;
-    file.sync_all().map_err(|e| FsError::io("sync", &target, e))?;
+    if sync {
+        file.sync_all().map_err(|e| FsError::io("sync", &target, e))?;
+    }
     temp.persist(&target).map_err(|e| FsError::io("replace", &target, e.error))?;
-    sync_dir(&parent)
+    if sync { sync_dir(&parent) } else { Ok(()) }
 }
 
 /// Makes a rename in `dir` durable.

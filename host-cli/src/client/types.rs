@@ -361,6 +361,8 @@ pub struct WriteOpts {
     pub append: bool,
     /// Refuse instead of creating missing parent directories.
     pub no_create_parents: bool,
+    /// fsync the file and its directory before the call returns.
+    pub sync: bool,
 }
 
 /// What a write did.

@@ -6,6 +6,10 @@
 //! zip into a temp file and upload it for the agent to extract; guest to host we
 //! download the zip into a temp file and extract it into a staging directory that is
 //! renamed into place, so a refused or failed archive leaves nothing behind.
+//!
+//! Like `cp`, a copy is not flushed to disk unless asked: `--sync` fsyncs the
+//! destination (a file, or with syncfs the filesystem a directory was extracted to)
+//! before `sbx cp` returns, on whichever side it lands.
 
 use std::io::IsTerminal;
 use std::os::unix::fs::PermissionsExt;
@@ -57,11 +61,11 @@ pub(super) async fn cp(ctx: &Ctx, args: CpArgs) -> Result<u8> {
         }
         (Location::Host(src), Location::Guest { sandbox, path }) => {
             let client = ctx.client_for(sandbox.as_deref()).await?;
-            upload(ctx, &client, &src, &path).await?
+            upload(ctx, &client, &src, &path, args.sync).await?
         }
         (Location::Guest { sandbox, path }, Location::Host(dst)) => {
             let client = ctx.client_for(sandbox.as_deref()).await?;
-            download_any(ctx, &client, &path, &dst).await?
+            download_any(ctx, &client, &path, &dst, args.sync).await?
         }
     };
     if ctx.out.json {
@@ -84,7 +88,7 @@ fn guest_join(dir: &str, name: &str) -> String {
 }
 
 /// Host to guest: a file is streamed, a directory zipped and extracted in the guest.
-async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str) -> Result<Copied> {
+async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str, sync: bool) -> Result<Copied> {
     let meta = tokio::fs::metadata(src).await.with_context(|| format!("cannot read {}", src.display()))?;
     let name = src.file_name().and_then(|n| n.to_str()).map(str::to_string);
     // Copying into an existing guest directory (or to a path ending in `/`) puts SRC
@@ -104,7 +108,7 @@ async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str) -> Result<Cop
         .await??;
         let bar = ctx.out.progress(Some(zip.metadata()?.len()), "upload");
         let reader = bar.wrap_async_read(tokio::fs::File::from_std(zip));
-        let sent = client.upload_dir(&target, reader).await;
+        let sent = client.upload_dir(&target, sync, reader).await;
         bar.finish_and_clear();
         let sent = sent?;
         return Ok(Copied {
@@ -118,7 +122,7 @@ async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str) -> Result<Cop
     }
     let file = tokio::fs::File::open(src).await.with_context(|| format!("cannot open {}", src.display()))?;
     let bar = ctx.out.progress(Some(meta.len()), "upload");
-    let opts = WriteOpts { mode: Some(meta.permissions().mode() & 0o7777), ..WriteOpts::default() };
+    let opts = WriteOpts { mode: Some(meta.permissions().mode() & 0o7777), sync, ..WriteOpts::default() };
     let written = client.write_file(&target, opts, bar.wrap_async_read(file)).await;
     bar.finish_and_clear();
     let written = written?;
@@ -148,7 +152,7 @@ fn parent_of(path: &Path) -> &Path {
 }
 
 /// Guest to host: a file is streamed, a directory downloaded as a zip and extracted.
-async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Result<Copied> {
+async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path, sync: bool) -> Result<Copied> {
     let entry = client.stat(src).await?;
     let target = host_target(src, dst);
     let to = target.display().to_string();
@@ -159,7 +163,7 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Resu
             ))
             .into());
         }
-        let stats = download_dir(ctx, client, src, &target).await?;
+        let stats = download_dir(ctx, client, src, &target, sync).await?;
         return Ok(Copied {
             from: format!(":{src}"),
             to,
@@ -183,7 +187,8 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Resu
         bytes += len;
         bar.inc(len);
     }
-    out.finish_synced().await.with_context(|| format!("cannot write {to}"))?;
+    let finished = if sync { out.finish_synced().await } else { out.finish().await.map(drop) };
+    finished.with_context(|| format!("cannot write {to}"))?;
     bar.finish_and_clear();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(entry.mode & 0o777))?;
     tmp.persist(&target).with_context(|| format!("cannot write {to}"))?;
@@ -191,7 +196,13 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path) -> Resu
 }
 
 /// Downloads `src` as a zip and extracts it to the new host directory `target`.
-async fn download_dir(ctx: &Ctx, client: &Client, src: &str, target: &Path) -> Result<ArchiveStats> {
+async fn download_dir(
+    ctx: &Ctx,
+    client: &Client,
+    src: &str,
+    target: &Path,
+    sync: bool,
+) -> Result<ArchiveStats> {
     let zip = tempfile::tempfile().context("could not create a temp file for the zip")?;
     let bar = ctx.out.progress(None, "download");
     let got = download_zip(client, src, None, zip, &bar).await;
@@ -210,6 +221,11 @@ async fn download_dir(ctx: &Ctx, client: &Client, src: &str, target: &Path) -> R
         let stats = archive::unzip_into(zip, staging.path())?;
         let staged = staging.keep();
         std::fs::rename(&staged, &target).with_context(|| format!("cannot create {}", target.display()))?;
+        if sync {
+            std::fs::File::open(&target)
+                .and_then(|dir| rustix::fs::syncfs(&dir).map_err(std::io::Error::from))
+                .with_context(|| format!("cannot sync {}", target.display()))?;
+        }
         Ok(stats)
     })
     .await?

@@ -43,7 +43,12 @@ pub(super) async fn cat(ctx: &Ctx, args: CatArgs) -> Result<u8> {
 /// `sbx write`: stdin or `--from FILE` to a guest file, atomically.
 pub(super) async fn write(ctx: &Ctx, args: WriteArgs) -> Result<u8> {
     let client = ctx.client().await?;
-    let opts = WriteOpts { mode: args.mode, append: args.append, no_create_parents: args.no_parents };
+    let opts = WriteOpts {
+        mode: args.mode,
+        append: args.append,
+        no_create_parents: args.no_parents,
+        sync: args.sync,
+    };
     let result = match &args.from {
         Some(path) => {
             let file = tokio::fs::File::open(path)

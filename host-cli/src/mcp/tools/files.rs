@@ -432,7 +432,8 @@ impl SbxMcp {
             return Err(ToolError::ContentTooLarge { bytes: data.len() as u64 });
         }
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
-        let opts = WriteOpts { mode, append: args.append.unwrap_or(false), no_create_parents: false };
+        let opts =
+            WriteOpts { mode, append: args.append.unwrap_or(false), no_create_parents: false, sync: false };
         let written = self
             .client(args.sandbox_id.as_deref())
             .await?
