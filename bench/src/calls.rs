@@ -48,9 +48,12 @@ pub(crate) struct CallLatency {
     pub(crate) exec_true: Paired,
     /// ReadFile of 1 KiB; floor: local open+read+close.
     pub(crate) read_1k: Paired,
-    /// WriteFile of 1 KiB (atomic: temp, fsync, rename); floors: the same write done
-    /// locally (alternated), then a plain write (measured on its own).
+    /// WriteFile of 1 KiB (atomic: temp, rename); floors: the same write done locally
+    /// (alternated), then a plain write (measured on its own).
     pub(crate) write_1k: Paired,
+    /// WriteFile of 1 KiB with `sync` (temp, fsync, rename, fsync of the directory);
+    /// floor: the same durable write done locally.
+    pub(crate) write_1k_sync: Paired,
     /// ListDir of 100 entries; floor: local readdir+lstat.
     pub(crate) list_100: Paired,
     /// Info, the bare cost of a unary RPC; floor: a 64-byte Unix-socket ping-pong.
@@ -104,16 +107,27 @@ pub(crate) async fn latency(
             bounded("WriteFile", c.write_bytes(&target, WriteOpts::default(), data.clone())).await?;
             Ok(())
         },
-        &mut [&mut floors::write_atomic(&floor_target, &data)],
+        &mut [&mut floors::write_atomic(&floor_target, &data, false)],
     )
     .await
     .map(pair)?;
-    // The plain write leaves its data for the next fsync on the same filesystem to
-    // flush, so it runs in a loop of its own (not alternated, where the agent's next
-    // fsync would pay for it) and its file is synced after, untimed.
     let plain_target = scratch.join("floor-write-plain.txt");
     write_1k.floors.push(Samples::measure(warmup, n, floors::write_plain(&plain_target, &data))?);
-    std::fs::File::open(&plain_target)?.sync_all()?;
+    // The writes above left their data for the next fsync on the filesystem to flush:
+    // flush it now, untimed, so the durable writes' first fsyncs do not pay for it.
+    rustix::fs::syncfs(std::fs::File::open(scratch)?)?;
+    let sync = WriteOpts { sync: true, ..WriteOpts::default() };
+    let write_1k_sync = Samples::alternate(
+        warmup,
+        n,
+        || async {
+            bounded("WriteFile (sync)", c.write_bytes(&target, sync, data.clone())).await?;
+            Ok(())
+        },
+        &mut [&mut floors::write_atomic(&floor_target, &data, true)],
+    )
+    .await
+    .map(pair)?;
     let dir = w.list_dir.display().to_string();
     let list_100 = Samples::alternate(
         warmup,
@@ -140,7 +154,7 @@ pub(crate) async fn latency(
     .await
     .map(pair)?;
     ping.finish()?;
-    Ok(CallLatency { exec_true, read_1k, write_1k, list_100, info })
+    Ok(CallLatency { exec_true, read_1k, write_1k, write_1k_sync, list_100, info })
 }
 
 /// Calls per second of `total` execs of `true`, `parallel` in flight at a time on one

@@ -36,17 +36,19 @@ pub(crate) fn write_plain<'a>(path: &'a Path, data: &'a [u8]) -> Op<'a> {
     Box::new(move || fs::write(path, data))
 }
 
-/// The same durable atomic write the agent does: temp file, write, fsync, rename, and an
-/// fsync of the directory so the rename survives a crash too.
-pub(crate) fn write_atomic<'a>(path: &'a Path, data: &'a [u8]) -> Op<'a> {
+/// The same atomic write the agent does: temp file, write, rename; with `sync` (the
+/// durable write) the file is fsynced before the rename and the directory after it.
+pub(crate) fn write_atomic<'a>(path: &'a Path, data: &'a [u8], sync: bool) -> Op<'a> {
     let tmp = path.with_extension("tmp");
     let dir = path.parent().unwrap_or(Path::new("/"));
     Box::new(move || {
         let mut f = fs::File::create(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if sync {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
+        if sync { fs::File::open(dir)?.sync_all() } else { Ok(()) }
     })
 }
 

@@ -103,7 +103,11 @@ pub(crate) fn measure(
 
     let up = dir.join("uploaded.bin");
     let upload = best_of(runs, || {
-        let took = sbx(sbx_bin, agent, &["cp", &src.display().to_string(), &format!(":{}", up.display())])?;
+        let took = sbx(
+            sbx_bin,
+            agent,
+            &["cp", "--sync", &src.display().to_string(), &format!(":{}", up.display())],
+        )?;
         ensure!(fs::metadata(&up)?.len() == file_bytes, "sbx cp (upload) wrote the wrong size");
         fs::remove_file(&up)?;
         Ok(took)
@@ -111,7 +115,11 @@ pub(crate) fn measure(
 
     let down = dir.join("downloaded.bin");
     let download = best_of(runs, || {
-        let took = sbx(sbx_bin, agent, &["cp", &format!(":{}", src.display()), &down.display().to_string()])?;
+        let took = sbx(
+            sbx_bin,
+            agent,
+            &["cp", "--sync", &format!(":{}", src.display()), &down.display().to_string()],
+        )?;
         ensure!(fs::metadata(&down)?.len() == file_bytes, "sbx cp (download) wrote the wrong size");
         fs::remove_file(&down)?;
         Ok(took)

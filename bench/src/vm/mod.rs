@@ -47,9 +47,9 @@ pub(crate) struct VmFigures {
 
 /// Best-of-N durations of the copies, sbx and raw, each way.
 pub(crate) struct Copies {
-    /// `sbx cp` host to guest tmpfs.
+    /// `sbx cp --sync` host to guest tmpfs.
     pub(crate) upload: Duration,
-    /// `sbx cp` guest tmpfs to host.
+    /// `sbx cp --sync` guest tmpfs to host.
     pub(crate) download: Duration,
     /// Raw vsock stream host to guest tmpfs (fsynced).
     pub(crate) raw_upload: Duration,
@@ -203,12 +203,12 @@ fn with_vm(
     let upload_sbx = || -> Result<Duration> {
         rt.block_on(client.remove(guest_file, false))?;
         let t = Instant::now();
-        sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
+        sbx(run.sbx_bin, state, &["cp", "--sync", &src.display().to_string(), &guest])?;
         Ok(t.elapsed())
     };
     let download_sbx = || -> Result<Duration> {
         let t = Instant::now();
-        sbx(run.sbx_bin, state, &["cp", &guest, &back.display().to_string()])?;
+        sbx(run.sbx_bin, state, &["cp", "--sync", &guest, &back.display().to_string()])?;
         let took = t.elapsed();
         check_back("sbx cp")?;
         Ok(took)
