@@ -237,6 +237,11 @@ async fn writes_create_parents_keep_modes_and_append_atomically() {
         &["parent directory", "MakeDir"],
     );
     assert!(!agent.dir.path().join("a").exists(), "a refused write creates nothing");
+    let plain = agent.dir.path().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    let under_file = pb::WriteFileHeader { path: s(&plain.join("deep/c.txt")), ..Default::default() };
+    assert_status(write_with(&mut c, under_file, b"x").await, Code::InvalidArgument, &["not a directory"]);
+    assert_eq!(std::fs::read(&plain).unwrap(), b"x", "a refused write leaves the file in its way alone");
 
     let exec = pb::WriteFileHeader { path: s(&path), mode: 0o750, ..Default::default() };
     write_with(&mut c, exec, b"hello ").await.unwrap();

@@ -78,7 +78,8 @@ where
         let written = head.len() as u64;
         let probe = path.clone();
         let (append, sync) = (header.append, header.sync);
-        let small = move || !append && (!sync || resolve_symlink(probe).parent().is_some_and(in_memory));
+        let on_tmpfs = move || resolve(probe).is_ok_and(|(target, _)| target.parent().is_some_and(in_memory));
+        let small = move || !append && (!sync || on_tmpfs());
         let file_size = quick_if(small, move || {
             let mut pending = prepare(path, &header)?;
             write_pieces(pending.temp.as_file_mut(), &head)
@@ -179,34 +180,37 @@ fn write_pieces(file: &mut File, data: &[u8]) -> std::io::Result<()> {
 }
 
 /// Resolves the target, makes its parents, and opens the temp file.
+///
+/// The common case costs one `lstat` and the temp file's `open`: the parent directory
+/// is looked at only when the temp file cannot be created in it.
 fn prepare(path: PathBuf, header: &pb::WriteFileHeader) -> Result<Pending, FsError> {
-    let target = resolve_symlink(path);
-    let existing = match std::fs::metadata(&target) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(FsError::IsADirectory {
-                path: target,
-                hint: "name a file path, e.g. a new name inside it",
-            });
-        }
-        Ok(meta) => Some(meta),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(FsError::io("write", &target, e)),
-    };
+    let (target, existing) = resolve(path)?;
+    if existing.as_ref().is_some_and(std::fs::Metadata::is_dir) {
+        return Err(FsError::IsADirectory {
+            path: target,
+            hint: "name a file path, e.g. a new name inside it",
+        });
+    }
     let parent = target.parent().unwrap_or(Path::new("/")).to_path_buf();
-    ensure_parent(&parent, header.no_create_parents)?;
-
     let mode = match (header.mode, &existing) {
         (0, Some(meta)) => meta.mode() & 0o7777,
         (0, None) => DEFAULT_FILE_MODE,
         (m, _) => m & 0o7777,
     };
-    let mut temp = tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(&parent).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound && parent.is_dir() {
-            FsError::CannotCreateIn(parent.clone())
-        } else {
-            FsError::io("create a file in", &parent, e)
+    let mut temp = match new_temp(&parent) {
+        Ok(temp) => temp,
+        // Most likely the parent is missing: make it (or say why not), then try again.
+        Err(_) => {
+            ensure_parent(&parent, header.no_create_parents)?;
+            new_temp(&parent).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound && parent.is_dir() {
+                    FsError::CannotCreateIn(parent.clone())
+                } else {
+                    FsError::io("create a file in", &parent, e)
+                }
+            })?
         }
-    })?;
+    };
     let mut kept = 0;
     if header.append && existing.is_some() {
         let mut old = File::open(&target).map_err(|e| FsError::io("read", &target, e))?;
@@ -216,11 +220,24 @@ fn prepare(path: PathBuf, header: &pb::WriteFileHeader) -> Result<Pending, FsErr
     Ok(Pending { target, parent, temp, mode, kept })
 }
 
-/// A symlink is replaced by writing through it, to the file it names.
-fn resolve_symlink(path: PathBuf) -> PathBuf {
+fn new_temp(dir: &Path) -> std::io::Result<NamedTempFile> {
+    tempfile::Builder::new().prefix(TEMP_PREFIX).tempfile_in(dir)
+}
+
+/// The file a write to `path` replaces, and its metadata if it exists: a symlink is
+/// written through, to the file it names.
+fn resolve(path: PathBuf) -> Result<(PathBuf, Option<std::fs::Metadata>), FsError> {
+    let found = |meta: std::io::Result<std::fs::Metadata>, path: PathBuf| match meta {
+        Ok(meta) => Ok((path, Some(meta))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((path, None)),
+        Err(e) => Err(FsError::io("write", &path, e)),
+    };
     match std::fs::symlink_metadata(&path) {
-        Ok(meta) if meta.file_type().is_symlink() => std::fs::canonicalize(&path).unwrap_or(path),
-        _ => path,
+        Ok(meta) if meta.file_type().is_symlink() => {
+            let target = std::fs::canonicalize(&path).unwrap_or(path);
+            found(std::fs::metadata(&target), target)
+        }
+        other => found(other, path),
     }
 }
 
