@@ -37,7 +37,7 @@ where
     let target = check_path(&header.path)?;
     let near = target.clone();
     let spool = blocking(move || spool_file(&near)).await?;
-    let (spool, _) = write_stream(spool, data, false, "spool the upload for", &target).await?;
+    let (spool, _) = write_stream(spool, data, "spool the upload for", &target).await?;
     let sync = header.sync;
     let result = tokio::task::spawn_blocking(move || {
         let done = extract(spool, &target)?;

@@ -88,12 +88,6 @@ pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
     rustix::fs::statfs(dir).is_ok_and(|fs| matches!(fs.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
-/// True when `dir` is in memory and nothing remote is mounted: writing there is a copy
-/// into the page cache that never waits on a device or a server.
-pub(crate) fn memory_backed(dir: &std::path::Path) -> bool {
-    mounts_all_local() && in_memory(dir)
-}
-
 /// True when every filesystem mounted now is in [`LOCAL_TYPES`]; false when that cannot
 /// be told (no `/proc`), which sends the work to the blocking pool.
 fn mounts_all_local() -> bool {

@@ -17,7 +17,7 @@ use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
-use super::placement::{memory_backed, quick};
+use super::placement::quick;
 use super::{FsError, check_path, special_kind};
 
 /// Chunks buffered between the reader thread and the gRPC stream: enough for the disk
@@ -68,23 +68,7 @@ pub async fn read(req: pb::ReadFileRequest) -> Result<ReadStream, FsError> {
         }
         Start::Stream(plan) => {
             let (tx, rx) = mpsc::channel(QUEUE_CHUNKS);
-            // A file in memory is read on the runtime thread, chunk by chunk as the
-            // client takes them: no thread hop per chunk, and each buffer is freed on
-            // the thread that allocated it. Anything else may wait on a device.
-            let in_place = memory_backed(&plan.path);
-            let mut chunks = Chunks::new(plan);
-            if in_place {
-                tokio::spawn(async move {
-                    for chunk in chunks {
-                        if tx.send(chunk).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            } else {
-                // Stops quietly when the receiver is gone (the client went away).
-                tokio::task::spawn_blocking(move || chunks.try_for_each(|chunk| tx.blocking_send(chunk)));
-            }
+            tokio::task::spawn_blocking(move || pump(plan, &tx));
             Ok(rx)
         }
     }
@@ -160,63 +144,44 @@ fn describe(path: &Path, offset: u64, length: u64) -> String {
     }
 }
 
-/// The planned slice as chunks of up to [`BULK_CHUNK_SIZE`]; ends after the first
-/// error. An empty slice still yields one chunk, which tells the caller the file's size.
-struct Chunks {
-    plan: Plan,
-    sent: u64,
-    first: bool,
-    done: bool,
-}
-
-impl Chunks {
-    fn new(plan: Plan) -> Chunks {
-        Chunks { plan, sent: 0, first: true, done: false }
-    }
-
-    /// The chunk that ends a stream: the file's size alone if nothing was sent.
-    fn end(&mut self) -> Option<Result<pb::ReadFileChunk, FsError>> {
-        self.done = true;
-        let size_only = pb::ReadFileChunk { data: Default::default(), file_size: self.plan.file_size };
-        std::mem::take(&mut self.first).then_some(Ok(size_only))
-    }
-
-    fn fail(&mut self, err: FsError) -> Option<Result<pb::ReadFileChunk, FsError>> {
-        self.done = true;
-        Some(Err(err))
-    }
-}
-
-impl Iterator for Chunks {
-    type Item = Result<pb::ReadFileChunk, FsError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done || self.plan.remaining == 0 {
-            return if self.done { None } else { self.end() };
-        }
-        let plan = &mut self.plan;
+/// Reads the planned slice and sends it chunk by chunk. Stops quietly when the
+/// receiver is gone (the client went away).
+fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
+    let mut sent: u64 = 0;
+    let mut first = true;
+    while plan.remaining > 0 {
         let want = usize::try_from(plan.remaining).unwrap_or(usize::MAX).min(BULK_CHUNK_SIZE);
         // Read straight into the message's buffer: no second copy, and no zeroing first.
         let mut data = Vec::with_capacity(want);
         let n = match (&plan.file).take(want as u64).read_to_end(&mut data) {
-            Ok(0) => return self.end(),
+            Ok(0) => break,
             Ok(n) => n,
             Err(e) => {
-                let err = FsError::io("read", &plan.path, e);
-                return self.fail(err);
+                let _ = tx.blocking_send(Err(FsError::io("read", &plan.path, e)));
+                return;
             }
         };
-        self.sent += n as u64;
-        if plan.running_cap > 0 && self.sent > plan.running_cap {
+        sent += n as u64;
+        if plan.running_cap > 0 && sent > plan.running_cap {
             let err = FsError::TooLargeUnsized { path: plan.path.clone(), limit: plan.running_cap };
-            return self.fail(err);
+            let _ = tx.blocking_send(Err(err));
+            return;
         }
         plan.remaining -= n as u64;
         if n < want / 2 {
             // A short read (a `/proc` file, a pipe-like source): do not queue the slack.
             data.shrink_to_fit();
         }
-        let file_size = if std::mem::take(&mut self.first) { plan.file_size } else { 0 };
-        Some(Ok(pb::ReadFileChunk { data: data.into(), file_size }))
+        let chunk =
+            pb::ReadFileChunk { data: data.into(), file_size: if first { plan.file_size } else { 0 } };
+        first = false;
+        if tx.blocking_send(Ok(chunk)).is_err() {
+            return;
+        }
+    }
+    if first {
+        // An empty slice still tells the caller the file's size.
+        let _ =
+            tx.blocking_send(Ok(pb::ReadFileChunk { data: Default::default(), file_size: plan.file_size }));
     }
 }

@@ -27,7 +27,7 @@ use sbx_proto::limits::CHUNK_SIZE;
 use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 
-use super::placement::{in_memory, memory_backed, quick_if};
+use super::placement::{in_memory, quick_if};
 use super::{FsError, blocking, check_path};
 
 /// Prefix of the temp files a write in progress leaves next to its target.
@@ -95,8 +95,7 @@ where
     let pending = blocking(move || prepare(path, &header)).await?;
     let handle = pending.temp.as_file().try_clone().map_err(|e| FsError::io("write", &pending.target, e))?;
     let rest = futures::stream::once(async { Ok(head) }).chain(data);
-    let in_place = memory_backed(&pending.parent);
-    let (_, written) = write_stream(handle, rest, in_place, "write", &pending.target).await?;
+    let (_, written) = write_stream(handle, rest, "write", &pending.target).await?;
     let file_size = pending.kept + written;
     blocking(move || commit(pending, sync)).await?;
     Ok(pb::WriteFileResponse { bytes_written: written, file_size })
@@ -141,9 +140,8 @@ fn join(mut chunks: Vec<Bytes>) -> Bytes {
 /// blocking pool per write). An `Err` from `data` ends the write and is returned; a
 /// failed write is reported as "cannot `what` `path`".
 pub(crate) async fn write_stream<S>(
-    mut file: File,
+    file: File,
     data: S,
-    in_place: bool,
     what: &'static str,
     path: &Path,
 ) -> Result<(File, u64), FsError>
@@ -151,15 +149,6 @@ where
     S: Stream<Item = Result<Bytes, FsError>>,
 {
     let mut data = std::pin::pin!(data);
-    if in_place {
-        let mut written: u64 = 0;
-        while let Some(chunk) = data.next().await {
-            let chunk = chunk?;
-            write_pieces(&mut file, &chunk).map_err(|e| FsError::io(what, path, e))?;
-            written += chunk.len() as u64;
-        }
-        return Ok((file, written));
-    }
     let (tx, rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_CHUNKS);
     let writer = tokio::task::spawn_blocking(move || write_all(file, rx));
     let mut written: u64 = 0;
