@@ -1,5 +1,5 @@
 """Durable 1 KiB writes inside a sandbox with a disk: temp file, write, fsync, rename,
-fsync of the directory (what WriteFile does), 200 times after 20 warm-ups; prints
+fsync of the directory (what WriteFile does with `sync`), 200 times after 20 warm-ups; prints
 p50 and p90. This is what the overlay's cache mode costs a guest program.
 
     sbx create --template debian --name dw
