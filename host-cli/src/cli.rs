@@ -354,7 +354,8 @@ pub struct CpArgs {
     /// Destination: a host path, `:/guest/path` or `NAME:/guest/path`.
     pub dst: String,
     /// Flush the copy to the destination's disk (fsync, or syncfs for a directory)
-    /// before returning. Without it the copy is still whole or absent, as with `cp`.
+    /// before returning. Without it each file still lands whole (temp file + rename),
+    /// and, as with `cp`, the kernel writes it to disk in its own time.
     #[arg(long)]
     pub sync: bool,
 }

@@ -39,9 +39,28 @@ impl Agent {
 
     /// Starts the agent with extra command-line arguments.
     pub fn start_with(extra: &[&str]) -> Agent {
+        Self::spawn(extra, Command::new(workspace_bin("sbx-agent")))
+    }
+
+    /// Starts the agent so that any process of the same user may trace it (`strace -p`),
+    /// even where Yama's `ptrace_scope` lets only ancestors do so.
+    pub fn start_traceable() -> Agent {
+        let mut cmd = Command::new(workspace_bin("sbx-agent"));
+        // SAFETY: prctl is async-signal-safe and touches only the child's own state.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                // Fails harmlessly (EINVAL) on kernels without Yama.
+                libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY);
+                Ok(())
+            });
+        }
+        Self::spawn(&[], cmd)
+    }
+
+    fn spawn(extra: &[&str], mut cmd: Command) -> Agent {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agent.sock");
-        let child = Command::new(workspace_bin("sbx-agent"))
+        let child = cmd
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
             .arg("--job-dir")

@@ -25,11 +25,11 @@ struct Tracer {
 
 impl Tracer {
     /// Attaches to every thread of `pid` (and those it starts later) and returns once
-    /// all of them are traced.
+    /// all of them are traced. `pid` must allow it: [`Agent::start_traceable`].
     fn attach(pid: u32) -> Tracer {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("strace.log");
-        let strace = Command::new(strace_bin())
+        let mut strace = Command::new(strace_bin())
             .args(["-f", "-qq", "-y", "-e", SYNC_CALLS, "-o"])
             .arg(&log)
             .args(["-p", &pid.to_string()])
@@ -37,7 +37,13 @@ impl Tracer {
             .spawn()
             .expect("spawn strace");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !all_threads_traced(pid) {
+        while !all_threads_traced_by(pid, strace.id()) {
+            if let Ok(Some(status)) = strace.try_wait() {
+                panic!(
+                    "strace could not attach to {pid} ({status}); it needs ptrace rights over it \
+                     (CAP_SYS_PTRACE, or a `kernel.yama.ptrace_scope` of 0 or 1)"
+                );
+            }
             assert!(Instant::now() < deadline, "strace did not attach to {pid} within 20 s");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -60,13 +66,21 @@ fn strace_bin() -> &'static str {
     "strace"
 }
 
-fn all_threads_traced(pid: u32) -> bool {
+fn all_threads_traced_by(pid: u32, tracer: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    let tracer = tracer.to_string();
     tasks.flatten().all(|task| {
         std::fs::read_to_string(task.path().join("status")).is_ok_and(|status| {
-            status.lines().any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) != Some("0"))
+            status
+                .lines()
+                .any(|l| l.starts_with("TracerPid:") && l.split_whitespace().nth(1) == Some(&tracer))
         })
     })
+}
+
+/// `dir` as strace prints it: symlinks resolved.
+fn real(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap()
 }
 
 /// The lines of an strace log that are sync calls (not signals or exits).
@@ -86,6 +100,8 @@ fn traced_sbx(addr: &str, args: &[&str]) -> Vec<String> {
         .arg(workspace_bin("sbx"))
         .args(["--agent", addr])
         .args(args)
+        .env_remove("SBX_AGENT")
+        .env_remove("SBX_SANDBOX")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .output()
@@ -102,8 +118,8 @@ fn count(calls: &[String], call: &str, path_part: &str) -> usize {
 
 #[test]
 fn a_write_is_flushed_only_with_sync() {
-    let agent = Agent::start();
-    let dir = agent.dir.path().join("work");
+    let agent = Agent::start_traceable();
+    let dir = real(agent.dir.path()).join("work");
     std::fs::create_dir(&dir).unwrap();
     let addr = agent.address();
     let tracer = Tracer::attach(agent.pid());
@@ -115,7 +131,7 @@ fn a_write_is_flushed_only_with_sync() {
     assert!(unsynced.is_empty(), "a write without --sync flushed: {unsynced:#?}");
 
     // Small (whole in one message) and large (streamed) writes take different paths.
-    let big_src = agent.dir.path().join("big.src");
+    let big_src = dir.with_file_name("big.src");
     std::fs::write(&big_src, noise(3 << 20, 7)).unwrap();
     for (name, args) in [("small.txt", None), ("big.bin", Some(&big_src))] {
         let target = dir.join(name);
@@ -136,14 +152,15 @@ fn a_write_is_flushed_only_with_sync() {
 
 #[test]
 fn cp_sync_flushes_the_destination_on_either_side() {
-    let agent = Agent::start();
+    let agent = Agent::start_traceable();
     let addr = agent.address();
-    let host = tempfile::tempdir().unwrap();
-    let tree = host.path().join("tree");
+    let host_dir = tempfile::tempdir().unwrap();
+    let host = real(host_dir.path());
+    let tree = host.join("tree");
     std::fs::create_dir_all(tree.join("sub")).unwrap();
     std::fs::write(tree.join("a.txt"), b"a").unwrap();
     std::fs::write(tree.join("sub/b.txt"), b"b").unwrap();
-    let guest = agent.dir.path();
+    let guest = &real(agent.dir.path());
 
     // Host to guest, a directory: the agent extracts it and, with --sync, flushes its
     // filesystem once; without, not at all.
@@ -164,14 +181,19 @@ fn cp_sync_flushes_the_destination_on_either_side() {
     assert_eq!(count(&calls, "fsync", &format!("<{}/.sbx-write-", s(guest))), 1, "{calls:#?}");
 
     // Guest to host: sbx itself flushes the file, or the filesystem of the directory.
-    let back = host.path().join("back.txt");
+    let back = host.join("back.txt");
     let calls = traced_sbx(&addr, &["cp", &format!(":{}/a.txt", s(guest)), s(&back)]);
     assert!(calls.is_empty(), "cp to the host without --sync flushed: {calls:#?}");
-    let back = host.path().join("back-synced.txt");
+    let back = host.join("back-synced.txt");
     let calls = traced_sbx(&addr, &["cp", "--sync", &format!(":{}/a.txt", s(guest)), s(&back)]);
-    assert_eq!(count(&calls, "fsync", &format!("<{}/", s(host.path()))), 1, "{calls:#?}");
+    assert_eq!(count(&calls, "fsync", &format!("<{}/", s(&host))), 1, "the file was not fsynced: {calls:#?}");
+    assert_eq!(
+        count(&calls, "fsync", &format!("<{}>", s(&host))),
+        1,
+        "its directory was not fsynced: {calls:#?}"
+    );
     assert_eq!(std::fs::read(&back).unwrap(), b"a");
-    let back_tree = host.path().join("back-tree");
+    let back_tree = host.join("back-tree");
     let calls = traced_sbx(&addr, &["cp", "--sync", &format!(":{}/synced", s(guest)), s(&back_tree)]);
     assert_eq!(count(&calls, "syncfs", &format!("<{}>", s(&back_tree))), 1, "{calls:#?}");
     assert_eq!(std::fs::read(back_tree.join("sub/b.txt")).unwrap(), b"b");

@@ -7,7 +7,10 @@
 //! every other call. So small calls run in place only while every mounted filesystem
 //! is one the kernel serves itself (disk, memory, pseudo); as soon as anything else is
 //! mounted (NFS, virtiofs, 9p, FUSE, autofs...), they all go to the blocking pool again.
-//! A local disk may still make a call wait for its I/O, but never indefinitely.
+//! A local disk may still make a call wait for its I/O, but never indefinitely: a cold
+//! read waits for the disk, and a small write can be throttled while the kernel writes
+//! back a large amount of dirty data (an fsync, which can wait far longer, always goes
+//! to the pool).
 //!
 //! The mount table is re-read only when the kernel says it changed: `poll` on an open
 //! `/proc/self/mountinfo` reports `POLLPRI` after any mount or unmount.

@@ -13,7 +13,7 @@
 //! does for `cp` or an editor's save.
 //!
 //! A symlink as the target is followed: the file it points to is replaced, the link
-//! stays.
+//! stays. A dangling symlink is replaced by the file.
 
 use std::fs::{File, Permissions};
 use std::io::Write;
@@ -43,7 +43,8 @@ const WRITE_QUEUE_CHUNKS: usize = 4;
 const WRITE_BYTES: usize = 64 * 1024;
 
 /// Writes whose stream ends within this many bytes are gathered whole before the disk is
-/// touched, then written and committed in one blocking-pool trip.
+/// touched, then written and committed in one go: in place, or in one blocking-pool
+/// trip when they append, fsync on a disk, or a remote filesystem is mounted.
 const WHOLE_WRITE_MAX: usize = CHUNK_SIZE;
 
 /// Mode of a new file when the caller leaves it at 0.

@@ -192,6 +192,12 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path, sync: b
     bar.finish_and_clear();
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(entry.mode & 0o777))?;
     tmp.persist(&target).with_context(|| format!("cannot write {to}"))?;
+    if sync {
+        let parent = parent_of(&target).to_path_buf();
+        tokio::task::spawn_blocking(move || std::fs::File::open(&parent)?.sync_all())
+            .await?
+            .with_context(|| format!("cannot sync the directory of {to}"))?;
+    }
     Ok(Copied { from: format!(":{src}"), to, kind: "file", bytes, files: None, skipped: vec![] })
 }
 
@@ -219,8 +225,11 @@ async fn download_dir(
         let mut zip = zip;
         std::io::Seek::rewind(&mut zip)?;
         let stats = archive::unzip_into(zip, staging.path())?;
-        let staged = staging.keep();
-        std::fs::rename(&staged, &target).with_context(|| format!("cannot create {}", target.display()))?;
+        // Renamed first and only then kept, so a failed rename still removes the staging
+        // directory.
+        std::fs::rename(staging.path(), &target)
+            .with_context(|| format!("cannot create {}", target.display()))?;
+        let _ = staging.keep();
         if sync {
             std::fs::File::open(&target)
                 .and_then(|dir| rustix::fs::syncfs(&dir).map_err(std::io::Error::from))
