@@ -183,11 +183,18 @@ fn with_vm(
     // untimed round, and the copy's old file goes before each upload: both sides then
     // write into guest memory that was just freed.
     rt.block_on(async {
+        // busybox's `head -c` takes no size suffix, and `&&` keeps a failed fill from
+        // passing unseen, as it once did.
         let fill = ExecSpec::shell(format!(
-            "head -c {WARM_FILL_MIB}M /dev/zero > /tmp/warm-fill; rm -f /tmp/warm-fill"
+            "dd if=/dev/zero of=/tmp/warm-fill bs=1048576 count={WARM_FILL_MIB} && rm /tmp/warm-fill"
         ));
         let r = client.exec(&fill).await?;
-        ensure!(r.status.code == Some(0), "warming the guest's memory failed: {:?}", r.status);
+        ensure!(
+            r.status.code == Some(0),
+            "warming the guest's memory failed: {:?}: {}",
+            r.status,
+            String::from_utf8_lossy(&r.stderr.data)
+        );
         anyhow::Ok(())
     })?;
     sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
