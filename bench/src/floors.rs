@@ -129,7 +129,9 @@ pub(crate) fn unix_copy(dir: &Path, src: &Path, dst: &Path) -> Result<Duration> 
             buf[..got].chunks(64 * 1024).try_for_each(|piece| out.write_all(piece))?;
             n += got as u64;
         }
+        // Durable like `sbx cp --sync`: the file, then the directory entry of the new file.
         out.sync_all()?;
+        fs::File::open(dst.parent().unwrap_or(Path::new("/")))?.sync_all()?;
         Ok(n)
     });
     let mut s = UnixStream::connect(&path)?;

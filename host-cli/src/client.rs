@@ -16,7 +16,7 @@ use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
 use sbx_proto::Address;
 use sbx_proto::agent::v1::{self as pb, agent_client::AgentClient};
-use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE, MAX_MESSAGE_BYTES};
+use sbx_proto::limits::{CHUNK_SIZE, MAX_MESSAGE_BYTES, UPLOAD_CHUNK_SIZE};
 use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -205,7 +205,7 @@ impl Client {
     where
         R: AsyncRead + Send + Unpin + 'static,
     {
-        self.write_chunks(path, opts, tokio_util::io::ReaderStream::with_capacity(data, BULK_CHUNK_SIZE))
+        self.write_chunks(path, opts, tokio_util::io::ReaderStream::with_capacity(data, UPLOAD_CHUNK_SIZE))
             .await
     }
 
@@ -320,7 +320,7 @@ impl Client {
         let header = pb::UploadDirRequest { part: Some(Part::Header(header)) };
         let (body, failed) = upload_body(
             header,
-            tokio_util::io::ReaderStream::with_capacity(zip, BULK_CHUNK_SIZE),
+            tokio_util::io::ReaderStream::with_capacity(zip, UPLOAD_CHUNK_SIZE),
             |b| pb::UploadDirRequest { part: Some(Part::Data(b)) },
             pb::UploadDirRequest { part: Some(Part::End(true)) },
         );
@@ -374,9 +374,9 @@ where
     (stream::once(async { first }).chain(rest).chain(stream::once(async { end })), rx)
 }
 
-/// `data` as slices of at most [`BULK_CHUNK_SIZE`] bytes, sharing its buffer.
+/// `data` as slices of at most [`UPLOAD_CHUNK_SIZE`] bytes, sharing its buffer.
 fn bulk_slices(mut data: Bytes) -> impl Iterator<Item = Bytes> + Send + Unpin {
-    std::iter::from_fn(move || (!data.is_empty()).then(|| data.split_to(data.len().min(BULK_CHUNK_SIZE))))
+    std::iter::from_fn(move || (!data.is_empty()).then(|| data.split_to(data.len().min(UPLOAD_CHUNK_SIZE))))
 }
 
 /// Runs `call` unless the body reports a read error first, in which case the call is
@@ -398,10 +398,10 @@ mod tests {
     #[test]
     fn bulk_slices_cover_the_data_in_order_without_empty_slices() {
         assert_eq!(bulk_slices(Bytes::new()).count(), 0);
-        let data: Bytes = (0..2 * BULK_CHUNK_SIZE + 1).map(|i| i as u8).collect::<Vec<_>>().into();
+        let data: Bytes = (0..2 * UPLOAD_CHUNK_SIZE + 1).map(|i| i as u8).collect::<Vec<_>>().into();
         let slices: Vec<Bytes> = bulk_slices(data.clone()).collect();
         let lens: Vec<usize> = slices.iter().map(Bytes::len).collect();
-        assert_eq!(lens, [BULK_CHUNK_SIZE, BULK_CHUNK_SIZE, 1]);
+        assert_eq!(lens, [UPLOAD_CHUNK_SIZE, UPLOAD_CHUNK_SIZE, 1]);
         assert_eq!(slices.concat(), data);
         assert_eq!(bulk_slices(Bytes::from_static(b"hi")).collect::<Vec<_>>(), [Bytes::from_static(b"hi")]);
     }

@@ -18,6 +18,13 @@ pub const CHUNK_SIZE: usize = 64 * 1024;
 /// chunk is one message, one channel hand-off and one copy into the HTTP/2 send buffer,
 /// so larger chunks cut that per-chunk cost; it stays well under `MAX_MESSAGE_BYTES`.
 pub const BULK_CHUNK_SIZE: usize = 1024 * 1024;
+/// Size of the chunks a client sends in (file writes, zip uploads): smaller than
+/// [`BULK_CHUNK_SIZE`], because the agent copies each message it receives into tonic's
+/// decode buffer, and 1 MiB messages made that copy's working set large enough that,
+/// in a software-emulated VM, an upload cost the agent 2-4x the CPU whenever another
+/// process had just run (60-98% of a raw vsock stream, against 95-107% with 256 KiB;
+/// BENCHMARKS.md). Sending out (reads, zips) keeps 1 MiB: 256 KiB there measured slower.
+pub const UPLOAD_CHUNK_SIZE: usize = 256 * 1024;
 /// HTTP/2 flow-control window of one stream, both sides: how much one stream may have in
 /// flight before the sender waits for the receiver to consume it. It also bounds what a
 /// receiver buffers for a stream whose consumer is slow.

@@ -133,8 +133,9 @@ impl Floor {
         Ok(took)
     }
 
-    /// Streams the guest's source file into the host file `dst` and fsyncs it: dial to
-    /// fsync done. Returns the time and the byte count.
+    /// Streams the guest's source file into the host file `dst` and fsyncs it and its
+    /// directory, as `sbx cp --sync` does: dial to fsyncs done. Returns the time and the
+    /// byte count.
     pub(crate) async fn download(&self, dst: &Path) -> Result<(Duration, u64)> {
         let t = Instant::now();
         let mut s = self.dial(SOURCE_PORT).await?;
@@ -152,6 +153,7 @@ impl Floor {
             left -= n as u64;
         }
         out.sync_all().await?;
+        tokio::fs::File::open(dst.parent().unwrap_or(Path::new("/"))).await?.sync_all().await?;
         Ok((t.elapsed(), len))
     }
 }
