@@ -121,9 +121,26 @@ fn every_process(me: i32) -> Vec<Proc> {
     .collect()
 }
 
+/// Reads of an empty `/proc/<pid>/environ` before it is taken to be really empty.
+const ENVIRON_TRIES: usize = 10;
+
 /// The command tag in `pid`'s environment, if any.
+///
+/// A process in the middle of `execve` shows an empty environment for a moment (its new
+/// memory is in place before its environment is copied there). Missing its tag then
+/// would let an escapee that has just left the command's session (`setsid prog` calls
+/// `setsid()`, then execs) outlive the command, so an empty read is retried a few times,
+/// 200 µs apart. Only a process whose environment was cleared pays for that.
 fn tag_of(pid: i32) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let path = format!("/proc/{pid}/environ");
+    let mut environ = std::fs::read(&path).ok()?;
+    for _ in 1..ENVIRON_TRIES {
+        if !environ.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        environ = std::fs::read(&path).ok()?;
+    }
     let prefix = format!("{TAG_VAR}=");
     environ
         .split(|b| *b == 0)
