@@ -25,8 +25,8 @@ pub(crate) enum Op {
     Read,
     /// Write a 1 KiB file.
     Write,
-    /// Write a 1 KiB file on tmpfs, where a `minimal` sandbox keeps its files: sbx's
-    /// fsyncs cost nothing there, so this is the write without the host disk's flush.
+    /// Write a 1 KiB file on tmpfs, where a `minimal` sandbox keeps its files: the write
+    /// without the host disk.
     WriteMem,
     /// List a directory of 100 entries: names and types, no stat per entry.
     List,
