@@ -95,6 +95,25 @@ fn a_non_loopback_tcp_listener_checks_the_token_on_every_call() {
         assert!(!text(&out.stdout).contains("must not run"));
         assert!(text(&out.stderr).contains("SBX_AGENT_TOKEN"), "token {token:?}: {}", text(&out.stderr));
     }
+
+    // ReadFile and DownloadDir have their own framing of the reply; the check covers them.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("note.txt"), "read me\n").unwrap();
+    let (note, zip) = (shared.join("note.txt"), dir.path().join("out.zip"));
+    let (note, zip, shared) = (note.to_str().unwrap(), zip.to_str().unwrap(), shared.to_str().unwrap());
+    let read = sbx(port, Some(TOKEN), &["cat", note]);
+    assert_eq!(text(&read.stdout), "read me\n", "{}", text(&read.stderr));
+    assert!(sbx(port, Some(TOKEN), &["download", "-o", zip, shared]).status.success());
+    std::fs::remove_file(zip).unwrap();
+    for token in [None, Some("wrong")] {
+        let out = sbx(port, token, &["cat", note]);
+        assert!(!out.status.success() && out.stdout.is_empty(), "token {token:?} read the file");
+        assert!(text(&out.stderr).contains("SBX_AGENT_TOKEN"), "token {token:?}: {}", text(&out.stderr));
+        let out = sbx(port, token, &["download", "-o", zip, shared]);
+        assert!(!out.status.success(), "token {token:?} downloaded the directory");
+        assert!(!std::path::Path::new(zip).exists(), "a refused download left {zip}");
+    }
     let log = stop(child, dir.path());
     assert!(!log.contains(TOKEN), "the token was logged: {log}");
 }

@@ -3,10 +3,12 @@
 //! modules never see gRPC types beyond the generated messages.
 
 mod archive;
+mod bulk;
 mod exec;
 mod files;
 mod jobs;
 pub mod limits;
+mod routes;
 mod system;
 
 use std::pin::Pin;
@@ -17,6 +19,7 @@ use sbx_proto::agent::v1::{self as pb, agent_server::Agent};
 use tonic::{Request, Response, Status, Streaming};
 
 pub use limits::{Capacity, LimitError};
+pub use routes::AgentRoutes;
 
 /// A boxed server stream, the response type of every streaming RPC.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -54,11 +57,12 @@ impl AgentService {
         &self.inner.limits
     }
 
-    /// The tonic server wrapping this service, with the agreed message size limits.
-    pub fn into_server(self) -> pb::agent_server::AgentServer<Self> {
-        pb::agent_server::AgentServer::new(self)
+    /// The gRPC server for this service, with the agreed message size limits.
+    pub fn into_server(self) -> AgentRoutes {
+        let generated = pb::agent_server::AgentServer::new(self.clone())
             .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES);
+        AgentRoutes::new(self, generated)
     }
 
     pub(crate) fn jobs(&self) -> &crate::jobs::Jobs {
