@@ -3,6 +3,7 @@
 //! - [`listen`]: binds the addresses of the shared grammar and serves the gRPC service.
 //! - [`auth`]: the token that TCP clients must present.
 //! - [`service`]: the thin tonic layer; each RPC parses, calls a domain module, maps errors.
+//!   File chunks and zip data go out framed by hand, without tonic's copy of each chunk.
 //! - [`exec`]: running commands with capped (head + tail) or streamed output, process
 //!   groups, timeouts. [`jobs`]: detached background jobs with log files.
 //! - [`files`]: read, atomic write, list, stat, remove, move, mkdir.

@@ -1,6 +1,8 @@
 //! The gRPC face of the agent. Every handler is a few lines: it parses the request,
 //! calls a domain module, and maps the domain error to a `tonic::Status`. The domain
-//! modules never see gRPC types beyond the generated messages.
+//! modules never see gRPC types beyond the generated messages. [`AgentRoutes`] serves it:
+//! tonic's generated server, except that ReadFile and DownloadDir replies are framed by
+//! `bulk`, which hands each chunk to HTTP/2 without copying it.
 
 mod archive;
 mod bulk;
