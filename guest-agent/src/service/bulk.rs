@@ -25,6 +25,7 @@ use sbx_proto::limits::MAX_MESSAGE_BYTES;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Streaming};
+use tonic::metadata::MetadataValue;
 use tonic_prost::ProstDecoder;
 
 use super::BoxStream;
@@ -32,13 +33,15 @@ use super::BoxStream;
 /// A message whose bulk is one `bytes` field.
 pub(super) trait Bulk: Message + Sized {
     /// Takes the bulk out of the message: its field number and its bytes. `None` when
-    /// this message carries none (DownloadDir's closing summary).
+    /// this message carries none (DownloadDir's closing summary), or when the field is
+    /// one protobuf leaves out when empty.
     fn take_bulk(&mut self) -> Option<(u32, Bytes)>;
 }
 
 impl Bulk for pb::ReadFileChunk {
     fn take_bulk(&mut self) -> Option<(u32, Bytes)> {
-        Some((1, std::mem::take(&mut self.data)))
+        // A plain proto3 field: empty means absent.
+        Some((1, std::mem::take(&mut self.data))).filter(|(_, data)| !data.is_empty())
     }
 }
 
@@ -46,6 +49,7 @@ impl Bulk for pb::DownloadDirChunk {
     fn take_bulk(&mut self) -> Option<(u32, Bytes)> {
         use pb::download_dir_chunk::Part;
         match self.part.take() {
+            // A `oneof` member is sent even when empty: it says which member is set.
             Some(Part::Data(data)) => Some((1, data)),
             other => {
                 self.part = other;
@@ -78,6 +82,10 @@ where
             let (metadata, stream, _) = reply.into_parts();
             let mut http = http::Response::new(Body::new(BulkBody::new(stream)));
             *http.headers_mut() = metadata.into_headers();
+            // Metadata may not set what gRPC itself says (tonic strips the same names).
+            for reserved in ["te", "grpc-message", "grpc-message-type", "grpc-status"] {
+                http.headers_mut().remove(reserved);
+            }
             http.headers_mut()
                 .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
             http
@@ -91,18 +99,24 @@ async fn decode<Req: Message + Default + Send + 'static>(
     req: http::Request<Body>,
 ) -> Result<tonic::Request<Req>, Status> {
     if let Some(encoding) = req.headers().get("grpc-encoding").filter(|e| *e != "identity") {
-        return Err(Status::unimplemented(format!(
+        let mut status = Status::unimplemented(format!(
             "the agent takes uncompressed requests, not {}",
             String::from_utf8_lossy(encoding.as_bytes())
-        )));
+        ));
+        status.metadata_mut().insert("grpc-accept-encoding", MetadataValue::from_static("identity"));
+        return Err(status);
     }
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let decoder = ProstDecoder::<Req>::new(BufferSettings::default());
     let mut messages = Streaming::new_request(decoder, body, None, Some(MAX_MESSAGE_BYTES));
     let message = messages
         .message()
         .await?
         .ok_or_else(|| Status::invalid_argument("the request carried no message"))?;
+    // As tonic's server does: read the request to its end, its trailers into the metadata.
+    if let Some(trailers) = messages.trailers().await? {
+        parts.headers.extend(trailers.into_headers());
+    }
     Ok(tonic::Request::from_http(http::Request::from_parts(parts, message)))
 }
 
@@ -137,11 +151,13 @@ impl<M: Bulk> http_body::Body for BulkBody<M> {
             return Poll::Ready(None);
         }
         let status = match ready!(this.messages.as_mut().poll_next(cx)) {
-            Some(Ok(message)) => {
-                let (head, bulk) = frame(message);
-                this.bulk = bulk;
-                return Poll::Ready(Some(Ok(Frame::data(head))));
-            }
+            Some(Ok(message)) => match frame(message) {
+                Ok((head, bulk)) => {
+                    this.bulk = bulk;
+                    return Poll::Ready(Some(Ok(Frame::data(head))));
+                }
+                Err(status) => status,
+            },
             Some(Err(status)) => status,
             None => Status::ok(""),
         };
@@ -155,40 +171,48 @@ impl<M: Bulk> http_body::Body for BulkBody<M> {
 }
 
 /// The gRPC message `message` as a prefixed head and, unless it is small, its bulk
-/// apart. The bulk field goes last: protobuf fields may come in any order.
-fn frame<M: Bulk>(mut message: M) -> (Bytes, Option<Bytes>) {
-    let bulk = message.take_bulk().filter(|(_, bytes)| !bytes.is_empty());
+/// apart. The bulk field goes last: protobuf fields may come in any order. A message
+/// over the agreed size is refused as tonic would (OUT_OF_RANGE); the agent's chunks
+/// stay far below it.
+fn frame<M: Bulk>(mut message: M) -> Result<(Bytes, Option<Bytes>), Status> {
+    let bulk = message.take_bulk();
     let rest = message.encoded_len();
     let (key, bulk_len) = match &bulk {
         Some((field, bytes)) => (key_len(*field) + encoded_len_varint(bytes.len() as u64), bytes.len()),
         None => (0, 0),
     };
     let copied = if bulk_len <= COPY_MAX { bulk_len } else { 0 };
-    let len = u32::try_from(rest + key + bulk_len).expect("the agent's messages stay far below 4 GiB");
+    let len = rest + key + bulk_len;
+    if len > MAX_MESSAGE_BYTES {
+        return Err(Status::out_of_range(format!(
+            "a reply message of {len} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"
+        )));
+    }
+    let len = u32::try_from(len).expect("MAX_MESSAGE_BYTES fits a gRPC length prefix");
     let mut head = BytesMut::with_capacity(5 + rest + key + copied);
     head.put_u8(0); // not compressed
     head.put_u32(len);
     message.encode(&mut head).expect("a BytesMut grows as needed");
     let Some((field, bytes)) = bulk else {
-        return (head.freeze(), None);
+        return Ok((head.freeze(), None));
     };
     encode_key(field, WireType::LengthDelimited, &mut head);
     encode_varint(bytes.len() as u64, &mut head);
-    if copied > 0 {
+    if bulk_len <= COPY_MAX {
         head.extend_from_slice(&bytes);
-        return (head.freeze(), None);
+        return Ok((head.freeze(), None));
     }
-    (head.freeze(), Some(bytes))
+    Ok((head.freeze(), Some(bytes)))
 }
 
 /// The trailers that end a reply with `status`.
 fn trailers(status: &Status) -> http::HeaderMap {
     let mut map = http::HeaderMap::new();
     if status.add_header(&mut map).is_err() {
-        // A message that cannot be a header value (tonic percent-encodes it, so this
-        // should not happen): keep the code at least.
+        // Only metadata that is not a valid header gets here (tonic percent-encodes the
+        // message): the code alone still tells the client what happened.
         map.clear();
-        let _ = Status::new(status.code(), "").add_header(&mut map);
+        map.insert("grpc-status", http::HeaderValue::from(status.code() as i32));
     }
     map
 }
@@ -216,7 +240,7 @@ mod tests {
     fn a_large_chunk_goes_out_uncopied_and_decodes_as_sent() {
         let sent = read_chunk(1024 * 1024, 5_000_000);
         let data = sent.data.clone();
-        let (head, bulk) = frame(sent.clone());
+        let (head, bulk) = frame(sent.clone()).unwrap();
         let bulk = bulk.expect("a 1 MiB chunk travels apart");
         assert_eq!(bulk.as_ptr(), data.as_ptr(), "the chunk's own bytes, not a copy");
         assert!(head.len() < 32);
@@ -228,7 +252,7 @@ mod tests {
     fn small_and_empty_chunks_go_out_in_one_frame() {
         for (len, size) in [(0, 0), (0, 42), (1, 0), (COPY_MAX, 9), (100, 100)] {
             let sent = read_chunk(len, size);
-            let (head, bulk) = frame(sent.clone());
+            let (head, bulk) = frame(sent.clone()).unwrap();
             assert!(bulk.is_none(), "{len} bytes are copied in");
             let got = pb::ReadFileChunk::decode(&unframe(head, None)[..]).unwrap();
             assert_eq!(got, sent, "{len} bytes, size {size}");
@@ -240,15 +264,32 @@ mod tests {
         use pb::download_dir_chunk::Part;
         let data = Bytes::from(vec![7u8; 200_000]);
         let sent = pb::DownloadDirChunk { part: Some(Part::Data(data)) };
-        let (head, bulk) = frame(sent.clone());
+        let (head, bulk) = frame(sent.clone()).unwrap();
         assert!(bulk.is_some());
         assert_eq!(pb::DownloadDirChunk::decode(&unframe(head, bulk)[..]).unwrap(), sent);
 
+        let sent = pb::DownloadDirChunk { part: Some(Part::Data(Bytes::new())) };
+        let (head, bulk) = frame(sent.clone()).unwrap();
+        assert!(bulk.is_none());
+        assert_eq!(
+            pb::DownloadDirChunk::decode(&unframe(head, None)[..]).unwrap(),
+            sent,
+            "empty data stays data"
+        );
+
         let summary = pb::ArchiveSummary { files: 3, ..Default::default() };
         let sent = pb::DownloadDirChunk { part: Some(Part::Summary(summary)) };
-        let (head, bulk) = frame(sent.clone());
+        let (head, bulk) = frame(sent.clone()).unwrap();
         assert!(bulk.is_none());
         assert_eq!(pb::DownloadDirChunk::decode(&unframe(head, None)[..]).unwrap(), sent);
+    }
+
+    #[test]
+    fn a_message_over_the_limit_ends_the_reply_with_out_of_range() {
+        let too_big = read_chunk(MAX_MESSAGE_BYTES, 0);
+        let err = frame(too_big).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::OutOfRange, "{err}");
+        assert!(frame(read_chunk(MAX_MESSAGE_BYTES - 8, 0)).is_ok());
     }
 
     #[test]

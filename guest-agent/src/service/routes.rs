@@ -35,9 +35,9 @@ impl Service<http::Request<Body>> for AgentRoutes {
     type Error = Infallible;
     type Future = BoxFuture<Self::Response, Self::Error>;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Neither side holds back: the generated server is always ready too.
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The two calls served here need nothing to be ready; the rest go to tonic's.
+        Service::<http::Request<Body>>::poll_ready(&mut self.generated, cx)
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
