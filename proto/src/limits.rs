@@ -14,9 +14,9 @@ pub const DEFAULT_MAX_ENTRIES: u32 = 10_000;
 /// Size of the chunks of interactive streams (exec output and stdin): a read of a pipe
 /// returns what is there, so this caps a message without making output wait.
 pub const CHUNK_SIZE: usize = 64 * 1024;
-/// Size of the chunks of bulk transfers (file reads and writes, zips both ways). Each
-/// chunk is one message, one channel hand-off and one copy into the HTTP/2 send buffer,
-/// so larger chunks cut that per-chunk cost; it stays well under `MAX_MESSAGE_BYTES`.
+/// Size of the chunks the agent sends out (file reads, zips). Each chunk is one message,
+/// one channel hand-off and one HTTP/2 DATA frame, so larger chunks cut that per-chunk
+/// cost; it stays well under `MAX_MESSAGE_BYTES`.
 pub const BULK_CHUNK_SIZE: usize = 1024 * 1024;
 /// Size of the chunks a client sends in (file writes, zip uploads): smaller than
 /// [`BULK_CHUNK_SIZE`], because the agent copies each message it receives into tonic's

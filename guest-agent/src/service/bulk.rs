@@ -181,7 +181,7 @@ fn frame<M: Bulk>(mut message: M) -> Result<(Bytes, Option<Bytes>), Status> {
         Some((field, bytes)) => (key_len(*field) + encoded_len_varint(bytes.len() as u64), bytes.len()),
         None => (0, 0),
     };
-    let copied = if bulk_len <= COPY_MAX { bulk_len } else { 0 };
+    let inline = bulk_len <= COPY_MAX;
     let len = rest + key + bulk_len;
     if len > MAX_MESSAGE_BYTES {
         return Err(Status::out_of_range(format!(
@@ -189,7 +189,7 @@ fn frame<M: Bulk>(mut message: M) -> Result<(Bytes, Option<Bytes>), Status> {
         )));
     }
     let len = u32::try_from(len).expect("MAX_MESSAGE_BYTES fits a gRPC length prefix");
-    let mut head = BytesMut::with_capacity(5 + rest + key + copied);
+    let mut head = BytesMut::with_capacity(5 + rest + key + if inline { bulk_len } else { 0 });
     head.put_u8(0); // not compressed
     head.put_u32(len);
     message.encode(&mut head).expect("a BytesMut grows as needed");
@@ -198,7 +198,7 @@ fn frame<M: Bulk>(mut message: M) -> Result<(Bytes, Option<Bytes>), Status> {
     };
     encode_key(field, WireType::LengthDelimited, &mut head);
     encode_varint(bytes.len() as u64, &mut head);
-    if bulk_len <= COPY_MAX {
+    if inline {
         head.extend_from_slice(&bytes);
         return Ok((head.freeze(), None));
     }
