@@ -122,13 +122,11 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
-}
-
 fn report(e: &anyhow::Error, json: bool) -> ExitCode {
-    if is_broken_pipe(e) {
-        // The reader went away (`sbx cat big | head`): that is how pipelines end.
+    // Decided by where the error came from, not by its kind: only a write to stdout
+    // whose reader went away (`sbx cat big | head`) ends quietly, as pipelines do. A
+    // broken pipe on the agent's socket is a failure like any other.
+    if crate::output::is_stdout_closed(e) {
         return ExitCode::SUCCESS;
     }
     let (code, kind) = classify(e);
@@ -149,4 +147,25 @@ fn print_json_error(kind: &str, message: &str, causes: &[String], exit_code: u8)
     let mut err = io::stderr().lock();
     let _ = serde_json::to_writer(&mut err, &doc);
     let _ = err.write_all(b"\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exit(e: anyhow::Error) -> ExitCode {
+        report(&e, true)
+    }
+
+    #[test]
+    fn only_a_closed_stdout_ends_quietly() {
+        let closed = io::Error::new(io::ErrorKind::BrokenPipe, crate::output::StdoutClosed);
+        assert_eq!(exit(anyhow::Error::new(closed).context("writing the result")), ExitCode::SUCCESS);
+        // A broken pipe on the agent's socket is a failure, at whatever depth.
+        let socket = io::Error::from(io::ErrorKind::BrokenPipe);
+        assert_ne!(exit(anyhow::Error::new(socket).context("sending the request")), ExitCode::SUCCESS);
+        let addr: sbx_proto::Address = "hvsock:///run/vm.sock:1024".parse().unwrap();
+        let refused = ConnectError::Refused { addr, source: io::ErrorKind::BrokenPipe.into() };
+        assert_eq!(exit(refused.into()), ExitCode::from(EXIT_UNREACHABLE));
+    }
 }

@@ -21,6 +21,8 @@ use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
+use crate::connect::Link;
+
 pub use error::ClientError;
 pub use types::*;
 
@@ -40,13 +42,17 @@ pub struct FileRead {
 pub struct Client {
     rpc: AgentClient<tonic::service::interceptor::InterceptedService<Channel, crate::connect::Bearer>>,
     addr: Address,
+    /// Whether the connection under `rpc` broke (see [`Link`]).
+    link: Link,
 }
 
 impl Client {
     /// Connects to the agent at `addr`, waiting at most `timeout` for it to answer.
     pub async fn connect(addr: &Address, timeout: Duration) -> Result<Client> {
-        let channel = crate::connect::connect(addr, timeout).await?;
-        Ok(Self::from_channel(channel, addr.clone()))
+        let (channel, link) = crate::connect::connect(addr, timeout).await?;
+        let mut client = Self::from_channel(channel, addr.clone());
+        client.link = link;
+        Ok(client)
     }
 
     /// Wraps a channel that is already connected to `addr`.
@@ -54,7 +60,7 @@ impl Client {
         let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::from_env())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Client { rpc, addr }
+        Client { rpc, addr, link: Link::default() }
     }
 
     /// Where the agent is.
@@ -63,8 +69,8 @@ impl Client {
     }
 
     fn err(&self, rpc: &'static str) -> impl Fn(tonic::Status) -> ClientError + Send + Sync + 'static {
-        let addr = self.addr.clone();
-        move |status| ClientError::from_status(status, &addr, rpc)
+        let (addr, link) = (self.addr.clone(), self.link.clone());
+        move |status| ClientError::from_status(status, &addr, rpc, link.is_broken())
     }
 
     // ------------------------------------------------------------ commands

@@ -8,6 +8,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -142,8 +143,20 @@ pub async fn handshake<S>(stream: &mut S, port: u32) -> Result<u32, HandshakeIoE
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    stream.write_all(format!("CONNECT {port}\n").as_bytes()).await.map_err(HandshakeIoError::Io)?;
-    stream.flush().await.map_err(HandshakeIoError::Io)?;
+    // A VMM whose guest side is not up yet accepts and closes at once, so the request
+    // itself may meet a closed socket: that is the same "not ready" as an early EOF.
+    let sent = match stream.write_all(format!("CONNECT {port}\n").as_bytes()).await {
+        Ok(()) => stream.flush().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = sent {
+        return Err(match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                HandshakeIoError::Refused(HandshakeError::Eof)
+            }
+            _ => HandshakeIoError::Io(e),
+        });
+    }
     let mut line = Vec::with_capacity(16);
     loop {
         let mut byte = [0u8; 1];
@@ -215,6 +228,71 @@ impl AsyncWrite for AgentStream {
     }
 }
 
+/// Whether the connection under a channel broke: its peer closed it or a read or
+/// write on it failed. A failed call is then a lost connection, whatever status tonic
+/// made of it, never an answer from the agent. Cleared when the channel dials again.
+#[derive(Clone, Debug, Default)]
+pub struct Link(Arc<AtomicBool>);
+
+impl Link {
+    /// True once the current connection has broken.
+    pub fn is_broken(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, broken: bool) {
+        self.0.store(broken, Ordering::SeqCst);
+    }
+}
+
+/// A stream that marks its [`Link`] broken on end of file or on any error.
+struct Watched<S> {
+    inner: S,
+    link: Link,
+}
+
+impl<S> Watched<S> {
+    fn watch<T>(&self, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if let Poll::Ready(Err(_)) = &poll {
+            self.link.set(true);
+        }
+        poll
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let wanted = buf.remaining() > 0;
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll
+            && wanted
+            && buf.filled().len() == before
+        {
+            self.link.set(true);
+        }
+        self.watch(poll)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(poll)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(poll)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 /// Opens a byte stream to `addr` (no timeout; see [`connect`]).
 pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
     let failed = |source: io::Error, path: Option<&Path>| match (source.kind(), path) {
@@ -257,14 +335,16 @@ pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
 /// The first stream is dialed here so that failures come back as a [`ConnectError`]
 /// rather than a transport error; if the channel later needs to reconnect, it dials the
 /// same address again.
-pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, ConnectError> {
+pub async fn connect(addr: &Address, timeout: Duration) -> Result<(Channel, Link), ConnectError> {
     let timed_out = || ConnectError::Timeout { addr: addr.clone(), timeout };
     let first = tokio::time::timeout(timeout, dial(addr)).await.map_err(|_| timed_out())??;
     let first = Arc::new(Mutex::new(Some(first)));
     let redial = addr.clone();
+    let link = Link::default();
+    let watching = link.clone();
     let connector = tower::service_fn(move |_: Uri| {
         let first = first.lock().ok().and_then(|mut slot| slot.take());
-        let addr = redial.clone();
+        let (addr, link) = (redial.clone(), watching.clone());
         async move {
             let stream = match first {
                 Some(stream) => stream,
@@ -273,7 +353,8 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, Conne
                     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer from {addr}")))?
                     .map_err(io::Error::other)?,
             };
-            Ok::<_, io::Error>(TokioIo::new(stream))
+            link.set(false);
+            Ok::<_, io::Error>(TokioIo::new(Watched { inner: stream, link }))
         }
     });
     let endpoint = Endpoint::from_static("http://agent.invalid")
@@ -281,10 +362,11 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<Channel, Conne
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW)
         .max_frame_size(H2_MAX_FRAME_SIZE);
-    tokio::time::timeout(timeout, endpoint.connect_with_connector(connector))
+    let channel = tokio::time::timeout(timeout, endpoint.connect_with_connector(connector))
         .await
         .map_err(|_| timed_out())?
-        .map_err(|source| ConnectError::Protocol { addr: addr.clone(), source })
+        .map_err(|source| ConnectError::Protocol { addr: addr.clone(), source })?;
+    Ok((channel, link))
 }
 
 /// Adds `authorization: Bearer $SBX_AGENT_TOKEN` to every call when that variable is
@@ -362,6 +444,14 @@ mod tests {
         let mut rest = [0u8; 4];
         a.read_exact(&mut rest).await.unwrap();
         assert_eq!(&rest, b"rest");
+    }
+
+    #[tokio::test]
+    async fn a_socket_closed_before_connect_is_sent_is_not_ready() {
+        let (mut a, b) = tokio::net::UnixStream::pair().unwrap();
+        drop(b);
+        let got = handshake(&mut a, 1024).await;
+        assert!(matches!(got, Err(HandshakeIoError::Refused(HandshakeError::Eof))), "{got:?}");
     }
 
     #[tokio::test]

@@ -1,11 +1,68 @@
 //! Where results go: stdout carries only the result (text, raw bytes, or one JSON
 //! document with `--json`); logs, progress bars and errors go to stderr. Write errors
-//! are returned, never panicked on, so a closed pipe (`sbx cat big | head`) ends quietly.
+//! are returned, never panicked on. A write to a stdout whose reader went away (`sbx
+//! cat big | head`) fails with [`StdoutClosed`] inside its `io::Error`: that, and only
+//! that, ends `sbx` quietly. A broken pipe anywhere else (the agent's socket) is an
+//! error like any other, so it can never pass for success.
 
 use std::io::{self, IsTerminal, Write};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
+use tokio::io::AsyncWrite;
+
+/// The reader of `sbx`'s stdout went away: how pipelines like `sbx cat big | head`
+/// end. Carried inside the `io::Error` of the failed write.
+#[derive(Debug, thiserror::Error)]
+#[error("the reader of stdout went away")]
+pub struct StdoutClosed;
+
+/// True when `e`, anywhere in its chain, is a write to stdout that found no reader.
+pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<StdoutClosed>()
+            || c.downcast_ref::<io::Error>()
+                .and_then(|e| e.get_ref())
+                .is_some_and(|inner| inner.is::<StdoutClosed>())
+    })
+}
+
+/// Marks a failed write to stdout: a broken pipe there means the reader went away.
+fn on_stdout(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        io::Error::new(io::ErrorKind::BrokenPipe, StdoutClosed)
+    } else {
+        e
+    }
+}
+
+/// The process's stdout for async writes, whose broken pipe is a [`StdoutClosed`].
+pub fn stdout() -> Stdout {
+    Stdout(tokio::io::stdout())
+}
+
+/// See [`stdout`].
+pub struct Stdout(tokio::io::Stdout);
+
+impl AsyncWrite for Stdout {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf).map_err(on_stdout)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx).map_err(on_stdout)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx).map_err(on_stdout)
+    }
+}
+
+/// Writes `bytes` to stdout synchronously (see [`stdout`]).
+pub fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(bytes).and_then(|()| out.flush()).map_err(on_stdout)
+}
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy)]
@@ -17,20 +74,18 @@ pub struct Output {
 impl Output {
     /// Prints `value` as one pretty JSON document on stdout.
     pub fn json<T: Serialize + ?Sized>(&self, value: &T) -> io::Result<()> {
-        let mut out = io::stdout().lock();
-        serde_json::to_writer_pretty(&mut out, value).map_err(io::Error::from)?;
-        out.write_all(b"\n")?;
-        out.flush()
+        let mut doc = serde_json::to_vec_pretty(value).map_err(io::Error::from)?;
+        doc.push(b'\n');
+        write_stdout(&doc)
     }
 
     /// Prints text lines on stdout.
     pub fn text(&self, text: &str) -> io::Result<()> {
-        let mut out = io::stdout().lock();
-        out.write_all(text.as_bytes())?;
-        if !text.is_empty() && !text.ends_with('\n') {
-            out.write_all(b"\n")?;
+        if text.is_empty() || text.ends_with('\n') {
+            write_stdout(text.as_bytes())
+        } else {
+            write_stdout(format!("{text}\n").as_bytes())
         }
-        out.flush()
     }
 
     /// A byte-count progress bar on stderr, drawn only when stderr is a terminal and

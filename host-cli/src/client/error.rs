@@ -102,15 +102,20 @@ impl ClientError {
     }
 
     /// Turns a status from `rpc` on the agent at `addr` into a client error.
-    pub(crate) fn from_status(status: Status, addr: &Address, rpc: &'static str) -> Self {
+    ///
+    /// Decided by where the status came from, not by its words: tonic makes a status
+    /// out of a transport failure (it then carries that error as its source), or out of
+    /// an answer cut short on a connection that broke (`link_broken`); either is a lost
+    /// connection. Only a status the agent sent whole is the agent's answer.
+    pub(crate) fn from_status(status: Status, addr: &Address, rpc: &'static str, link_broken: bool) -> Self {
+        let lost =
+            || ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() };
+        if std::error::Error::source(&status).is_some() || link_broken {
+            return lost();
+        }
         match status.code() {
             Code::Unimplemented => ClientError::Unsupported { addr: addr.clone(), rpc },
-            Code::Unavailable | Code::Cancelled => {
-                ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() }
-            }
-            Code::Unknown if status.message().contains("transport") || status.message().contains("h2") => {
-                ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() }
-            }
+            Code::Unavailable | Code::Cancelled => lost(),
             code => ClientError::Agent { code, message: status.message().to_string() },
         }
     }

@@ -27,7 +27,7 @@ use super::file_sink::FileSink;
 use crate::app::UsageError;
 use crate::archive::{self, ArchiveStats};
 use crate::cli::{CpArgs, DownloadArgs};
-use crate::client::{ArchivePart, ArchiveSummary, Client, FileKind, ReadOpts, WriteOpts};
+use crate::client::{ArchivePart, ArchiveSummary, Client, ClientError, FileKind, ReadOpts, WriteOpts};
 use crate::target::Location;
 
 /// What a copy did, for `--json` and the human summary.
@@ -93,8 +93,16 @@ async fn upload(ctx: &Ctx, client: &Client, src: &Path, dst: &str, sync: bool) -
     let name = src.file_name().and_then(|n| n.to_str()).map(str::to_string);
     // Copying into an existing guest directory (or to a path ending in `/`) puts SRC
     // inside it, as cp does.
-    let target = match (client.stat(dst).await, &name) {
-        (Ok(e), Some(name)) if e.kind == FileKind::Dir => guest_join(dst, name),
+    // An answer that DST is not there (or not readable) means "copy to that name"; the
+    // write then says what is wrong with it. No answer at all (a lost connection) stops
+    // the copy rather than guessing.
+    let existing = match client.stat(dst).await {
+        Ok(e) => Some(e.kind),
+        Err(ClientError::Agent { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let target = match (existing, &name) {
+        (Some(FileKind::Dir), Some(name)) => guest_join(dst, name),
         (_, Some(name)) if dst.ends_with('/') => guest_join(dst, name),
         _ => dst.to_string(),
     };
@@ -288,7 +296,7 @@ fn report_skipped(summary: &ArchiveSummary) {
 pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let summary = if args.output.as_os_str() == "-" {
-        let mut stdout = tokio::io::stdout();
+        let mut stdout = crate::output::stdout();
         let summary =
             stream_zip(&client, &args.dir, args.max_bytes, async |b| stdout.write_all(&b).await).await?;
         stdout.flush().await.context("cannot write the zip")?;

@@ -43,7 +43,7 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let stdin = forward_stdin.then(tokio::io::stdin);
     let mut events = client.exec_stream(&spec, stdin).await?;
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = crate::output::stdout();
     let mut stderr = tokio::io::stderr();
     while let Some(event) = events.next().await {
         match event? {
@@ -76,7 +76,7 @@ async fn capture(ctx: &Ctx, spec: &ExecSpec) -> Result<u8> {
     if ctx.out.json {
         ctx.out.json(&r)?;
     } else {
-        let mut stdout = tokio::io::stdout();
+        let mut stdout = crate::output::stdout();
         stdout.write_all(&r.stdout.data).await?;
         stdout.flush().await?;
         let mut stderr = tokio::io::stderr();

@@ -32,7 +32,7 @@ pub(super) async fn cat(ctx: &Ctx, args: CatArgs) -> Result<u8> {
         return Ok(0);
     }
     let mut read = client.read_file(&args.path, opts).await?;
-    let mut stdout = tokio::io::stdout();
+    let mut stdout = crate::output::stdout();
     while let Some(chunk) = read.chunks.next().await {
         stdout.write_all(&chunk?).await?;
     }

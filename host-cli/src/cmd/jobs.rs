@@ -30,7 +30,7 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     if ctx.out.json {
         ctx.out.json(&job)?;
     } else {
-        copy_log(&client, &job.stdout.log_path, &mut tokio::io::stdout()).await?;
+        copy_log(&client, &job.stdout.log_path, &mut crate::output::stdout()).await?;
         copy_log(&client, &job.stderr.log_path, &mut tokio::io::stderr()).await?;
     }
     Ok(exit_code(&job))
@@ -160,7 +160,7 @@ async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
         });
         ctx.out.json(&doc)?;
     } else {
-        copy_log(&client, log, &mut tokio::io::stdout()).await?;
+        copy_log(&client, log, &mut crate::output::stdout()).await?;
     }
     Ok(0)
 }
@@ -168,7 +168,7 @@ async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
 /// `sbx job logs -f`: prints what the log gained since the last look, until the job
 /// has exited and its log is printed to the end.
 async fn follow(client: &Client, id: &str, stderr: bool) -> Result<u8> {
-    let mut out = tokio::io::stdout();
+    let mut out = crate::output::stdout();
     let mut offset = 0;
     loop {
         // The state is taken before reading, so the read after an exit sees every byte.

@@ -39,6 +39,6 @@ pub(super) fn completions(_ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
     let mut cmd = Cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "sbx", &mut buf);
-    std::io::Write::write_all(&mut std::io::stdout().lock(), &buf)?;
+    crate::output::write_stdout(&buf)?;
     Ok(0)
 }
