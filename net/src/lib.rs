@@ -1,8 +1,28 @@
 //! sbx-net: a sandbox's network, run by its host-side helper process.
 //!
+//! The guest's NIC is a QEMU `-netdev stream` socket; its frames reach [`stack`], a
+//! userspace TCP/IP stack (smoltcp) that terminates every guest connection here, so
+//! nothing leaves except what [`egress`] connects out after [`policy`] allowed it.
+//!
 //! - [`policy`]: egress rules (domain, pattern, IP, CIDR, port) and the one function
 //!   that decides every connection, with its precedence written down.
+//! - [`engine`]: [`Engine::start`] and [`EngineHandle::set_policy`], the API.
+//! - [`stack`]: smoltcp over the NIC socket: ARP, any-IP TCP accept, UDP 53.
+//! - [`egress`]: decide (peeking SNI/Host with [`peek`] when it matters), connect out,
+//!   splice with byte counts; RST for a deny or a failed connect.
+//! - [`dns`]: the guest's DNS server (hickory), with the IP -> name memory.
+//! - [`log`]: the audit log (JSON lines, rotated, bounded).
 //!
 //! The design and its reasons are in docs/network.md.
 
+pub mod dns;
+pub mod egress;
+pub mod engine;
+mod hostaddr;
+pub mod log;
+pub mod peek;
 pub mod policy;
+mod shared;
+pub mod stack;
+
+pub use engine::{Engine, EngineConfig, EngineError, EngineHandle, Frames};

@@ -125,11 +125,28 @@ impl Policy {
 
     /// Decides one connection; see the module doc for the order.
     pub fn decide(&self, req: &Request<'_>, builtins: &Builtins) -> Decision {
-        let ip = canonical_ip(req.ip);
-        let names = judged_names(req);
+        self.decide_names(req.ip, req.port, &judged_names(req), builtins)
+    }
+
+    /// The decision for a connection whose first bytes (SNI, Host) are not known yet,
+    /// if every name it could still claim leads to the same verdict: then it can be
+    /// refused at its SYN, or connected out before the guest sends anything. `None`
+    /// means the claim matters, so the caller must read the first bytes first.
+    pub fn decide_before_peek(&self, req: &Request<'_>, builtins: &Builtins) -> Option<Decision> {
+        let no_claim = self.decide(&Request { claimed: None, ..*req }, builtins);
+        // A claim that did not resolve to the IP: judged by no name at all.
+        let unverified = self.decide_names(req.ip, req.port, &[], builtins);
+        let mut each =
+            req.resolved.iter().map(|n| self.decide(&Request { claimed: Some(n), ..*req }, builtins));
+        let same = unverified.verdict == no_claim.verdict && each.all(|d| d.verdict == no_claim.verdict);
+        same.then_some(no_claim)
+    }
+
+    fn decide_names(&self, ip: IpAddr, port: u16, names: &[String], builtins: &Builtins) -> Decision {
+        let ip = canonical_ip(ip);
         let builtin = builtins.find(ip);
         let matches = |rule: &Rule| {
-            rule.covers_port(req.port)
+            rule.covers_port(port)
                 && match &rule.target {
                     Target::Domain(d) => names.iter().any(|n| n == d),
                     Target::Pattern(s) => names.iter().any(|n| under(n, s)),

@@ -308,3 +308,28 @@ fn dns_refusal_follows_domain_rules_and_strict_allowlists() {
     // A portful deny does not refuse the name (other ports may be allowed).
     assert!(policy(&[], &["denied.test:25"]).refuses_name("denied.test").is_none());
 }
+
+#[test]
+fn decide_before_peek_only_when_no_claim_could_change_the_verdict() {
+    let req = |ip: &'static str, resolved: &'static [String]| Request {
+        ip: ip.parse().expect("ip"),
+        port: 443,
+        claimed: None,
+        resolved,
+    };
+    let b = Builtins::default();
+    let names: &'static [String] = Box::leak(vec!["allowed.test".to_string()].into_boxed_slice());
+    // Default policy: public is allowed whatever the claim, private denied whatever it.
+    let p = Policy::default();
+    assert_eq!(p.decide_before_peek(&req("203.0.113.10", &[]), &b).map(|d| d.verdict), Some(Allow));
+    assert_eq!(p.decide_before_peek(&req("203.0.113.10", names), &b).map(|d| d.verdict), Some(Allow));
+    assert_eq!(p.decide_before_peek(&req("10.0.0.5", names), &b).map(|d| d.verdict), Some(Deny));
+    // Allowlist: a raw IP nothing resolved to is refused at once...
+    let p = strict(&["allowed.test"]);
+    assert_eq!(p.decide_before_peek(&req("203.0.113.10", &[]), &b).map(|d| d.verdict), Some(Deny));
+    // ...but once allowed.test resolved to it, the claim decides.
+    assert_eq!(p.decide_before_peek(&req("203.0.113.10", names), &b), None);
+    // Denied by IP whatever the name.
+    let p = policy(&["allowed.test"], &["203.0.113.0/24"]);
+    assert_eq!(p.decide_before_peek(&req("203.0.113.10", &[]), &b).map(|d| d.verdict), Some(Deny));
+}

@@ -1,0 +1,173 @@
+//! The engine: one sandbox's network, started on the caller's tokio runtime.
+//! [`Engine::start`] listens on the NIC socket (QEMU connects to it), serves each
+//! connection with the stack, decides and carries connections and DNS, writes the audit
+//! log; [`EngineHandle::set_policy`] swaps the policy for every connection that starts
+//! afterwards.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::dns::{DnsServer, DnsSetupError};
+use crate::log::{AuditLog, LogError};
+use crate::policy::{Builtins, Policy};
+use crate::shared::Shared;
+use crate::stack::{self, StackControl, StackEvents};
+
+/// Where the guest's frames come from.
+#[derive(Debug)]
+pub enum Frames {
+    /// A listener already bound (before QEMU starts), e.g. `DIR/net.sock`.
+    Listener(UnixListener),
+    /// A path to bind; it must not exist.
+    Path(PathBuf),
+}
+
+/// How the engine is set up.
+#[derive(Debug)]
+pub struct EngineConfig {
+    /// The NIC socket QEMU's `-netdev stream,server=off` connects to.
+    pub frames: Frames,
+    /// The audit log, `DIR/net.log` (rotated to `net.log.1`).
+    pub log_path: PathBuf,
+    /// The policy at start.
+    pub policy: Policy,
+    /// The resolver configuration DNS forwards with; `/etc/resolv.conf` by default.
+    pub resolv_conf: PathBuf,
+    /// The host's own addresses, always denied unless an IP rule names them; `None`
+    /// reads them from the host's interfaces at start.
+    pub host_addrs: Option<Vec<IpAddr>>,
+}
+
+impl EngineConfig {
+    /// A configuration with the host's resolv.conf and interface addresses.
+    pub fn new(frames: Frames, log_path: PathBuf, policy: Policy) -> EngineConfig {
+        EngineConfig {
+            frames,
+            log_path,
+            policy,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            host_addrs: None,
+        }
+    }
+}
+
+/// The engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The NIC socket could not be bound.
+    #[error("cannot listen on the NIC socket {}; remove a stale socket file or choose another path", path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The audit log could not be opened.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// DNS could not be set up.
+    #[error(transparent)]
+    Dns(#[from] DnsSetupError),
+    /// The host's addresses could not be listed.
+    #[error("cannot list the host's network addresses (getifaddrs); pass them in EngineConfig::host_addrs")]
+    HostAddrs(#[source] std::io::Error),
+}
+
+/// The network engine of one sandbox.
+#[derive(Debug)]
+pub struct Engine;
+
+impl Engine {
+    /// Starts the engine's tasks on the current tokio runtime (call it from inside one).
+    pub fn start(config: EngineConfig) -> Result<EngineHandle, EngineError> {
+        let listener = match config.frames {
+            Frames::Listener(l) => l,
+            Frames::Path(path) => {
+                UnixListener::bind(&path).map_err(|source| EngineError::Bind { path, source })?
+            }
+        };
+        let host_addrs = match config.host_addrs {
+            Some(addrs) => addrs,
+            None => crate::hostaddr::host_addrs().map_err(EngineError::HostAddrs)?,
+        };
+        let log = AuditLog::open(&config.log_path)?;
+        let shared = Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), log));
+        let dns = Arc::new(DnsServer::new(&config.resolv_conf, shared.clone())?);
+        let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
+        let control = StackControl { cmd: cmd_tx, wake: Arc::new(Notify::new()) };
+        let (flow_tx, flow_rx) = mpsc::channel(stack::MAX_FLOWS);
+        let (dns_tx, dns_rx) = stack::dns_channel();
+        let tasks = vec![
+            tokio::spawn(crate::egress::dispatch(flow_rx, control.clone(), shared.clone(), dns.clone())),
+            tokio::spawn(crate::egress::serve_dns_udp(dns_rx, control.clone(), dns)),
+            tokio::spawn({
+                let shared = shared.clone();
+                async move {
+                    let mut next_id = 0;
+                    loop {
+                        let stream = match listener.accept().await {
+                            Ok((stream, _)) => stream,
+                            Err(e) => {
+                                tracing::warn!("NIC socket accept failed: {e}");
+                                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                                continue;
+                            }
+                        };
+                        let events = StackEvents { flows: flow_tx.clone(), dns: dns_tx.clone() };
+                        let run = stack::run(
+                            stream,
+                            events,
+                            &mut cmd_rx,
+                            control.clone(),
+                            shared.clone(),
+                            &mut next_id,
+                        );
+                        if let Err(e) = run.await {
+                            tracing::warn!("guest NIC connection ended: {e:#}");
+                        }
+                    }
+                }
+            }),
+        ];
+        Ok(EngineHandle { shared, tasks })
+    }
+}
+
+/// A running engine; dropping it (or [`EngineHandle::shutdown`]) stops it.
+#[derive(Debug)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Replaces the policy: every connection and DNS query from now on follows it;
+    /// connections already open are left as they are.
+    pub fn set_policy(&self, policy: Policy) {
+        self.shared.set_policy(policy);
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        Policy::clone(&self.shared.policy())
+    }
+
+    /// Stops the engine: the NIC socket is closed and every guest connection ends.
+    pub fn shutdown(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,190 @@
+//! Reading the name a client claims from its first bytes, with parser crates: the TLS
+//! ClientHello's SNI (tls-parser) and the HTTP/1 `Host` header (httparse). Nothing is
+//! consumed: the bytes are forwarded as they are once the decision is made.
+
+use tls_parser::{
+    SNIType, TlsExtension, TlsMessage, TlsMessageHandshake, TlsRecordType, parse_tls_extensions,
+    parse_tls_message_handshake, parse_tls_raw_record,
+};
+
+/// The most a peek waits for: a ClientHello (even split over records) or a request
+/// head longer than this is judged without a name.
+pub const MAX_PEEK: usize = 16 * 1024;
+
+/// What the first bytes say so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peek {
+    /// Not enough bytes yet to tell.
+    NeedMore,
+    /// Done: the claimed name, or `None` when the bytes claim none (another protocol,
+    /// no SNI, no Host, an IP literal as Host).
+    Done(Option<String>),
+}
+
+/// The name claimed by `buf`, the first bytes a client sent.
+pub fn claimed_name(buf: &[u8]) -> Peek {
+    match buf.first() {
+        None => Peek::NeedMore,
+        Some(0x16) => tls_sni(buf),
+        Some(b) if b.is_ascii_uppercase() => http_host(buf),
+        Some(_) => Peek::Done(None),
+    }
+}
+
+/// SNI from a TLS ClientHello, reassembled across records if it is fragmented.
+pub fn tls_sni(buf: &[u8]) -> Peek {
+    let mut handshake = Vec::new();
+    let mut rest = buf;
+    loop {
+        match parse_tls_raw_record(rest) {
+            Ok((after, record)) if record.hdr.record_type == TlsRecordType::Handshake => {
+                handshake.extend_from_slice(record.data);
+                rest = after;
+            }
+            Ok(_) | Err(tls_parser::Err::Error(_) | tls_parser::Err::Failure(_)) => return Peek::Done(None),
+            Err(tls_parser::Err::Incomplete(_)) => return too_long_or_more(buf),
+        }
+        if handshake.first().is_some_and(|t| *t != 1) {
+            return Peek::Done(None); // not a ClientHello
+        }
+        if let [_, a, b, c, ..] = handshake[..] {
+            let need = 4 + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
+            if handshake.len() >= need {
+                return match parse_tls_message_handshake(&handshake[..need]) {
+                    Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => {
+                        Peek::Done(hello.ext.and_then(sni_in_extensions))
+                    }
+                    _ => Peek::Done(None),
+                };
+            }
+        }
+        if rest.is_empty() {
+            return too_long_or_more(buf);
+        }
+    }
+}
+
+fn sni_in_extensions(ext: &[u8]) -> Option<String> {
+    let (_, extensions) = parse_tls_extensions(ext).ok()?;
+    extensions.into_iter().find_map(|e| match e {
+        TlsExtension::SNI(names) => names
+            .into_iter()
+            .find(|(kind, _)| *kind == SNIType::HostName)
+            .and_then(|(_, name)| std::str::from_utf8(name).ok().map(str::to_owned)),
+        _ => None,
+    })
+}
+
+/// The host of an HTTP/1 request's `Host` header, without its port.
+pub fn http_host(buf: &[u8]) -> Peek {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(buf) {
+        Ok(httparse::Status::Partial) => too_long_or_more(buf),
+        Ok(httparse::Status::Complete(_)) => Peek::Done(
+            request
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("host"))
+                .and_then(|h| std::str::from_utf8(h.value).ok())
+                .and_then(host_without_port),
+        ),
+        Err(_) => Peek::Done(None),
+    }
+}
+
+fn too_long_or_more(buf: &[u8]) -> Peek {
+    if buf.len() >= MAX_PEEK { Peek::Done(None) } else { Peek::NeedMore }
+}
+
+/// `name:port` -> `name`; `[v6]:port` and IP literals -> `None` (no name claimed).
+fn host_without_port(host: &str) -> Option<String> {
+    let host = host.trim();
+    if host.starts_with('[') {
+        return None;
+    }
+    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+    if name.is_empty() || name.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    Some(name.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ClientHello as a TLS 1.2/1.3 client sends it, with an SNI extension for `name`.
+    pub(crate) fn client_hello(name: &str) -> Vec<u8> {
+        let mut sni = Vec::new();
+        let n = name.len() as u16;
+        sni.extend_from_slice(&(n + 3).to_be_bytes()); // server_name_list length
+        sni.push(0); // host_name
+        sni.extend_from_slice(&n.to_be_bytes());
+        sni.extend_from_slice(name.as_bytes());
+        let mut ext = vec![0, 0]; // extension type server_name
+        ext.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&sni);
+        let mut body = vec![3, 3]; // client_version TLS 1.2
+        body.extend_from_slice(&[7; 32]); // random
+        body.push(0); // session id
+        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+        body.extend_from_slice(&[1, 0]); // null compression
+        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&ext);
+        let mut hs = vec![1]; // ClientHello
+        hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        hs.extend_from_slice(&body);
+        let mut rec = vec![0x16, 3, 1];
+        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&hs);
+        rec
+    }
+
+    #[test]
+    fn sni_is_read_from_a_client_hello_at_any_split() {
+        let hello = client_hello("allowed.test");
+        assert_eq!(claimed_name(&hello), Peek::Done(Some("allowed.test".into())));
+        for cut in 0..hello.len() {
+            assert_eq!(claimed_name(&hello[..cut]), Peek::NeedMore, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn a_client_hello_fragmented_over_two_records_is_reassembled() {
+        let hello = client_hello("other.test");
+        let hs = &hello[5..];
+        let (a, b) = hs.split_at(20);
+        let mut two = vec![0x16, 3, 1];
+        two.extend_from_slice(&(a.len() as u16).to_be_bytes());
+        two.extend_from_slice(a);
+        two.extend_from_slice(&[0x16, 3, 1]);
+        two.extend_from_slice(&(b.len() as u16).to_be_bytes());
+        two.extend_from_slice(b);
+        assert_eq!(claimed_name(&two), Peek::Done(Some("other.test".into())));
+    }
+
+    #[test]
+    fn http_host_is_read_without_its_port() {
+        let req = b"GET / HTTP/1.1\r\nUser-Agent: x\r\nHOST: Allowed.Test:8080\r\n\r\n";
+        assert_eq!(claimed_name(req), Peek::Done(Some("Allowed.Test".into())));
+        assert_eq!(claimed_name(&req[..20]), Peek::NeedMore);
+        assert_eq!(claimed_name(b"GET / HTTP/1.1\r\nHost: 203.0.113.10\r\n\r\n"), Peek::Done(None));
+        assert_eq!(claimed_name(b"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n"), Peek::Done(None));
+        assert_eq!(claimed_name(b"GET / HTTP/1.0\r\n\r\n"), Peek::Done(None));
+    }
+
+    #[test]
+    fn other_protocols_and_garbage_claim_nothing() {
+        assert_eq!(claimed_name(b"SSH-2.0-OpenSSH_9.2\r\n"), Peek::Done(None));
+        assert_eq!(claimed_name(b"\x00\x01\x02"), Peek::Done(None));
+        assert_eq!(claimed_name(&[0x16, 3, 1, 0, 4, 2, 0, 0, 0]), Peek::Done(None), "a ServerHello");
+        assert_eq!(claimed_name(&[0x17, 3, 3, 0, 1, 0]), Peek::Done(None));
+        assert_eq!(claimed_name(b""), Peek::NeedMore);
+        let endless = [b'A'; MAX_PEEK];
+        assert_eq!(claimed_name(&endless), Peek::Done(None), "an endless request line stops at the bound");
+        let mut big = vec![0x16, 3, 1, 0x40, 0x00];
+        big.resize(MAX_PEEK, 0);
+        assert_eq!(claimed_name(&big), Peek::Done(None));
+    }
+}
