@@ -20,8 +20,8 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::dns::DnsServer;
 use crate::log::{Kind, Record};
-use crate::peek::{self, Peek};
-use crate::policy::{Decision, Request, Verdict};
+use crate::peek::{self, Claimed, Peek};
+use crate::policy::{Claim, Decision, Request, Verdict};
 use crate::shared::Shared;
 use crate::stack::guest::{GuestReader, GuestStream};
 use crate::stack::{DnsQuery, GATEWAY, NewFlow, StackCmd, StackControl};
@@ -81,7 +81,7 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
     let ip = IpAddr::V4(*flow.dst.ip());
     let policy = shared.policy();
     let resolved = shared.memory.names(ip);
-    let request = Request { ip, port: flow.dst.port(), claimed: None, resolved: &resolved };
+    let request = Request { ip, port: flow.dst.port(), claim: Claim::Unknown, resolved: &resolved };
     let mut record = Record::new(started.0, Kind::Tcp, Verdict::Deny, String::new());
     record.ip = Some(ip);
     record.port = flow.dst.port();
@@ -101,9 +101,8 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
                 }
                 Ok(out) => {
                     if let Some(guest) = accept(&control, flow.id).await {
-                        let judge = |name: &str| {
-                            policy.decide(&Request { claimed: Some(name), ..request }, &shared.builtins)
-                        };
+                        let judge =
+                            |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &shared.builtins);
                         splice(guest, out, None, &mut record, Some(&judge)).await;
                     }
                 }
@@ -112,10 +111,10 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
         None => {
             let Some(mut guest) = accept(&control, flow.id).await else { return };
             let (first, claim) = peek_name(&mut guest.reader).await;
-            let decision = policy.decide(&Request { claimed: claim.as_deref(), ..request }, &shared.builtins);
+            let decision = policy.decide(&Request { claim: claim.as_claim(), ..request }, &shared.builtins);
             set_decision(&mut record, &decision);
-            if claim.is_some() {
-                record.name = claim;
+            if let Claimed::Name(name) = claim {
+                record.name = Some(name);
             }
             if decision.verdict == Verdict::Deny {
                 guest.writer.abort();
@@ -163,21 +162,21 @@ async fn connect(dst: SocketAddrV4) -> Result<TcpStream, String> {
 }
 
 /// Reads the guest's first bytes until they tell the name they claim (or do not).
-async fn peek_name(reader: &mut GuestReader) -> (BytesMut, Option<String>) {
+async fn peek_name(reader: &mut GuestReader) -> (BytesMut, Claimed) {
     let mut buf = BytesMut::new();
     let deadline = tokio::time::Instant::now() + PEEK_WAIT;
     loop {
-        if let Peek::Done(name) = peek::claimed_name(&buf) {
-            return (buf, name);
+        if let Peek::Done(claimed) = peek::claimed_name(&buf) {
+            return (buf, claimed);
         }
         match tokio::time::timeout_at(deadline, reader.read()).await {
             Ok(Some(chunk)) => buf.extend_from_slice(&chunk),
-            Ok(None) | Err(_) => return (buf, None),
+            Ok(None) | Err(_) => return (buf, Claimed::Unknown),
         }
     }
 }
 
-type Judge<'a> = dyn Fn(&str) -> Decision + Sync + 'a;
+type Judge<'a> = dyn Fn(Claim<'_>) -> Decision + Sync + 'a;
 
 /// Carries bytes both ways until both sides closed, counting them into `record`. With
 /// `judge`, the first bytes from the guest are read for a name as they pass, to log it.
@@ -190,7 +189,7 @@ async fn splice(
 ) {
     let GuestStream { mut reader, writer } = guest;
     let (mut out_read, mut out_write) = out.into_split();
-    let mut claimed = None;
+    let mut claimed = Claimed::Unknown;
     let up = async {
         let mut sent = 0u64;
         let mut head = judge.map(|_| BytesMut::new());
@@ -201,8 +200,8 @@ async fn splice(
         while let Some(chunk) = reader.read().await {
             if let Some(buf) = head.as_mut() {
                 buf.extend_from_slice(&chunk);
-                if let Peek::Done(name) = peek::claimed_name(buf) {
-                    claimed = name;
+                if let Peek::Done(claim) = peek::claimed_name(buf) {
+                    claimed = claim;
                     head = None;
                 }
             }
@@ -237,9 +236,11 @@ async fn splice(
     let (up, down) = tokio::join!(up, down);
     record.bytes_out = *up.as_ref().unwrap_or(&0);
     record.bytes_in = *down.as_ref().unwrap_or(&0);
-    if let (Some(name), Some(judge)) = (claimed, judge) {
-        set_decision(record, &judge(&name));
-        record.name = Some(name);
+    if let Some(judge) = judge {
+        set_decision(record, &judge(claimed.as_claim()));
+        if let Claimed::Name(name) = claimed {
+            record.name = Some(name);
+        }
     }
     record.error = up.err().or(down.err());
 }

@@ -2,6 +2,7 @@
 //! ClientHello's SNI (tls-parser) and the HTTP/1 `Host` header (httparse). Nothing is
 //! consumed: the bytes are forwarded as they are once the decision is made.
 
+use crate::policy::Claim;
 use tls_parser::{
     SNIType, TlsExtension, TlsMessage, TlsMessageHandshake, TlsRecordType, parse_tls_extensions,
     parse_tls_message_handshake, parse_tls_raw_record,
@@ -16,9 +17,38 @@ pub const MAX_PEEK: usize = 16 * 1024;
 pub enum Peek {
     /// Not enough bytes yet to tell.
     NeedMore,
-    /// Done: the claimed name, or `None` when the bytes claim none (another protocol,
-    /// no SNI, no Host, an IP literal as Host).
-    Done(Option<String>),
+    /// Done.
+    Done(Claimed),
+}
+
+/// What a client's first bytes claim (the owned form of [`Claim`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// A protocol that carries no name (or bytes too long to tell).
+    Unknown,
+    /// TLS SNI or HTTP Host, without port.
+    Name(String),
+    /// TLS without SNI, HTTP without Host or with an IP literal: connected by IP.
+    NoName,
+}
+
+impl Claimed {
+    /// The borrowed form the policy takes.
+    pub fn as_claim(&self) -> Claim<'_> {
+        match self {
+            Claimed::Unknown => Claim::Unknown,
+            Claimed::Name(n) => Claim::Name(n),
+            Claimed::NoName => Claim::NoName,
+        }
+    }
+
+    /// The name, if one was claimed.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Claimed::Name(n) => Some(n),
+            _ => None,
+        }
+    }
 }
 
 /// The name claimed by `buf`, the first bytes a client sent.
@@ -27,7 +57,7 @@ pub fn claimed_name(buf: &[u8]) -> Peek {
         None => Peek::NeedMore,
         Some(0x16) => tls_sni(buf),
         Some(b) if b.is_ascii_uppercase() => http_host(buf),
-        Some(_) => Peek::Done(None),
+        Some(_) => Peek::Done(Claimed::Unknown),
     }
 }
 
@@ -41,20 +71,22 @@ pub fn tls_sni(buf: &[u8]) -> Peek {
                 handshake.extend_from_slice(record.data);
                 rest = after;
             }
-            Ok(_) | Err(tls_parser::Err::Error(_) | tls_parser::Err::Failure(_)) => return Peek::Done(None),
+            Ok(_) | Err(tls_parser::Err::Error(_) | tls_parser::Err::Failure(_)) => {
+                return Peek::Done(Claimed::Unknown);
+            }
             Err(tls_parser::Err::Incomplete(_)) => return too_long_or_more(buf),
         }
         if handshake.first().is_some_and(|t| *t != 1) {
-            return Peek::Done(None); // not a ClientHello
+            return Peek::Done(Claimed::Unknown); // not a ClientHello
         }
         if let [_, a, b, c, ..] = handshake[..] {
             let need = 4 + (usize::from(a) << 16 | usize::from(b) << 8 | usize::from(c));
             if handshake.len() >= need {
                 return match parse_tls_message_handshake(&handshake[..need]) {
-                    Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => {
-                        Peek::Done(hello.ext.and_then(sni_in_extensions))
-                    }
-                    _ => Peek::Done(None),
+                    Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => Peek::Done(
+                        hello.ext.and_then(sni_in_extensions).map_or(Claimed::NoName, Claimed::Name),
+                    ),
+                    _ => Peek::Done(Claimed::Unknown),
                 };
             }
         }
@@ -87,14 +119,15 @@ pub fn http_host(buf: &[u8]) -> Peek {
                 .iter()
                 .find(|h| h.name.eq_ignore_ascii_case("host"))
                 .and_then(|h| std::str::from_utf8(h.value).ok())
-                .and_then(host_without_port),
+                .and_then(host_without_port)
+                .map_or(Claimed::NoName, Claimed::Name),
         ),
-        Err(_) => Peek::Done(None),
+        Err(_) => Peek::Done(Claimed::Unknown),
     }
 }
 
 fn too_long_or_more(buf: &[u8]) -> Peek {
-    if buf.len() >= MAX_PEEK { Peek::Done(None) } else { Peek::NeedMore }
+    if buf.len() >= MAX_PEEK { Peek::Done(Claimed::Unknown) } else { Peek::NeedMore }
 }
 
 /// `name:port` -> `name`; `[v6]:port` and IP literals -> `None` (no name claimed).
@@ -144,10 +177,25 @@ mod tests {
     #[test]
     fn sni_is_read_from_a_client_hello_at_any_split() {
         let hello = client_hello("allowed.test");
-        assert_eq!(claimed_name(&hello), Peek::Done(Some("allowed.test".into())));
+        assert_eq!(claimed_name(&hello), Peek::Done(Claimed::Name("allowed.test".into())));
         for cut in 0..hello.len() {
             assert_eq!(claimed_name(&hello[..cut]), Peek::NeedMore, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_client_hello_without_sni_names_no_host() {
+        let hello = client_hello("x");
+        // Drop the extensions: cut them out and fix the lengths.
+        let ext_len = 2 + 2 + 2 + 3 + 1; // type, len, list len, entry header, "x"
+        let body_len = hello.len() - 5 - 4 - ext_len - 2;
+        let mut hs = vec![1];
+        hs.extend_from_slice(&(body_len as u32).to_be_bytes()[1..]);
+        hs.extend_from_slice(&hello[9..9 + body_len]);
+        let mut rec = vec![0x16, 3, 1];
+        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&hs);
+        assert_eq!(claimed_name(&rec), Peek::Done(Claimed::NoName));
     }
 
     #[test]
@@ -161,30 +209,44 @@ mod tests {
         two.extend_from_slice(&[0x16, 3, 1]);
         two.extend_from_slice(&(b.len() as u16).to_be_bytes());
         two.extend_from_slice(b);
-        assert_eq!(claimed_name(&two), Peek::Done(Some("other.test".into())));
+        assert_eq!(claimed_name(&two), Peek::Done(Claimed::Name("other.test".into())));
     }
 
     #[test]
     fn http_host_is_read_without_its_port() {
         let req = b"GET / HTTP/1.1\r\nUser-Agent: x\r\nHOST: Allowed.Test:8080\r\n\r\n";
-        assert_eq!(claimed_name(req), Peek::Done(Some("Allowed.Test".into())));
+        assert_eq!(claimed_name(req), Peek::Done(Claimed::Name("Allowed.Test".into())));
         assert_eq!(claimed_name(&req[..20]), Peek::NeedMore);
-        assert_eq!(claimed_name(b"GET / HTTP/1.1\r\nHost: 203.0.113.10\r\n\r\n"), Peek::Done(None));
-        assert_eq!(claimed_name(b"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n"), Peek::Done(None));
-        assert_eq!(claimed_name(b"GET / HTTP/1.0\r\n\r\n"), Peek::Done(None));
+        assert_eq!(
+            claimed_name(b"GET / HTTP/1.1\r\nHost: 203.0.113.10\r\n\r\n"),
+            Peek::Done(Claimed::NoName)
+        );
+        assert_eq!(
+            claimed_name(b"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n"),
+            Peek::Done(Claimed::NoName)
+        );
+        assert_eq!(claimed_name(b"GET / HTTP/1.0\r\n\r\n"), Peek::Done(Claimed::NoName));
     }
 
     #[test]
     fn other_protocols_and_garbage_claim_nothing() {
-        assert_eq!(claimed_name(b"SSH-2.0-OpenSSH_9.2\r\n"), Peek::Done(None));
-        assert_eq!(claimed_name(b"\x00\x01\x02"), Peek::Done(None));
-        assert_eq!(claimed_name(&[0x16, 3, 1, 0, 4, 2, 0, 0, 0]), Peek::Done(None), "a ServerHello");
-        assert_eq!(claimed_name(&[0x17, 3, 3, 0, 1, 0]), Peek::Done(None));
+        assert_eq!(claimed_name(b"SSH-2.0-OpenSSH_9.2\r\n"), Peek::Done(Claimed::Unknown));
+        assert_eq!(claimed_name(b"\x00\x01\x02"), Peek::Done(Claimed::Unknown));
+        assert_eq!(
+            claimed_name(&[0x16, 3, 1, 0, 4, 2, 0, 0, 0]),
+            Peek::Done(Claimed::Unknown),
+            "a ServerHello"
+        );
+        assert_eq!(claimed_name(&[0x17, 3, 3, 0, 1, 0]), Peek::Done(Claimed::Unknown));
         assert_eq!(claimed_name(b""), Peek::NeedMore);
         let endless = [b'A'; MAX_PEEK];
-        assert_eq!(claimed_name(&endless), Peek::Done(None), "an endless request line stops at the bound");
+        assert_eq!(
+            claimed_name(&endless),
+            Peek::Done(Claimed::Unknown),
+            "an endless request line stops at the bound"
+        );
         let mut big = vec![0x16, 3, 1, 0x40, 0x00];
         big.resize(MAX_PEEK, 0);
-        assert_eq!(claimed_name(&big), Peek::Done(None));
+        assert_eq!(claimed_name(&big), Peek::Done(Claimed::Unknown));
     }
 }

@@ -6,11 +6,13 @@
 //! # How a connection is decided ([`Policy::decide`])
 //!
 //! 1. The destination IP is made canonical (`::ffff:10.0.0.1` is `10.0.0.1`).
-//! 2. The names the connection may be judged by: the name it claims (TLS SNI or HTTP
-//!    Host) if that name resolved to this IP through the sandbox's DNS, else none; with no
-//!    claim, every name that resolved to this IP through the sandbox's DNS. A claimed name
-//!    that did not resolve to the IP counts for nothing (no raw-IP connect "claiming" an
-//!    allowed name).
+//! 2. The names the connection may be judged by, from what its first bytes claim
+//!    ([`Claim`]): a name (TLS SNI, HTTP Host) counts only if it resolved to this IP
+//!    through the sandbox's DNS, else the connection is judged by no name (no raw-IP
+//!    connect "claiming" an allowed name); a TLS or HTTP client that names no host (no
+//!    SNI, an IP literal as Host: it connected by IP) is judged by no name; a protocol
+//!    that carries no name (ssh, raw TCP) is judged by every name that resolved to the
+//!    IP through the sandbox's DNS.
 //! 3. The matching rules: domain and pattern rules whose name is among those names, IP
 //!    rules holding the IP; all limited to their port when they name one.
 //! 4. When the IP is in a built-in range (see [`builtin`]), allow rules count only if
@@ -55,10 +57,21 @@ pub struct Request<'a> {
     pub ip: IpAddr,
     /// The destination port.
     pub port: u16,
-    /// The name the client claims: TLS SNI or HTTP Host (without port), if any.
-    pub claimed: Option<&'a str>,
+    /// What the client's first bytes claim.
+    pub claim: Claim<'a>,
     /// Names that resolved to `ip` through the sandbox's DNS and have not expired.
     pub resolved: &'a [String],
+}
+
+/// What a connection's first bytes say about the name it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim<'a> {
+    /// Nothing known: a protocol that carries no name (ssh, raw TCP), or not read yet.
+    Unknown,
+    /// TLS SNI or HTTP Host (without port). An IP literal counts as [`Claim::NoName`].
+    Name(&'a str),
+    /// TLS without SNI, or HTTP naming no host: the client connected by IP.
+    NoName,
 }
 
 /// Allow or deny.
@@ -133,11 +146,11 @@ impl Policy {
     /// refused at its SYN, or connected out before the guest sends anything. `None`
     /// means the claim matters, so the caller must read the first bytes first.
     pub fn decide_before_peek(&self, req: &Request<'_>, builtins: &Builtins) -> Option<Decision> {
-        let no_claim = self.decide(&Request { claimed: None, ..*req }, builtins);
-        // A claim that did not resolve to the IP: judged by no name at all.
+        let no_claim = self.decide(&Request { claim: Claim::Unknown, ..*req }, builtins);
+        // No name, or a name that did not resolve to the IP: judged by no name at all.
         let unverified = self.decide_names(req.ip, req.port, &[], builtins);
         let mut each =
-            req.resolved.iter().map(|n| self.decide(&Request { claimed: Some(n), ..*req }, builtins));
+            req.resolved.iter().map(|n| self.decide(&Request { claim: Claim::Name(n), ..*req }, builtins));
         let same = unverified.verdict == no_claim.verdict && each.all(|d| d.verdict == no_claim.verdict);
         same.then_some(no_claim)
     }
@@ -230,10 +243,13 @@ fn under(name: &str, suffix: &str) -> bool {
 /// The names a connection is judged by (step 2 of the module doc).
 fn judged_names(req: &Request<'_>) -> Vec<String> {
     let resolved = req.resolved.iter().filter_map(|n| normalize_name(n).ok());
-    match req.claimed.map(claimed_name) {
-        Some(Some(claim)) => resolved.filter(|n| *n == claim).take(1).collect(),
-        // No claim, or a claim that is an IP literal (`Host: 203.0.113.7`).
-        _ => resolved.collect(),
+    match req.claim {
+        Claim::Unknown => resolved.collect(),
+        Claim::NoName => Vec::new(),
+        Claim::Name(claim) => match claimed_name(claim) {
+            Some(claim) => resolved.filter(|n| *n == claim).take(1).collect(),
+            None => Vec::new(),
+        },
     }
 }
 

@@ -22,7 +22,12 @@ fn strict(allow: &[&str]) -> Policy {
 fn decide(p: &Policy, ip: &str, port: u16, claimed: Option<&str>, resolved: &[&str]) -> Decision {
     let ip: IpAddr = ip.parse().expect("ip");
     let resolved: Vec<String> = resolved.iter().map(|s| s.to_string()).collect();
-    p.decide(&Request { ip, port, claimed, resolved: &resolved }, &Builtins::default())
+    let claim = match claimed {
+        None => Claim::Unknown,
+        Some("") => Claim::NoName,
+        Some(name) => Claim::Name(name),
+    };
+    p.decide(&Request { ip, port, claim, resolved: &resolved }, &Builtins::default())
 }
 
 fn verdict(p: &Policy, ip: &str, port: u16, claimed: Option<&str>, resolved: &[&str]) -> (Verdict, String) {
@@ -174,7 +179,8 @@ fn default_allows_public_and_denies_private_ranges() {
 fn the_host_own_addresses_are_denied() {
     let p = Policy::default();
     let b = Builtins::with_host_addrs(["198.51.100.2".parse().expect("ip")]);
-    let req = |ip: &str| Request { ip: ip.parse().expect("ip"), port: 22, claimed: None, resolved: &[] };
+    let req =
+        |ip: &str| Request { ip: ip.parse().expect("ip"), port: 22, claim: Claim::Unknown, resolved: &[] };
     let d = p.decide(&req("198.51.100.2"), &b);
     assert_eq!(d.verdict, Deny);
     assert!(matches!(&d.by, DecidedBy::Builtin(r) if r.what == "host"), "{:?}", d.by);
@@ -244,9 +250,12 @@ fn strict_allowlist_allows_only_listed_names_that_resolved_to_the_ip() {
     // No SNI/Host (ssh, raw TCP): judged by the names that resolved to the IP.
     assert_eq!(ok("203.0.113.10", None, &["allowed.test"]), Allow);
     assert_eq!(ok("203.0.113.10", None, &["other.test"]), Deny);
-    // An IP literal as Host is no claim.
+    // TLS without SNI, or an IP literal as Host: the client connected by IP, so the
+    // names that resolved to the IP do not count.
+    assert_eq!(ok("203.0.113.10", Some(""), &["allowed.test"]), Deny);
     assert_eq!(ok("203.0.113.10", Some("203.0.113.10"), &[]), Deny);
-    assert_eq!(ok("203.0.113.10", Some("203.0.113.10"), &["allowed.test"]), Allow);
+    assert_eq!(ok("203.0.113.10", Some("203.0.113.10"), &["allowed.test"]), Deny);
+    assert_eq!(ok("203.0.113.10", Some("[2001:db8::1]"), &["allowed.test"]), Deny);
     // A claimed name that is denied while an allowed one shares the IP: the claim counts.
     assert_eq!(ok("203.0.113.10", Some("denied.test"), &["allowed.test", "denied.test"]), Deny);
 }
@@ -314,7 +323,7 @@ fn decide_before_peek_only_when_no_claim_could_change_the_verdict() {
     let req = |ip: &'static str, resolved: &'static [String]| Request {
         ip: ip.parse().expect("ip"),
         port: 443,
-        claimed: None,
+        claim: Claim::Unknown,
         resolved,
     };
     let b = Builtins::default();

@@ -1,14 +1,14 @@
 //! The userspace TCP/IP stack facing the guest (smoltcp), on one tokio task.
 //!
-//! - [`device`]: the NIC socket's framing as a smoltcp device.
-//! - [`guest`]: one accepted guest connection as channels of byte chunks.
-//! - [`flows`]: the per-connection table: held SYNs, sockets, byte pumping.
+//! - `device`: the NIC socket's framing as a smoltcp device.
+//! - `guest`: one accepted guest connection as channels of byte chunks.
+//! - `flows`: the per-connection table: held SYNs, sockets, byte pumping.
 //!
 //! The stack is the gateway 10.0.2.2 (MAC [`GATEWAY_MAC`]) and answers ARP only for it.
 //! Every IPv4 destination is accepted (smoltcp's AnyIP): a guest SYN to any IP:port is
-//! held and reported as a [`NewFlow`]; the egress side answers with
-//! [`StackCmd::Accept`] (a listening socket for exactly that endpoint is made and the
-//! SYN replayed into it) or [`StackCmd::Refuse`] (the SYN is replayed with no socket, so
+//! held and reported as a `NewFlow`; the egress side answers with
+//! `StackCmd::Accept` (a listening socket for exactly that endpoint is made and the
+//! SYN replayed into it) or `StackCmd::Refuse` (the SYN is replayed with no socket, so
 //! smoltcp answers RST: "connection refused"). UDP to port 53 on any address goes to the
 //! DNS server; other UDP gets ICMP port unreachable and a log line; ICMP and IPv6 are
 //! dropped.
