@@ -8,7 +8,9 @@
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
 #   5. with --with-debian (or SBX_WITH_DEBIAN=1): the `debian` template, rebuilt only
 #      when the agent changed (about a minute)
-#   With --with-test-tools, also what the test suite uses beyond that: strace.
+#   With --with-test-tools, also what the test suite uses beyond that: strace, and for
+#   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
+#   openssl and python3.
 #
 # Usage: rootfs/setup.sh [--with-debian] [--with-test-tools]
 # $DATA is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else ~/.local/share/sbx.
@@ -35,7 +37,7 @@ fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
-[ "$test_tools" = 1 ] && packages="$packages strace"
+[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3"
 missing_packages() {
     local p
     for p in $packages; do

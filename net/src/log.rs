@@ -37,6 +37,9 @@ pub struct Record {
     /// resolved from; absent when there is none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// For DNS: the query type (`A`, `AAAA`, `MX`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_type: Option<String>,
     /// Destination address (for DNS: the first address answered, if any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<IpAddr>,
@@ -65,6 +68,7 @@ impl Record {
             time: humantime::format_rfc3339_millis(start).to_string(),
             kind,
             name: None,
+            query_type: None,
             ip: None,
             port: 0,
             verdict,

@@ -1,7 +1,9 @@
 //! Helpers shared by the whole-system tests: a real `sbx-agent` process on a Unix
 //! socket in a temp dir, and the generated gRPC client connected to it; [`vm`] runs the
-//! real `sbx` binary against microVMs.
+//! real `sbx` binary against microVMs; [`netns`] builds the test "outside world" for
+//! network tests.
 
+pub mod netns;
 pub mod vm;
 
 use std::path::{Path, PathBuf};

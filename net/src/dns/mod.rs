@@ -125,6 +125,7 @@ impl DnsServer {
             record
         };
         record.name = Some(name);
+        record.query_type = Some(question.query_type().to_string());
         record.port = 53;
         record.duration_ms = u64::try_from(start.1.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.shared.log.write(&record);

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The test hosts of the "outside world" (run inside the world network namespace).
+
+HTTP on :80 and HTTPS on :443 on every address of the namespace (one self-signed
+certificate for every test name), a TCP echo on :7. Each HTTP(S) reply names what the
+server saw, so a test can tell which name reached it:
+    "hello from <server address> host=<Host header> sni=<TLS SNI or ->"
+GET /bytes/N streams N bytes (for throughput benchmarks). Prints "ready" once every
+socket listens; exits when stdin closes (its parent, the test, is gone).
+"""
+import http.server
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        if self.path.startswith("/bytes/"):
+            return self.send_bytes(int(self.path[len("/bytes/"):]))
+        sni = getattr(self.connection, "sni", None) or "-"
+        body = "hello from {} host={} sni={}\n".format(
+            self.connection.getsockname()[0], self.headers.get("Host", "-"), sni
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_bytes(self, n):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(n))
+        self.end_headers()
+        chunk = b"x" * 65536
+        while n > 0:
+            k = min(n, len(chunk))
+            self.wfile.write(chunk[:k])
+            n -= k
+
+    def log_message(self, *args):
+        pass
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class TlsServer(Server):
+    def __init__(self, addr, handler, context):
+        super().__init__(addr, handler)
+        self.context = context
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+
+    def finish_request(self, request, client_address):
+        try:
+            request.do_handshake()
+        except (ssl.SSLError, OSError):
+            return
+        super().finish_request(request, client_address)
+
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while True:
+            data = self.request.recv(65536)
+            if not data:
+                return
+            self.request.sendall(data)
+
+
+class EchoServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    cert, key = sys.argv[1], sys.argv[2]
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+
+    def remember_sni(sslsock, name, _ctx):
+        sslsock.sni = name
+
+    context.sni_callback = remember_sni
+    servers = [
+        Server(("0.0.0.0", 80), Handler),
+        TlsServer(("0.0.0.0", 443), Handler, context),
+        EchoServer(("0.0.0.0", 7), Echo),
+    ]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

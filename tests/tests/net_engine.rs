@@ -1,0 +1,160 @@
+//! The sbx-net engine end to end with a real kernel TCP/IP stack as the guest (a TAP
+//! device in a namespace, relayed to the engine's NIC socket in QEMU's stream
+//! framing) against the test "outside world": real `curl`, `getent` and `python3`.
+//! netvm's VM tests prove the same through QEMU and the `sbx` binary.
+
+mod net_util;
+
+use net_util::{Rig, curl_failed, ok};
+use sbx_net::log::Kind;
+use sbx_net::policy::{Policy, Verdict};
+use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, METADATA_HOST, PRIVATE_HOST};
+
+fn policy(allow: &[&str], deny: &[&str]) -> Policy {
+    Policy::from_lists(allow, deny).expect("valid policy")
+}
+
+/// curl's exit code for "connection refused" (the guest got a RST to its SYN).
+const REFUSED: i32 = 7;
+/// curl's exit codes for a reset during the TLS handshake or the request.
+const RESET: [i32; 2] = [35, 56];
+
+#[test]
+fn default_policy_reaches_public_hosts_and_refuses_private_ones_at_once() {
+    let rig = Rig::start(Policy::default());
+    let getent = ok(&rig.run("getent", &["hosts", "allowed.test"]));
+    assert!(getent.starts_with(&ALLOWED_HOST.to_string()), "{getent}");
+    assert_eq!(
+        ok(&rig.curl(&["https://allowed.test/"])),
+        "hello from 203.0.113.10 host=allowed.test sni=allowed.test\n"
+    );
+    assert_eq!(ok(&rig.curl(&["http://other.test/"])), "hello from 198.51.100.10 host=other.test sni=-\n");
+    let echo = ok(&rig.run(
+        "python3",
+        &["-c", "import socket; s=socket.create_connection(('echo.test', 7)); s.sendall(b'ping'); print(s.recv(4).decode())"],
+    ));
+    assert_eq!(echo, "ping\n");
+
+    // Private, link-local (metadata), the rebinding name, the gateway and the host's own
+    // address: each is served in the world or the client namespace (see net_world.rs),
+    // and each is refused at the SYN: curl says "connection refused", never times out.
+    for url in [
+        format!("http://{PRIVATE_HOST}/"),
+        format!("http://{METADATA_HOST}/latest/meta-data/"),
+        "http://rebind.test/".to_string(),
+        "http://10.0.2.2:18080/".to_string(),
+        format!("http://{CLIENT_ADDR}:18080/"),
+    ] {
+        let err = curl_failed(&rig.curl(&[&url]), &[REFUSED]);
+        assert!(err.contains("refused") || err.contains("Couldn't connect"), "{url}: {err}");
+    }
+
+    let https = rig.wait_record("the HTTPS connection", |r| r.kind == Kind::Tcp && r.port == 443);
+    assert_eq!((https.verdict, https.rule.as_str()), (Verdict::Allow, "default"));
+    assert_eq!(https.name.as_deref(), Some("allowed.test"));
+    assert!(https.bytes_in > 0 && https.bytes_out > 0, "{https:?}");
+    for ip in [PRIVATE_HOST, METADATA_HOST, CLIENT_ADDR] {
+        let r = rig.wait_record(&format!("{ip}"), |r| r.ip == Some(ip.into()));
+        assert_eq!((r.verdict, r.rule.as_str()), (Verdict::Deny, "private-range"), "{r:?}");
+    }
+    let rebind =
+        rig.wait_record("rebind.test", |r| r.kind == Kind::Tcp && r.name.as_deref() == Some("rebind.test"));
+    assert_eq!(rebind.verdict, Verdict::Deny);
+    let dns =
+        rig.wait_record("the DNS query", |r| r.kind == Kind::Dns && r.query_type.as_deref() == Some("A"));
+    assert_eq!(
+        (dns.verdict, dns.ip, dns.name.as_deref()),
+        (Verdict::Allow, Some(ALLOWED_HOST.into()), Some("allowed.test"))
+    );
+}
+
+#[test]
+fn udp_other_than_dns_is_blocked_and_logged() {
+    let rig = Rig::start(Policy::default());
+    let out = rig.run(
+        "python3",
+        &[
+            "-c",
+            "import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(10); \
+             s.connect(('203.0.113.10', 9999)); s.send(b'x'); \
+             exec('try:\\n s.recv(1)\\nexcept ConnectionRefusedError:\\n print(\"refused\")')",
+        ],
+    );
+    assert_eq!(ok(&out), "refused\n", "ICMP port unreachable comes back at once");
+    let r = rig.wait_record("the UDP datagram", |r| r.kind == Kind::Udp);
+    assert_eq!((r.verdict, r.rule.as_str(), r.port), (Verdict::Deny, "udp-blocked", 9999));
+}
+
+#[test]
+fn an_allowlist_lets_only_its_names_through() {
+    let rig = Rig::start(policy(&["allowed.test", "echo.test"], &["0.0.0.0/0", "::/0"]));
+    assert_eq!(
+        ok(&rig.curl(&["https://allowed.test/"])),
+        "hello from 203.0.113.10 host=allowed.test sni=allowed.test\n"
+    );
+    assert_eq!(ok(&rig.curl(&["http://allowed.test/"])), "hello from 203.0.113.10 host=allowed.test sni=-\n");
+    // A raw-TCP protocol by name (no SNI, no Host): judged by the name it resolved.
+    let echo = ok(&rig.run(
+        "python3",
+        &["-c", "import socket; s=socket.create_connection(('echo.test', 7)); s.sendall(b'ping'); print(s.recv(4).decode())"],
+    ));
+    assert_eq!(echo, "ping\n");
+
+    // Names not on the list do not even resolve.
+    assert!(!rig.run("getent", &["hosts", "other.test"]).status.success());
+    curl_failed(&rig.curl(&["https://other.test/"]), &[6]);
+    // A raw IP, even the allowed name's own address (already resolved): TLS without SNI
+    // and HTTP with an IP as Host connect by IP, and IPs are denied.
+    curl_failed(&rig.curl(&["-k", "https://203.0.113.10/"]), &RESET);
+    curl_failed(&rig.curl(&["http://203.0.113.10/"]), &RESET);
+    // An allowed SNI sent to an address that name never resolved to: nothing resolved
+    // to that address, so no first bytes could make it allowed; refused at the SYN.
+    curl_failed(
+        &rig.curl(&["--resolve", "allowed.test:443:198.51.100.10", "https://allowed.test/"]),
+        &[REFUSED],
+    );
+    // A name the DNS refused, sent to an allowed name's address.
+    curl_failed(&rig.curl(&["--resolve", "other.test:443:203.0.113.10", "https://other.test/"]), &RESET);
+    // An address nothing resolved to: refused at the SYN.
+    curl_failed(&rig.curl(&["http://203.0.113.20/"]), &[REFUSED]);
+
+    let raw =
+        rig.wait_record("the raw-IP HTTPS", |r| r.kind == Kind::Tcp && r.port == 443 && r.name.is_none());
+    assert_eq!((raw.verdict, raw.rule.as_str()), (Verdict::Deny, "0.0.0.0/0"), "{raw:?}");
+    let spoof = rig
+        .wait_record("the spoofed SNI", |r| r.kind == Kind::Tcp && r.name.as_deref() == Some("other.test"));
+    assert_eq!((spoof.verdict, spoof.rule.as_str()), (Verdict::Deny, "0.0.0.0/0"));
+    let elsewhere =
+        rig.wait_record("the SNI elsewhere", |r| r.ip == Some("198.51.100.10".parse().expect("ip")));
+    assert_eq!(elsewhere.verdict, Verdict::Deny);
+    let dns = rig
+        .wait_record("the refused query", |r| r.kind == Kind::Dns && r.name.as_deref() == Some("other.test"));
+    assert_eq!(dns.verdict, Verdict::Deny);
+    let good = rig.wait_record("the allowed HTTPS", |r| r.port == 443 && r.verdict == Verdict::Allow);
+    assert_eq!((good.rule.as_str(), good.name.as_deref()), ("allowed.test", Some("allowed.test")));
+}
+
+#[test]
+fn set_policy_applies_to_the_next_connection() {
+    let rig = Rig::start(Policy::default());
+    ok(&rig.curl(&["https://allowed.test/"]));
+    rig.engine.set_policy(policy(&[], &["allowed.test"]));
+    assert_eq!(rig.engine.policy(), policy(&[], &["allowed.test"]));
+    curl_failed(&rig.curl(&["https://allowed.test/"]), &[6]);
+    // Past the DNS (the address is known): the SNI is still denied.
+    curl_failed(&rig.curl(&["--resolve", "allowed.test:443:203.0.113.10", "https://allowed.test/"]), &RESET);
+    ok(&rig.curl(&["https://other.test/"]));
+    rig.engine.set_policy(Policy::default());
+    ok(&rig.curl(&["https://allowed.test/"]));
+    let denied = rig.wait_record("the denied SNI", |r| r.kind == Kind::Tcp && r.verdict == Verdict::Deny);
+    assert_eq!((denied.rule.as_str(), denied.name.as_deref()), ("allowed.test", Some("allowed.test")));
+}
+
+#[test]
+fn a_closed_port_is_refused_and_logged_as_a_failed_allow() {
+    let rig = Rig::start(Policy::default());
+    curl_failed(&rig.curl(&["http://allowed.test:81/"]), &[REFUSED]);
+    let r = rig.wait_record("port 81", |r| r.port == 81);
+    assert_eq!(r.verdict, Verdict::Allow);
+    assert!(r.error.as_deref().is_some_and(|e| e.contains("refused")), "{r:?}");
+}
