@@ -5,7 +5,8 @@ HTTP on :80 and HTTPS on :443 on every address of the namespace (one self-signed
 certificate for every test name), a TCP echo on :7. Each HTTP(S) reply names what the
 server saw, so a test can tell which name reached it:
     "hello from <server address> host=<Host header> sni=<TLS SNI or ->"
-GET /bytes/N streams N bytes (for throughput benchmarks). Prints "ready" once every
+GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
+and answers "received N bytes". Prints "ready" once every
 socket listens; exits when stdin closes (its parent, the test, is gone).
 """
 import http.server
@@ -26,6 +27,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = "hello from {} host={} sni={}\n".format(
             self.connection.getsockname()[0], self.headers.get("Host", "-"), sni
         ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        got = 0
+        while got < n:
+            chunk = self.rfile.read(min(65536, n - got))
+            if not chunk:
+                break
+            got += len(chunk)
+        body = "received {} bytes\n".format(got).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))

@@ -157,6 +157,7 @@ pub struct World {
     pub world: NetNs,
     /// Where the code under test runs.
     pub client: NetNs,
+    world_link: String,
     children: Vec<Child>,
     dir: tempfile::TempDir,
 }
@@ -194,7 +195,7 @@ impl World {
         client.set_resolv_conf(WORLD_DNS);
 
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut w = World { world, client, children: Vec::new(), dir };
+        let mut w = World { world, client, world_link: wv, children: Vec::new(), dir };
         w.make_cert();
         w.start_hosts();
         w.start_dns();
@@ -214,6 +215,12 @@ impl World {
     /// Keeps `child` until the world is dropped, then kills it.
     pub fn adopt(&mut self, child: Child) {
         self.children.push(child);
+    }
+
+    /// Cuts (or restores) the wire between client and world: with it down, packets to
+    /// the world are silently dropped, so connects out hang and retry (a slow network).
+    pub fn set_link(&self, up: bool) {
+        self.world.ip(&["link", "set", &self.world_link, if up { "up" } else { "down" }]);
     }
 
     /// Starts an HTTP server in the client namespace on 0.0.0.0:`port` (a "host

@@ -151,10 +151,56 @@ fn set_policy_applies_to_the_next_connection() {
 }
 
 #[test]
+fn a_slow_connect_out_holds_the_guest_syn_without_refusing_it() {
+    let rig = Rig::start(Policy::default());
+    rig.world.set_link(false);
+    // The guest's SYN is held while the connect out retries; the guest retransmits its
+    // SYN meanwhile (after 1 s, 3 s), and those must not be answered with RST.
+    let cert = rig.world.cert();
+    let curl = rig
+        .guest
+        .exec("curl")
+        .args(["-sS", "--max-time", "60", "--cacert"])
+        .arg(&cert)
+        .arg(format!("http://{ALLOWED_HOST}/"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn curl");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    rig.world.set_link(true);
+    let out = curl.wait_with_output().expect("curl");
+    assert_eq!(ok(&out), format!("hello from {ALLOWED_HOST} host={ALLOWED_HOST} sni=-\n"));
+}
+
+#[test]
 fn a_closed_port_is_refused_and_logged_as_a_failed_allow() {
     let rig = Rig::start(Policy::default());
     curl_failed(&rig.curl(&["http://allowed.test:81/"]), &[REFUSED]);
     let r = rig.wait_record("port 81", |r| r.port == 81);
     assert_eq!(r.verdict, Verdict::Allow);
     assert!(r.error.as_deref().is_some_and(|e| e.contains("refused")), "{r:?}");
+}
+
+#[test]
+fn bulk_transfers_arrive_whole_both_ways_with_large_frames() {
+    // 65520 is the MTU the guest uses (as with passt): frames up to 64 KiB.
+    let rig = Rig::start_with(Policy::default(), 65520);
+    let size = 64 * 1024 * 1024;
+    let out = rig.curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{size_download}",
+        &format!("http://allowed.test/bytes/{size}"),
+    ]);
+    assert_eq!(ok(&out), size.to_string());
+    let upload = rig.world.dir().join("upload");
+    std::fs::write(&upload, vec![7u8; size]).expect("write upload");
+    let sent = rig.curl(&["--data-binary", &format!("@{}", upload.display()), "http://allowed.test/count"]);
+    assert_eq!(ok(&sent), format!("received {size} bytes\n"));
+    let down = rig.wait_record("the download", |r| r.kind == Kind::Tcp && r.bytes_in > size as u64);
+    assert!(down.bytes_out > 0, "{down:?}");
+    let up = rig.wait_record("the upload", |r| r.kind == Kind::Tcp && r.bytes_out > size as u64);
+    assert!(up.bytes_in > 0, "{up:?}");
 }

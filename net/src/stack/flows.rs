@@ -86,6 +86,14 @@ impl Flows {
         self.by_key.contains_key(&(guest, dst))
     }
 
+    /// True while the connection's SYN waits for the egress side's verdict.
+    pub(crate) fn is_held(&self, guest: SocketAddrV4, dst: SocketAddrV4) -> bool {
+        self.by_key
+            .get(&(guest, dst))
+            .and_then(|id| self.flows.get(id))
+            .is_some_and(|f| matches!(f, Flow::Held { .. }))
+    }
+
     /// Keeps a new SYN aside until the egress side decides.
     pub(crate) fn hold(&mut self, guest: SocketAddrV4, dst: SocketAddrV4, syn: Vec<u8>) -> NewFlow {
         let id = self.next_id;

@@ -244,7 +244,10 @@ fn ingest(
             Class::Pass => dev.push_rx(range),
             Class::Drop => {}
             Class::Tcp { guest, dst, syn } => {
-                if flows.contains(guest, dst) || !syn {
+                if flows.is_held(guest, dst) {
+                    // The guest retransmits its SYN while the connect out is under way;
+                    // smoltcp, with no socket for it yet, would answer RST.
+                } else if flows.contains(guest, dst) || !syn {
                     dev.push_rx(range);
                 } else if flows.len() >= MAX_FLOWS {
                     tracing::warn!("{MAX_FLOWS} connections open; refusing {dst}");

@@ -5,7 +5,6 @@
 //! engine runs on its own thread inside the world's client namespace, as the helper
 //! would. `curl`, `getent` and `python3` then run in the guest namespace.
 
-
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -33,14 +32,19 @@ pub(crate) struct Rig {
 }
 
 impl Rig {
-    /// Everything up, with `policy` in force.
+    /// Everything up, with `policy` in force and the guest's MTU at 1500.
     pub(crate) fn start(policy: Policy) -> Rig {
+        Rig::start_with(policy, 1500)
+    }
+
+    /// Everything up, with `policy` in force and the guest's MTU at `mtu`.
+    pub(crate) fn start_with(policy: Policy, mtu: u16) -> Rig {
         let mut world = World::create();
         world.serve_http_in_client(18080);
         let guest = NetNs::create(&format!("{}g", unique_prefix()));
         guest.set_resolv_conf("10.0.2.2".parse().expect("ip"));
         let tap = guest.spawn_in(open_tap).join().expect("tap thread");
-        guest.ip(&["link", "set", TAP, "address", "52:54:00:12:34:56", "mtu", "1500", "up"]);
+        guest.ip(&["link", "set", TAP, "address", "52:54:00:12:34:56", "mtu", &mtu.to_string(), "up"]);
         guest.ip(&["addr", "add", "10.0.2.15/24", "dev", TAP]);
         guest.ip(&["route", "add", "default", "via", "10.0.2.2"]);
 
