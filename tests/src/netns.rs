@@ -39,6 +39,12 @@ pub const PRIVATE_HOST: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 10);
 /// The cloud metadata address, with servers on it.
 pub const METADATA_HOST: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 
+/// A name with [`MANY_COUNT`] A records (198.51.100.100 and up): its answer is over
+/// 512 bytes, so a plain UDP answer is truncated and the client retries over TCP.
+pub const MANY_NAME: &str = "many.test";
+/// How many addresses [`MANY_NAME`] has.
+pub const MANY_COUNT: u8 = 40;
+
 /// The names dnsmasq answers, and their addresses.
 pub const NAMES: [(&str, Ipv4Addr); 5] = [
     ("allowed.test", ALLOWED_HOST),
@@ -295,6 +301,9 @@ impl World {
         .arg(format!("--listen-address={WORLD_DNS}"));
         for (name, addr) in NAMES {
             cmd.arg(format!("--address=/{name}/{addr}"));
+        }
+        for i in 0..MANY_COUNT {
+            cmd.arg(format!("--host-record={MANY_NAME},198.51.100.{}", 100 + u16::from(i)));
         }
         let child = cmd
             .stdout(Stdio::null())

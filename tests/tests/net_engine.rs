@@ -8,7 +8,7 @@ mod net_util;
 use net_util::{Rig, curl_failed, ok};
 use sbx_net::log::Kind;
 use sbx_net::policy::{Policy, Verdict};
-use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, METADATA_HOST, PRIVATE_HOST};
+use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, MANY_COUNT, MANY_NAME, METADATA_HOST, PRIVATE_HOST};
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
     Policy::from_lists(allow, deny).expect("valid policy")
@@ -171,6 +171,36 @@ fn a_slow_connect_out_holds_the_guest_syn_without_refusing_it() {
     rig.world.set_link(true);
     let out = curl.wait_with_output().expect("curl");
     assert_eq!(ok(&out), format!("hello from {ALLOWED_HOST} host={ALLOWED_HOST} sni=-\n"));
+}
+
+#[test]
+fn a_large_dns_answer_is_truncated_over_udp_and_served_over_tcp() {
+    let rig = Rig::start(Policy::default());
+    let out = ok(&rig.run("getent", &["ahostsv4", MANY_NAME]));
+    let addrs: std::collections::BTreeSet<&str> =
+        out.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(addrs.len(), usize::from(MANY_COUNT), "{out}");
+    // Asked twice: over UDP (answer truncated) and again over TCP.
+    rig.wait_record("the query over TCP", |_| {
+        let asked = rig
+            .records()
+            .iter()
+            .filter(|r| r.name.as_deref() == Some(MANY_NAME) && r.query_type.as_deref() == Some("A"))
+            .count();
+        asked >= 2
+    });
+}
+
+#[test]
+fn many_concurrent_connections_to_one_endpoint_each_get_their_own_answer() {
+    let rig = Rig::start(Policy::default());
+    let script = "import concurrent.futures, urllib.request\n\
+        def get(i):\n\
+        \x20   return urllib.request.urlopen('http://allowed.test/?%d' % i, timeout=30).read()\n\
+        with concurrent.futures.ThreadPoolExecutor(64) as pool:\n\
+        \x20   bodies = list(pool.map(get, range(200)))\n\
+        print(sum(b == b'hello from 203.0.113.10 host=allowed.test sni=-\\n' for b in bodies))\n";
+    assert_eq!(ok(&rig.run("python3", &["-c", script])), "200\n");
 }
 
 #[test]

@@ -41,6 +41,13 @@ use crate::shared::Shared;
 
 /// The gateway's (and DNS server's) address, as the guest is configured.
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The guest's address (the only one on its network).
+pub const GUEST_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// The guest NIC's MAC address (QEMU's `-device virtio-net-pci,mac=...`).
+pub const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];
+/// The MTU the guest should give eth0: frames up to 64 KiB, as passt uses, make bulk
+/// transfers several times faster than 1500 (the stack takes any MTU up to 65535).
+pub const GUEST_MTU: u16 = 65520;
 /// The guest network's prefix length.
 pub const PREFIX_LEN: u8 = 24;
 /// The gateway's MAC address (slirp's).
