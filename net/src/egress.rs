@@ -24,7 +24,7 @@ use crate::peek::{self, Claimed, Peek};
 use crate::policy::{Claim, Decision, Request, Verdict};
 use crate::shared::Shared;
 use crate::stack::guest::{GuestReader, GuestStream};
-use crate::stack::{DnsQuery, GATEWAY, NewFlow, StackCmd, StackControl};
+use crate::stack::{DnsQuery, NewFlow, StackCmd, StackControl};
 
 /// How long a connection whose verdict depends on its first bytes waits for them; a
 /// client that has sent nothing by then (a server-speaks-first protocol) is judged
@@ -72,7 +72,8 @@ pub(crate) async fn serve_dns_udp(
 async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, dns: Arc<DnsServer>) {
     let started = (SystemTime::now(), Instant::now());
     tracing::debug!("connection {}: {} -> {}", flow.id, flow.guest, flow.dst);
-    if *flow.dst.ip() == GATEWAY && flow.dst.port() == 53 {
+    // All DNS is answered here, as for UDP: TCP to port 53 on any address included.
+    if flow.dst.port() == 53 {
         if let Some(guest) = accept(&control, flow.id).await {
             serve_dns_tcp(guest, &dns).await;
         }
@@ -245,7 +246,7 @@ async fn splice(
     record.error = up.err().or(down.err());
 }
 
-/// DNS over TCP on the gateway: two-byte length, message; answered like UDP queries.
+/// DNS over TCP (two-byte length, message), answered like UDP queries.
 async fn serve_dns_tcp(guest: GuestStream, dns: &DnsServer) {
     let GuestStream { mut reader, writer } = guest;
     let mut buf = BytesMut::new();

@@ -86,19 +86,30 @@ pub struct Engine;
 impl Engine {
     /// Starts the engine's tasks on the current tokio runtime (call it from inside one).
     pub fn start(config: EngineConfig) -> Result<EngineHandle, EngineError> {
-        let listener = match config.frames {
-            Frames::Listener(l) => l,
-            Frames::Path(path) => {
-                UnixListener::bind(&path).map_err(|source| EngineError::Bind { path, source })?
-            }
-        };
         let host_addrs = match config.host_addrs {
             Some(addrs) => addrs,
             None => crate::hostaddr::host_addrs().map_err(EngineError::HostAddrs)?,
         };
-        let log = AuditLog::open(&config.log_path)?;
+        let resolver = crate::dns::resolver(&config.resolv_conf)?;
+        let (listener, socket_path) = match config.frames {
+            Frames::Listener(l) => (l, None),
+            Frames::Path(path) => match UnixListener::bind(&path) {
+                Ok(l) => (l, Some(path)),
+                Err(source) => return Err(EngineError::Bind { path, source }),
+            },
+        };
+        let log = match AuditLog::open(&config.log_path) {
+            Ok(log) => log,
+            Err(e) => {
+                // Nothing is left behind by a failed start.
+                if let Some(path) = &socket_path {
+                    let _ = std::fs::remove_file(path);
+                }
+                return Err(e.into());
+            }
+        };
         let shared = Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), log));
-        let dns = Arc::new(DnsServer::new(&config.resolv_conf, shared.clone())?);
+        let dns = Arc::new(DnsServer::new(resolver, shared.clone()));
         let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
         let control = StackControl { cmd: cmd_tx, wake: Arc::new(Notify::new()) };
         let (flow_tx, flow_rx) = mpsc::channel(stack::MAX_FLOWS);
@@ -135,7 +146,7 @@ impl Engine {
                 }
             }),
         ];
-        Ok(EngineHandle { shared, tasks })
+        Ok(EngineHandle { shared, tasks, socket_path })
     }
 }
 
@@ -144,6 +155,8 @@ impl Engine {
 pub struct EngineHandle {
     shared: Arc<Shared>,
     tasks: Vec<JoinHandle<()>>,
+    /// The NIC socket file the engine bound (removed on shutdown).
+    socket_path: Option<PathBuf>,
 }
 
 impl EngineHandle {
@@ -158,10 +171,14 @@ impl EngineHandle {
         Policy::clone(&self.shared.policy())
     }
 
-    /// Stops the engine: the NIC socket is closed and every guest connection ends.
+    /// Stops the engine: the NIC socket is closed (its file removed when the engine
+    /// bound it) and every guest connection ends.
     pub fn shutdown(&self) {
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(path) = &self.socket_path {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

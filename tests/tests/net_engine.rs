@@ -204,6 +204,40 @@ fn many_concurrent_connections_to_one_endpoint_each_get_their_own_answer() {
 }
 
 #[test]
+fn shutdown_removes_the_nic_socket_and_a_taken_path_is_a_clear_error() {
+    let rig = Rig::start(Policy::default());
+    let socket = rig.world.dir().join("net.sock");
+    assert!(socket.exists());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let err = runtime
+        .block_on(async {
+            let config = sbx_net::EngineConfig::new(
+                sbx_net::Frames::Path(socket.clone()),
+                rig.world.dir().join("second.log"),
+                Policy::default(),
+            );
+            sbx_net::Engine::start(config)
+        })
+        .expect_err("the path is taken");
+    assert!(err.to_string().contains("net.sock"), "{err}");
+    assert!(!rig.world.dir().join("second.log").exists(), "a failed start leaves no file");
+    let err = runtime
+        .block_on(async {
+            let config = sbx_net::EngineConfig::new(
+                sbx_net::Frames::Path(rig.world.dir().join("other.sock")),
+                rig.world.dir().join("no-such-dir/net.log"),
+                Policy::default(),
+            );
+            sbx_net::Engine::start(config)
+        })
+        .expect_err("the log's directory is missing");
+    assert!(err.to_string().contains("no-such-dir/net.log"), "{err}");
+    assert!(!rig.world.dir().join("other.sock").exists(), "a failed start leaves no socket");
+    rig.engine.shutdown();
+    assert!(!socket.exists(), "the socket file is gone after shutdown");
+}
+
+#[test]
 fn a_closed_port_is_refused_and_logged_as_a_failed_allow() {
     let rig = Rig::start(Policy::default());
     curl_failed(&rig.curl(&["http://allowed.test:81/"]), &[REFUSED]);

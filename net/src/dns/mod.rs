@@ -47,6 +47,22 @@ pub enum DnsSetupError {
     },
 }
 
+/// A resolver using the servers of `resolv_conf` (the host's, or a namespace's).
+pub(crate) fn resolver(resolv_conf: &Path) -> Result<TokioResolver, DnsSetupError> {
+    let data = std::fs::read(resolv_conf)
+        .map_err(|source| DnsSetupError::ResolvConf { path: resolv_conf.to_owned(), source })?;
+    let config_error =
+        |e: NetError| DnsSetupError::Config { path: resolv_conf.to_owned(), message: e.to_string() };
+    let (config, mut opts): (_, ResolverOpts) =
+        hickory_resolver::system_conf::parse_resolv_conf(data).map_err(config_error)?;
+    // Search domains are the guest's business: queries arrive fully qualified.
+    opts.ndots = 0;
+    TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
+        .with_options(opts)
+        .build()
+        .map_err(config_error)
+}
+
 /// Answers the sandbox's DNS queries.
 pub(crate) struct DnsServer {
     resolver: TokioResolver,
@@ -54,21 +70,9 @@ pub(crate) struct DnsServer {
 }
 
 impl DnsServer {
-    /// A server resolving with the servers of `resolv_conf`.
-    pub(crate) fn new(resolv_conf: &Path, shared: Arc<Shared>) -> Result<DnsServer, DnsSetupError> {
-        let data = std::fs::read(resolv_conf)
-            .map_err(|source| DnsSetupError::ResolvConf { path: resolv_conf.to_owned(), source })?;
-        let config_error =
-            |e: NetError| DnsSetupError::Config { path: resolv_conf.to_owned(), message: e.to_string() };
-        let (config, mut opts): (_, ResolverOpts) =
-            hickory_resolver::system_conf::parse_resolv_conf(data).map_err(config_error)?;
-        // Search domains are the guest's business: queries arrive fully qualified.
-        opts.ndots = 0;
-        let resolver = TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
-            .with_options(opts)
-            .build()
-            .map_err(config_error)?;
-        Ok(DnsServer { resolver, shared })
+    /// A server answering with `resolver` (see [`resolver`]).
+    pub(crate) fn new(resolver: TokioResolver, shared: Arc<Shared>) -> DnsServer {
+        DnsServer { resolver, shared }
     }
 
     /// The answer to one query message; `None` when it is not even a DNS header
