@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// The world's end of the veth pair; also its DNS server (dnsmasq).
 pub const WORLD_DNS: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// The MAC address of the world's end of the veth pair.
+const WORLD_MAC: &str = "02:00:c0:00:02:01";
 /// The client namespace's address (the "host" the sandbox must not reach).
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// `allowed.test`: HTTP and HTTPS.
@@ -190,6 +192,7 @@ impl World {
             "netns",
             client.name(),
         ]);
+        world.ip(&["link", "set", &wv, "address", WORLD_MAC]);
         world.ip(&["addr", "add", &format!("{WORLD_DNS}/24"), "dev", &wv]);
         world.ip(&["link", "set", &wv, "up"]);
         for host in [ALLOWED_HOST, ECHO_HOST, DENIED_HOST, OTHER_HOST, PRIVATE_HOST, METADATA_HOST] {
@@ -198,6 +201,19 @@ impl World {
         client.ip(&["addr", "add", &format!("{CLIENT_ADDR}/24"), "dev", &cv]);
         client.ip(&["link", "set", &cv, "up"]);
         client.ip(&["route", "add", "default", "via", &WORLD_DNS.to_string()]);
+        // A fixed neighbour: with the link cut (World::set_link), connects out then retry
+        // instead of failing on a lost ARP entry.
+        client.ip(&[
+            "neigh",
+            "replace",
+            &WORLD_DNS.to_string(),
+            "lladdr",
+            WORLD_MAC,
+            "nud",
+            "permanent",
+            "dev",
+            &cv,
+        ]);
         client.set_resolv_conf(WORLD_DNS);
 
         let dir = tempfile::tempdir().expect("tempdir");
