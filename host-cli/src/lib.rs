@@ -4,8 +4,10 @@
 //!   tonic channel, with a connect timeout and the hybrid-vsock handshake.
 //! - [`client`]: [`client::Client`], the one typed client of the agent; CLI subcommands and
 //!   MCP tools both call it.
-//! - [`vm`]: sandboxes: booting microVMs (QEMU + vhost-device-vsock), listing, pausing,
-//!   resuming and removing them.
+//! - [`sandbox`]: the host's use-cases under both faces: creating, listing, pausing,
+//!   resuming and removing sandboxes.
+//! - [`vmm`]: what [`sandbox`] runs a microVM with: QEMU's command line, its processes,
+//!   QMP, vhost-device-vsock, the state files.
 //! - [`target`]: which agent a command talks to (`--agent`, `--sandbox`, `NAME:/path`).
 //! - [`template`]: `sbx template build|ls|rm`: baking the agent into your own image.
 //! - [`signal`]: signal names and numbers, for the CLI and the MCP tools alike.
@@ -21,7 +23,8 @@ pub mod cmd;
 pub mod connect;
 pub mod mcp;
 pub mod output;
+pub mod sandbox;
 pub mod signal;
 pub mod target;
 pub mod template;
-pub mod vm;
+pub mod vmm;

@@ -76,11 +76,11 @@ pub fn flags_over_env<'a>(
 
 /// The agent address of the sandbox called `name`.
 ///
-/// Sandboxes, their names and their hybrid-vsock sockets live in `crate::vm`; a paused
+/// Sandboxes, their names and their hybrid-vsock sockets live in `crate::sandbox`; a paused
 /// sandbox is resumed first, and a dead one is refused with what to do.
 pub fn sandbox_address(name: &str) -> Result<Address, TargetError> {
-    crate::vm::resolve_blocking(name).map_err(|e| match e {
-        crate::vm::VmError::State(crate::vm::state::StateError::NotFound(_)) => {
+    crate::sandbox::resolve_blocking(name).map_err(|e| match e {
+        crate::sandbox::SandboxError::State(crate::vmm::state::StateError::NotFound(_)) => {
             TargetError::NoSandbox { name: name.to_string() }
         }
         e => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sbx::vm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
-use sbx::vm::process::{find_in_path, spawn_detached};
-use sbx::vm::ready::ReadyListener;
-use sbx::vm::state::Paths;
-use sbx::vm::template::Template;
-use sbx::vm::{CreateOptions, template};
+use sbx::sandbox::CreateOptions;
+use sbx::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
+use sbx::vmm::process::{find_in_path, spawn_detached};
+use sbx::vmm::ready::ReadyListener;
+use sbx::vmm::state::Paths;
+use sbx::vmm::template;
+use sbx::vmm::template::Template;
 
 /// How long a bare boot may take before it counts as failed.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -32,7 +33,7 @@ impl BareVm {
     /// holding `floor_bin` as `sbin/sbx-agent` (the kernel unpacks concatenated
     /// archives in order, so the later file wins).
     pub(crate) fn prepare(floor_bin: &Path, scratch: &Path) -> Result<BareVm> {
-        let templates = sbx::vm::dirs::templates_dir()?;
+        let templates = sbx::vmm::dirs::templates_dir()?;
         let mut template = template::load(&templates, template::DEFAULT_TEMPLATE)?;
         let base = template.initrd.clone().context("the minimal template has no initramfs")?;
         if base.extension().is_some_and(|e| e == "gz") {

@@ -70,7 +70,7 @@ pub(crate) struct VmRun<'a> {
 
 /// The minimal template's directory, if `rootfs/` built it.
 pub(crate) fn template_dir() -> Option<PathBuf> {
-    let dir = sbx::vm::dirs::templates_dir().ok()?.join("minimal");
+    let dir = sbx::vmm::dirs::templates_dir().ok()?.join("minimal");
     (dir.join("vmlinux").exists() && dir.join("initrd.cpio").exists()).then_some(dir)
 }
 

@@ -114,7 +114,7 @@ pub(super) async fn ls(ctx: &Ctx, args: LsArgs) -> Result<u8> {
 }
 
 fn sandboxes(ctx: &Ctx) -> Result<u8> {
-    let list = crate::vm::list()?;
+    let list = crate::sandbox::list()?;
     if ctx.out.json {
         ctx.out.json(&list)?;
         return Ok(0);

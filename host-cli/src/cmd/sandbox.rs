@@ -1,6 +1,6 @@
 //! The sandbox lifecycle subcommands: `sbx create`, `sbx inspect`, `sbx pause`,
 //! `sbx resume`, `sbx kill` (`sbx ls` without a path lives with the file commands).
-//! Thin callers of [`crate::vm`].
+//! Thin callers of [`crate::sandbox`].
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use clap::{Args, Subcommand};
 
 use super::Ctx;
 use crate::app::UsageError;
-use crate::vm::{self, CreateOptions, RemoveOptions, VmError};
+use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxError};
+use crate::vmm::template::DEFAULT_TEMPLATE;
 
 /// The sandbox lifecycle subcommands, flattened into the top level.
 #[derive(Debug, Subcommand)]
@@ -34,7 +35,7 @@ pub enum SandboxCommand {
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// Template to boot: `minimal` (built by rootfs/setup.sh), `debian`, or your own.
-    #[arg(long, short = 't', default_value = vm::template::DEFAULT_TEMPLATE)]
+    #[arg(long, short = 't', default_value = DEFAULT_TEMPLATE)]
     pub template: String,
     /// Name for the sandbox (letters, digits, `-`, `_`, `.`); default: a generated one.
     #[arg(long, short = 'n')]
@@ -90,11 +91,11 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
         SandboxCommand::Create(a) => create(ctx, a).await,
         SandboxCommand::Inspect(a) => inspect(ctx, &a.pick(ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
-            let info = vm::pause(&a.pick(ctx, "pause")?).await?;
+            let info = sandbox::pause(&a.pick(ctx, "pause")?).await?;
             print(ctx, &info, &format!("{} {}\n", info.name, info.state.as_str()))
         }
         SandboxCommand::Resume(a) => {
-            let r = vm::resume(&a.pick(ctx, "resume")?).await?;
+            let r = sandbox::resume(&a.pick(ctx, "resume")?).await?;
             let text = format!(
                 "{} {} (clock moved {} ms)\n",
                 r.sandbox.name,
@@ -118,8 +119,8 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {
-        r = vm::create(&opts) => r?,
-        _ = tokio::signal::ctrl_c() => return Err(VmError::Interrupted.into()),
+        r = sandbox::create(&opts) => r?,
+        _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
     };
     if !ctx.out.json {
         eprintln!("sandbox `{}` is running; try: sbx -s {} exec -- uname -a", info.name, info.name);
@@ -128,7 +129,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
 }
 
 pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
-    let i = vm::inspect(name).await?;
+    let i = sandbox::inspect(name).await?;
     let s = &i.sandbox;
     let pid = |p: Option<u32>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
     let mut t = String::new();
@@ -170,7 +171,7 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
 
 /// Removes sandboxes (`sbx kill`); prints the ids removed.
 pub(crate) async fn remove(ctx: &Ctx, names: &[String], all: bool, force: bool) -> Result<u8> {
-    let removed = vm::remove(names, RemoveOptions { all, force }).await?;
+    let removed = sandbox::remove(names, RemoveOptions { all, force }).await?;
     let text: String = removed.iter().map(|r| format!("{}\n", r.id)).collect();
     print(ctx, &removed, &text)
 }

@@ -9,7 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use super::Ctx;
 use crate::output::human_bytes;
 use crate::template::{self, BuildOptions, Source};
-use crate::vm::template::InitKind;
+use crate::vmm::template::InitKind;
 
 /// `sbx template ...`.
 #[derive(Debug, Subcommand)]

@@ -7,8 +7,8 @@ use std::error::Error as _;
 use rmcp::model::{ContentBlock, IntoContents};
 
 use crate::client::ClientError;
-use crate::vm::VmError;
-use crate::vm::state::StateError;
+use crate::sandbox::SandboxError;
+use crate::vmm::state::StateError;
 
 /// Bytes of inline content `sandbox_files_write` accepts (after base64 decoding).
 pub const MAX_INLINE_WRITE: u64 = 8 * 1024 * 1024;
@@ -147,7 +147,7 @@ pub enum ToolError {
     },
     /// The sandbox could not be found or started; the message says what to do.
     #[error(transparent)]
-    Sandbox(VmError),
+    Sandbox(SandboxError),
     /// The agent refused or could not be reached; its message says what to do.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -171,10 +171,10 @@ impl ToolError {
     }
 }
 
-impl From<VmError> for ToolError {
-    fn from(error: VmError) -> Self {
+impl From<SandboxError> for ToolError {
+    fn from(error: SandboxError) -> Self {
         match error {
-            VmError::State(StateError::NotFound(name)) => ToolError::NoSuchSandbox { name },
+            SandboxError::State(StateError::NotFound(name)) => ToolError::NoSuchSandbox { name },
             other => ToolError::Sandbox(other),
         }
     }

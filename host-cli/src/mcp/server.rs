@@ -102,7 +102,7 @@ impl SbxMcp {
             (None, Some(Pinned::Agent(addr))) => return Ok(addr.clone()),
             (None, None) => return Err(ToolError::NoAgent),
         };
-        Ok(crate::vm::resolve(sandbox).await?)
+        Ok(crate::sandbox::resolve(sandbox).await?)
     }
 
     /// A client for the agent a guest tool acts on (see [`SbxMcp::address`]): the kept

@@ -15,8 +15,8 @@ use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use crate::vm::dirs;
-use crate::vm::template::{InitKind, TemplateFile};
+use crate::vmm::dirs;
+use crate::vmm::template::{InitKind, TemplateFile};
 
 use super::{TemplateStoreError, agent_binary, check_name};
 

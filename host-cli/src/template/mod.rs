@@ -2,7 +2,7 @@
 //! build`), listing (`ls`) and removing (`rm`) them.
 //!
 //! A template is a self-contained directory `<data>/templates/<name>/` holding
-//! `template.json` ([`crate::vm::template::TemplateFile`]), a `vmlinux`, an initramfs and
+//! `template.json` ([`crate::vmm::template::TemplateFile`]), a `vmlinux`, an initramfs and
 //! usually a `rootfs.ext4`. The kernel and the shared initramfs of disk templates come
 //! from `<data>/kernel/current/` (made by `rootfs/fetch-kernel.sh`); the agent binary from
 //! [`agent_binary`].
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::vm::dirs;
-use crate::vm::template::{InitKind, TemplateFile, is_plain_name};
+use crate::vmm::dirs;
+use crate::vmm::template::{InitKind, TemplateFile, is_plain_name};
 
 pub use bake::{BuildOptions, Source, build};
 

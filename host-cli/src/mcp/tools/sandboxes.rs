@@ -1,5 +1,5 @@
 //! Sandbox lifecycle: `sandbox_create`, `sandbox_list`, `sandbox_pause`,
-//! `sandbox_resume` and `sandbox_kill`, each one call into [`crate::vm`].
+//! `sandbox_resume` and `sandbox_kill`, each one call into [`crate::sandbox`].
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::mcp::error::ToolError;
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::rfc3339_ms;
-use crate::vm::{self, CreateOptions, RemoveOptions, SandboxInfo};
+use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxInfo};
 
 /// Arguments of `sandbox_create`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -162,7 +162,8 @@ impl SbxMcp {
             return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
         }
         let opts = args.options();
-        let info = run_with_progress(&context, Some(opts.timeout), "booting", vm::create(&opts)).await??;
+        let info =
+            run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         Ok(Json(info.into()))
     }
 
@@ -183,7 +184,7 @@ impl SbxMcp {
         &self,
         Parameters(_args): Parameters<ListSandboxesArgs>,
     ) -> Result<Json<SandboxList>, ToolError> {
-        let sandboxes = vm::list()?;
+        let sandboxes = sandbox::list()?;
         Ok(Json(SandboxList { sandboxes: sandboxes.into_iter().map(SandboxView::from).collect() }))
     }
 
@@ -204,7 +205,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<SandboxRef>,
     ) -> Result<Json<SandboxView>, ToolError> {
-        Ok(Json(vm::pause(&args.sandbox_id).await?.into()))
+        Ok(Json(sandbox::pause(&args.sandbox_id).await?.into()))
     }
 
     /// Resumes a sandbox.
@@ -224,7 +225,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<SandboxRef>,
     ) -> Result<Json<ResumeOutput>, ToolError> {
-        let resumed = vm::resume(&args.sandbox_id).await?;
+        let resumed = sandbox::resume(&args.sandbox_id).await?;
         Ok(Json(ResumeOutput {
             sandbox: resumed.sandbox.into(),
             clock_adjusted_ms: resumed.clock_adjusted_ms,
@@ -248,7 +249,8 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<SandboxRef>,
     ) -> Result<Json<KillOutput>, ToolError> {
-        let removed = vm::remove(std::slice::from_ref(&args.sandbox_id), RemoveOptions::default()).await?;
+        let removed =
+            sandbox::remove(std::slice::from_ref(&args.sandbox_id), RemoveOptions::default()).await?;
         let Some(gone) = removed.into_iter().next() else {
             return Err(ToolError::NoSuchSandbox { name: args.sandbox_id });
         };

@@ -117,7 +117,7 @@ impl SbxMcp {
                 }));
             }
         };
-        let inspection = crate::vm::inspect(&sandbox).await?;
+        let inspection = crate::sandbox::inspect(&sandbox).await?;
         Ok(Json(InfoOutput {
             address: inspection.sandbox.address.clone(),
             sandbox: Some(inspection.sandbox.into()),

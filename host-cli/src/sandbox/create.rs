@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
-use super::process::{ProcRef, find_in_path, spawn_detached};
-use super::ready::ReadyListener;
-use super::state::{self, Paths, Record, StateLock};
-use super::template::{self, DEFAULT_TEMPLATE};
-use super::watchdog;
-use super::{SandboxInfo, VmError, dirs, now_unix_ms};
+use super::{SandboxError, SandboxInfo};
+use crate::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
+use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
+use crate::vmm::ready::ReadyListener;
+use crate::vmm::state::{self, Paths, Record, StateLock};
+use crate::vmm::template::{self, DEFAULT_TEMPLATE};
+use crate::vmm::{dirs, now_unix_ms, watchdog};
 
 /// Smallest guest memory accepted.
 pub const MIN_MEMORY_MIB: u32 = 128;
@@ -63,10 +63,10 @@ mod secs {
 ///
 /// A boot that wedges (see [`watchdog`]) is undone and tried once more, within the
 /// same `timeout`.
-pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
+pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     let deadline = std::time::Instant::now() + opts.timeout;
     match boot(opts, opts.timeout).await {
-        Err(wedged @ VmError::BootWedged { .. }) => {
+        Err(wedged @ SandboxError::BootWedged { .. }) => {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return Err(wedged);
@@ -79,7 +79,7 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, VmError> {
 }
 
 /// One boot, given `timeout` to become ready.
-async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, VmError> {
+async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, SandboxError> {
     let started = std::time::Instant::now();
     let step =
         |what: &str| tracing::debug!("create: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -150,7 +150,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Vm
     let version = tokio::select! {
         v = ready.wait() => v?,
         status = qemu_child.wait() => {
-            return Err(VmError::BootExited {
+            return Err(SandboxError::BootExited {
                 status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
                 qemu_log: launcher::tail(&paths.qemu_log, 5),
                 console: launcher::tail(&paths.console_log, 20),
@@ -163,13 +163,13 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Vm
             }.into());
         }
         () = watchdog::wedged(qemu_pid, &paths.qmp_socket) => {
-            return Err(VmError::BootWedged {
+            return Err(SandboxError::BootWedged {
                 vhost_log: launcher::tail(&paths.vhost_log, 10),
                 console: launcher::tail(&paths.console_log, 20),
             });
         }
         () = tokio::time::sleep(timeout) => {
-            return Err(VmError::BootTimeout {
+            return Err(SandboxError::BootTimeout {
                 secs: opts.timeout.as_secs(),
                 console: launcher::tail(&paths.console_log, 20),
             });
@@ -186,21 +186,21 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Vm
     Ok(SandboxInfo::of(&guard.disarm()))
 }
 
-fn check_resources(opts: &CreateOptions) -> Result<(), VmError> {
+fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
     if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&opts.memory_mib) {
-        return Err(VmError::BadResources(format!(
+        return Err(SandboxError::BadResources(format!(
             "--memory {} MiB is out of range; give {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB} MiB",
             opts.memory_mib
         )));
     }
     if !(1..=MAX_CPUS).contains(&opts.cpus) {
-        return Err(VmError::BadResources(format!(
+        return Err(SandboxError::BadResources(format!(
             "--cpus {} is out of range; give 1 to {MAX_CPUS}",
             opts.cpus
         )));
     }
     if opts.timeout.is_zero() {
-        return Err(VmError::BadResources("--timeout must be more than 0 s".into()));
+        return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
     Ok(())
 }
@@ -217,7 +217,7 @@ impl Cleanup {
         f(&mut self.record);
     }
 
-    fn save(&self) -> Result<(), VmError> {
+    fn save(&self) -> Result<(), SandboxError> {
         Ok(self.record.save()?)
     }
 

@@ -1,34 +1,25 @@
-//! Sandboxes: microVMs booted with QEMU and vhost-device-vsock, each running sbx-agent.
+//! The host's use-cases: what a sandbox can be asked to do, written once under both
+//! faces (the `sbx` subcommands in [`crate::cmd`] and the MCP tools in [`crate::mcp`]).
+//! Plain library functions that return serde-serializable structs and know nothing of
+//! clap or MCP; they call [`crate::vmm`] (QEMU, processes, state files) and
+//! [`crate::client`] (the agent), never a face.
 //!
-//! Plain library functions that the `sbx` subcommands and the MCP tools both call; they
-//! return serde-serializable structs and know nothing of clap.
+//! A new capability (network policy, published ports, snapshots, mounts) is one module
+//! here, with a thin CLI command in `cmd/` and a thin MCP tool in `mcp/tools/` on top.
 //!
-//! - [`dirs`]: where templates and sandbox state live.
-//! - [`template`]: reading `template.json`.
-//! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
-//! - [`process`]: starting detached processes, pid identity, killing.
-//! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
-//! - [`ready`]: the listener for the agent's `READY` announcement.
-//! - [`qmp`]: a few QMP commands (query-status, cont, quit).
-//! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
+//! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
 pub mod create;
-pub mod dirs;
-pub mod launcher;
-pub mod process;
-pub mod qmp;
-pub mod ready;
-pub mod state;
-pub mod template;
-pub mod watchdog;
 
 use std::path::PathBuf;
 
 use sbx_proto::Address;
 use serde::Serialize;
+
+use crate::vmm::{dirs, launcher, process, qmp, ready, state, template, watchdog};
 
 pub use control::{
     Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resolve_blocking, resume,
@@ -37,7 +28,7 @@ pub use create::{CreateOptions, create};
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
-pub enum VmError {
+pub enum SandboxError {
     /// The data or state directory.
     #[error(transparent)]
     Dirs(#[from] dirs::DirsError),
@@ -213,7 +204,7 @@ impl SandboxInfo {
             cid: record.cid,
             accel: record.accel.clone(),
             created_unix_ms: record.created_unix_ms,
-            age_secs: u64::try_from((now_unix_ms() - record.created_unix_ms) / 1000).unwrap_or(0),
+            age_secs: u64::try_from((crate::vmm::now_unix_ms() - record.created_unix_ms) / 1000).unwrap_or(0),
             address: agent_address(record).to_string(),
             qemu_pid: alive_pid(record.qemu),
             vhost_pid: alive_pid(record.vhost),
@@ -229,19 +220,49 @@ pub fn agent_address(record: &state::Record) -> Address {
 }
 
 /// Every sandbox, oldest first.
-pub fn list() -> Result<Vec<SandboxInfo>, VmError> {
+pub fn list() -> Result<Vec<SandboxInfo>, SandboxError> {
     let state = dirs::state_dir()?;
     Ok(state::load_all(&state).iter().flatten().map(SandboxInfo::of).collect())
 }
 
 /// One sandbox, by id, name or unique id prefix.
-pub fn get(name_or_id: &str) -> Result<SandboxInfo, VmError> {
+pub fn get(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
     Ok(SandboxInfo::of(&state::find(&state, name_or_id)?))
 }
 
-/// Now, in Unix milliseconds.
-pub(crate) fn now_unix_ms() -> i64 {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vmm::process::ProcRef;
+    use crate::vmm::state::{Paths, Record};
+
+    #[test]
+    fn a_boot_whose_creator_died_shows_dead_not_starting() {
+        let d = tempfile::tempdir().unwrap();
+        let mut r = Record {
+            id: "cc000001".into(),
+            name: "booting".into(),
+            template: "minimal".into(),
+            memory_mib: 512,
+            cpus: 1,
+            cid: 3,
+            accel: "tcg".into(),
+            created_unix_ms: 1,
+            qemu: ProcRef::of(std::process::id()),
+            vhost: None,
+            creator: None,
+            ready: true,
+            agent_version: None,
+            paused: false,
+            paths: Paths::in_dir(d.path(), false),
+        };
+        r.ready = false;
+        r.creator = ProcRef::of(std::process::id());
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);
+        r.creator = r.creator.map(|p| ProcRef { start_ticks: p.start_ticks + 1, ..p });
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Dead);
+        r.ready = true;
+        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Running);
+    }
 }

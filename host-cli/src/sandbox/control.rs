@@ -7,9 +7,10 @@ use serde::Serialize;
 
 use crate::client::{AgentInfo, Client};
 
-use super::qmp::{self, Qmp};
-use super::state::{self, Record, StateLock};
-use super::{SandboxInfo, SandboxState, VmError, agent_address, dirs, now_unix_ms};
+use super::{SandboxError, SandboxInfo, SandboxState, agent_address};
+use crate::vmm::qmp::{self, Qmp};
+use crate::vmm::state::{self, Record, StateLock};
+use crate::vmm::{dirs, now_unix_ms};
 
 /// How long QEMU gets to quit when asked before it is killed.
 const QUIT_GRACE: Duration = Duration::from_secs(5);
@@ -21,11 +22,11 @@ const FREEZE_GRACE: Duration = Duration::from_secs(5);
 const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Looks a sandbox up and checks that it can run guest code (it may be paused).
-fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, VmError> {
+fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, SandboxError> {
     let record = state::find(state, name_or_id)?;
     match SandboxInfo::of(&record).state {
-        SandboxState::Dead => Err(VmError::Dead(record.name)),
-        SandboxState::Starting => Err(VmError::Starting(record.name)),
+        SandboxState::Dead => Err(SandboxError::Dead(record.name)),
+        SandboxState::Starting => Err(SandboxError::Starting(record.name)),
         SandboxState::Running | SandboxState::Paused => Ok(record),
     }
 }
@@ -41,11 +42,11 @@ fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, VmError> {
 /// backend keeps serving the host side into guest memory until the guest runs again.
 /// The guest's clock is not frozen with it, so sbx boots guests with their lockup and
 /// RCU-stall detectors off (`launcher::qemu_args`).
-pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
+pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
-    let qemu = record.qemu.ok_or_else(|| VmError::Dead(record.name.clone()))?;
+    let qemu = record.qemu.ok_or_else(|| SandboxError::Dead(record.name.clone()))?;
     // Recorded first: whatever stops this call half-way (Ctrl-C, a cancelled MCP call),
     // a frozen VM is never recorded as running, which guest commands would wait on
     // instead of resuming it.
@@ -55,7 +56,7 @@ pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, VmError> {
         qemu.thaw();
         record.paused = false;
         record.save()?;
-        return Err(VmError::Freeze { name: record.name, secs: FREEZE_GRACE.as_secs() });
+        return Err(SandboxError::Freeze { name: record.name, secs: FREEZE_GRACE.as_secs() });
     }
     Ok(SandboxInfo::of(&record))
 }
@@ -73,7 +74,7 @@ pub struct Resumed {
 /// way), then sets the guest clock to the host's: the guest finds its clock moved on by
 /// about the pause, give or take the emulation's drift. Resuming a running sandbox only
 /// sets the clock.
-pub async fn resume(name_or_id: &str) -> Result<Resumed, VmError> {
+pub async fn resume(name_or_id: &str) -> Result<Resumed, SandboxError> {
     let state = dirs::state_dir()?;
     let record = {
         let _lock = StateLock::acquire(&state)?;
@@ -102,8 +103,8 @@ async fn cont_if_stopped(record: &Record) -> Result<(), qmp::QmpError> {
     Ok(())
 }
 
-async fn set_clock(record: &Record) -> Result<i64, VmError> {
-    let failed = |reason: String| VmError::Clock { name: record.name.clone(), reason };
+async fn set_clock(record: &Record) -> Result<i64, SandboxError> {
+    let failed = |reason: String| SandboxError::Clock { name: record.name.clone(), reason };
     let client =
         Client::connect(&agent_address(record), AGENT_TIMEOUT).await.map_err(|e| failed(e.to_string()))?;
     client.set_time(now_unix_ms()).await.map_err(|e| failed(e.to_string()))
@@ -123,7 +124,7 @@ pub struct Inspection {
 
 /// Everything about one sandbox: its record and, if it is running, its agent's Info.
 /// A paused sandbox is not resumed for this.
-pub async fn inspect(name_or_id: &str) -> Result<Inspection, VmError> {
+pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
     let state = dirs::state_dir()?;
     let record = state::find(&state, name_or_id)?;
     let sandbox = SandboxInfo::of(&record);
@@ -142,14 +143,14 @@ pub async fn inspect(name_or_id: &str) -> Result<Inspection, VmError> {
 
 /// The agent address of a sandbox that can run guest code, resuming it first if it is
 /// paused. Dead or still-booting sandboxes are refused with what to do.
-pub async fn resolve(name_or_id: &str) -> Result<Address, VmError> {
+pub async fn resolve(name_or_id: &str) -> Result<Address, SandboxError> {
     let state = dirs::state_dir()?;
     let record = live(&state, name_or_id)?;
     if record.paused {
         match resume(&record.id).await {
             // The guest runs again; a clock left behind is worth a warning, not a refusal.
             Ok(_) => {}
-            Err(e @ VmError::Clock { .. }) => tracing::warn!("{e}"),
+            Err(e @ SandboxError::Clock { .. }) => tracing::warn!("{e}"),
             Err(e) => return Err(e),
         }
     }
@@ -159,7 +160,7 @@ pub async fn resolve(name_or_id: &str) -> Result<Address, VmError> {
 /// [`resolve`] for synchronous callers, even ones running inside a tokio runtime: the
 /// lookup is synchronous, and only a paused sandbox's resume runs on a runtime of its
 /// own in a scoped thread.
-pub fn resolve_blocking(name_or_id: &str) -> Result<Address, VmError> {
+pub fn resolve_blocking(name_or_id: &str) -> Result<Address, SandboxError> {
     let state = dirs::state_dir()?;
     let record = live(&state, name_or_id)?;
     if !record.paused {
@@ -170,7 +171,7 @@ pub fn resolve_blocking(name_or_id: &str) -> Result<Address, VmError> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(VmError::Runtime)?;
+                .map_err(SandboxError::Runtime)?;
             rt.block_on(resolve(&record.id))
         })
         .join()
@@ -201,7 +202,7 @@ pub struct Removed {
 
 /// Stops every process of the named sandboxes (or all) and removes their directories.
 /// Every name is looked up before anything is removed, so a typo removes nothing.
-pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed>, VmError> {
+pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed>, SandboxError> {
     let state = dirs::state_dir()?;
     if !state.is_dir() {
         return match (names.first(), opts.all || opts.force) {
@@ -256,10 +257,10 @@ async fn stop_processes(record: &Record, force: bool) {
     }
 }
 
-fn remove_dir(dir: &std::path::Path) -> Result<(), VmError> {
+fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(VmError::RemoveDir { path: dir.to_path_buf(), source }),
+        Err(source) => Err(SandboxError::RemoveDir { path: dir.to_path_buf(), source }),
     }
 }

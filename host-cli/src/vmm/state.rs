@@ -356,20 +356,6 @@ mod tests {
     }
 
     #[test]
-    fn a_boot_whose_creator_died_shows_dead_not_starting() {
-        use crate::vm::{SandboxInfo, SandboxState};
-        let d = tempfile::tempdir().unwrap();
-        let mut r = record(d.path(), "cc000001", "booting", 3);
-        r.ready = false;
-        r.creator = ProcRef::of(std::process::id());
-        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);
-        r.creator = r.creator.map(|p| ProcRef { start_ticks: p.start_ticks + 1, ..p });
-        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Dead);
-        r.ready = true;
-        assert_eq!(SandboxInfo::of(&r).state, SandboxState::Running);
-    }
-
-    #[test]
     fn refuses_socket_paths_that_are_too_long() {
         let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
         assert!(matches!(check_socket_path_len(&long), Err(StateError::PathTooLong { .. })));

@@ -5,7 +5,7 @@
 //! whole VM stops with it: no guest CPU time, no console output, and no reply on the
 //! QMP socket. It happened once in CI, in the first second of a boot, and stopping
 //! vhost-device-vsock mid-boot shows the same picture. Such a VM never recovers on
-//! its own, so [`crate::vm::create()`] boots it again instead of waiting out its
+//! its own, so [`crate::sandbox::create()`] boots it again instead of waiting out its
 //! timeout.
 //!
 //! A booting guest keeps a host CPU busy. A guest that waits (systemd on a device

@@ -1,0 +1,31 @@
+//! The VMM layer: what it takes to run one microVM on this machine. QEMU's command
+//! line and accelerator, the detached processes (QEMU, vhost-device-vsock), QMP, the
+//! agent's `READY` announcement, and the files that record a sandbox on disk.
+//!
+//! Only [`crate::sandbox`] (and [`crate::template`], for the data directory and
+//! `template.json`) calls into here; the faces (`cmd/`, `mcp/`) never do. Nothing here
+//! imports from the layers above.
+//!
+//! - [`dirs`]: where templates and sandbox state live.
+//! - [`template`]: reading `template.json`.
+//! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
+//! - [`process`]: starting detached processes, pid identity, killing.
+//! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
+//! - [`ready`]: the listener for the agent's `READY` announcement.
+//! - [`qmp`]: a few QMP commands (query-status, cont, quit).
+//! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
+
+pub mod dirs;
+pub mod launcher;
+pub mod process;
+pub mod qmp;
+pub mod ready;
+pub mod state;
+pub mod template;
+pub mod watchdog;
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_unix_ms() -> i64 {
+    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
