@@ -11,7 +11,7 @@ use clap::error::ErrorKind;
 use crate::cli::{Cli, Command, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::connect::ConnectError;
-use crate::target::TargetError;
+use crate::sandbox::TargetError;
 
 /// Runs `sbx` with the process's arguments and returns its exit code.
 pub fn main() -> ExitCode {

@@ -8,7 +8,6 @@
 //!   resuming and removing sandboxes.
 //! - [`vmm`]: what [`sandbox`] runs a microVM with: QEMU's command line, its processes,
 //!   QMP, vhost-device-vsock, the state files.
-//! - [`target`]: which agent a command talks to (`--agent`, `--sandbox`, `NAME:/path`).
 //! - [`template`]: `sbx template build|ls|rm`: baking the agent into your own image.
 //! - [`signal`]: signal names and numbers, for the CLI and the MCP tools alike.
 //! - [`archive`]: host-side zips for `sbx cp` of directories (pack; safe unpack).
@@ -25,6 +24,5 @@ pub mod mcp;
 pub mod output;
 pub mod sandbox;
 pub mod signal;
-pub mod target;
 pub mod template;
 pub mod vmm;

@@ -24,11 +24,11 @@ use tokio::io::AsyncWriteExt;
 
 use super::Ctx;
 use super::file_sink::FileSink;
+use super::location::Location;
 use crate::app::UsageError;
 use crate::archive::{self, ArchiveStats};
 use crate::cli::{CpArgs, DownloadArgs};
 use crate::client::{ArchivePart, ArchiveSummary, Client, ClientError, FileKind, ReadOpts, WriteOpts};
-use crate::target::Location;
 
 /// What a copy did, for `--json` and the human summary.
 #[derive(Debug, Serialize)]

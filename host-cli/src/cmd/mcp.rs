@@ -7,21 +7,14 @@ use std::io::IsTerminal;
 use anyhow::Result;
 
 use crate::cmd::Ctx;
-use crate::mcp::{Pinned, SbxMcp, serve_stdio};
-use crate::target::TargetError;
+use crate::mcp::{SbxMcp, serve_stdio};
+use crate::sandbox::Target;
 
 /// Runs the MCP server until the client closes stdin. `--agent` (or `SBX_AGENT`) pins
 /// the agent that guest tools act on when a call names no sandbox; `--sandbox` (or
 /// `SBX_SANDBOX`) pins a sandbox instead.
 pub(crate) async fn mcp(ctx: &Ctx) -> Result<u8> {
-    let pinned = match (ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref()) {
-        (Some(agent), Some(sandbox)) => {
-            return Err(TargetError::Conflict { agent: agent.to_owned(), sandbox: sandbox.to_owned() }.into());
-        }
-        (Some(agent), None) => Some(Pinned::Agent(agent.parse().map_err(TargetError::BadAddress)?)),
-        (None, Some(sandbox)) => Some(Pinned::Sandbox(sandbox.to_owned())),
-        (None, None) => None,
-    };
+    let pinned = Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?;
     if let Some(pinned) = &pinned {
         tracing::info!("sbx mcp: guest tools default to {pinned}");
     }

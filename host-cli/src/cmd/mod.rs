@@ -14,6 +14,7 @@ mod exec;
 mod file_sink;
 mod files;
 mod jobs;
+mod location;
 mod mcp;
 pub mod sandbox;
 mod system;
@@ -24,7 +25,7 @@ use anyhow::Result;
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::client::Client;
 use crate::output::Output;
-use crate::target;
+use crate::sandbox::target;
 
 /// What every subcommand gets: the global options and where to print.
 pub(crate) struct Ctx {
@@ -42,7 +43,7 @@ impl Ctx {
             env_agent.as_deref(),
             env_sandbox.as_deref(),
         );
-        let addr = target::resolve_target(agent, sandbox)?;
+        let addr = target::resolve_target(agent, sandbox).await?;
         tracing::debug!("connecting to {addr}");
         Ok(Client::connect(&addr, self.global.connect_timeout).await?)
     }
@@ -52,7 +53,7 @@ impl Ctx {
         match sandbox {
             None => self.client().await,
             Some(name) => {
-                let addr = target::sandbox_address(name)?;
+                let addr = target::sandbox_address(name).await?;
                 Ok(Client::connect(&addr, self.global.connect_timeout).await?)
             }
         }

@@ -22,4 +22,4 @@ pub mod shape;
 pub mod tools;
 
 pub use error::ToolError;
-pub use server::{Pinned, SbxMcp, serve_stdio};
+pub use server::{SbxMcp, serve_stdio};

@@ -19,6 +19,7 @@ use sbx_proto::Address;
 use crate::client::Client;
 use crate::mcp::error::ToolError;
 use crate::mcp::shape::{schema_signature, unwrap_descriptions};
+use crate::sandbox::Target;
 
 /// What the server tells a client about itself at `initialize`.
 const INSTRUCTIONS: &str = "Tools to work inside an sbx sandbox: a Linux microVM with its own \
@@ -42,28 +43,10 @@ pub enum ServeError {
     Session(#[source] tokio::task::JoinError),
 }
 
-/// What guest tools act on when a call names no sandbox.
-#[derive(Debug, Clone)]
-pub enum Pinned {
-    /// An agent address (`sbx mcp --agent ADDR`).
-    Agent(Address),
-    /// A sandbox by name or id (`sbx mcp --sandbox NAME`).
-    Sandbox(String),
-}
-
-impl std::fmt::Display for Pinned {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Pinned::Agent(addr) => write!(f, "the agent at {addr}"),
-            Pinned::Sandbox(name) => write!(f, "sandbox `{name}`"),
-        }
-    }
-}
-
 /// The `sbx mcp` server.
 #[derive(Clone)]
 pub struct SbxMcp {
-    pinned: Option<Pinned>,
+    pinned: Option<Target>,
     connect_timeout: Duration,
     router: ToolRouter<SbxMcp>,
     clients: Arc<Mutex<HashMap<Address, Client>>>,
@@ -72,7 +55,7 @@ pub struct SbxMcp {
 impl SbxMcp {
     /// A server whose guest tools act on `pinned` when a call names no sandbox, waiting
     /// at most `connect_timeout` for an agent to answer.
-    pub fn new(pinned: Option<Pinned>, connect_timeout: Duration) -> Self {
+    pub fn new(pinned: Option<Target>, connect_timeout: Duration) -> Self {
         let mut router = Self::exec_router()
             + Self::jobs_router()
             + Self::files_router()
@@ -89,20 +72,20 @@ impl SbxMcp {
     }
 
     /// What guest tools act on when a call names no sandbox.
-    pub fn pinned(&self) -> Option<&Pinned> {
+    pub fn pinned(&self) -> Option<&Target> {
         self.pinned.as_ref()
     }
 
     /// The agent address a guest tool acts on: the sandbox the call names (resumed if
     /// paused), else the pinned agent or sandbox.
     pub(crate) async fn address(&self, sandbox_id: Option<&str>) -> Result<Address, ToolError> {
-        let sandbox = match (sandbox_id.filter(|id| !id.is_empty()), &self.pinned) {
-            (Some(id), _) => id,
-            (None, Some(Pinned::Sandbox(name))) => name.as_str(),
-            (None, Some(Pinned::Agent(addr))) => return Ok(addr.clone()),
-            (None, None) => return Err(ToolError::NoAgent),
-        };
-        Ok(crate::sandbox::resolve(sandbox).await?)
+        let target = self.target(sandbox_id).ok_or(ToolError::NoAgent)?;
+        Ok(target.address().await?)
+    }
+
+    /// What a guest tool acts on: the sandbox the call names, else the pinned target.
+    pub(crate) fn target(&self, sandbox_id: Option<&str>) -> Option<Target> {
+        Target::named_or(sandbox_id, self.pinned.as_ref())
     }
 
     /// A client for the agent a guest tool acts on (see [`SbxMcp::address`]): the kept
@@ -124,12 +107,7 @@ impl SbxMcp {
 
     /// How hints name the target on an `sbx` command line.
     pub(crate) fn target_flag(&self, sandbox_id: Option<&str>) -> String {
-        match (sandbox_id.filter(|id| !id.is_empty()), &self.pinned) {
-            (Some(id), _) => format!("--sandbox {id}"),
-            (None, Some(Pinned::Sandbox(name))) => format!("--sandbox {name}"),
-            (None, Some(Pinned::Agent(addr))) => format!("--agent {addr}"),
-            (None, None) => "--agent ADDR".to_owned(),
-        }
+        self.target(sandbox_id).map_or_else(|| "--agent ADDR".to_owned(), |t| t.flag())
     }
 }
 

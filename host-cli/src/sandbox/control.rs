@@ -157,28 +157,6 @@ pub async fn resolve(name_or_id: &str) -> Result<Address, SandboxError> {
     Ok(agent_address(&record))
 }
 
-/// [`resolve`] for synchronous callers, even ones running inside a tokio runtime: the
-/// lookup is synchronous, and only a paused sandbox's resume runs on a runtime of its
-/// own in a scoped thread.
-pub fn resolve_blocking(name_or_id: &str) -> Result<Address, SandboxError> {
-    let state = dirs::state_dir()?;
-    let record = live(&state, name_or_id)?;
-    if !record.paused {
-        return Ok(agent_address(&record));
-    }
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(SandboxError::Runtime)?;
-            rt.block_on(resolve(&record.id))
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
 /// How `remove` behaves.
 #[derive(Debug, Clone, Copy, Default, serde::Deserialize)]
 #[serde(default)]

@@ -9,10 +9,12 @@
 //!
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
+//! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
 //! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
 pub mod create;
+pub mod target;
 
 use std::path::PathBuf;
 
@@ -21,10 +23,9 @@ use serde::Serialize;
 
 use crate::vmm::{dirs, launcher, process, qmp, ready, state, template, watchdog};
 
-pub use control::{
-    Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resolve_blocking, resume,
-};
+pub use control::{Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resume};
 pub use create::{CreateOptions, create};
+pub use target::{Target, TargetError};
 
 /// Why a sandbox operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +114,6 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
-    /// No runtime could be started to resume a paused sandbox.
-    #[error("could not start the async runtime needed to resume the sandbox")]
-    Runtime(#[source] std::io::Error),
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]
     Interrupted,

@@ -247,8 +247,8 @@ pub fn tail(path: &Path, lines: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::vmm::template::InitKind;
     use super::*;
+    use crate::vmm::template::InitKind;
 
     fn template(rootfs: bool, cmdline: &str) -> Template {
         Template {

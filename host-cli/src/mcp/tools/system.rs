@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::AgentInfo;
 use crate::mcp::error::ToolError;
-use crate::mcp::server::{Pinned, SbxMcp};
+use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::rfc3339_ms;
 use crate::mcp::tools::sandboxes::SandboxView;
+use crate::sandbox::Target;
 
 /// Arguments of `sandbox_info`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -103,10 +104,9 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<InfoArgs>,
     ) -> Result<Json<InfoOutput>, ToolError> {
-        let sandbox = match (args.sandbox_id.filter(|id| !id.is_empty()), self.pinned()) {
-            (Some(id), _) => id,
-            (None, Some(Pinned::Sandbox(name))) => name.clone(),
-            (None, _) => {
+        let sandbox = match self.target(args.sandbox_id.as_deref()) {
+            Some(Target::Sandbox(name)) => name,
+            _ => {
                 let client = self.client(None).await?;
                 let info = client.info().await?;
                 return Ok(Json(InfoOutput {
