@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use sbx::client::{Client, ExecSpec, ListOpts, ReadOpts, WriteOpts};
+use sbx::sandbox::files::read_to_vec;
 
 use crate::floors::{self, PingPong};
 use crate::peers::{Workload, kib_text};
@@ -88,7 +89,7 @@ pub(crate) async fn latency(
         warmup,
         n,
         || async {
-            let data = bounded("ReadFile", c.read_to_vec(&path, ReadOpts::default(), 1 << 20)).await?;
+            let data = bounded("ReadFile", read_to_vec(c, &path, ReadOpts::default(), 1 << 20)).await?.data;
             ensure!(data.len() == 1024, "read {} bytes, not 1024", data.len());
             Ok(())
         },

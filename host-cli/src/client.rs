@@ -190,21 +190,6 @@ impl Client {
         Ok(FileRead { file_size, chunks: stream::iter(first).chain(rest).boxed() })
     }
 
-    /// Reads a file (or a slice) into memory, refusing more than `limit` bytes.
-    pub async fn read_to_vec(&self, path: &str, mut opts: ReadOpts, limit: u64) -> Result<Vec<u8>> {
-        opts.max_bytes = Some(opts.max_bytes.map_or(limit, |m| m.min(limit)));
-        let mut read = self.read_file(path, opts).await?;
-        let mut out = Vec::new();
-        while let Some(chunk) = read.chunks.next().await {
-            let chunk = chunk?;
-            if (out.len() + chunk.len()) as u64 > limit {
-                return Err(ClientError::TooLarge { path: path.to_string(), limit });
-            }
-            out.extend_from_slice(&chunk);
-        }
-        Ok(out)
-    }
-
     /// Writes `data` to a guest file atomically: the file appears only if every byte
     /// arrived. A failure reading `data` abandons the call and the guest keeps nothing.
     pub async fn write_file<R>(&self, path: &str, opts: WriteOpts, data: R) -> Result<WriteResult>

@@ -20,7 +20,7 @@ pub(super) async fn cat(ctx: &Ctx, args: CatArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let opts = ReadOpts { offset: args.offset, length: args.length, max_bytes: None };
     if ctx.out.json {
-        let data = client.read_to_vec(&args.path, opts, JSON_READ_LIMIT).await?;
+        let data = crate::sandbox::files::read_to_vec(&client, &args.path, opts, JSON_READ_LIMIT).await?.data;
         let doc = serde_json::json!({
             "path": args.path,
             "offset": args.offset,

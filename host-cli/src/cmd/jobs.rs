@@ -8,6 +8,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::Ctx;
 use crate::cli::{JobCommand, JobKillArgs, JobLogsArgs, JobWaitArgs, RunArgs};
 use crate::client::{Client, Job, JobState, ReadOpts, TIMEOUT_EXIT_CODE};
+use crate::sandbox::files;
 
 /// Cap on a log read into memory for `sbx job logs --json`.
 const JSON_LOG_LIMIT: u64 = 16 * 1024 * 1024;
@@ -151,7 +152,7 @@ async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     let job = client.job(&args.id).await?;
     let log = if args.stderr { &job.stderr.log_path } else { &job.stdout.log_path };
     if ctx.out.json {
-        let data = client.read_to_vec(log, ReadOpts::default(), JSON_LOG_LIMIT).await?;
+        let data = files::read_to_vec(&client, log, ReadOpts::default(), JSON_LOG_LIMIT).await?.data;
         let doc = serde_json::json!({
             "id": job.id,
             "stream": if args.stderr { "stderr" } else { "stdout" },

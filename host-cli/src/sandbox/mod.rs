@@ -9,11 +9,13 @@
 //!
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
+//! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
 //! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
 pub mod create;
+pub mod files;
 pub mod target;
 
 use std::path::PathBuf;

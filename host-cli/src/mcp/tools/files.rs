@@ -1,7 +1,6 @@
 //! File tools: `sandbox_files_read`, `_write`, `_list`, `_remove`, `_move`, `_mkdir`.
 
 use bytes::Bytes;
-use futures::StreamExt;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{Json, tool, tool_router};
@@ -14,6 +13,7 @@ use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
 use crate::mcp::listing::{self, Line, Stat};
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{format_mode, from_base64, parse_mode, rfc3339_ms, to_base64};
+use crate::sandbox::files;
 
 /// Entries one `sandbox_files_list` returns at most.
 pub const MAX_LIST_ENTRIES: u32 = 1000;
@@ -370,18 +370,15 @@ impl SbxMcp {
         let offset = args.offset.unwrap_or(0);
         let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
         let client = self.client(args.sandbox_id.as_deref()).await?;
-        let mut read = client.read_file(&args.path, opts).await.map_err(read_error)?;
-        let mut data = Vec::new();
-        while let Some(chunk) = read.chunks.next().await {
-            let chunk = chunk.map_err(read_error)?;
-            if (data.len() + chunk.len()) as u64 > MAX_INLINE_READ {
-                let agent =
-                    format!("{} has more than {MAX_INLINE_READ} bytes from offset {offset}", args.path);
-                return Err(ToolError::ReadTooLarge { agent });
-            }
-            data.extend_from_slice(&chunk);
-        }
-        let slice = offset > 0 || length.is_some_and(|n| n < read.file_size);
+        let read =
+            files::read_to_vec(&client, &args.path, opts, MAX_INLINE_READ).await.map_err(|e| match e {
+                ClientError::TooLarge { path, limit } => ToolError::ReadTooLarge {
+                    agent: format!("{path} has more than {limit} bytes from offset {offset}"),
+                },
+                e => read_error(e),
+            })?;
+        let (data, file_size) = (read.data, read.file_size);
+        let slice = offset > 0 || length.is_some_and(|n| n < file_size);
         let (encoding, content, note) = encode_read(&data, slice);
         let bytes = data.len() as u64;
         Ok(Json(ReadOutput {
@@ -390,8 +387,8 @@ impl SbxMcp {
             content,
             offset,
             bytes,
-            size: read.file_size,
-            eof: offset.saturating_add(bytes) >= read.file_size,
+            size: file_size,
+            eof: offset.saturating_add(bytes) >= file_size,
             notes: note.into_iter().collect(),
         }))
     }
