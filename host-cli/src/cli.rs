@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::sandbox::mode::parse_mode;
+
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
 pub const EXIT_UNREACHABLE: u8 = 69;
 /// Exit code of a usage error (bad flags, bad address, no agent given).
@@ -399,13 +401,6 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
     }
 }
 
-fn parse_mode(s: &str) -> Result<u32, String> {
-    match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
-        Ok(m) if m <= 0o7777 => Ok(m),
-        _ => Err(format!("`{s}` is not an octal mode like 644 or 0755")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,8 +413,6 @@ mod tests {
 
     #[test]
     fn values() {
-        assert_eq!(parse_mode("755"), Ok(0o755));
-        assert!(parse_mode("9").is_err());
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());
     }

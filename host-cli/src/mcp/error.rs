@@ -8,6 +8,7 @@ use rmcp::model::{ContentBlock, IntoContents};
 
 use crate::client::ClientError;
 use crate::sandbox::SandboxError;
+use crate::sandbox::mode::ModeError;
 use crate::vmm::state::StateError;
 
 /// Bytes of inline content `sandbox_files_write` accepts (after base64 decoding).
@@ -168,6 +169,12 @@ impl ToolError {
             source = cause.source();
         }
         text
+    }
+}
+
+impl From<ModeError> for ToolError {
+    fn from(error: ModeError) -> Self {
+        ToolError::BadMode { got: error.got }
     }
 }
 

@@ -51,21 +51,6 @@ pub fn from_base64(text: &str) -> Result<Vec<u8>, ToolError> {
     BASE64.decode(compact.as_bytes()).map_err(|source| ToolError::BadBase64 { source })
 }
 
-/// Parses an octal permission mode such as `"644"`, `"0755"` or `"0o600"`.
-pub fn parse_mode(text: &str) -> Result<u32, ToolError> {
-    let digits = text.trim();
-    let digits = digits.strip_prefix("0o").unwrap_or(digits);
-    let bad = || ToolError::BadMode { got: text.to_owned() };
-    if digits.is_empty() || digits.len() > 5 {
-        return Err(bad());
-    }
-    let mode = u32::from_str_radix(digits, 8).map_err(|_| bad())?;
-    if mode > 0o7777 || mode == 0 {
-        return Err(bad());
-    }
-    Ok(mode)
-}
-
 /// `0644`-style rendering of permission bits.
 pub fn format_mode(mode: u32) -> String {
     format!("{:04o}", mode & 0o7777)
@@ -161,13 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn modes_are_octal_strings() {
-        assert_eq!(parse_mode("644").unwrap(), 0o644);
-        assert_eq!(parse_mode("0755").unwrap(), 0o755);
-        assert_eq!(parse_mode("0o600").unwrap(), 0o600);
-        assert!(parse_mode("rw-r--r--").is_err());
-        assert!(parse_mode("99").is_err());
-        assert!(parse_mode("17777").is_err());
+    fn modes_render_as_four_octal_digits() {
         assert_eq!(format_mode(0o100644), "0644");
     }
 

@@ -10,12 +10,14 @@
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
+//! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
 //! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
 pub mod create;
 pub mod files;
+pub mod mode;
 pub mod target;
 
 use std::path::PathBuf;

@@ -12,8 +12,9 @@ use crate::client::{ClientError, FileEntry, FileKind, ListOpts, ReadOpts, WriteO
 use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
 use crate::mcp::listing::{self, Line, Stat};
 use crate::mcp::server::SbxMcp;
-use crate::mcp::shape::{format_mode, from_base64, parse_mode, rfc3339_ms, to_base64};
+use crate::mcp::shape::{format_mode, from_base64, rfc3339_ms, to_base64};
 use crate::sandbox::files;
+use crate::sandbox::mode::parse_mode;
 
 /// Entries one `sandbox_files_list` returns at most.
 pub const MAX_LIST_ENTRIES: u32 = 1000;
