@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 
 use crate::cli::{Cli, Command, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::client::ClientError;
+use crate::cmd::UsageError;
 use crate::connect::ConnectError;
 use crate::sandbox::TargetError;
 
@@ -116,11 +117,6 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
     }
     (EXIT_FAILURE, "error")
 }
-
-/// A command line that parsed but makes no sense (e.g. `sbx cp a b` with two host paths).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
 
 fn report(e: &anyhow::Error, json: bool) -> ExitCode {
     // Decided by where the error came from, not by its kind: only a write to stdout

@@ -23,9 +23,9 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
 use super::Ctx;
+use super::UsageError;
 use super::file_sink::FileSink;
 use super::location::Location;
-use crate::app::UsageError;
 use crate::archive::{self, ArchiveStats};
 use crate::cli::{CpArgs, DownloadArgs};
 use crate::client::{ArchivePart, ArchiveSummary, Client, ClientError, FileKind, ReadOpts, WriteOpts};

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Ctx;
-use crate::app::UsageError;
+use super::UsageError;
 use crate::cli::{CommandArgs, ExecArgs};
 use crate::client::{ClientError, ExecEvent, ExecSpec};
 

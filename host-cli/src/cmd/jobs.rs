@@ -143,7 +143,7 @@ fn show(ctx: &Ctx, job: &Job) -> Result<()> {
 /// `sbx job logs`: the whole log file, streamed.
 async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     if args.follow && ctx.out.json {
-        return Err(crate::app::UsageError("--follow prints raw output; drop --json".to_string()).into());
+        return Err(super::UsageError("--follow prints raw output; drop --json".to_string()).into());
     }
     let client = ctx.client().await?;
     if args.follow {

@@ -1,26 +1,35 @@
-//! The subcommands: each is a thin caller of [`crate::client::Client`] that prints the
-//! result. One module per group.
+//! The CLI face: one module per group of subcommands, each a thin adapter that takes its
+//! arguments from [`crate::cli`], calls the use-case layer ([`crate::sandbox`],
+//! [`crate::template`]) or the typed client ([`crate::client::Client`]), and prints the
+//! result through [`crate::output`]. Commands never import [`crate::app`] or [`crate::mcp`].
 //!
 //! - `exec` lives in `exec`;
 //! - `run`, `jobs`, `job status|wait|kill|logs` in `jobs`;
-//! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in `files`;
-//! - `cp` (both directions, files and directories) and `download` in `cp`;
+//! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in `files` (with `file_sink`,
+//!   where a download lands);
+//! - `cp` (both directions, files and directories) and `download` in `cp`, with the
+//!   `:/path` / `NAME:/path` grammar in `location`;
 //! - `info` and `completions` in `system`;
-//! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]).
-//! - [`sandbox`]: `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle).
+//! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]);
+//! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`;
+//! - `template build|ls|rm` in `template`;
+//! - [`UsageError`] (in `error`): a command line that parsed but makes no sense.
 
 mod cp;
+mod error;
 mod exec;
 mod file_sink;
 mod files;
 mod jobs;
 mod location;
 mod mcp;
-pub mod sandbox;
+mod sandbox;
 mod system;
-pub mod template;
+mod template;
 
 use anyhow::Result;
+
+pub use error::UsageError;
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::client::Client;

@@ -3,99 +3,33 @@
 //! Thin callers of [`crate::sandbox`].
 
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Args, Subcommand};
 
 use super::Ctx;
-use crate::app::UsageError;
+use super::UsageError;
+use crate::cli::{CreateArgs, SandboxArg, SandboxCommand};
 use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxError};
-use crate::vmm::template::DEFAULT_TEMPLATE;
 
-/// The sandbox lifecycle subcommands, flattened into the top level.
-#[derive(Debug, Subcommand)]
-pub enum SandboxCommand {
-    /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
-    #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
-                            sbx -s dev exec -- uname -a")]
-    Create(CreateArgs),
-    /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
-    Inspect(SandboxArg),
-    /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it stopped.
-    Pause(SandboxArg),
-    /// Resume a paused sandbox and set its clock to the host's.
-    Resume(SandboxArg),
-    /// Stop sandboxes and delete everything they started and wrote (dead ones too).
-    #[command(visible_alias = "destroy")]
-    Kill(KillArgs),
-}
-
-/// `sbx create`.
-#[derive(Debug, Args)]
-pub struct CreateArgs {
-    /// Template to boot: `minimal` (built by rootfs/setup.sh), `debian`, or your own.
-    #[arg(long, short = 't', default_value = DEFAULT_TEMPLATE)]
-    pub template: String,
-    /// Name for the sandbox (letters, digits, `-`, `_`, `.`); default: a generated one.
-    #[arg(long, short = 'n')]
-    pub name: Option<String>,
-    /// Guest memory in MiB.
-    #[arg(long, short = 'm', default_value_t = 512, value_name = "MiB")]
-    pub memory: u32,
-    /// Guest vCPUs.
-    #[arg(long, default_value_t = 1)]
-    pub cpus: u32,
-    /// How long to wait for the agent to come up, e.g. 120s, 5m.
-    #[arg(long, default_value = "120s", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub timeout: Duration,
-}
-
-/// A subcommand taking one sandbox.
-#[derive(Debug, Args)]
-pub struct SandboxArg {
-    /// Sandbox name, id, or unique id prefix; default: the global --sandbox.
-    #[arg(value_name = "SANDBOX")]
-    pub name: Option<String>,
-}
-
-impl SandboxArg {
-    /// The sandbox named here, else the one from `-s` / `SBX_SANDBOX`.
-    fn pick(&self, ctx: &Ctx, verb: &str) -> Result<String> {
-        match self.name.clone().or_else(|| ctx.global.sandbox.clone()) {
-            Some(name) => Ok(name),
-            None => {
-                Err(UsageError(format!("name the sandbox: `sbx {verb} NAME` (`sbx ls` lists them)")).into())
-            }
-        }
+/// The sandbox named here, else the one from `-s` / `SBX_SANDBOX`.
+fn pick(arg: &SandboxArg, ctx: &Ctx, verb: &str) -> Result<String> {
+    match arg.name.clone().or_else(|| ctx.global.sandbox.clone()) {
+        Some(name) => Ok(name),
+        None => Err(UsageError(format!("name the sandbox: `sbx {verb} NAME` (`sbx ls` lists them)")).into()),
     }
-}
-
-/// `sbx kill`.
-#[derive(Debug, Args)]
-pub struct KillArgs {
-    /// Sandbox names or ids.
-    #[arg(value_name = "SANDBOX", required_unless_present = "all")]
-    pub sandboxes: Vec<String>,
-    /// Remove every sandbox.
-    #[arg(long)]
-    pub all: bool,
-    /// Kill at once instead of asking QEMU to quit, and skip names that do not exist.
-    #[arg(long, short = 'f')]
-    pub force: bool,
 }
 
 /// Runs one lifecycle subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
     match cmd {
         SandboxCommand::Create(a) => create(ctx, a).await,
-        SandboxCommand::Inspect(a) => inspect(ctx, &a.pick(ctx, "inspect")?).await,
+        SandboxCommand::Inspect(a) => inspect(ctx, &pick(&a, ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
-            let info = sandbox::pause(&a.pick(ctx, "pause")?).await?;
+            let info = sandbox::pause(&pick(&a, ctx, "pause")?).await?;
             print(ctx, &info, &format!("{} {}\n", info.name, info.state.as_str()))
         }
         SandboxCommand::Resume(a) => {
-            let r = sandbox::resume(&a.pick(ctx, "resume")?).await?;
+            let r = sandbox::resume(&pick(&a, ctx, "resume")?).await?;
             let text = format!(
                 "{} {} (clock moved {} ms)\n",
                 r.sandbox.name,

@@ -1,69 +1,14 @@
 //! `sbx template build|ls|rm`: thin callers of [`crate::template`].
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::{Args, Subcommand, ValueEnum};
 
 use super::Ctx;
+use crate::cli::{BuildArgs, InitArg, TemplateCommand};
 use crate::output::human_bytes;
 use crate::template::{self, BuildOptions, Source};
 use crate::vmm::template::InitKind;
-
-/// `sbx template ...`.
-#[derive(Debug, Subcommand)]
-pub enum TemplateCommand {
-    /// Bake the agent into your own root filesystem and install it as a template.
-    #[command(after_help = "Examples:\n  \
-        sudo sbx template build --from ./rootfs --name mine\n  \
-        docker export $(docker create ubuntu:24.04) > ubuntu.tar\n  \
-        sudo sbx template build --from ubuntu.tar --name ubuntu\n  \
-        sudo sbx template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
-        sbx create --template mine")]
-    Build(BuildArgs),
-    /// List the installed templates.
-    Ls,
-    /// Remove templates (running sandboxes made from them keep running).
-    Rm(RmArgs),
-}
-
-/// What runs as PID 1 in the new template.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum InitArg {
-    /// sbx-agent is PID 1 (fast; no services start).
-    Agent,
-    /// systemd is PID 1 and starts sbx-agent.service (the tree must have systemd).
-    Systemd,
-}
-
-/// `sbx template build`.
-#[derive(Debug, Args)]
-pub struct BuildArgs {
-    /// The root filesystem: a directory, or a tarball (.tar, .tar.gz, .tar.xz, .tar.zst).
-    #[arg(long, value_name = "DIR|TARBALL")]
-    pub from: PathBuf,
-    /// The template's name (letters, digits, `-`, `_`, `.`).
-    #[arg(long, short = 'n')]
-    pub name: String,
-    /// What runs as PID 1.
-    #[arg(long, value_enum, default_value = "agent")]
-    pub init: InitArg,
-    /// Size of the ext4 image, e.g. 4G or 512M (sparse); default: the tree plus room.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub size: Option<u64>,
-    /// Replace a template of the same name.
-    #[arg(long, short = 'f')]
-    pub force: bool,
-}
-
-/// `sbx template rm`.
-#[derive(Debug, Args)]
-pub struct RmArgs {
-    /// Template names.
-    #[arg(required = true, value_name = "NAME")]
-    pub names: Vec<String>,
-}
 
 /// Runs one `sbx template` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
@@ -151,35 +96,5 @@ fn init_name(init: InitKind) -> &'static str {
     match init {
         InitKind::Agent => "agent",
         InitKind::Systemd => "systemd",
-    }
-}
-
-/// `4G`, `512M`, `1048576`: a size in bytes (K, M, G, T are powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (digits, shift) = match s.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&s[..s.len() - 1], 10),
-        Some('M') => (&s[..s.len() - 1], 20),
-        Some('G') => (&s[..s.len() - 1], 30),
-        Some('T') => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: u64 =
-        digits.parse().map_err(|_| format!("`{s}` is not a size; use e.g. 4G, 512M or a byte count"))?;
-    let bytes = n.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"))?;
-    if bytes < 64 << 20 {
-        return Err(format!("`{s}` is too small for an ext4 root filesystem; use at least 64M"));
-    }
-    Ok(bytes)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn sizes() {
-        assert_eq!(super::parse_size("4G"), Ok(4 << 30));
-        assert_eq!(super::parse_size("512m"), Ok(512 << 20));
-        assert!(super::parse_size("1K").unwrap_err().contains("at least 64M"));
-        assert!(super::parse_size("lots").unwrap_err().contains("not a size"));
     }
 }

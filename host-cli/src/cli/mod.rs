@@ -1,0 +1,207 @@
+//! The `sbx` command line, as clap types: every flag and subcommand of `sbx` is declared
+//! here and nowhere else, so the subcommands in [`crate::cmd`] take their arguments from
+//! this module and this module imports nothing from them (nor from [`crate::app`]).
+//!
+//! - this file: [`Cli`], the global options, [`Command`] (the subcommand list), the exit
+//!   codes, and the value parsers shared by several areas;
+//! - `guest`: what acts inside a guest: exec, run and jobs, the file commands, cp,
+//!   download;
+//! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
+//! - `template`: `sbx template build|ls|rm`.
+//!
+//! A new group adds one file here, one variant of [`Command`], and one match arm in
+//! `cmd::run`.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+mod guest;
+mod sandbox;
+mod template;
+
+pub use guest::{
+    CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
+    JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, WriteArgs,
+};
+pub use sandbox::{CreateArgs, KillArgs, SandboxArg, SandboxCommand};
+pub use template::{BuildArgs, InitArg, TemplateCommand, TemplateRmArgs};
+
+/// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
+pub const EXIT_UNREACHABLE: u8 = 69;
+/// Exit code of a usage error (bad flags, bad address, no agent given).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code of any other failure (the agent refused, a local file failed...).
+pub const EXIT_FAILURE: u8 = 1;
+
+const AFTER_HELP: &str = "\
+Examples:
+  sbx --agent unix:///tmp/agent.sock info
+  export SBX_AGENT=hvsock:///run/vm/v.sock:1024
+  sbx exec -- uname -a
+  sbx exec --cwd /work -e CI=1 --timeout 5m -- make test
+  echo 'print(6*7)' | sbx exec -- python3 -
+  sbx run -d -- ./server --port 8080 && sbx jobs
+  sbx cp ./src :/work/src        sbx cp :/work/out.tar.gz .
+  sbx cat /etc/os-release        sbx ls -R --depth 2 /work
+
+Guest paths for `sbx cp` are written `:/path` (the current agent) or `NAME:/path` (a
+sandbox). Every command takes --json and then prints one JSON document on stdout;
+errors go to stderr as {\"error\": {...}}.
+
+Exit codes:
+  0        success (for exec: the remote command's own code is passed through)
+  1        the agent refused the request, or a local file operation failed
+  2        usage error: bad flags, bad address, no agent given
+  69       no agent answered (EX_UNAVAILABLE): the VM is down or not booted yet
+  124      exec: the command hit its --timeout and was killed
+  128+N    exec: the command was killed by signal N";
+
+/// sbx: run commands and move files in a microVM sandbox through its agent.
+#[derive(Debug, Parser)]
+#[command(name = "sbx", version, about, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    /// Options every subcommand takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalArgs {
+    /// Agent address: vsock://CID:PORT, hvsock:///PATH:PORT, unix:///PATH or tcp://HOST:PORT.
+    #[arg(long, global = true, env = "SBX_AGENT", value_name = "ADDR")]
+    pub agent: Option<String>,
+    /// Sandbox to talk to, by name or id (instead of --agent).
+    #[arg(short = 's', long, global = true, env = "SBX_SANDBOX", value_name = "NAME")]
+    pub sandbox: Option<String>,
+    /// How long to wait for the agent to answer, e.g. 5s, 500ms, 1m.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+    /// Print one JSON document on stdout (errors as JSON on stderr).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More logs on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in the guest, streaming its output; exits with its exit code.
+    #[command(
+        after_help = "Examples:\n  sbx exec -- ls -la /\n  sbx exec --sh 'cd /work && make 2>&1 | tail'\n  \
+                            tar c . | sbx exec --cwd /work -- tar x\n  sbx exec --capture --json -- cat /etc/hostname"
+    )]
+    Exec(ExecArgs),
+    /// Start a background job; with -d print its id and return at once.
+    #[command(after_help = "Examples:\n  sbx run -d -- python3 -m http.server 8000\n  sbx run -- sleep 3")]
+    Run(RunArgs),
+    /// List the background jobs.
+    Jobs,
+    /// Inspect or control one background job.
+    #[command(subcommand)]
+    Job(JobCommand),
+    /// Print a guest file to stdout (binary-safe).
+    #[command(
+        after_help = "Examples:\n  sbx cat /etc/os-release\n  sbx cat --offset 100 --length 20 /var/log/big.log"
+    )]
+    Cat(CatArgs),
+    /// Write stdin (or --from FILE) to a guest file, atomically.
+    #[command(
+        after_help = "Examples:\n  echo hello | sbx write /work/hello.txt\n  sbx write --from ./run.sh --mode 755 /work/run.sh"
+    )]
+    Write(WriteArgs),
+    /// List a guest directory; with no PATH, list the sandboxes.
+    #[command(
+        after_help = "Examples:\n  sbx ls /work\n  sbx ls -R --depth 2 /etc\n  sbx ls --names /usr/bin\n  sbx ls"
+    )]
+    Ls(LsArgs),
+    /// Show a guest file's metadata.
+    Stat(PathArg),
+    /// Remove a guest file (-r: a directory and everything in it).
+    Rm(RmArgs),
+    /// Move or rename a guest file.
+    Mv(MvArgs),
+    /// Create a guest directory.
+    Mkdir(MkdirArgs),
+    /// Copy files or directories between host and guest (guest paths: `:/path`).
+    #[command(
+        after_help = "Examples:\n  sbx cp ./data.bin :/work/data.bin\n  sbx cp :/work/results ./results\n  \
+                            sbx cp ./project :/work            (copies into /work/project)\n  sbx cp dev:/etc/hosts hosts"
+    )]
+    Cp(CpArgs),
+    /// Download a guest directory as a zip archive.
+    #[command(
+        after_help = "Examples:\n  sbx download /work -o work.zip\n  sbx download /work -o - | bsdtar -tf -"
+    )]
+    Download(DownloadArgs),
+    /// Show the agent's version and its machine's resources; with a sandbox name, the
+    /// sandbox too (as `sbx inspect`).
+    #[command(
+        after_help = "Examples:\n  sbx --agent unix:///tmp/agent.sock info\n  sbx info dev\n  sbx -s dev info --json"
+    )]
+    Info(InfoArgs),
+    /// Serve the agent's abilities as MCP tools on stdin/stdout (for Claude Code, Cursor, ...).
+    #[command(after_help = "Examples:\n  claude mcp add sbx -- sbx mcp --agent unix:///tmp/agent.sock\n  \
+                            SBX_SANDBOX=dev sbx mcp\n\nSee docs/mcp.md for Cursor, VS Code, Windsurf and Codex.")]
+    Mcp,
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  sbx completions bash > /etc/bash_completion.d/sbx\n  sbx completions zsh > ~/.zfunc/_sbx"
+    )]
+    Completions(CompletionsArgs),
+    /// The sandbox lifecycle: create, inspect, pause, resume, kill.
+    #[command(flatten)]
+    Sandbox(SandboxCommand),
+    /// Templates: bake the agent into your own root filesystem, list, remove.
+    #[command(subcommand)]
+    Template(TemplateCommand),
+}
+
+/// `sbx info`.
+#[derive(Debug, Clone, Args)]
+pub struct InfoArgs {
+    /// A sandbox name or id: show its state, template, resources and pids as well.
+    #[arg(value_name = "SANDBOX")]
+    pub name: Option<String>,
+}
+
+/// `sbx completions`.
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    pub shell: clap_complete::Shell,
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e}; write a duration like 30s, 500ms, 5m"))
+}
+
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not K=V")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env("=x").is_err());
+    }
+}

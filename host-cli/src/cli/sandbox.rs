@@ -1,0 +1,68 @@
+//! The arguments of the sandbox lifecycle: `sbx create`, `inspect`, `pause`, `resume`,
+//! `kill`, flattened into the top level of the command line.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use crate::vmm::template::DEFAULT_TEMPLATE;
+
+/// The sandbox lifecycle subcommands, flattened into the top level.
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
+    #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
+                            sbx -s dev exec -- uname -a")]
+    Create(CreateArgs),
+    /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
+    Inspect(SandboxArg),
+    /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it stopped.
+    Pause(SandboxArg),
+    /// Resume a paused sandbox and set its clock to the host's.
+    Resume(SandboxArg),
+    /// Stop sandboxes and delete everything they started and wrote (dead ones too).
+    #[command(visible_alias = "destroy")]
+    Kill(KillArgs),
+}
+
+/// `sbx create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Template to boot: `minimal` (built by rootfs/setup.sh), `debian`, or your own.
+    #[arg(long, short = 't', default_value = DEFAULT_TEMPLATE)]
+    pub template: String,
+    /// Name for the sandbox (letters, digits, `-`, `_`, `.`); default: a generated one.
+    #[arg(long, short = 'n')]
+    pub name: Option<String>,
+    /// Guest memory in MiB.
+    #[arg(long, short = 'm', default_value_t = 512, value_name = "MiB")]
+    pub memory: u32,
+    /// Guest vCPUs.
+    #[arg(long, default_value_t = 1)]
+    pub cpus: u32,
+    /// How long to wait for the agent to come up, e.g. 120s, 5m.
+    #[arg(long, default_value = "120s", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+/// A subcommand taking one sandbox.
+#[derive(Debug, Args)]
+pub struct SandboxArg {
+    /// Sandbox name, id, or unique id prefix; default: the global --sandbox.
+    #[arg(value_name = "SANDBOX")]
+    pub name: Option<String>,
+}
+
+/// `sbx kill`.
+#[derive(Debug, Args)]
+pub struct KillArgs {
+    /// Sandbox names or ids.
+    #[arg(value_name = "SANDBOX", required_unless_present = "all")]
+    pub sandboxes: Vec<String>,
+    /// Remove every sandbox.
+    #[arg(long)]
+    pub all: bool,
+    /// Kill at once instead of asking QEMU to quit, and skip names that do not exist.
+    #[arg(long, short = 'f')]
+    pub force: bool,
+}
