@@ -10,6 +10,8 @@
 //! - [`listing`]: the one-line-per-entry text of a directory listing.
 //! - [`error`]: [`ToolError`], the short actionable text a failed tool call returns with
 //!   `isError: true`.
+//! - [`sandbox_arg`]: [`SandboxArg`](sandbox_arg::SandboxArg), the `sandbox_id` argument
+//!   every guest tool flattens into its own.
 //! - [`progress`]: progress notifications while a call runs, and cancellation.
 //!
 //! stdout carries only the protocol; logs go to stderr.
@@ -17,6 +19,7 @@
 pub mod error;
 pub mod listing;
 pub mod progress;
+pub mod sandbox_arg;
 pub mod server;
 pub mod shape;
 pub mod tools;

@@ -9,6 +9,7 @@ use tonic::Code;
 
 use crate::client::{ArchivePart, ArchiveSummary, ClientError};
 use crate::mcp::error::{MAX_INLINE_ZIP, ToolError};
+use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::to_base64;
 
@@ -16,10 +17,9 @@ use crate::mcp::shape::to_base64;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DownloadDirArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the directory inside the sandbox.
     pub path: String,
 }
@@ -92,10 +92,10 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<DownloadDirArgs>,
     ) -> Result<Json<DownloadDirOutput>, ToolError> {
-        let client = self.client(args.sandbox_id.as_deref()).await?;
+        let client = self.client(args.sandbox.id()).await?;
         let too_large = |error: ClientError| match error {
             ClientError::Agent { code: Code::ResourceExhausted, message } => {
-                self.archive_too_large(args.sandbox_id.as_deref(), &args.path, &message)
+                self.archive_too_large(args.sandbox.id(), &args.path, &message)
             }
             other => other.into(),
         };
@@ -106,7 +106,7 @@ impl SbxMcp {
             match part.map_err(too_large)? {
                 ArchivePart::Data(bytes) => {
                     if (zip.len() + bytes.len()) as u64 > MAX_INLINE_ZIP {
-                        return Err(self.archive_too_large(args.sandbox_id.as_deref(), &args.path, ""));
+                        return Err(self.archive_too_large(args.sandbox.id(), &args.path, ""));
                     }
                     zip.extend_from_slice(&bytes);
                 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::{Captured, ExecResult, ExecSpec};
 use crate::mcp::error::{MAX_INLINE_WRITE, ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
+use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{lossy_note, lossy_text};
 
@@ -21,10 +22,9 @@ use crate::mcp::shape::{lossy_note, lossy_text};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Shell command line, run as `/bin/sh -c COMMAND` inside the sandbox; pipes,
     /// redirects and `&&` work.
     pub command: String,
@@ -176,7 +176,7 @@ impl SbxMcp {
         Parameters(args): Parameters<ExecArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<ExecOutput>, ToolError> {
-        let sandbox_id = args.sandbox_id.clone();
+        let sandbox_id = args.sandbox.sandbox_id.clone();
         let (spec, timeout) = args.spec()?;
         let client = self.client(sandbox_id.as_deref()).await?;
         let result = run_with_progress(&context, Some(timeout), "running", client.exec(&spec)).await??;

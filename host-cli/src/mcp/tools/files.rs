@@ -11,6 +11,7 @@ use tonic::Code;
 use crate::client::{ClientError, FileEntry, FileKind, ListOpts, ReadOpts, WriteOpts};
 use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
 use crate::mcp::listing::{self, Line, Stat};
+use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{format_mode, from_base64, rfc3339_ms, to_base64};
 use crate::sandbox::files;
@@ -35,10 +36,9 @@ pub enum Encoding {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the file inside the sandbox.
     pub path: String,
     /// First byte to read. Default: 0.
@@ -77,10 +77,9 @@ pub struct ReadOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the file inside the sandbox; missing parent directories are
     /// created.
     pub path: String,
@@ -113,10 +112,9 @@ pub struct WriteOutput {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the directory inside the sandbox.
     pub path: String,
     /// List subdirectories' contents too. Default: false, or true when max_depth is given.
@@ -229,10 +227,9 @@ impl Names {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RemoveArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the file or directory inside the sandbox.
     pub path: String,
     /// Required to remove a directory and everything in it. Default: false.
@@ -244,10 +241,9 @@ pub struct RemoveArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path to move.
     pub from: String,
     /// Absolute path to move it to.
@@ -261,10 +257,9 @@ pub struct MoveArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MkdirArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Absolute path of the directory; missing parents are created, and an existing
     /// directory is fine.
     pub path: String,
@@ -370,7 +365,7 @@ impl SbxMcp {
         }
         let offset = args.offset.unwrap_or(0);
         let opts = ReadOpts { offset, length, max_bytes: Some(MAX_INLINE_READ) };
-        let client = self.client(args.sandbox_id.as_deref()).await?;
+        let client = self.client(args.sandbox.id()).await?;
         let read =
             files::read_to_vec(&client, &args.path, opts, MAX_INLINE_READ).await.map_err(|e| match e {
                 ClientError::TooLarge { path, limit } => ToolError::ReadTooLarge {
@@ -432,11 +427,8 @@ impl SbxMcp {
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
         let opts =
             WriteOpts { mode, append: args.append.unwrap_or(false), no_create_parents: false, sync: false };
-        let written = self
-            .client(args.sandbox_id.as_deref())
-            .await?
-            .write_bytes(&args.path, opts, Bytes::from(data))
-            .await?;
+        let written =
+            self.client(args.sandbox.id()).await?.write_bytes(&args.path, opts, Bytes::from(data)).await?;
         Ok(Json(WriteOutput {
             path: args.path,
             bytes_written: written.bytes_written,
@@ -473,7 +465,7 @@ impl SbxMcp {
             max_entries: Some(MAX_LIST_ENTRIES),
             names_only,
         };
-        let listing = self.client(args.sandbox_id.as_deref()).await?.list(&args.path, opts).await?;
+        let listing = self.client(args.sandbox.id()).await?.list(&args.path, opts).await?;
         let notes = if listing.truncated {
             vec![format!(
                 "the listing stopped at {MAX_LIST_ENTRIES} entries; list a subdirectory, pass a \
@@ -542,10 +534,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<RemoveArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
-        self.client(args.sandbox_id.as_deref())
-            .await?
-            .remove(&args.path, args.recursive.unwrap_or(false))
-            .await?;
+        self.client(args.sandbox.id()).await?.remove(&args.path, args.recursive.unwrap_or(false)).await?;
         Ok(Json(PathOutput { path: args.path }))
     }
 
@@ -566,7 +555,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<MoveArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
-        self.client(args.sandbox_id.as_deref())
+        self.client(args.sandbox.id())
             .await?
             .mv(&args.from, &args.to, args.overwrite.unwrap_or(false))
             .await?;
@@ -591,7 +580,7 @@ impl SbxMcp {
         Parameters(args): Parameters<MkdirArgs>,
     ) -> Result<Json<PathOutput>, ToolError> {
         let mode = args.mode.as_deref().map(parse_mode).transpose()?;
-        self.client(args.sandbox_id.as_deref()).await?.mkdir(&args.path, true, mode).await?;
+        self.client(args.sandbox.id()).await?.mkdir(&args.path, true, mode).await?;
         Ok(Json(PathOutput { path: args.path }))
     }
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::{ClientError, ExecSpec, Job, JobOutput, JobState};
 use crate::mcp::error::{ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
+use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{lossy_note, lossy_text, parse_signal, rfc3339_ms};
 
@@ -21,10 +22,9 @@ use crate::mcp::shape::{lossy_note, lossy_text, parse_signal, rfc3339_ms};
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackgroundArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// Shell command line, run as `/bin/sh -c COMMAND` inside the sandbox.
     pub command: String,
     /// Working directory, an absolute path. Default: `/`.
@@ -44,10 +44,9 @@ pub struct BackgroundArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// The job_id sandbox_exec_background returned.
     pub job_id: String,
     /// Wait up to this many milliseconds for the job to exit before answering (at most
@@ -61,10 +60,9 @@ pub struct StatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
     /// The job_id sandbox_exec_background returned.
     pub job_id: String,
     /// Signal to send to the job's whole process group: a name ("TERM", "INT", "KILL",
@@ -77,10 +75,9 @@ pub struct KillArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobListArgs {
-    /// Sandbox to act on, by id or name (sandbox_list shows them). Default: the sandbox or
-    /// agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
 }
 
 /// Whether a job runs: "running", "exited" (exit_code or signal says how) or "unknown"
@@ -239,7 +236,7 @@ impl SbxMcp {
                 return Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: 0xffff_ffff });
             }
         };
-        let job = self.client(args.sandbox_id.as_deref()).await?.start_job(&spec).await?;
+        let job = self.client(args.sandbox.id()).await?.start_job(&spec).await?;
         Ok(Json(job.into()))
     }
 
@@ -273,7 +270,7 @@ impl SbxMcp {
                 });
             }
         };
-        let client = self.client(args.sandbox_id.as_deref()).await?;
+        let client = self.client(args.sandbox.id()).await?;
         let job = match wait {
             None => client.job(&args.job_id).await.map_err(job_error)?,
             Some(wait) => {
@@ -308,7 +305,7 @@ impl SbxMcp {
             Some(name) => parse_signal(name)?,
         };
         let job = self
-            .client(args.sandbox_id.as_deref())
+            .client(args.sandbox.id())
             .await?
             .signal_job(&args.job_id, signal)
             .await
@@ -333,7 +330,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<JobListArgs>,
     ) -> Result<Json<JobList>, ToolError> {
-        let jobs = self.client(args.sandbox_id.as_deref()).await?.jobs().await?;
+        let jobs = self.client(args.sandbox.id()).await?.jobs().await?;
         Ok(Json(JobList { jobs: jobs.into_iter().map(JobView::from).collect() }))
     }
 }

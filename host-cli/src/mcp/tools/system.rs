@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::client::AgentInfo;
 use crate::mcp::error::ToolError;
+use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::rfc3339_ms;
 use crate::mcp::tools::sandboxes::SandboxView;
@@ -16,10 +17,9 @@ use crate::sandbox::Target;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InfoArgs {
-    /// Sandbox to describe, by id or name (sandbox_list shows them). Default: the sandbox
-    /// or agent this server was started with.
-    #[serde(default)]
-    pub sandbox_id: Option<String>,
+    /// The sandbox to act on.
+    #[serde(flatten)]
+    pub sandbox: SandboxArg,
 }
 
 /// What the agent reports about itself and its machine.
@@ -104,7 +104,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<InfoArgs>,
     ) -> Result<Json<InfoOutput>, ToolError> {
-        let sandbox = match self.target(args.sandbox_id.as_deref()) {
+        let sandbox = match self.target(args.sandbox.id()) {
             Some(Target::Sandbox(name)) => name,
             _ => {
                 let client = self.client(None).await?;
