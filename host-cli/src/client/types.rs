@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sbx_proto::agent::v1 as pb;
+use schemars::JsonSchema;
 use serde::{Serialize, Serializer};
 
 /// Exit code `sbx exec` uses when the agent killed the command at its timeout (as
@@ -430,30 +431,31 @@ pub struct UploadSummary {
     pub file_bytes: u64,
 }
 
-/// The agent and its machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The agent and its machine: `sbx info --json` prints it, and the `sandbox_info` tool
+/// returns it (with the clock also as RFC 3339 text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct AgentInfo {
     /// sbx-agent's version.
     pub agent_version: String,
-    /// Time since the agent started.
+    /// Milliseconds since the agent started.
     pub uptime_ms: u64,
-    /// The guest's hostname.
+    /// The sandbox's hostname.
     pub hostname: String,
-    /// `Linux 6.1.0`.
+    /// Kernel name and release, such as "Linux 6.1.0".
     pub kernel: String,
     /// CPUs online.
     pub cpus: u32,
-    /// Memory in all.
+    /// Memory in all, in bytes.
     pub memory_total_bytes: u64,
-    /// Memory available.
+    /// Memory available, in bytes.
     pub memory_available_bytes: u64,
-    /// Size of the root filesystem.
+    /// Size of the root filesystem, in bytes.
     pub disk_total_bytes: u64,
-    /// Free space on it.
+    /// Free space on the root filesystem, in bytes.
     pub disk_free_bytes: u64,
-    /// The agent is the guest's init.
+    /// True when the agent is the machine's init (inside a microVM).
     pub pid1: bool,
-    /// The guest's wall clock.
+    /// The machine's wall clock, in Unix milliseconds.
     pub time_unix_ms: i64,
 }
 

@@ -33,7 +33,9 @@ mod tests {
         let schema = schema_for_type::<ExecArgs>();
         let props = schema["properties"].as_object().unwrap();
         assert!(props.contains_key("sandbox_id") && props.contains_key("command"), "{schema:?}");
-        assert!(props["sandbox_id"]["description"].as_str().is_some_and(|d| d.starts_with("Sandbox to act on")));
+        assert!(
+            props["sandbox_id"]["description"].as_str().is_some_and(|d| d.starts_with("Sandbox to act on"))
+        );
         assert_eq!(schema["additionalProperties"], json!(false), "{schema:?}");
         assert!(!schema.contains_key("allOf") && !schema.contains_key("$ref"), "{schema:?}");
 

@@ -22,30 +22,14 @@ pub struct InfoArgs {
     pub sandbox: SandboxArg,
 }
 
-/// What the agent reports about itself and its machine.
+/// What the agent reports about itself and its machine: the one record
+/// ([`AgentInfo`]), with its clock also as text a model reads.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(inline)]
 pub struct AgentView {
-    /// sbx-agent's version.
-    pub agent_version: String,
-    /// The sandbox's hostname.
-    pub hostname: String,
-    /// Kernel name and release, such as "Linux 6.1.0".
-    pub kernel: String,
-    /// CPUs online.
-    pub cpus: u32,
-    /// Memory in all, in bytes.
-    pub memory_total_bytes: u64,
-    /// Memory available, in bytes.
-    pub memory_available_bytes: u64,
-    /// Size of the root filesystem, in bytes.
-    pub disk_total_bytes: u64,
-    /// Free space on the root filesystem, in bytes.
-    pub disk_free_bytes: u64,
-    /// Milliseconds since the agent started.
-    pub uptime_ms: u64,
-    /// True when the agent is the machine's init (inside a microVM).
-    pub pid1: bool,
+    /// The agent's report.
+    #[serde(flatten)]
+    pub info: AgentInfo,
     /// The machine's wall clock (RFC 3339, UTC).
     pub time: String,
 }
@@ -67,19 +51,7 @@ pub struct InfoOutput {
 
 impl From<AgentInfo> for AgentView {
     fn from(info: AgentInfo) -> Self {
-        AgentView {
-            agent_version: info.agent_version,
-            hostname: info.hostname,
-            kernel: info.kernel,
-            cpus: info.cpus,
-            memory_total_bytes: info.memory_total_bytes,
-            memory_available_bytes: info.memory_available_bytes,
-            disk_total_bytes: info.disk_total_bytes,
-            disk_free_bytes: info.disk_free_bytes,
-            uptime_ms: info.uptime_ms,
-            pid1: info.pid1,
-            time: rfc3339_ms(info.time_unix_ms),
-        }
+        AgentView { time: rfc3339_ms(info.time_unix_ms), info }
     }
 }
 
