@@ -281,6 +281,20 @@ pub enum FileKind {
     Unknown,
 }
 
+impl FileKind {
+    /// The lower-case name both faces print: "file", "dir", "symlink", "other",
+    /// "unknown" (as serde writes it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::File => "file",
+            FileKind::Dir => "dir",
+            FileKind::Symlink => "symlink",
+            FileKind::Other => "other",
+            FileKind::Unknown => "unknown",
+        }
+    }
+}
+
 /// A file's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FileEntry {

@@ -132,7 +132,8 @@ pub struct ListArgs {
     pub names_only: Option<bool>,
 }
 
-/// One entry of a listing.
+/// One entry of a listing as a model reads it: [`FileEntry`] with its mode as octal text
+/// and its mtime as RFC 3339 (`sbx ls --json` prints the record itself).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EntryView {
     /// Path relative to the listed directory.
@@ -279,7 +280,7 @@ impl From<FileEntry> for EntryView {
     fn from(entry: FileEntry) -> Self {
         EntryView {
             path: entry.path,
-            kind: kind_name(entry.kind),
+            kind: entry.kind.as_str(),
             size: entry.size,
             mode: format_mode(entry.mode),
             mtime: rfc3339_ms(entry.mtime_unix_ms),
@@ -293,17 +294,6 @@ impl EntryView {
     fn line(&self) -> Line<'_> {
         let stat = Some(Stat { size: self.size, mode: &self.mode, mtime: &self.mtime });
         Line { path: &self.path, kind: self.kind, stat, symlink_target: self.symlink_target.as_deref() }
-    }
-}
-
-/// The lower-case name a model sees for a file type.
-fn kind_name(kind: FileKind) -> &'static str {
-    match kind {
-        FileKind::File => "file",
-        FileKind::Dir => "dir",
-        FileKind::Symlink => "symlink",
-        FileKind::Other => "other",
-        FileKind::Unknown => "unknown",
     }
 }
 
@@ -478,7 +468,7 @@ impl SbxMcp {
         let (output, text) = if names_only {
             let lines = listing.entries.iter().map(|e| Line {
                 path: &e.path,
-                kind: kind_name(e.kind),
+                kind: e.kind.as_str(),
                 stat: None,
                 symlink_target: None,
             });
