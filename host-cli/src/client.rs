@@ -4,9 +4,18 @@
 //! Methods take plain Rust types ([`ExecSpec`], [`ReadOpts`], readers) and return domain
 //! results ([`ExecResult`], [`FileEntry`], streams of [`Bytes`]); errors are
 //! [`ClientError`], which keeps the agent's gRPC code and message.
+//!
+//! The records, with their conversions from and to the generated messages, one file per
+//! area: `exec` (commands), `jobs` (background jobs), `files` (entries, listings, read
+//! and write options), `archive` (directory downloads and uploads), `system`
+//! ([`AgentInfo`]). They serialize to the JSON `sbx --json` prints.
 
+mod archive;
 mod error;
-mod types;
+mod exec;
+mod files;
+mod jobs;
+mod system;
 
 use std::io;
 use std::time::Duration;
@@ -23,8 +32,12 @@ use tonic::transport::Channel;
 
 use crate::connect::Link;
 
+pub use archive::{ArchivePart, ArchiveSummary, SkippedEntry, UploadSummary};
 pub use error::ClientError;
-pub use types::*;
+pub use exec::{Captured, ExecEvent, ExecResult, ExecSpec, ExitStatus, Program, TIMEOUT_EXIT_CODE};
+pub use files::{FileEntry, FileKind, ListOpts, Listing, ReadOpts, WriteOpts, WriteResult};
+pub use jobs::{Job, JobOutput, JobState};
+pub use system::AgentInfo;
 
 /// Result of a client call.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
