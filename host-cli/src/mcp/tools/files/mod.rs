@@ -1,301 +1,33 @@
 //! File tools: `sandbox_files_read`, `_write`, `_list`, `_remove`, `_move`, `_mkdir`.
+//!
+//! - this file: the tools themselves, each parsing its arguments, making its call and
+//!   shaping the answer;
+//! - `args`: their arguments (the input schemas);
+//! - `output`: their results (the output schemas), and a listing entry as a model reads it.
+
+mod args;
+mod output;
+
+pub use args::{Encoding, ListArgs, MkdirArgs, MoveArgs, ReadArgs, RemoveArgs, WriteArgs};
+use output::Names;
+pub use output::{EntryView, ListOutput, PathOutput, ReadOutput, WriteOutput};
 
 use bytes::Bytes;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock};
 use rmcp::{Json, tool, tool_router};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use tonic::Code;
 
-use crate::client::{ClientError, FileEntry, FileKind, ListOpts, ReadOpts, WriteOpts};
+use crate::client::{ClientError, ListOpts, ReadOpts, WriteOpts};
 use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
-use crate::mcp::listing::{self, Line, Stat};
-use crate::mcp::sandbox_arg::SandboxArg;
+use crate::mcp::listing::{self, Line};
 use crate::mcp::server::SbxMcp;
-use crate::mcp::shape::{format_mode, from_base64, rfc3339_ms, to_base64};
+use crate::mcp::shape::{from_base64, to_base64};
 use crate::sandbox::files;
 use crate::sandbox::mode::parse_mode;
 
 /// Entries one `sandbox_files_list` returns at most.
 pub const MAX_LIST_ENTRIES: u32 = 1000;
-
-/// How file content travels in a tool call: "utf8" (the text as is) or "base64" (standard
-/// base64 of the raw bytes).
-// Inlined, and with no per-variant docs, so its schema is a plain string enum rather than
-// a `$ref` to a `oneOf`, which clients that validate results (the Python SDK) check slowly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[schemars(inline)]
-pub enum Encoding {
-    Utf8,
-    Base64,
-}
-
-/// Arguments of `sandbox_files_read`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ReadArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path of the file inside the sandbox.
-    pub path: String,
-    /// First byte to read. Default: 0.
-    #[serde(default)]
-    pub offset: Option<u64>,
-    /// Bytes to read, at most 1048576. Default (or 0): to the end of the file, which is
-    /// refused for files over 1 MiB.
-    #[serde(default)]
-    #[schemars(range(max = 1_048_576))]
-    pub length: Option<u64>,
-}
-
-/// Result of `sandbox_files_read`.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ReadOutput {
-    /// The file read.
-    pub path: String,
-    /// "utf8" when content is the text itself, "base64" when the bytes are not UTF-8.
-    pub encoding: Encoding,
-    /// The bytes read, as text or base64 (see encoding).
-    pub content: String,
-    /// Offset of the first byte returned.
-    pub offset: u64,
-    /// Bytes returned.
-    pub bytes: u64,
-    /// Size of the whole file.
-    pub size: u64,
-    /// True when the read reached the end of the file.
-    pub eof: bool,
-    /// What to know about this result.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
-
-/// Arguments of `sandbox_files_write`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WriteArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path of the file inside the sandbox; missing parent directories are
-    /// created.
-    pub path: String,
-    /// The content: text, or base64 when encoding is "base64". At most 8 MiB.
-    pub content: String,
-    /// How content is encoded. Default: "utf8".
-    #[serde(default)]
-    pub encoding: Option<Encoding>,
-    /// Octal permission mode such as "644" or "755". Default: keep an existing file's
-    /// mode, or 644 for a new file.
-    #[serde(default)]
-    pub mode: Option<String>,
-    /// Add content to the end of the file instead of replacing it. Default: false.
-    #[serde(default)]
-    pub append: Option<bool>,
-}
-
-/// Result of `sandbox_files_write`.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct WriteOutput {
-    /// The file written.
-    pub path: String,
-    /// Bytes this call wrote.
-    pub bytes_written: u64,
-    /// Size of the file afterwards.
-    pub size: u64,
-}
-
-/// Arguments of `sandbox_files_list`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ListArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path of the directory inside the sandbox.
-    pub path: String,
-    /// List subdirectories' contents too. Default: false, or true when max_depth is given.
-    #[serde(default)]
-    pub recursive: Option<bool>,
-    /// With recursive: how many levels to descend (1 = only the directory's own
-    /// entries). Default: no limit.
-    #[serde(default)]
-    #[schemars(range(min = 1))]
-    pub max_depth: Option<u32>,
-    /// Only the paths, grouped by type (files, dirs, symlinks, other) instead of entries
-    /// with size, mode and mtime: no stat per entry, so a large directory lists faster.
-    /// Default: false.
-    #[serde(default)]
-    pub names_only: Option<bool>,
-}
-
-/// One entry of a listing as a model reads it: [`FileEntry`] with its mode as octal text
-/// and its mtime as RFC 3339 (`sbx ls --json` prints the record itself).
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct EntryView {
-    /// Path relative to the listed directory.
-    pub path: String,
-    /// "file", "dir", "symlink" or "other".
-    #[serde(rename = "type")]
-    pub kind: &'static str,
-    /// Size in bytes.
-    pub size: u64,
-    /// Octal permission bits, such as "0644".
-    pub mode: String,
-    /// Last modification (RFC 3339, UTC).
-    pub mtime: String,
-    /// Where a symlink points.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub symlink_target: Option<String>,
-}
-
-/// Result of `sandbox_files_list`: `entries` with each one's stat, or with names_only the
-/// paths grouped by type.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ListOutput {
-    /// The directory listed.
-    pub path: String,
-    /// Its entries, sorted by path (absent with names_only). Each is an object with path
-    /// (string, relative to the listed directory), type ("file", "dir", "symlink" or
-    /// "other"), size (integer, bytes), mode (string, octal permission bits such as
-    /// "0644"), mtime (string, RFC 3339 UTC) and, for symlinks, symlink_target (string).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "array_schema")]
-    pub entries: Option<Vec<EntryView>>,
-    /// With names_only: the regular files' paths (strings, relative to the listed
-    /// directory), sorted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "array_schema")]
-    pub files: Option<Vec<String>>,
-    /// With names_only: the directories' paths (strings), sorted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "array_schema")]
-    pub dirs: Option<Vec<String>>,
-    /// With names_only: the symlinks' paths (strings), sorted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "array_schema")]
-    pub symlinks: Option<Vec<String>>,
-    /// With names_only: the paths (strings) of everything else (sockets, devices, FIFOs),
-    /// sorted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "array_schema")]
-    pub other: Option<Vec<String>>,
-    /// True when the listing stopped at 1000 entries.
-    pub truncated: bool,
-    /// What to know about this result.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<String>,
-}
-
-/// The schema of `ListOutput`'s arrays: an array, its items named and typed in the
-/// field's description rather than as `items`. Clients that validate results against the
-/// output schema (the official Python SDK does, on every call) otherwise check every
-/// item: 0.5-3 ms per 100 entries with `"type": "object"` and `required`, more with
-/// per-field `properties`, on a call that otherwise costs that client about 1 ms.
-fn array_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({ "type": "array" })
-}
-
-/// The paths of a names-only listing, grouped by type, each group in listing order.
-#[derive(Default)]
-struct Names {
-    files: Vec<String>,
-    dirs: Vec<String>,
-    symlinks: Vec<String>,
-    other: Vec<String>,
-}
-
-impl Names {
-    fn group(entries: Vec<FileEntry>) -> Names {
-        let mut names = Names::default();
-        for entry in entries {
-            let group = match entry.kind {
-                FileKind::File => &mut names.files,
-                FileKind::Dir => &mut names.dirs,
-                FileKind::Symlink => &mut names.symlinks,
-                FileKind::Other | FileKind::Unknown => &mut names.other,
-            };
-            group.push(entry.path);
-        }
-        names
-    }
-}
-
-/// Arguments of `sandbox_files_remove`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RemoveArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path of the file or directory inside the sandbox.
-    pub path: String,
-    /// Required to remove a directory and everything in it. Default: false.
-    #[serde(default)]
-    pub recursive: Option<bool>,
-}
-
-/// Arguments of `sandbox_files_move`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MoveArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path to move.
-    pub from: String,
-    /// Absolute path to move it to.
-    pub to: String,
-    /// Replace `to` if it exists. Default: false (an existing `to` is refused).
-    #[serde(default)]
-    pub overwrite: Option<bool>,
-}
-
-/// Arguments of `sandbox_files_mkdir`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MkdirArgs {
-    /// The sandbox to act on.
-    #[serde(flatten)]
-    pub sandbox: SandboxArg,
-    /// Absolute path of the directory; missing parents are created, and an existing
-    /// directory is fine.
-    pub path: String,
-    /// Octal permission mode such as "755". Default: 755.
-    #[serde(default)]
-    pub mode: Option<String>,
-}
-
-/// Result of the tools that change one path.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct PathOutput {
-    /// The path acted on (for a move: where it is now).
-    pub path: String,
-}
-
-impl From<FileEntry> for EntryView {
-    fn from(entry: FileEntry) -> Self {
-        EntryView {
-            path: entry.path,
-            kind: entry.kind.as_str(),
-            size: entry.size,
-            mode: format_mode(entry.mode),
-            mtime: rfc3339_ms(entry.mtime_unix_ms),
-            symlink_target: entry.symlink_target,
-        }
-    }
-}
-
-impl EntryView {
-    /// The entry as a line of the text content.
-    fn line(&self) -> Line<'_> {
-        let stat = Some(Stat { size: self.size, mode: &self.mode, mtime: &self.mtime });
-        Line { path: &self.path, kind: self.kind, stat, symlink_target: self.symlink_target.as_deref() }
-    }
-}
 
 /// A read refused for its size becomes the message that says how to read a slice.
 fn read_error(error: ClientError) -> ToolError {
