@@ -402,7 +402,8 @@ mod tests {
     #[test]
     fn bulk_slices_cover_the_data_in_order_without_empty_slices() {
         assert_eq!(bulk_slices(Bytes::new()).count(), 0);
-        let data: Bytes = (0..2 * UPLOAD_CHUNK_SIZE + 1).map(|i| i as u8).collect::<Vec<_>>().into();
+        let data: Bytes =
+            (0..2 * UPLOAD_CHUNK_SIZE + 1).map(|i| i.to_le_bytes()[0]).collect::<Vec<_>>().into();
         let slices: Vec<Bytes> = bulk_slices(data.clone()).collect();
         let lens: Vec<usize> = slices.iter().map(Bytes::len).collect();
         assert_eq!(lens, [UPLOAD_CHUNK_SIZE, UPLOAD_CHUNK_SIZE, 1]);

@@ -127,8 +127,9 @@ impl ExitStatus {
             return TIMEOUT_EXIT_CODE;
         }
         match (self.code, self.signal) {
-            (Some(code), _) => (code & 0xff) as u8,
-            (None, Some(sig)) => (128 + (sig & 0x7f)) as u8,
+            // The low byte of the code, as a shell reports `exit 263` (7).
+            (Some(code), _) => code.to_le_bytes()[0],
+            (None, Some(sig)) => 128 | (sig.to_le_bytes()[0] & 0x7f),
             (None, None) => 1,
         }
     }

@@ -179,7 +179,8 @@ fn long_line(e: &FileEntry) -> String {
         perms.push(if bits & 2 != 0 { 'w' } else { '-' });
         perms.push(if bits & 1 != 0 { 'x' } else { '-' });
     }
-    let when = std::time::UNIX_EPOCH + std::time::Duration::from_millis(e.mtime_unix_ms.max(0) as u64);
+    let when =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(e.mtime_unix_ms).unwrap_or(0));
     let when = humantime::format_rfc3339_seconds(when).to_string();
     let when = when.get(..16).unwrap_or(&when).replace('T', " ");
     let size = if e.kind == FileKind::Dir { "-".to_string() } else { human_bytes(e.size) };

@@ -431,7 +431,8 @@ fn is_static_elf(path: &Path) -> bool {
         return false;
     };
     const PT_INTERP: u32 = 3;
-    (0..phnum).all(|i| u32_at(phoff as usize + i * phentsize) != Some(PT_INTERP))
+    let Ok(phoff) = usize::try_from(phoff) else { return false };
+    (0..phnum).all(|i| u32_at(phoff + i * phentsize) != Some(PT_INTERP))
 }
 
 /// The agent's own idea of its version (`sbx-agent --version` prints `sbx-agent X.Y.Z`);

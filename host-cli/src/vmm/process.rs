@@ -67,7 +67,7 @@ impl ProcRef {
         if !self.is_alive() {
             return false;
         }
-        let Some(pid) = Pid::from_raw(self.pid as i32) else { return false };
+        let Some(pid) = i32::try_from(self.pid).ok().and_then(Pid::from_raw) else { return false };
         rustix::process::kill_process(pid, signal).is_ok()
     }
 

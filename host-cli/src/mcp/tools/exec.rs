@@ -98,13 +98,11 @@ impl ExecArgs {
 
 /// `timeout_ms` checked against the agent's range; `None` is the default.
 pub(crate) fn checked_timeout(timeout_ms: Option<u64>) -> Result<u32, ToolError> {
-    match timeout_ms {
-        None => Ok(DEFAULT_TIMEOUT_MS),
-        Some(ms) if (1..=u64::from(MAX_TIMEOUT_MS)).contains(&ms) => Ok(ms as u32),
-        Some(got) => {
-            Err(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: u64::from(MAX_TIMEOUT_MS) })
-        }
-    }
+    let Some(got) = timeout_ms else { return Ok(DEFAULT_TIMEOUT_MS) };
+    u32::try_from(got)
+        .ok()
+        .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
+        .ok_or(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: u64::from(MAX_TIMEOUT_MS) })
 }
 
 impl From<ExecResult> for ExecOutput {
