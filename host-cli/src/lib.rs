@@ -1,18 +1,31 @@
 //! `sbx`: the host side of sbx, as a library the `sbx` binary and the MCP server share.
 //!
-//! - [`connect`]: dial any [`sbx_proto::Address`] (vsock, hybrid vsock, unix, tcp) into a
-//!   tonic channel, with a connect timeout and the hybrid-vsock handshake.
-//! - [`client`]: [`client::Client`], the one typed client of the agent; CLI subcommands and
-//!   MCP tools both call it.
-//! - [`sandbox`]: the host's use-cases under both faces: creating, listing, pausing,
-//!   resuming and removing sandboxes.
-//! - [`vmm`]: what [`sandbox`] runs a microVM with: QEMU's command line, its processes,
-//!   QMP, vhost-device-vsock, the state files.
-//! - [`template`]: `sbx template build|ls|rm`: baking the agent into your own image.
-//! - [`signal`]: signal names and numbers, for the CLI and the MCP tools alike.
-//! - [`archive`]: host-side zips for `sbx cp` of directories (pack; safe unpack).
-//! - [`cli`]: the clap types of the command line; [`cmd`]: one module per subcommand
-//!   group; [`output`]: stdout/stderr/JSON/progress; [`app`]: `main`, exit codes, errors.
+//! The crate has layers, top to bottom; a module imports only from layers below its own,
+//! and never from the other face.
+//!
+//! 1. **Faces**, thin adapters that parse, call one use-case or client method, and print:
+//!    - [`app`] (`main`: runtime, logging, exit codes, the one error report), [`cli`]
+//!      (every clap type; imports nothing from [`cmd`] or [`app`]), [`cmd`] (one module
+//!      per subcommand group), [`output`] (stdout/stderr/JSON/progress);
+//!    - [`mcp`]: `sbx mcp`, one file per group of tools in `mcp/tools/`.
+//! 2. **Use-cases**, the rules both faces share, written once:
+//!    - [`sandbox`]: which agent a call goes to ([`sandbox::Target`]), the sandbox
+//!      lifecycle (create, list, inspect, pause, resume, kill), reading a guest file into
+//!      memory, permission modes. A new capability (network policy, published ports,
+//!      snapshots, mounts) is one module here, with a thin command in `cmd/` and a thin
+//!      tool in `mcp/tools/` on top.
+//!    - [`template`]: `sbx template build|ls|rm`, baking the agent into your own image.
+//!    - [`signal`]: signal names and numbers; [`archive`]: host-side zips for `sbx cp` of
+//!      directories (pack; safe unpack).
+//! 3. **Below the use-cases**, called only by them (and by the faces for the client):
+//!    - [`vmm`]: what a microVM runs on: QEMU's command line, its processes, QMP,
+//!      vhost-device-vsock, the agent's READY, the state files. Only [`sandbox`] and
+//!      [`template`] call it.
+//!    - [`client`]: [`client::Client`], the one typed client of the agent, and its
+//!      records (one file per area).
+//! 4. **Transport**: [`connect`] dials any [`sbx_proto::Address`] (vsock, hybrid vsock,
+//!    unix, tcp) into a tonic channel, with a connect timeout and the hybrid-vsock
+//!    handshake.
 
 pub mod app;
 pub mod archive;
