@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use crate::vmm::template::DEFAULT_TEMPLATE;
+use crate::sandbox::DEFAULT_TEMPLATE;
 
 /// The sandbox lifecycle subcommands, flattened into the top level.
 #[derive(Debug, Subcommand)]

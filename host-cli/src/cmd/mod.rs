@@ -1,7 +1,8 @@
 //! The CLI face: one module per group of subcommands, each a thin adapter that takes its
 //! arguments from [`crate::cli`], calls the use-case layer ([`crate::sandbox`],
 //! [`crate::template`]) or the typed client ([`crate::client::Client`]), and prints the
-//! result through [`crate::output`]. Commands never import [`crate::app`] or [`crate::mcp`].
+//! result through [`crate::output`]. Commands never import [`crate::app`], nor [`crate::mcp`]
+//! (except `mcp`, which only starts that face), nor [`crate::vmm`].
 //!
 //! - `exec` lives in `exec`;
 //! - `run`, `jobs`, `job status|wait|kill|logs` in `jobs`;

@@ -7,8 +7,8 @@ use anyhow::Result;
 use super::Ctx;
 use crate::cli::{BuildArgs, InitArg, TemplateCommand};
 use crate::output::human_bytes;
+use crate::template::InitKind;
 use crate::template::{self, BuildOptions, Source};
-use crate::vmm::template::InitKind;
 
 /// Runs one `sbx template` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {

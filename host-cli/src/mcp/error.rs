@@ -9,7 +9,6 @@ use rmcp::model::{ContentBlock, IntoContents};
 use crate::client::ClientError;
 use crate::sandbox::SandboxError;
 use crate::sandbox::mode::ModeError;
-use crate::vmm::state::StateError;
 
 /// Bytes of inline content `sandbox_files_write` accepts (after base64 decoding).
 pub const MAX_INLINE_WRITE: u64 = 8 * 1024 * 1024;
@@ -180,9 +179,9 @@ impl From<ModeError> for ToolError {
 
 impl From<SandboxError> for ToolError {
     fn from(error: SandboxError) -> Self {
-        match error {
-            SandboxError::State(StateError::NotFound(name)) => ToolError::NoSuchSandbox { name },
-            other => ToolError::Sandbox(other),
+        match error.not_found() {
+            Some(name) => ToolError::NoSuchSandbox { name: name.to_owned() },
+            None => ToolError::Sandbox(error),
         }
     }
 }

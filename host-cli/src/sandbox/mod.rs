@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::vmm::{dirs, launcher, process, qmp, ready, state, template, watchdog};
 
+pub use crate::vmm::template::DEFAULT_TEMPLATE;
 pub use control::{Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resume};
 pub use create::{CreateOptions, create};
 pub use target::{Target, TargetError};
@@ -121,6 +122,16 @@ pub enum SandboxError {
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]
     Interrupted,
+}
+
+impl SandboxError {
+    /// The name asked for, when no sandbox has it.
+    pub fn not_found(&self) -> Option<&str> {
+        match self {
+            SandboxError::State(state::StateError::NotFound(name)) => Some(name),
+            _ => None,
+        }
+    }
 }
 
 /// A sandbox's life state.

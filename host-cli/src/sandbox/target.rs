@@ -6,7 +6,6 @@
 use sbx_proto::{Address, AddressError};
 
 use super::SandboxError;
-use crate::vmm::state::StateError;
 
 /// What a call acts on: an agent reached directly, or a sandbox's agent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,9 +130,9 @@ pub fn flags_over_env<'a>(
 /// The agent address of the sandbox called `name`: [`Target::address`], with a name
 /// that matches no sandbox told apart from a lookup that failed.
 pub async fn sandbox_address(name: &str) -> Result<Address, TargetError> {
-    Target::Sandbox(name.to_string()).address().await.map_err(|e| match e {
-        SandboxError::State(StateError::NotFound(_)) => TargetError::NoSandbox { name: name.to_string() },
-        e => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },
+    Target::Sandbox(name.to_string()).address().await.map_err(|e| match e.not_found() {
+        Some(_) => TargetError::NoSandbox { name: name.to_string() },
+        None => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },
     })
 }
 

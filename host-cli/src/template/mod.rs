@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::vmm::dirs;
-use crate::vmm::template::{InitKind, TemplateFile, is_plain_name};
+use crate::vmm::template::{TemplateFile, is_plain_name};
 
+pub use crate::vmm::template::InitKind;
 pub use bake::{BuildOptions, Source, build};
 
 /// Why a template operation failed.
