@@ -1,10 +1,13 @@
-//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio.
+//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio. The MCP
+//! face: a thin adapter over the use-cases ([`crate::sandbox`]) and the typed client
+//! ([`crate::client`]); it never imports the CLI face ([`crate::cmd`], [`crate::cli`]) or
+//! [`crate::vmm`].
 //!
 //! - [`server`]: the rmcp [`ServerHandler`](rmcp::ServerHandler), the stdio loop, and
 //!   how a tool call finds its agent.
 //! - [`tools`]: one file per group of tools (commands, jobs, files, archives, system).
-//!   Each tool parses its arguments, makes one call through [`crate::client`], and
-//!   shapes the answer for a model.
+//!   Each tool parses its arguments, makes one call through [`crate::sandbox`] or
+//!   [`crate::client`], and shapes the answer for a model.
 //! - [`shape`]: the shaping helpers shared by the tools (lossy text, base64, octal modes,
 //!   timestamps).
 //! - [`listing`]: the one-line-per-entry text of a directory listing.
