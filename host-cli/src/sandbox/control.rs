@@ -25,6 +25,7 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
 fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, SandboxError> {
     let record = state::find(state, name_or_id)?;
     match SandboxInfo::of(&record).state {
+        SandboxState::Dead if record.is_abandoned() => Err(SandboxError::Abandoned(record.name)),
         SandboxState::Dead => Err(SandboxError::Dead(record.name)),
         SandboxState::Starting => Err(SandboxError::Starting(record.name)),
         SandboxState::Running | SandboxState::Paused => Ok(record),

@@ -91,6 +91,12 @@ pub enum SandboxError {
     /// QEMU is gone.
     #[error("sandbox `{0}` is dead (its VM exited); remove it with `sbx kill {0}`")]
     Dead(String),
+    /// Its `sbx create` died before it finished booting; its VM was stopped.
+    #[error(
+        "sandbox `{0}` never finished booting: the `sbx create` that started it was stopped, so its VM \
+         was stopped too; remove it with `sbx kill {0}` and create it again"
+    )]
+    Abandoned(String),
     /// Still booting.
     #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
     Starting(String),
@@ -196,11 +202,12 @@ pub struct SandboxInfo {
 }
 
 impl SandboxInfo {
-    /// The view of `record` now.
+    /// The view of `record` now. A boot whose `sbx create` died is stopped here (see
+    /// [`reap_if_abandoned`]), so what this calls dead runs nothing.
     pub fn of(record: &state::Record) -> SandboxInfo {
+        reap_if_abandoned(record);
         let qemu_alive = record.qemu.is_some_and(|p| p.is_alive());
-        let abandoned = !record.ready && !record.creator.is_some_and(|p| p.is_alive());
-        let state = match (qemu_alive && !abandoned, record.ready, record.paused) {
+        let state = match (qemu_alive && !record.is_abandoned(), record.ready, record.paused) {
             (false, ..) => SandboxState::Dead,
             (true, false, _) => SandboxState::Starting,
             (true, true, true) => SandboxState::Paused,
@@ -224,6 +231,21 @@ impl SandboxInfo {
             agent_version: record.agent_version.clone(),
             dir: record.paths.dir.clone(),
         }
+    }
+}
+
+/// Ends the processes of a boot whose `sbx create` died before the agent announced
+/// itself (killed, or its machine's OOM killer): nobody would finish or use that boot,
+/// and its VM would otherwise run unseen, called dead. Whoever looks at the sandbox
+/// next (`sbx ls`, `sbx info`, any command or tool aimed at it) does this; the
+/// directory stays, with its console log, until `sbx kill`.
+pub(crate) fn reap_if_abandoned(record: &state::Record) {
+    if !record.is_abandoned() {
+        return;
+    }
+    for p in record.processes().filter(process::ProcRef::is_alive) {
+        tracing::info!(sandbox = %record.name, pid = p.pid, "stopping a boot whose sbx create died");
+        p.kill_now();
     }
 }
 
@@ -251,8 +273,9 @@ mod tests {
     use crate::vmm::state::{Paths, Record};
 
     #[test]
-    fn a_boot_whose_creator_died_shows_dead_not_starting() {
+    fn a_boot_whose_creator_died_shows_dead_and_is_stopped() {
         let d = tempfile::tempdir().unwrap();
+        let mut vm = std::process::Command::new("sleep").arg("60").spawn().unwrap();
         let mut r = Record {
             id: "cc000001".into(),
             name: "booting".into(),
@@ -262,20 +285,23 @@ mod tests {
             cid: 3,
             accel: "tcg".into(),
             created_unix_ms: 1,
-            qemu: ProcRef::of(std::process::id()),
+            qemu: ProcRef::of(vm.id()),
             vhost: None,
-            creator: None,
-            ready: true,
+            creator: ProcRef::of(std::process::id()),
+            ready: false,
             agent_version: None,
             paused: false,
             paths: Paths::in_dir(d.path(), false),
         };
-        r.ready = false;
-        r.creator = ProcRef::of(std::process::id());
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);
+        assert!(r.qemu.unwrap().is_alive(), "a boot whose creator lives is left alone");
+        // The creator is gone (a pid now running something else counts as gone).
         r.creator = r.creator.map(|p| ProcRef { start_ticks: p.start_ticks + 1, ..p });
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Dead);
+        let status = vm.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "the boot was stopped");
         r.ready = true;
+        r.qemu = ProcRef::of(std::process::id());
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Running);
     }
 }

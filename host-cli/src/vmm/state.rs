@@ -150,6 +150,17 @@ pub struct Record {
 }
 
 impl Record {
+    /// True when its `sbx create` died before the agent announced itself: nobody will
+    /// finish this boot.
+    pub fn is_abandoned(&self) -> bool {
+        !self.ready && !self.creator.is_some_and(|p| p.is_alive())
+    }
+
+    /// Every host process the sandbox runs on.
+    pub fn processes(&self) -> impl Iterator<Item = ProcRef> {
+        [self.qemu, self.vhost].into_iter().flatten()
+    }
+
     /// Writes the record atomically (temp file, then rename).
     pub fn save(&self) -> Result<(), StateError> {
         let path = self.paths.dir.join(RECORD_FILE);
