@@ -1,14 +1,13 @@
 //! DownloadDir and UploadDir; and the one mapping of [`ArchiveError`] to a gRPC status.
 
 use futures::StreamExt;
-use sbx_proto::agent::v1::{self as pb, upload_dir_request::Part};
+use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
-use super::files::{Piece, until_end};
+use super::upload::header_then_data;
 use crate::archive::{self, ArchiveError};
-use crate::files::FsError;
 use crate::report::error_chain;
 
 pub(super) async fn download(req: pb::DownloadDirRequest) -> Result<BoxStream<pb::DownloadDirChunk>, Status> {
@@ -16,22 +15,9 @@ pub(super) async fn download(req: pb::DownloadDirRequest) -> Result<BoxStream<pb
     Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map_err(Status::from))))
 }
 
-pub(super) async fn upload(
-    mut input: Streaming<pb::UploadDirRequest>,
-) -> Result<pb::UploadDirResponse, Status> {
-    let header = match input.message().await? {
-        Some(pb::UploadDirRequest { part: Some(Part::Header(header)) }) => header,
-        _ => return Err(FsError::MissingHeader.into()),
-    };
-    let path = std::path::PathBuf::from(&header.path);
-    let pieces = input.map(|msg| match msg {
-        Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
-        Ok(pb::UploadDirRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
-        Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::UploadDirRequest { part: None }) => Ok(Piece::Data(bytes::Bytes::new())),
-        Err(status) => Err(status.message().to_owned()),
-    });
-    Ok(archive::upload::upload(header, until_end(pieces, path)).await?)
+pub(super) async fn upload(input: Streaming<pb::UploadDirRequest>) -> Result<pb::UploadDirResponse, Status> {
+    let (header, data) = header_then_data(input).await?;
+    Ok(archive::upload::upload(header, data).await?)
 }
 
 impl From<ArchiveError> for Status {

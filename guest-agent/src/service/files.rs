@@ -1,15 +1,13 @@
 //! ReadFile, WriteFile, ListDir, Stat, Remove, Move, MakeDir; and the one mapping of
 //! [`FsError`] to a gRPC status.
 
-use std::path::PathBuf;
-
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
+use futures::StreamExt;
+use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
+use super::upload::header_then_data;
 use crate::files::{self, FsError};
 use crate::report::error_chain;
 
@@ -18,22 +16,9 @@ pub(super) async fn read(req: pb::ReadFileRequest) -> Result<BoxStream<pb::ReadF
     Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map_err(Status::from))))
 }
 
-pub(super) async fn write(
-    mut input: Streaming<pb::WriteFileRequest>,
-) -> Result<pb::WriteFileResponse, Status> {
-    let header = match input.message().await? {
-        Some(pb::WriteFileRequest { part: Some(Part::Header(header)) }) => header,
-        _ => return Err(FsError::MissingHeader.into()),
-    };
-    let path = PathBuf::from(&header.path);
-    let pieces = input.map(|msg| match msg {
-        Ok(pb::WriteFileRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
-        Ok(pb::WriteFileRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
-        Ok(pb::WriteFileRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::WriteFileRequest { part: None }) => Ok(Piece::Data(Bytes::new())),
-        Err(status) => Err(status.message().to_owned()),
-    });
-    Ok(files::write::write(header, until_end(pieces, path)).await?)
+pub(super) async fn write(input: Streaming<pb::WriteFileRequest>) -> Result<pb::WriteFileResponse, Status> {
+    let (header, data) = header_then_data(input).await?;
+    Ok(files::write::write(header, data).await?)
 }
 
 pub(super) async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, Status> {
@@ -90,43 +75,4 @@ impl From<FsError> for Status {
             E::Io { .. } | E::WorkerGone => Status::internal(msg),
         }
     }
-}
-
-/// One message of an upload stream (WriteFile, UploadDir) after its header.
-pub(super) enum Piece {
-    Data(Bytes),
-    End,
-    SecondHeader,
-}
-
-/// The data of an upload stream, up to its explicit `end` message.
-///
-/// hyper ends the request body of a client that cancelled (`RST_STREAM` with `CANCEL`)
-/// just as if the client had ended it cleanly, so "the stream ended" cannot mean
-/// "commit". Only the `end` message does: a stream that stops without it yields
-/// [`FsError::StreamBroken`], and the write or extraction leaves nothing behind.
-/// An `Err` item is the transport's error message.
-pub(super) fn until_end<S>(pieces: S, path: PathBuf) -> impl Stream<Item = Result<Bytes, FsError>>
-where
-    S: Stream<Item = Result<Piece, String>> + Send + 'static,
-{
-    futures::stream::unfold((Box::pin(pieces), false), move |(mut pieces, done)| {
-        let path = path.clone();
-        async move {
-            if done {
-                return None;
-            }
-            let item = match pieces.next().await {
-                Some(Ok(Piece::Data(data))) => return Some((Ok(data), (pieces, false))),
-                Some(Ok(Piece::End)) => return None,
-                Some(Ok(Piece::SecondHeader)) => Err(FsError::SecondHeader),
-                Some(Err(reason)) => Err(FsError::StreamBroken { path, reason }),
-                None => Err(FsError::StreamBroken {
-                    path,
-                    reason: "the client stopped before sending `end`".to_owned(),
-                }),
-            };
-            Some((item, (pieces, true)))
-        }
-    })
 }

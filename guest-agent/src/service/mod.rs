@@ -12,6 +12,7 @@ mod jobs;
 pub mod limits;
 mod routes;
 mod system;
+mod upload;
 
 use std::pin::Pin;
 use std::sync::Arc;
