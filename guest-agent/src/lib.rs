@@ -11,11 +11,15 @@
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
 //! - [`report`]: errors rendered as one line with their causes.
-//! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
+//! - [`init`]: PID 1 duties (mounts, `lo`, hostname, power-off).
+//! - [`cmdline`]: the `sbx.*` settings on the kernel command line.
+//! - [`announce`]: the READY line the agent sends once it listens.
 
 pub mod allocator;
+pub mod announce;
 pub mod archive;
 pub mod auth;
+pub mod cmdline;
 pub mod exec;
 pub mod files;
 pub mod init;
