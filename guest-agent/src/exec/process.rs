@@ -20,7 +20,6 @@ use super::spawn::{self, StdioSetup};
 use super::tree;
 use super::{ExecError, Spec};
 use crate::files::placement::in_place_unless_remote;
-use sbx_proto::agent::v1 as pb;
 
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -55,7 +54,7 @@ pub async fn spawn_placed(spec: Spec, stdio: StdioSetup) -> Result<(Spec, Runnin
 
 /// [`Spec::from_command`] where it cannot stall the agent (its cwd is checked on the
 /// filesystem), as [`spawn_placed`].
-pub async fn spec_placed(command: Option<pb::Command>) -> Result<Spec, ExecError> {
+pub async fn spec_placed(command: Option<super::Command>) -> Result<Spec, ExecError> {
     in_place_unless_remote(move || Spec::from_command(command.as_ref())).await
 }
 
