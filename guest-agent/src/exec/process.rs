@@ -19,7 +19,7 @@ use super::reaper::{self, Ended};
 use super::spawn::{self, StdioSetup};
 use super::tree;
 use super::{ExecError, Spec};
-use crate::files::placement::in_place_unless_remote;
+use crate::placement::in_place_unless_remote;
 
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);

@@ -6,8 +6,8 @@ use tonic::{Code, Status};
 
 use super::AgentService;
 use super::exec::{command, exit_status};
-use crate::files::placement::in_place_unless_remote;
 use crate::jobs::{JobError, JobSnapshot, LogTail, StartJob};
+use crate::placement::in_place_unless_remote;
 use crate::report::error_chain;
 
 pub(super) async fn start(svc: &AgentService, req: pb::StartJobRequest) -> Result<pb::Job, Status> {

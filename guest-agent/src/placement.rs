@@ -1,5 +1,5 @@
-//! Where small file work runs: on the runtime thread that took the call, or on the
-//! blocking pool.
+//! Where a small piece of work (a file call, starting a command or a job) runs: on the
+//! runtime thread that took the call, or on the blocking pool.
 //!
 //! A trip to the blocking pool is two thread wakeups, which cost more than a stat or a
 //! 1 KiB read from the page cache. But a file call on a network or FUSE filesystem can
@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::FsError;
+use crate::files::FsError;
 
 /// Filesystem types whose calls the kernel answers without a server or a daemon.
 #[rustfmt::skip]
