@@ -28,7 +28,7 @@ use std::path::PathBuf;
 
 use rustix::fs::Stat;
 
-pub use error::{FsError, human_bytes};
+pub use error::FsError;
 
 /// Checks a caller's path: absolute, no NUL bytes.
 pub fn check_path(path: &str) -> Result<PathBuf, FsError> {
