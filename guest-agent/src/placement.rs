@@ -88,7 +88,9 @@ where
 pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     const RAMFS_MAGIC: u64 = 0x8584_58f6;
-    rustix::fs::statfs(dir).is_ok_and(|fs| matches!(fs.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
+    // f_type is a signed long holding an unsigned magic number: compare the bits.
+    rustix::fs::statfs(dir)
+        .is_ok_and(|fs| matches!(u64::from_ne_bytes(fs.f_type.to_ne_bytes()), TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// True when every filesystem mounted now is in [`LOCAL_TYPES`]; false when that cannot

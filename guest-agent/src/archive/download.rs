@@ -374,7 +374,9 @@ fn zip_time(unix_secs: i64) -> Option<DateTime> {
     let secs = unix_secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
     let year = u16::try_from(year).ok()?;
-    let (hour, minute, second) = ((secs / 3600) as u8, (secs % 3600 / 60) as u8, (secs % 60) as u8);
+    // `secs` is in 0..86_400, so each part fits a u8.
+    let part = |v: i64| u8::try_from(v).ok();
+    let (hour, minute, second) = (part(secs / 3600)?, part(secs % 3600 / 60)?, part(secs % 60)?);
     DateTime::from_date_and_time(year, month, day, hour, minute, second).ok()
 }
 
@@ -386,8 +388,9 @@ fn civil_from_days(days: i64) -> (i64, u8, u8) {
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    // The algorithm keeps the day in 1..=31 and the month in 1..=12.
+    let day = u8::try_from(doy - (153 * mp + 2) / 5 + 1).expect("a day of the month is 1 to 31");
+    let month = u8::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).expect("a month is 1 to 12");
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }

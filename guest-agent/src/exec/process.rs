@@ -94,7 +94,7 @@ pub struct ProcessGroup {
 
 impl ProcessGroup {
     fn new(pid: u32, tag: std::sync::Arc<str>) -> Self {
-        let pgid = Pid::from_raw(pid as i32).expect("a child's pid is positive");
+        let pgid = i32::try_from(pid).ok().and_then(Pid::from_raw).expect("a child's pid is a positive i32");
         ProcessGroup { pgid, tag, armed: true }
     }
 

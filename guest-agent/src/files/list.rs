@@ -152,7 +152,7 @@ pub(crate) fn wire_len(entry: &Entry) -> usize {
         + number(entry.size)
         + number(entry.mode.into())
         // Negative int64 values are sent as their two's-complement u64, ten bytes.
-        + number(entry.mtime_unix_ms as u64)
+        + number(u64::from_ne_bytes(entry.mtime_unix_ms.to_ne_bytes()))
         + bytes(entry.symlink_target.as_bytes())
         + bytes(&entry.raw_path)
 }

@@ -13,7 +13,7 @@ pub(super) fn loopback_up() -> std::io::Result<()> {
     // SAFETY: ifreq is a plain C struct for which all-zero bytes are a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([*src]);
     }
     // SAFETY: SIOCGIFFLAGS reads the NUL-terminated name and writes ifru_flags of `req`,
     // which lives for the whole call.
@@ -22,7 +22,9 @@ pub(super) fn loopback_up() -> std::io::Result<()> {
     }
     // SAFETY: the kernel just filled ifru_flags; reading a c_short from the union is sound.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    let up = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING)
+        .expect("IFF_UP and IFF_RUNNING are low bits");
+    req.ifr_ifru.ifru_flags = flags | up;
     // SAFETY: SIOCSIFFLAGS reads the name and the flags from `req`, valid for the call.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &req) } < 0 {
         return Err(std::io::Error::last_os_error());

@@ -93,7 +93,7 @@ fn widen_vsock_buffer(l: &VsockListener) -> std::io::Result<()> {
                 libc::AF_VSOCK,
                 option,
                 (&raw const value).cast(),
-                std::mem::size_of::<u64>() as libc::socklen_t,
+                libc::socklen_t::try_from(std::mem::size_of::<u64>()).expect("8 fits socklen_t"),
             )
         };
         if ret != 0 {
