@@ -120,6 +120,11 @@ fn memory() -> (u64, u64) {
     }
 }
 
+/// The guest's memory (MemTotal) in bytes; 0 when `/proc/meminfo` cannot be read.
+pub(crate) fn memory_total_bytes() -> u64 {
+    memory().0
+}
+
 fn parse_meminfo(text: &str) -> (u64, u64) {
     let field = |name: &str| {
         text.lines()

@@ -7,6 +7,7 @@
 //! - [`spawn`]: starting a command in a new session, as its user.
 //! - [`process`]: the started command, its process-group guard, timeouts.
 //! - [`reaper`]: the agent's only `waitpid`, for its own children and for orphans.
+//! - [`oom`]: whether the guest's out-of-memory killer ended a command.
 //! - [`tree`]: every process a command started, even those that left its group.
 //! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
 //! - [`stream`]: ExecStream, with stdin forwarding and back-pressure.
@@ -14,6 +15,7 @@
 
 pub mod capture;
 pub mod error;
+pub mod oom;
 pub mod process;
 pub mod reaper;
 pub mod request;

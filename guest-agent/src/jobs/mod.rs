@@ -167,7 +167,9 @@ impl Jobs {
         tracing::info!(id = %job.id, pid = job.pid, cmd = %job.command, "job started");
         let id = job.id.clone();
         tokio::spawn(async move {
-            let outcome = process::supervise(run.pid, &mut run.exit, &run.group, run.started, timeout).await;
+            let outcome =
+                process::supervise(run.pid, &mut run.exit, &run.group, run.started, timeout, run.oom_kills)
+                    .await;
             match outcome {
                 Ok(outcome) => {
                     tracing::info!(%id, ended = ?outcome.ended, "job ended");

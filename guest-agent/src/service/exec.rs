@@ -82,6 +82,8 @@ pub(super) fn exit_status(outcome: &Outcome) -> pb::ExitStatus {
         kind: Some(kind),
         timed_out: outcome.timed_out,
         duration_ms: outcome.duration.as_millis().try_into().unwrap_or(u64::MAX),
+        oom_killed: outcome.oom_killed.is_some(),
+        memory_total_bytes: outcome.oom_killed.unwrap_or(0),
     }
 }
 
