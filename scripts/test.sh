@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole sbx test suite, from a fresh machine: installs what it needs (idempotent),
 # then runs formatting and lint checks, the static musl build of the agent, every Rust
-# test (real VMs included) and the MCP suite driven by the official Python MCP client.
+# test (real VMs included), the MCP suite driven by the official Python MCP client, and
+# the agent driven by a stock gRPC client (grpcio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,3 +36,6 @@ cargo nextest run --workspace --no-fail-fast
 
 step "MCP tests (official Python MCP SDK as the client)"
 tests/mcp/run.sh
+
+step "stock gRPC clients (grpcio with stubs generated from agent.proto)"
+tests/clients/run.sh

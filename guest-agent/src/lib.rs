@@ -2,25 +2,34 @@
 //!
 //! - [`listen`]: binds the addresses of the shared grammar and serves the gRPC service.
 //! - [`auth`]: the token that TCP clients must present.
-//! - [`service`]: the thin tonic layer; each RPC parses, calls a domain module, maps errors.
+//! - [`service`]: the thin tonic layer; each RPC converts the wire message to the domain
+//!   module's own types, calls it, and converts the answer and the error back. Nothing
+//!   outside `service` (and `listen`) sees a gRPC or protobuf type.
 //!   File chunks and zip data go out framed by hand, without tonic's copy of each chunk.
 //! - [`exec`]: running commands with capped (head + tail) or streamed output, process
 //!   groups, timeouts. [`jobs`]: detached background jobs with log files.
 //! - [`files`]: read, atomic write, list, stat, remove, move, mkdir.
+//! - [`placement`]: whether a small piece of work (a file call, a spawn) runs in place or
+//!   on the blocking pool: in place only while every mount is local.
 //! - [`allocator`]: mimalloc as the allocator, tuned for a small resident set.
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
 //! - [`report`]: errors rendered as one line with their causes.
-//! - [`init`]: PID 1 duties (mounts, reaping, power-off) and the READY announcement.
+//! - [`init`]: PID 1 duties (mounts, `lo`, hostname, power-off).
+//! - [`cmdline`]: the `sbx.*` settings on the kernel command line.
+//! - [`announce`]: the READY line the agent sends once it listens.
 
 pub mod allocator;
+pub mod announce;
 pub mod archive;
 pub mod auth;
+pub mod cmdline;
 pub mod exec;
 pub mod files;
 pub mod init;
 pub mod jobs;
 pub mod listen;
+pub mod placement;
 pub mod report;
 pub mod service;
 pub mod system;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use sbx_agent::report::error_chain;
-use sbx_agent::{AgentService, init, listen};
+use sbx_agent::{AgentService, announce, cmdline, init, listen};
 use sbx_proto::Address;
 
 /// See [`sbx_agent::allocator`].
@@ -143,7 +143,7 @@ async fn run() -> ExitCode {
             Err(e) => eprintln!("sbx-agent: init: {}", error_chain(&e)),
         }
     }
-    let cmdline = init::KernelCmdline::read();
+    let cmdline = cmdline::KernelCmdline::read();
     if args.listen.is_empty() {
         args.listen = cmdline.listen().into_iter().collect();
     }
@@ -185,7 +185,7 @@ async fn run() -> ExitCode {
     }
     if let Some(addr) = announce {
         tokio::spawn(async move {
-            if let Err(e) = init::announce_ready(&addr).await {
+            if let Err(e) = announce::announce_ready(&addr).await {
                 tracing::warn!("could not announce readiness: {}", error_chain(&e));
             }
         });

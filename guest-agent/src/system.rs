@@ -8,7 +8,6 @@ use std::io::Read;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::time::{ClockId, Timespec};
-use sbx_proto::agent::v1 as pb;
 
 /// Setting the clock failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,12 +29,39 @@ pub enum SystemError {
     },
 }
 
+/// What the guest is.
+#[derive(Debug, Clone, Default)]
+pub struct Info {
+    /// This agent's version.
+    pub agent_version: String,
+    /// Milliseconds since the agent started.
+    pub uptime_ms: u64,
+    /// The guest's hostname.
+    pub hostname: String,
+    /// Kernel name and release.
+    pub kernel: String,
+    /// CPUs the agent may run on.
+    pub cpus: u32,
+    /// Memory, in bytes.
+    pub memory_total_bytes: u64,
+    /// Memory available without swapping, in bytes.
+    pub memory_available_bytes: u64,
+    /// Size of the root file system, in bytes.
+    pub disk_total_bytes: u64,
+    /// Free bytes on the root file system.
+    pub disk_free_bytes: u64,
+    /// True when the agent is PID 1.
+    pub pid1: bool,
+    /// The guest's wall clock, in milliseconds since the epoch.
+    pub time_unix_ms: i64,
+}
+
 /// Describes the guest. `started` is when the agent started.
-pub fn info(started: Instant) -> pb::InfoResponse {
+pub fn info(started: Instant) -> Info {
     let uname = rustix::system::uname();
     let (memory_total_bytes, memory_available_bytes) = memory();
     let (disk_total_bytes, disk_free_bytes) = disk();
-    pb::InfoResponse {
+    Info {
         agent_version: env!("CARGO_PKG_VERSION").to_owned(),
         uptime_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         hostname: uname.nodename().to_string_lossy().into_owned(),
@@ -92,6 +118,11 @@ fn memory() -> (u64, u64) {
             (0, 0)
         }
     }
+}
+
+/// The guest's memory (MemTotal) in bytes; 0 when `/proc/meminfo` cannot be read.
+pub(crate) fn memory_total_bytes() -> u64 {
+    memory().0
 }
 
 fn parse_meminfo(text: &str) -> (u64, u64) {

@@ -110,24 +110,5 @@ impl Output {
     }
 }
 
-/// `1.5 MiB`: a byte count for people.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[unit]) }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn human_bytes() {
-        assert_eq!(super::human_bytes(5), "5 B");
-        assert_eq!(super::human_bytes(1536), "1.5 KiB");
-        assert_eq!(super::human_bytes(100 << 20), "100.0 MiB");
-    }
-}
+/// `1.5 MiB`: a byte count for people, written once for both sides in sbx-proto.
+pub use sbx_proto::units::human_bytes;

@@ -84,7 +84,7 @@ async def test_timeout_kills_the_command_and_says_so(agent: Agent) -> None:
         ({"command": "true", "env": {"A": 1}}, "invalid type"),
         ({"command": "true", "cwd": "relative/dir"}, "relative"),
         ({"command": "true", "cwd": "/no/such/dir/anywhere"}, "/no/such/dir/anywhere"),
-        ({"command": "wc -c", "stdin": "x" * (8 * 1024 * 1024 + 1)}, "stdin is 8.0 MiB, over the 8 MiB inline limit"),
+        ({"command": "wc -c", "stdin": "x" * (8 * 1024 * 1024 + 1)}, "stdin is 8 MiB (8388609 bytes), over the 8 MiB (8388608 bytes) inline limit"),
     ],
 )
 async def test_bad_arguments_are_tool_errors_that_say_what_to_fix(agent: Agent, arguments: dict, needle: str) -> None:

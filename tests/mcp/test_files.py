@@ -94,6 +94,14 @@ async def test_whole_files_over_one_mib_are_refused_with_the_size_and_how_to_sli
         assert "1048576" in text
 
 
+async def test_a_file_one_byte_over_the_read_limit_is_not_said_to_be_its_size(agent: Agent) -> None:
+    work = agent.scratch("files-just-over")
+    (work / "f").write_bytes(b"z" * (MiB + 1))
+    async with agent_session(agent) as session:
+        text = await call_err(session, "sandbox_files_read", path=str(work / "f"))
+    assert "1 MiB (1048577 bytes), over the 1 MiB (1048576 bytes) read limit" in text, text
+
+
 async def test_exactly_one_mib_is_allowed(agent: Agent) -> None:
     work = agent.scratch("files-one-mib")
     (work / "f").write_bytes(b"z" * MiB)
@@ -107,6 +115,8 @@ async def test_write_limits_and_bad_content(agent: Agent) -> None:
     async with agent_session(agent) as session:
         text = await call_err(session, "sandbox_files_write", path=str(work / "huge"), content="x" * (8 * MiB + 1))
         assert "8 MiB" in text and "append" in text
+        # Rounded, both sizes are "8 MiB": the exact sizes say which is larger.
+        assert "content is 8 MiB (8388609 bytes), over the 8 MiB (8388608 bytes) inline write limit" in text, text
         text = await call_err(
             session, "sandbox_files_write", path=str(work / "b"), content="not base64!!", encoding="base64"
         )

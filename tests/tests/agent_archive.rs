@@ -134,6 +134,18 @@ async fn a_downloaded_tree_skips_symlinks_and_fifos_and_extracts_to_the_same_fil
 }
 
 #[tokio::test]
+async fn a_refused_download_of_one_file_says_file_not_files() {
+    let agent = Agent::start();
+    let mut c = agent.client().await;
+    let root = agent.dir.path().join("one");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("only.bin"), noise(3 * 1024 * 1024 / 2, 4)).unwrap();
+
+    let result = download(&mut c, &root, 256 * 1024).await.map(|d| d.summary);
+    assert_status(result, Code::ResourceExhausted, &["the directory holds 1.5 MiB in 1 file;"]);
+}
+
+#[tokio::test]
 async fn a_download_over_max_bytes_fails_saying_the_cap_and_the_size() {
     let agent = Agent::start();
     let mut c = agent.client().await;
@@ -143,7 +155,7 @@ async fn a_download_over_max_bytes_fails_saying_the_cap_and_the_size() {
     std::fs::write(root.join("b.bin"), noise(1024 * 1024, 3)).unwrap();
 
     let result = download(&mut c, &root, 256 * 1024).await.map(|d| d.summary);
-    assert_status(result, Code::ResourceExhausted, &["max_bytes", "256.0 KiB", "3.0 MiB in 2 files"]);
+    assert_status(result, Code::ResourceExhausted, &["max_bytes", "256 KiB", "3 MiB in 2 files"]);
     let fits = download(&mut c, &root, 8 * 1024 * 1024).await.unwrap();
     assert_eq!(fits.summary.files, 2, "a cap the archive fits under is fine");
 }

@@ -125,10 +125,28 @@ async fn reads_over_the_cap_say_the_size_and_what_to_do() {
     assert_status(
         read(&mut c, capped(0, 0)).await,
         Code::ResourceExhausted,
-        &["3.2 MiB", "1.0 MiB read limit", "offset/length"],
+        &["3.2 MiB", "1 MiB read limit", "offset/length"],
     );
     let (slice, _) = read(&mut c, capped(MIB as u64, MIB as u64)).await.unwrap();
     assert_eq!(slice.len(), MIB, "a slice within the cap is read");
+}
+
+#[tokio::test]
+async fn a_file_one_byte_over_the_cap_is_not_said_to_be_the_caps_size() {
+    let agent = Agent::start();
+    let mut c = agent.client().await;
+    let path = agent.dir.path().join("just-over.txt");
+    std::fs::write(&path, noise(MIB + 1, 1)).unwrap();
+
+    let req = pb::ReadFileRequest { path: s(&path), offset: 0, length: 0, max_bytes: MIB as u64 };
+    let status = read(&mut c, req).await.expect_err("a file over max_bytes is refused");
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    let message = status.message();
+    // Rounded, both are "1 MiB": the message gives the exact sizes that differ.
+    assert!(
+        message.contains("is 1 MiB (1048577 bytes), over the 1 MiB (1048576 bytes) read limit"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -18,7 +18,6 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use sbx_proto::agent::v1::{self as pb, download_dir_chunk::Part};
 use sbx_proto::limits::BULK_CHUNK_SIZE;
 use tokio::sync::mpsc;
 use walkdir::WalkDir;
@@ -39,14 +38,48 @@ const MAX_SKIPPED_LISTED: usize = 1000;
 /// before it writes the entry.
 const ZIP64_THRESHOLD: u64 = 0xFFFF_FFFF;
 
-type Sender = mpsc::Sender<Result<pb::DownloadDirChunk, ArchiveError>>;
+type Sender = mpsc::Sender<Result<ZipPart, ArchiveError>>;
+
+/// One piece of a download: zip bytes, or the summary that ends it.
+#[derive(Debug, Clone)]
+pub enum ZipPart {
+    /// The next bytes of the zip.
+    Data(bytes::Bytes),
+    /// What went in; the last part.
+    Summary(Summary),
+}
+
+/// What a download put in its zip, and what it left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Bytes of file content.
+    pub file_bytes: u64,
+    /// Bytes of the zip.
+    pub archive_bytes: u64,
+    /// Entries left out, and why (the first ones by name, then a count).
+    pub skipped: Vec<Skipped>,
+}
+
+/// An entry a download left out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its path, relative to the directory; empty for the "N more" line.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
 
 /// The archive's chunks, then its summary; an `Err` ends the stream.
-pub type DownloadStream = mpsc::Receiver<Result<pb::DownloadDirChunk, ArchiveError>>;
+pub type DownloadStream = mpsc::Receiver<Result<ZipPart, ArchiveError>>;
 
-/// Checks `req.path` is a directory and starts streaming it as a zip.
-pub async fn download(req: pb::DownloadDirRequest) -> Result<DownloadStream, ArchiveError> {
-    let root = check_path(&req.path)?;
+/// Checks `path` is a directory and starts streaming it as a zip of at most
+/// `max_bytes` (0: no cap).
+pub async fn download(path: &str, max_bytes: u64) -> Result<DownloadStream, ArchiveError> {
+    let root = check_path(path)?;
     let root = blocking(move || {
         let meta = std::fs::metadata(&root).map_err(|e| FsError::io("archive", &root, e))?;
         if !meta.is_dir() {
@@ -57,7 +90,7 @@ pub async fn download(req: pb::DownloadDirRequest) -> Result<DownloadStream, Arc
     .await?;
     let (tx, rx) = mpsc::channel(QUEUE_CHUNKS);
     tokio::task::spawn_blocking(move || {
-        if let Err(e) = build(&root, req.max_bytes, &tx) {
+        if let Err(e) = build(&root, max_bytes, &tx) {
             let _ = tx.blocking_send(Err(e));
         }
     });
@@ -91,7 +124,7 @@ impl ChunkWriter {
             return Ok(());
         }
         let data = std::mem::replace(&mut self.buf, Vec::with_capacity(BULK_CHUNK_SIZE));
-        let chunk = pb::DownloadDirChunk { part: Some(Part::Data(data.into())) };
+        let chunk = ZipPart::Data(data.into());
         if self.tx.blocking_send(Ok(chunk)).is_err() {
             self.stop.set(Stop::ClientGone);
             return Err(io::ErrorKind::BrokenPipe.into());
@@ -128,14 +161,14 @@ struct Tally {
     files: u64,
     dirs: u64,
     file_bytes: u64,
-    skipped: Vec<pb::SkippedEntry>,
+    skipped: Vec<Skipped>,
     skipped_unlisted: u64,
 }
 
 impl Tally {
     fn skip(&mut self, path: &Path, reason: String) {
         if self.skipped.len() < MAX_SKIPPED_LISTED {
-            self.skipped.push(pb::SkippedEntry { path: path.to_string_lossy().into_owned(), reason });
+            self.skipped.push(Skipped { path: path.to_string_lossy().into_owned(), reason });
         } else {
             self.skipped_unlisted += 1;
         }
@@ -227,16 +260,16 @@ fn build(root: &Path, cap: u64, tx: &Sender) -> Result<(), ArchiveError> {
     }
     if tally.skipped_unlisted > 0 {
         let reason = format!("{} more skipped entries are not listed", tally.skipped_unlisted);
-        tally.skipped.push(pb::SkippedEntry { path: String::new(), reason });
+        tally.skipped.push(Skipped { path: String::new(), reason });
     }
-    let summary = pb::ArchiveSummary {
+    let summary = Summary {
         files: tally.files,
         dirs: tally.dirs,
         file_bytes: tally.file_bytes,
         archive_bytes: writer.written,
         skipped: tally.skipped,
     };
-    let _ = tx.blocking_send(Ok(pb::DownloadDirChunk { part: Some(Part::Summary(summary)) }));
+    let _ = tx.blocking_send(Ok(ZipPart::Summary(summary)));
     Ok(())
 }
 
@@ -341,7 +374,9 @@ fn zip_time(unix_secs: i64) -> Option<DateTime> {
     let secs = unix_secs.rem_euclid(86_400);
     let (year, month, day) = civil_from_days(days);
     let year = u16::try_from(year).ok()?;
-    let (hour, minute, second) = ((secs / 3600) as u8, (secs % 3600 / 60) as u8, (secs % 60) as u8);
+    // `secs` is in 0..86_400, so each part fits a u8.
+    let part = |v: i64| u8::try_from(v).ok();
+    let (hour, minute, second) = (part(secs / 3600)?, part(secs % 3600 / 60)?, part(secs % 60)?);
     DateTime::from_date_and_time(year, month, day, hour, minute, second).ok()
 }
 
@@ -353,8 +388,9 @@ fn civil_from_days(days: i64) -> (i64, u8, u8) {
     let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u8;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u8;
+    // The algorithm keeps the day in 1..=31 and the month in 1..=12.
+    let day = u8::try_from(doy - (153 * mp + 2) / 5 + 1).expect("a day of the month is 1 to 31");
+    let month = u8::try_from(if mp < 10 { mp + 3 } else { mp - 9 }).expect("a month is 1 to 12");
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
 }

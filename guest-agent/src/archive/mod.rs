@@ -14,7 +14,9 @@ pub mod upload;
 
 use std::path::PathBuf;
 
-use crate::files::{FsError, human_bytes};
+use sbx_proto::units::{human_bytes, plural};
+
+use crate::files::FsError;
 
 /// An archive operation that failed, with a message that says what to do next.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +26,9 @@ pub enum ArchiveError {
     Fs(#[from] FsError),
     /// The archive grew past the caller's `max_bytes`.
     #[error(
-        "the zip of {} passed the max_bytes cap of {}; the directory holds {} in {files} files; \
+        "the zip of {} passed the max_bytes cap of {}; the directory holds {} in {}; \
          raise max_bytes or download a subdirectory",
-        .path.display(), human_bytes(*.cap), human_bytes(*.total)
+        .path.display(), human_bytes(*.cap), human_bytes(*.total), plural(*.files, "file", "files")
     )]
     TooLarge {
         /// The directory.
@@ -77,6 +79,6 @@ mod tests {
     fn too_large_says_the_sizes() {
         let e = ArchiveError::TooLarge { path: "/w".into(), cap: 1024 * 1024, total: 3_355_443, files: 3 };
         let msg = e.to_string();
-        assert!(msg.contains("1.0 MiB") && msg.contains("3.2 MiB") && msg.contains("3 files"), "{msg}");
+        assert!(msg.contains("1 MiB") && msg.contains("3.2 MiB") && msg.contains("3 files"), "{msg}");
     }
 }

@@ -18,7 +18,6 @@ use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
 use futures::Stream;
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
 use zip::{CompressionMethod, ZipArchive};
 
@@ -29,8 +28,28 @@ use crate::files::{FsError, blocking, check_path};
 /// Mode of extracted files whose entry carries none.
 const DEFAULT_FILE_MODE: u32 = 0o644;
 
+/// Where to extract an upload; the zip follows as a stream.
+#[derive(Debug, Clone, Default)]
+pub struct UploadHeader {
+    /// The directory to extract into; created if missing.
+    pub path: String,
+    /// Flush everything extracted to disk before answering.
+    pub sync: bool,
+}
+
+/// What an extraction wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Extracted {
+    /// Regular files.
+    pub files: u64,
+    /// Directories.
+    pub dirs: u64,
+    /// Bytes of file content.
+    pub file_bytes: u64,
+}
+
 /// Receives the zip in `data` and extracts it into `header.path`.
-pub async fn upload<S>(header: pb::UploadDirHeader, data: S) -> Result<pb::UploadDirResponse, ArchiveError>
+pub async fn upload<S>(header: UploadHeader, data: S) -> Result<Extracted, ArchiveError>
 where
     S: Stream<Item = Result<Bytes, FsError>>,
 {
@@ -59,7 +78,7 @@ fn spool_file(target: &Path) -> Result<File, FsError> {
         .map_err(|e| FsError::io("create a spool file for", target, e))
 }
 
-fn extract(spool: File, target: &Path) -> Result<pb::UploadDirResponse, ArchiveError> {
+fn extract(spool: File, target: &Path) -> Result<Extracted, ArchiveError> {
     let mut archive = ZipArchive::new(spool).map_err(ArchiveError::NotZip)?;
     match std::fs::metadata(target) {
         Ok(meta) if !meta.is_dir() => {
@@ -78,7 +97,7 @@ fn extract(spool: File, target: &Path) -> Result<pb::UploadDirResponse, ArchiveE
     check_inner_conflicts(&entries)?;
 
     std::fs::create_dir_all(target).map_err(|e| FsError::io("create directory", target, e))?;
-    let mut done = pb::UploadDirResponse::default();
+    let mut done = Extracted::default();
     for (index, entry) in entries.iter().enumerate() {
         let dest = target.join(&entry.rel);
         if entry.is_dir {

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use sbx_proto::agent::v1 as pb;
+use super::Captured;
 
 /// One stream being captured.
 #[derive(Debug)]
@@ -50,18 +50,18 @@ impl Capture {
     }
 
     /// What to return: everything if it fits, else head + marker + tail within the limit.
-    pub fn finish(self) -> pb::CapturedOutput {
+    pub fn finish(self) -> Captured {
         let total = self.total;
         if total <= self.limit as u64 {
             let mut data = self.head;
             data.extend(self.tail);
-            return pb::CapturedOutput { data: data.into(), truncated: false, total_bytes: total };
+            return Captured { data, truncated: false, total_bytes: total };
         }
         // The marker can only shrink once the real omitted count replaces `total`.
         let marker_room = marker(total).len();
         if self.limit < marker_room + 2 {
             let data = self.last(self.limit);
-            return pb::CapturedOutput { data: data.into(), truncated: true, total_bytes: total };
+            return Captured { data, truncated: true, total_bytes: total };
         }
         let keep = self.limit - marker_room;
         let head_len = keep / 2;
@@ -71,7 +71,7 @@ impl Capture {
         data.extend_from_slice(&self.head[..head_len]);
         data.extend_from_slice(marker(omitted).as_bytes());
         data.extend(self.last(tail_len));
-        pb::CapturedOutput { data: data.into(), truncated: true, total_bytes: total }
+        Captured { data, truncated: true, total_bytes: total }
     }
 
     /// The last `n` bytes of the stream (`n` <= limit, stream longer than the limit).
@@ -95,7 +95,7 @@ fn marker(omitted: u64) -> String {
 mod tests {
     use super::*;
 
-    fn capture(limit: usize, chunks: &[&[u8]]) -> pb::CapturedOutput {
+    fn capture(limit: usize, chunks: &[&[u8]]) -> Captured {
         let mut c = Capture::new(limit);
         chunks.iter().for_each(|d| c.push(d));
         c.finish()

@@ -1,11 +1,13 @@
 //! Running commands: to completion with capped output ([`exec`]), or streamed
 //! ([`stream`]), each in its own process group with a timeout.
 //!
+//! - [`request`]: what callers ask and get back ([`Request`], [`Finished`], [`Event`]).
 //! - [`spec`]: validating a request (shell or argv, cwd, env, user, limits).
 //! - [`user`]: resolving a user name or uid from /etc/passwd and /etc/group.
 //! - [`spawn`]: starting a command in a new session, as its user.
 //! - [`process`]: the started command, its process-group guard, timeouts.
 //! - [`reaper`]: the agent's only `waitpid`, for its own children and for orphans.
+//! - [`oom`]: whether the guest's out-of-memory killer ended a command.
 //! - [`tree`]: every process a command started, even those that left its group.
 //! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
 //! - [`stream`]: ExecStream, with stdin forwarding and back-pressure.
@@ -13,15 +15,16 @@
 
 pub mod capture;
 pub mod error;
+pub mod oom;
 pub mod process;
 pub mod reaper;
+pub mod request;
 pub mod spawn;
 pub mod spec;
 pub mod stream;
 pub mod tree;
 pub mod user;
 
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -29,6 +32,7 @@ use tokio::net::unix::pipe;
 pub use error::ExecError;
 pub use process::Outcome;
 pub use reaper::{Ended, start as start_reaper};
+pub use request::{Captured, Command, Event, Finished, Request, StreamInput};
 pub use spec::Spec;
 
 use capture::Capture;
@@ -37,8 +41,8 @@ use spawn::StdioSetup;
 /// Runs a command to completion and returns its status and capped output.
 ///
 /// Dropping the returned future (the client went away) kills the command's group.
-pub async fn exec(req: &pb::ExecRequest) -> Result<pb::ExecResponse, ExecError> {
-    let spec = process::spec_placed(req.command.clone()).await?;
+pub async fn exec(req: Request) -> Result<Finished, ExecError> {
+    let spec = process::spec_placed(req.command).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
     let limit = spec::output_limit(req.output_limit)?;
     let (spec, mut run) = process::spawn_placed(spec, StdioSetup::Piped).await?;
@@ -53,24 +57,7 @@ pub async fn exec(req: &pb::ExecRequest) -> Result<pb::ExecResponse, ExecError> 
         process::run_to_end(io, &mut run, Some(timeout)).await?
     };
     tracing::debug!(pid = run.pid, cmd = %spec.display, stdout = out.total(), stderr = err.total(), "exec done");
-    Ok(pb::ExecResponse {
-        status: Some(exit_status(&outcome)),
-        stdout: Some(out.finish()),
-        stderr: Some(err.finish()),
-    })
-}
-
-/// The wire form of an [`Outcome`].
-pub fn exit_status(outcome: &Outcome) -> pb::ExitStatus {
-    let kind = match outcome.ended {
-        Ended::Code(code) => pb::exit_status::Kind::Code(code),
-        Ended::Signal(sig) => pb::exit_status::Kind::Signal(sig),
-    };
-    pb::ExitStatus {
-        kind: Some(kind),
-        timed_out: outcome.timed_out,
-        duration_ms: outcome.duration.as_millis().try_into().unwrap_or(u64::MAX),
-    }
+    Ok(Finished { outcome, stdout: out.finish(), stderr: err.finish() })
 }
 
 /// Reads `pipe` to its end into `capture`. A read error ends the stream like EOF.

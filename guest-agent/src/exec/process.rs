@@ -19,8 +19,7 @@ use super::reaper::{self, Ended};
 use super::spawn::{self, StdioSetup};
 use super::tree;
 use super::{ExecError, Spec};
-use crate::files::placement::in_place_unless_remote;
-use sbx_proto::agent::v1 as pb;
+use crate::placement::in_place_unless_remote;
 
 /// How long a timed-out command gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -44,6 +43,8 @@ pub struct Running {
     pub group: ProcessGroup,
     /// When it was started.
     pub started: Instant,
+    /// The kernel's count of OOM kills when it started (see [`super::oom`]).
+    pub oom_kills: Option<u64>,
 }
 
 /// [`spawn()`] where it cannot stall the agent's one worker: in place while every mount
@@ -55,7 +56,7 @@ pub async fn spawn_placed(spec: Spec, stdio: StdioSetup) -> Result<(Spec, Runnin
 
 /// [`Spec::from_command`] where it cannot stall the agent (its cwd is checked on the
 /// filesystem), as [`spawn_placed`].
-pub async fn spec_placed(command: Option<pb::Command>) -> Result<Spec, ExecError> {
+pub async fn spec_placed(command: Option<super::Command>) -> Result<Spec, ExecError> {
     in_place_unless_remote(move || Spec::from_command(command.as_ref())).await
 }
 
@@ -70,6 +71,7 @@ pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
             other => other,
         }
     })?;
+    let oom_kills = super::oom::kills_so_far();
     let started = Instant::now();
     let group = ProcessGroup::new(child.pid, tag.into());
     let to_async = |source| ExecError::Spawn { program: spec.program().to_owned(), source };
@@ -81,6 +83,7 @@ pub fn spawn(spec: &Spec, stdio: StdioSetup) -> Result<Running, ExecError> {
         exit,
         group,
         started,
+        oom_kills,
     })
 }
 
@@ -95,7 +98,7 @@ pub struct ProcessGroup {
 
 impl ProcessGroup {
     fn new(pid: u32, tag: std::sync::Arc<str>) -> Self {
-        let pgid = Pid::from_raw(pid as i32).expect("a child's pid is positive");
+        let pgid = i32::try_from(pid).ok().and_then(Pid::from_raw).expect("a child's pid is a positive i32");
         ProcessGroup { pgid, tag, armed: true }
     }
 
@@ -143,6 +146,8 @@ pub struct Outcome {
     pub timed_out: bool,
     /// From start to exit.
     pub duration: Duration,
+    /// When the guest's out-of-memory killer ended it: the guest's memory, in bytes.
+    pub oom_killed: Option<u64>,
 }
 
 /// Waits for the command to exit; once `timeout` passes, SIGTERMs its group, and after
@@ -153,6 +158,7 @@ pub async fn supervise(
     group: &ProcessGroup,
     started: Instant,
     timeout: Option<Duration>,
+    oom_kills: Option<u64>,
 ) -> Result<Outcome, ExecError> {
     let gone = |_| ExecError::ReaperGone { pid };
     let (ended, timed_out) = match timeout {
@@ -172,7 +178,10 @@ pub async fn supervise(
             }
         },
     };
-    Ok(Outcome { ended, timed_out, duration: started.elapsed() })
+    let duration = started.elapsed();
+    let oom_killed = super::oom::was_oom_killed(ended, timed_out, oom_kills, super::oom::kills_so_far())
+        .then(crate::system::memory_total_bytes);
+    Ok(Outcome { ended, timed_out, duration, oom_killed })
 }
 
 /// Runs `io` (draining the output pipes) while supervising the command. Once the command
@@ -186,7 +195,8 @@ pub async fn run_to_end(
 ) -> Result<Outcome, ExecError> {
     let mut io = pin!(io);
     let mut io_done = false;
-    let mut supervisor = pin!(supervise(run.pid, &mut run.exit, &run.group, run.started, timeout));
+    let mut supervisor =
+        pin!(supervise(run.pid, &mut run.exit, &run.group, run.started, timeout, run.oom_kills));
     let outcome = loop {
         tokio::select! {
             outcome = &mut supervisor => break outcome?,

@@ -106,7 +106,7 @@ fn reap_all() {
     loop {
         match wait(WaitOptions::NOHANG) {
             Ok(Some((pid, status))) => {
-                let pid = pid.as_raw_nonzero().get() as u32;
+                let pid = pid.as_raw_nonzero().get().unsigned_abs();
                 if let Some(tx) = waiters.remove(&pid) {
                     // The waiter may be gone (its request was cancelled); the child is reaped either way.
                     let _ = tx.send(Ended::from_wait(status));

@@ -148,8 +148,8 @@ fn spawned(spec: &Spec, tag: &str, stdio: StdioSetup) -> io::Result<Started> {
     };
 
     let mut actions = FileActions::new()?;
-    for (target, fd) in child_fds.iter().enumerate() {
-        actions.dup2(fd, target as i32)?;
+    for (target, fd) in (0..).zip(child_fds.iter()) {
+        actions.dup2(fd, target)?;
     }
     actions.chdir(&cwd)?;
     let attr = Attributes::new_session()?;
@@ -273,10 +273,11 @@ impl Attributes {
             libc::sigaddset(pipe_default.as_mut_ptr(), libc::SIGPIPE);
             check(libc::posix_spawnattr_setsigmask(p, empty.as_ptr()))?;
             check(libc::posix_spawnattr_setsigdefault(p, pipe_default.as_ptr()))?;
-            let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
+            let flags = libc::c_int::from(libc::POSIX_SPAWN_SETSID)
                 | libc::POSIX_SPAWN_SETSIGMASK
                 | libc::POSIX_SPAWN_SETSIGDEF;
-            check(libc::posix_spawnattr_setflags(p, flags as libc::c_short))?;
+            let flags = libc::c_short::try_from(flags).expect("posix_spawn flags fit a short");
+            check(libc::posix_spawnattr_setflags(p, flags))?;
         }
         Ok(attr)
     }
@@ -305,7 +306,7 @@ impl Attributes {
                 envp_p.as_ptr(),
             )
         })?;
-        Ok(pid as u32)
+        Ok(pid.unsigned_abs())
     }
 }
 

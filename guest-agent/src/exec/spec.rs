@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT_LIMIT, MAX_TIMEOUT_MS};
 
 use super::ExecError;
@@ -33,7 +32,7 @@ pub struct Spec {
 
 impl Spec {
     /// Validates `cmd`: exactly one of shell/argv, absolute existing cwd, sane env, known user.
-    pub fn from_command(cmd: Option<&pb::Command>) -> Result<Spec, ExecError> {
+    pub fn from_command(cmd: Option<&super::Command>) -> Result<Spec, ExecError> {
         let cmd = cmd.ok_or(ExecError::NoCommand)?;
         let (argv, shell) = match (cmd.shell.is_empty(), cmd.argv.is_empty()) {
             (true, true) => return Err(ExecError::NoCommand),

@@ -7,9 +7,6 @@
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::exec_event::Event;
-use sbx_proto::agent::v1::exec_stream_input::Input;
 use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -17,32 +14,31 @@ use tokio::sync::mpsc;
 
 use super::process::{self, Running};
 use super::spawn::StdioSetup;
-use super::{ExecError, spec};
+use super::{Event, ExecError, StreamInput, spec};
 
 /// Events buffered between the command and the client; with chunks of at most
 /// [`CHUNK_SIZE`] this bounds the agent's memory per stream.
 const EVENT_BUFFER: usize = 8;
 
 /// The events of one command, or the error that ended the stream.
-pub type Events = mpsc::Receiver<Result<pb::ExecEvent, ExecError>>;
+pub type Events = mpsc::Receiver<Result<Event, ExecError>>;
 
 /// Reads `start` from `input`, starts the command and returns its events: `started`,
 /// output chunks as they come, and `exited` last. `output_limit` is ignored.
 pub async fn exec_stream<S, E>(mut input: S) -> Result<Events, ExecError>
 where
-    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin + Send + 'static,
+    S: Stream<Item = Result<StreamInput, E>> + Unpin + Send + 'static,
     E: Send + 'static,
 {
     let req = match input.next().await {
-        Some(Ok(pb::ExecStreamInput { input: Some(Input::Start(req)) })) => req,
+        Some(Ok(StreamInput::Start(req))) => req,
         _ => return Err(ExecError::StreamNotStarted),
     };
-    let spec = process::spec_placed(req.command.clone()).await?;
+    let spec = process::spec_placed(req.command).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
     let (_, mut run) = process::spawn_placed(spec, StdioSetup::Piped).await?;
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let started = Event::Started(pb::exec_event::Started { pid: run.pid });
-    tx.try_send(Ok(pb::ExecEvent { event: Some(started) })).expect("a new channel has room");
+    tx.try_send(Ok(Event::Started { pid: run.pid })).expect("a new channel has room");
     let stdin = run.stdin.take();
     tokio::spawn(async move {
         drive(&mut run, input, (stdin, req.stdin), &tx, timeout).await;
@@ -55,10 +51,10 @@ async fn drive<S, E>(
     run: &mut Running,
     input: S,
     stdin: (Option<pipe::Sender>, Bytes),
-    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+    tx: &mpsc::Sender<Result<Event, ExecError>>,
     timeout: std::time::Duration,
 ) where
-    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin,
+    S: Stream<Item = Result<StreamInput, E>> + Unpin,
 {
     let (pid, stdout, stderr) = (run.pid, run.stdout.take(), run.stderr.take());
     let pumps = async {
@@ -66,10 +62,7 @@ async fn drive<S, E>(
     };
     let io = process::alongside(pumps, forward_stdin(input, stdin, tx));
     let last = tokio::select! {
-        outcome = process::run_to_end(io, run, Some(timeout)) => match outcome {
-            Ok(outcome) => Ok(pb::ExecEvent { event: Some(Event::Exited(super::exit_status(&outcome))) }),
-            Err(e) => Err(e),
-        },
+        outcome = process::run_to_end(io, run, Some(timeout)) => outcome.map(Event::Exited),
         () = tx.closed() => {
             tracing::debug!(pid, "ExecStream client went away; killing the command");
             return;
@@ -81,7 +74,7 @@ async fn drive<S, E>(
 /// Sends `pipe`'s bytes as events until EOF or until the client is gone.
 async fn pump(
     pipe: Option<pipe::Receiver>,
-    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+    tx: &mpsc::Sender<Result<Event, ExecError>>,
     wrap: fn(Bytes) -> Event,
 ) {
     let Some(mut pipe) = pipe else { return };
@@ -93,7 +86,7 @@ async fn pump(
         match pipe.read_buf(&mut buf).await {
             Ok(1..) => {
                 let data = buf.split().freeze();
-                if tx.send(Ok(pb::ExecEvent { event: Some(wrap(data)) })).await.is_err() {
+                if tx.send(Ok(wrap(data))).await.is_err() {
                     return;
                 }
             }
@@ -107,9 +100,9 @@ async fn pump(
 async fn forward_stdin<S, E>(
     mut input: S,
     (mut stdin, first): (Option<pipe::Sender>, Bytes),
-    tx: &mpsc::Sender<Result<pb::ExecEvent, ExecError>>,
+    tx: &mpsc::Sender<Result<Event, ExecError>>,
 ) where
-    S: Stream<Item = Result<pb::ExecStreamInput, E>> + Unpin,
+    S: Stream<Item = Result<StreamInput, E>> + Unpin,
 {
     if let Some(pipe) = stdin.as_mut()
         && pipe.write_all(&first).await.is_err()
@@ -117,8 +110,8 @@ async fn forward_stdin<S, E>(
         stdin = None;
     }
     while let Some(Ok(msg)) = input.next().await {
-        match msg.input {
-            Some(Input::Stdin(data)) => {
+        match msg {
+            StreamInput::Stdin(data) => {
                 if let Some(pipe) = stdin.as_mut()
                     && pipe.write_all(&data).await.is_err()
                 {
@@ -126,9 +119,9 @@ async fn forward_stdin<S, E>(
                     stdin = None;
                 }
             }
-            Some(Input::StdinEof(true)) => stdin = None,
-            Some(Input::StdinEof(false)) | None => {}
-            Some(Input::Start(_)) => {
+            StreamInput::StdinEof => stdin = None,
+            StreamInput::Nothing => {}
+            StreamInput::Start(_) => {
                 let _ = tx.send(Err(ExecError::StreamRestarted)).await;
                 return;
             }

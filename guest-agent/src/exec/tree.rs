@@ -54,6 +54,11 @@ fn parse_stat(text: &str) -> Option<Proc> {
     Some(Proc { pid, ppid: num()?, pgid: num()?, sid: num()? })
 }
 
+/// The agent's pid as the kernel's `pid_t`.
+fn own_pid() -> i32 {
+    i32::try_from(std::process::id()).expect("pids fit pid_t")
+}
+
 /// The agent's live descendants (the only candidates), with their stat fields.
 ///
 /// Walks `/proc/<pid>/task/*/children` down from the agent, so a sweep reads only our
@@ -67,7 +72,7 @@ fn parse_stat(text: &str) -> Option<Proc> {
 /// process's children are read before its stat, and when any stat shows it dead, the
 /// agent's list is read again and whatever is new is walked too.
 fn snapshot() -> Vec<Proc> {
-    let me = std::process::id() as i32;
+    let me = own_pid();
     let Some(mut queue) = children_of(me) else { return every_process(me) };
     let mut seen = HashSet::new();
     let mut out = Vec::new();
@@ -161,7 +166,7 @@ pub fn members(root: i32, tag: &str) -> Vec<i32> {
     }
     // Only the agent's own descendants are candidates: the subreaper keeps escapees
     // among them, and nothing else on the machine can be hit by a reused pid.
-    let ours = descendants(&children, std::process::id() as i32);
+    let ours = descendants(&children, own_pid());
     let mut found: HashSet<i32> = HashSet::new();
     let mut queue: Vec<i32> = Vec::new();
     for p in procs.iter().filter(|p| ours.contains(&p.pid)) {

@@ -7,6 +7,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use sbx_proto::units::{human_bytes, size_and_limit};
+
 /// A file operation that failed, with a message that says what to do next.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
@@ -83,7 +85,7 @@ pub enum FsError {
         hint: &'static str,
     },
     /// A slice of known size is over the caller's `max_bytes`.
-    #[error("{what} is {}, over the {} read limit; read a slice with offset/length", human_bytes(*.size), human_bytes(*.limit))]
+    #[error("{what} is {}, over the {} read limit; read a slice with offset/length", size_and_limit(*.size, *.limit).0, size_and_limit(*.size, *.limit).1)]
     TooLarge {
         /// "/x/y" or "the slice of /x/y from offset N".
         what: String,
@@ -203,34 +205,9 @@ impl FsError {
     }
 }
 
-/// Renders a byte count for people: "512 bytes", "3.2 MiB".
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    if n < 1024 {
-        return if n == 1 { "1 byte".to_owned() } else { format!("{n} bytes") };
-    }
-    let mut value = n as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    format!("{value:.1} {}", UNITS[unit])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn human_bytes_reads_naturally() {
-        assert_eq!(human_bytes(0), "0 bytes");
-        assert_eq!(human_bytes(1), "1 byte");
-        assert_eq!(human_bytes(1023), "1023 bytes");
-        assert_eq!(human_bytes(1024 * 1024), "1.0 MiB");
-        assert_eq!(human_bytes(3_355_443), "3.2 MiB");
-        assert_eq!(human_bytes(5 * 1024 * 1024 * 1024), "5.0 GiB");
-    }
 
     #[test]
     fn io_errors_are_classified() {

@@ -17,13 +17,11 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use prost::Message;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
-use super::placement::quick_if;
-use super::{FsError, check_path, entry, file_type, wire_path};
+use super::{Entry, FsError, check_path, entry, file_type, wire_path};
+use crate::placement::quick_if;
 
 /// Room a listing may take in its reply; past it the listing is cut short as if by
 /// `max_entries`, so a huge `max_entries` cannot produce a reply too large to send.
@@ -37,15 +35,39 @@ const ENTRY_OVERHEAD: usize = 6;
 /// pool, however local the filesystem.
 const SMALL_DIR_BYTES: u64 = 64 * 1024;
 
+/// What to list.
+#[derive(Debug, Clone, Default)]
+pub struct ListDir {
+    /// The directory.
+    pub path: String,
+    /// Into subdirectories too.
+    pub recursive: bool,
+    /// With `recursive`: how deep (1: the directory's own entries); 0: no limit.
+    pub max_depth: u32,
+    /// Most entries; 0: the default.
+    pub max_entries: u32,
+    /// Only paths and types, with no stat per entry.
+    pub names_only: bool,
+}
+
+/// A listing.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// The entries, sorted, depth first.
+    pub entries: Vec<Entry>,
+    /// True when `max_entries` cut it short.
+    pub truncated: bool,
+}
+
 /// Lists `req.path`.
-pub async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
+pub async fn list(req: ListDir) -> Result<Listing, FsError> {
     let root = check_path(&req.path)?;
     let (probe, recursive) = (root.clone(), req.recursive);
     let small = move || !recursive && std::fs::metadata(&probe).is_ok_and(|m| m.len() <= SMALL_DIR_BYTES);
     quick_if(small, move || list_sync(root, &req)).await
 }
 
-fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirResponse, FsError> {
+fn list_sync(root: PathBuf, req: &ListDir) -> Result<Listing, FsError> {
     let meta = std::fs::metadata(&root).map_err(|e| FsError::io("list", &root, e))?;
     if !meta.is_dir() {
         return Err(FsError::NotADirectory { path: root, hint: "use Stat to inspect a single file" });
@@ -97,7 +119,7 @@ fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirRespo
                 (entry(rel, &st, target), kind, sub)
             }
         };
-        bytes += entry.encoded_len() + ENTRY_OVERHEAD;
+        bytes += wire_len(&entry) + ENTRY_OVERHEAD;
         if bytes > MESSAGE_BUDGET {
             truncated = true;
             break;
@@ -111,7 +133,28 @@ fn list_sync(root: PathBuf, req: &pb::ListDirRequest) -> Result<pb::ListDirRespo
             }
         }
     }
-    Ok(pb::ListDirResponse { entries, truncated })
+    Ok(Listing { entries, truncated })
+}
+
+/// The size of `entry` as a protobuf `FileEntry` (agent.proto): each field that is
+/// not zero or empty costs a one-byte tag, then a varint or a length and its bytes.
+pub(crate) fn wire_len(entry: &Entry) -> usize {
+    fn varint(v: u64) -> usize {
+        // 7 bits per byte; at least one byte.
+        (64 - (v | 1).leading_zeros()).div_ceil(7) as usize
+    }
+    let bytes = |b: &[u8]| if b.is_empty() { 0 } else { 1 + varint(b.len() as u64) + b.len() };
+    let number = |v: u64| if v == 0 { 0 } else { 1 + varint(v) };
+    // The type is never FILE_TYPE_UNSPECIFIED (0): every kind is a small varint.
+    let kind = 2;
+    bytes(entry.path.as_bytes())
+        + kind
+        + number(entry.size)
+        + number(entry.mode.into())
+        // Negative int64 values are sent as their two's-complement u64, ten bytes.
+        + number(u64::from_ne_bytes(entry.mtime_unix_ms.to_ne_bytes()))
+        + bytes(entry.symlink_target.as_bytes())
+        + bytes(&entry.raw_path)
 }
 
 /// The relative path of a directory the walk goes into next, if `kind` is one and the
@@ -121,9 +164,9 @@ fn descend(kind: FileType, depth: usize, max_depth: usize, rel: &Path) -> Option
 }
 
 /// A `names_only` entry: its path and a type known without a stat.
-fn name_entry(rel: PathBuf, kind: FileType) -> pb::FileEntry {
+fn name_entry(rel: PathBuf, kind: FileType) -> Entry {
     let (path, raw_path) = wire_path(rel);
-    pb::FileEntry { path, r#type: file_type(kind) as i32, raw_path: raw_path.into(), ..Default::default() }
+    Entry { path, kind: file_type(kind), raw_path, ..Default::default() }
 }
 
 /// A directory being listed: its open descriptor, its path relative to the root, and its
@@ -170,15 +213,10 @@ fn cstring_path(c: CString) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::FileKind;
 
-    fn request(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> pb::ListDirRequest {
-        pb::ListDirRequest {
-            path: root.display().to_string(),
-            recursive,
-            max_depth,
-            max_entries,
-            names_only: false,
-        }
+    fn request(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> ListDir {
+        ListDir { path: root.display().to_string(), recursive, max_depth, max_entries, names_only: false }
     }
 
     fn names(root: &Path, recursive: bool, max_depth: u32, max_entries: u32) -> (Vec<String>, bool) {
@@ -216,13 +254,10 @@ mod tests {
             let full =
                 list_sync(d.path().to_path_buf(), &request(d.path(), recursive, max_depth, max_entries))
                     .unwrap();
-            let req = pb::ListDirRequest {
-                names_only: true,
-                ..request(d.path(), recursive, max_depth, max_entries)
-            };
+            let req = ListDir { names_only: true, ..request(d.path(), recursive, max_depth, max_entries) };
             let short = list_sync(d.path().to_path_buf(), &req).unwrap();
-            let typed = |r: &pb::ListDirResponse| -> Vec<(String, i32)> {
-                r.entries.iter().map(|e| (e.path.clone(), e.r#type)).collect()
+            let typed = |r: &Listing| -> Vec<(String, FileKind)> {
+                r.entries.iter().map(|e| (e.path.clone(), e.kind)).collect()
             };
             assert_eq!(typed(&short), typed(&full));
             assert_eq!(short.truncated, full.truncated);

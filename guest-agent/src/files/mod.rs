@@ -1,4 +1,7 @@
 //! Files in the guest: streamed reads, atomic writes, listings and the small operations.
+//! Callers hand in and get back this module's own types ([`Entry`], [`read::ReadFile`],
+//! [`write::WriteHeader`], [`list::ListDir`]...); the service layer converts the wire
+//! messages.
 //!
 //! - [`read`]: a file or a slice of it, streamed in chunks from a blocking reader.
 //! - [`mod@write`]: temp file + rename, so an interrupted write changes nothing; fsynced
@@ -7,8 +10,6 @@
 //! - [`ops`]: stat, remove, mkdir. [`rename`]: move, with a copy fallback across file
 //!   systems.
 //! - [`error`]: [`FsError`], the one error type of this module.
-//! - `placement`: small calls run in place while every mount is local, else on the
-//!   blocking pool.
 //!
 //! Every path a caller hands in goes through [`check_path`] first: it must be absolute
 //! and free of NUL bytes.
@@ -16,7 +17,6 @@
 pub mod error;
 pub mod list;
 pub mod ops;
-pub(crate) mod placement;
 pub mod read;
 pub mod rename;
 pub mod write;
@@ -27,9 +27,8 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::PathBuf;
 
 use rustix::fs::Stat;
-use sbx_proto::agent::v1 as pb;
 
-pub use error::{FsError, human_bytes};
+pub use error::FsError;
 
 /// Checks a caller's path: absolute, no NUL bytes.
 pub fn check_path(path: &str) -> Result<PathBuf, FsError> {
@@ -54,14 +53,47 @@ where
     tokio::task::spawn_blocking(f).await.map_err(|_| FsError::WorkerGone)?
 }
 
-/// The wire type of a file type (not following symlinks).
-pub(crate) fn file_type(ft: rustix::fs::FileType) -> pb::FileType {
+/// What a directory entry is (not following symlinks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else (FIFO, socket, device).
+    #[default]
+    Other,
+}
+
+/// One file as Stat and ListDir describe it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// Its path as text (lossy when the name is not UTF-8).
+    pub path: String,
+    /// Its exact path bytes when they are not UTF-8; else empty.
+    pub raw_path: Vec<u8>,
+    /// What it is.
+    pub kind: FileKind,
+    /// Size in bytes (0 in a names-only listing).
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Last modification, in milliseconds since the epoch.
+    pub mtime_unix_ms: i64,
+    /// A symlink's target; else empty.
+    pub symlink_target: String,
+}
+
+/// The kind of a file type (not following symlinks).
+pub(crate) fn file_type(ft: rustix::fs::FileType) -> FileKind {
     use rustix::fs::FileType as T;
     match ft {
-        T::Symlink => pb::FileType::Symlink,
-        T::Directory => pb::FileType::Dir,
-        T::RegularFile => pb::FileType::File,
-        _ => pb::FileType::Other,
+        T::Symlink => FileKind::Symlink,
+        T::Directory => FileKind::Dir,
+        T::RegularFile => FileKind::File,
+        _ => FileKind::Other,
     }
 }
 
@@ -84,9 +116,9 @@ pub(crate) fn special_kind(ft: FileType) -> &'static str {
     }
 }
 
-/// A `FileEntry` for a file already `lstat`ed as `st`, named `name` on the wire;
+/// An [`Entry`] for a file already `lstat`ed as `st`, named `name` on the wire;
 /// `target` reads a symlink's target, and is called only for symlinks.
-pub(crate) fn entry(name: PathBuf, st: &Stat, target: impl FnOnce() -> Option<PathBuf>) -> pb::FileEntry {
+pub(crate) fn entry(name: PathBuf, st: &Stat, target: impl FnOnce() -> Option<PathBuf>) -> Entry {
     let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
     let symlink_target = match ft {
         rustix::fs::FileType::Symlink => {
@@ -98,18 +130,18 @@ pub(crate) fn entry(name: PathBuf, st: &Stat, target: impl FnOnce() -> Option<Pa
     let mtime_ns = i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec);
     let mtime_unix_ms = i64::try_from(mtime_ns / 1_000_000).unwrap_or(0);
     let (path, raw_path) = wire_path(name);
-    pb::FileEntry {
+    Entry {
         path,
-        r#type: file_type(ft) as i32,
+        kind: file_type(ft),
         size: u64::try_from(st.st_size).unwrap_or(0),
         mode: st.st_mode & 0o7777,
         mtime_unix_ms,
         symlink_target,
-        raw_path: raw_path.into(),
+        raw_path,
     }
 }
 
-/// A path as `FileEntry` carries it: as text, plus its exact bytes when they are not
+/// A path as an [`Entry`] carries it: as text, plus its exact bytes when they are not
 /// UTF-8. Takes the path by value so the usual, UTF-8 case reuses its buffer.
 pub(crate) fn wire_path(name: PathBuf) -> (String, Vec<u8>) {
     match name.into_os_string().into_string() {

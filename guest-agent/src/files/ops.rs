@@ -4,17 +4,15 @@ use std::fs::{DirBuilder, Permissions};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sbx_proto::agent::v1 as pb;
-
-use super::placement::quick;
-use super::{FsError, blocking, check_path, entry};
+use super::{Entry, FsError, blocking, check_path, entry};
+use crate::placement::quick;
 
 /// Mode of a new directory when the caller leaves it at 0.
 const DEFAULT_DIR_MODE: u32 = 0o755;
 
 /// `lstat`s a path: a symlink is described, not followed.
-pub async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, FsError> {
-    let path = check_path(&req.path)?;
+pub async fn stat(path: &str) -> Result<Entry, FsError> {
+    let path = check_path(path)?;
     quick(move || {
         let st = rustix::fs::lstat(&path).map_err(|e| FsError::io("stat", &path, e.into()))?;
         let target = || std::fs::read_link(&path).ok();
@@ -24,9 +22,9 @@ pub async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, FsError> {
 }
 
 /// Removes a file or symlink, or with `recursive` a directory and everything in it.
-pub async fn remove(req: pb::RemoveRequest) -> Result<(), FsError> {
-    let path = check_path(&req.path)?;
-    blocking(move || remove_blocking(path, req.recursive)).await
+pub async fn remove(path: &str, recursive: bool) -> Result<(), FsError> {
+    let path = check_path(path)?;
+    blocking(move || remove_blocking(path, recursive)).await
 }
 
 fn remove_blocking(path: PathBuf, recursive: bool) -> Result<(), FsError> {
@@ -51,12 +49,12 @@ fn remove_blocking(path: PathBuf, recursive: bool) -> Result<(), FsError> {
     result.map_err(|e| FsError::io("remove", &path, e))
 }
 
-/// Creates a directory; with `parents`, its missing parents too, and an existing
-/// directory is then fine.
-pub async fn make_dir(req: pb::MakeDirRequest) -> Result<(), FsError> {
-    let path = check_path(&req.path)?;
-    let mode = if req.mode == 0 { DEFAULT_DIR_MODE } else { req.mode & 0o7777 };
-    blocking(move || make_dir_blocking(&path, req.parents, mode)).await
+/// Creates a directory with `mode` (0: 0755); with `parents`, its missing parents too,
+/// and an existing directory is then fine.
+pub async fn make_dir(path: &str, parents: bool, mode: u32) -> Result<(), FsError> {
+    let path = check_path(path)?;
+    let mode = if mode == 0 { DEFAULT_DIR_MODE } else { mode & 0o7777 };
+    blocking(move || make_dir_blocking(&path, parents, mode)).await
 }
 
 fn make_dir_blocking(path: &Path, parents: bool, mode: u32) -> Result<(), FsError> {

@@ -13,12 +13,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use sbx_proto::agent::v1 as pb;
+use bytes::Bytes;
 use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
-use super::placement::quick;
 use super::{FsError, check_path, special_kind};
+use crate::placement::quick;
 
 /// Chunks buffered between the reader thread and the gRPC stream: enough for the disk
 /// read of the next chunk to overlap the send of this one.
@@ -30,12 +30,35 @@ const QUEUE_CHUNKS: usize = 2;
 const WHOLE_READ_MAX: u64 = CHUNK_SIZE as u64;
 
 /// The chunks of a read, in order; an `Err` ends the stream.
-pub type ReadStream = mpsc::Receiver<Result<pb::ReadFileChunk, FsError>>;
+pub type ReadStream = mpsc::Receiver<Result<Chunk, FsError>>;
+
+/// What to read.
+#[derive(Debug, Clone, Default)]
+pub struct ReadFile {
+    /// The file.
+    pub path: String,
+    /// Where to start.
+    pub offset: u64,
+    /// Most bytes; 0: to the end.
+    pub length: u64,
+    /// Refuse a slice larger than this; 0: no cap.
+    pub max_bytes: u64,
+}
+
+/// A piece of a read, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Chunk {
+    /// The bytes.
+    pub data: Bytes,
+    /// The file's size, on the first chunk only (0 on the rest, and for files whose
+    /// size is unknown up front).
+    pub file_size: u64,
+}
 
 /// How a read goes on once the file is open.
 enum Start {
     /// The whole slice, already read.
-    Whole(pb::ReadFileChunk),
+    Whole(Chunk),
     /// A slice to stream from a reader thread.
     Stream(Plan),
 }
@@ -56,7 +79,7 @@ struct Plan {
 ///
 /// Errors found before the first byte (missing file, directory, over the cap) are
 /// returned here rather than in the stream.
-pub async fn read(req: pb::ReadFileRequest) -> Result<ReadStream, FsError> {
+pub async fn read(req: ReadFile) -> Result<ReadStream, FsError> {
     let path = check_path(&req.path)?;
     // Opening and a read of up to 64 KiB are small enough to run in place.
     let start = quick(move || start(path, req.offset, req.length, req.max_bytes)).await?;
@@ -85,7 +108,7 @@ fn start(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Star
         .take(plan.remaining)
         .read_to_end(&mut data)
         .map_err(|e| FsError::io("read", &plan.path, e))?;
-    Ok(Start::Whole(pb::ReadFileChunk { data: data.into(), file_size: plan.file_size }))
+    Ok(Start::Whole(Chunk { data: data.into(), file_size: plan.file_size }))
 }
 
 fn plan(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Plan, FsError> {
@@ -146,7 +169,7 @@ fn describe(path: &Path, offset: u64, length: u64) -> String {
 
 /// Reads the planned slice and sends it chunk by chunk. Stops quietly when the
 /// receiver is gone (the client went away).
-fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
+fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<Chunk, FsError>>) {
     let mut sent: u64 = 0;
     let mut first = true;
     while plan.remaining > 0 {
@@ -172,8 +195,7 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
             // A short read (a `/proc` file, a pipe-like source): do not queue the slack.
             data.shrink_to_fit();
         }
-        let chunk =
-            pb::ReadFileChunk { data: data.into(), file_size: if first { plan.file_size } else { 0 } };
+        let chunk = Chunk { data: data.into(), file_size: if first { plan.file_size } else { 0 } };
         first = false;
         if tx.blocking_send(Ok(chunk)).is_err() {
             return;
@@ -181,7 +203,6 @@ fn pump(mut plan: Plan, tx: &mpsc::Sender<Result<pb::ReadFileChunk, FsError>>) {
     }
     if first {
         // An empty slice still tells the caller the file's size.
-        let _ =
-            tx.blocking_send(Ok(pb::ReadFileChunk { data: Default::default(), file_size: plan.file_size }));
+        let _ = tx.blocking_send(Ok(Chunk { data: Bytes::new(), file_size: plan.file_size }));
     }
 }

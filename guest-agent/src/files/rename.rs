@@ -12,17 +12,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{CWD, RenameFlags, renameat_with};
-use sbx_proto::agent::v1 as pb;
 use walkdir::WalkDir;
 
 use super::write::sync_dir;
 use super::{FsError, blocking, check_path, special_kind};
 
-/// Moves `req.from` to `req.to`.
-pub async fn rename(req: pb::MoveRequest) -> Result<(), FsError> {
-    let from = check_path(&req.from)?;
-    let to = check_path(&req.to)?;
-    blocking(move || rename_blocking(&from, &to, req.overwrite)).await
+/// Moves `from` to `to`; an existing `to` is replaced only with `overwrite`.
+pub async fn rename(from: &str, to: &str, overwrite: bool) -> Result<(), FsError> {
+    let from = check_path(from)?;
+    let to = check_path(to)?;
+    blocking(move || rename_blocking(&from, &to, overwrite)).await
 }
 
 fn rename_blocking(from: &Path, to: &Path, overwrite: bool) -> Result<(), FsError> {

@@ -22,13 +22,12 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::CHUNK_SIZE;
 use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 
-use super::placement::{in_memory, quick_if};
 use super::{FsError, blocking, check_path};
+use crate::placement::{in_memory, quick_if};
 
 /// Prefix of the temp files a write in progress leaves next to its target.
 pub const TEMP_PREFIX: &str = ".sbx-write-";
@@ -60,11 +59,35 @@ struct Pending {
     kept: u64,
 }
 
+/// Where and how to write; the data follows as a stream.
+#[derive(Debug, Clone, Default)]
+pub struct WriteHeader {
+    /// The file.
+    pub path: String,
+    /// Mode of a new file; 0: 0644, or the old file's mode when it is replaced.
+    pub mode: u32,
+    /// Append to the old content instead of replacing it.
+    pub append: bool,
+    /// Fail instead of creating missing parent directories.
+    pub no_create_parents: bool,
+    /// fsync the file and its directory before answering.
+    pub sync: bool,
+}
+
+/// What a write did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Written {
+    /// Bytes this call wrote.
+    pub bytes_written: u64,
+    /// The file's size afterwards.
+    pub file_size: u64,
+}
+
 /// Writes the stream's data to `header.path` atomically.
 ///
 /// `data` yields the data chunks in order; an `Err` aborts the write and leaves the
 /// target as it was.
-pub async fn write<S>(header: pb::WriteFileHeader, data: S) -> Result<pb::WriteFileResponse, FsError>
+pub async fn write<S>(header: WriteHeader, data: S) -> Result<Written, FsError>
 where
     S: Stream<Item = Result<Bytes, FsError>>,
 {
@@ -90,7 +113,7 @@ where
             Ok(file_size)
         })
         .await?;
-        return Ok(pb::WriteFileResponse { bytes_written: written, file_size });
+        return Ok(Written { bytes_written: written, file_size });
     }
     let sync = header.sync;
     let pending = blocking(move || prepare(path, &header)).await?;
@@ -99,7 +122,7 @@ where
     let (_, written) = write_stream(handle, rest, "write", &pending.target).await?;
     let file_size = pending.kept + written;
     blocking(move || commit(pending, sync)).await?;
-    Ok(pb::WriteFileResponse { bytes_written: written, file_size })
+    Ok(Written { bytes_written: written, file_size })
 }
 
 /// Receives chunks until the stream ends or more than [`WHOLE_WRITE_MAX`] bytes came;
@@ -184,7 +207,7 @@ fn write_pieces(file: &mut File, data: &[u8]) -> std::io::Result<()> {
 ///
 /// The common case costs one `lstat` and the temp file's `open`: the parent directory
 /// is looked at only when the temp file cannot be created in it.
-fn prepare(path: PathBuf, header: &pb::WriteFileHeader) -> Result<Pending, FsError> {
+fn prepare(path: PathBuf, header: &WriteHeader) -> Result<Pending, FsError> {
     let (target, existing) = resolve(path)?;
     if existing.as_ref().is_some_and(std::fs::Metadata::is_dir) {
         return Err(FsError::IsADirectory {

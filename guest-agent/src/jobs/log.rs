@@ -5,7 +5,6 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::JOB_TAIL_BYTES;
 
 use super::JobError;
@@ -49,9 +48,20 @@ pub(super) fn create(dir: &Path, id: &str) -> Result<Option<(LogFiles, File, Fil
 
 /// The log's size and its last [`JOB_TAIL_BYTES`]. A log that vanished (removed by a
 /// user) reads as empty rather than failing the whole job status.
-pub(super) fn output(path: &Path) -> pb::JobOutput {
+pub(super) fn output(path: &Path) -> LogTail {
     let (total_bytes, tail) = read_tail(path).unwrap_or_default();
-    pb::JobOutput { log_path: path.display().to_string(), total_bytes, tail: tail.into() }
+    LogTail { log_path: path.display().to_string(), total_bytes, tail }
+}
+
+/// What a job's status shows of one of its logs.
+#[derive(Debug, Clone, Default)]
+pub struct LogTail {
+    /// The log file in the guest.
+    pub log_path: String,
+    /// Its size.
+    pub total_bytes: u64,
+    /// Its last bytes.
+    pub tail: Vec<u8>,
 }
 
 fn read_tail(path: &Path) -> io::Result<(u64, Vec<u8>)> {

@@ -6,7 +6,7 @@
 //! output. A watcher task per job records the exit status; status queries read the size
 //! and the last [`JOB_TAIL_BYTES`](sbx_proto::limits::JOB_TAIL_BYTES) of each log.
 //!
-//! - `log`: the log files.
+//! - `log`: the log files, and [`LogTail`], what a status shows of each.
 
 mod log;
 
@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use rustix::process::Signal;
-use sbx_proto::agent::v1 as pb;
 use sbx_proto::limits::MAX_TIMEOUT_MS;
 use tokio::sync::watch;
 
 use crate::exec::process::{self, ProcessGroup};
 use crate::exec::spawn::StdioSetup;
-use crate::exec::{ExecError, Spec};
+use crate::exec::{Command, ExecError, Outcome, Spec};
+
+pub use log::LogTail;
 
 /// Why a job request failed.
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +79,34 @@ pub enum JobError {
     },
 }
 
+/// A job to start.
+#[derive(Debug, Clone, Default)]
+pub struct StartJob {
+    /// What to run; `None` is refused.
+    pub command: Option<Command>,
+    /// Milliseconds; 0: until it ends or is killed.
+    pub timeout_ms: u32,
+}
+
+/// A job's state at one moment.
+#[derive(Debug, Clone)]
+pub struct JobSnapshot {
+    /// Its id (`job-N`).
+    pub id: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The command, rendered on one line.
+    pub command: String,
+    /// When it started.
+    pub started_at_unix_ms: i64,
+    /// `None` while it runs, then how it ended.
+    pub status: Option<Outcome>,
+    /// Its stdout log.
+    pub stdout: LogTail,
+    /// Its stderr log.
+    pub stderr: LogTail,
+}
+
 /// Every background job this agent started.
 pub struct Jobs {
     dir: PathBuf,
@@ -93,7 +122,7 @@ struct Job {
     logs: log::LogFiles,
     group: ProcessGroup,
     /// `None` while running, then the exit status.
-    status: watch::Receiver<Option<pb::ExitStatus>>,
+    status: watch::Receiver<Option<Outcome>>,
 }
 
 impl Jobs {
@@ -103,7 +132,7 @@ impl Jobs {
     }
 
     /// Starts a job; `timeout_ms` 0 lets it run until it ends or is killed.
-    pub fn start(&self, req: &pb::StartJobRequest) -> Result<pb::Job, JobError> {
+    pub fn start(&self, req: &StartJob) -> Result<JobSnapshot, JobError> {
         let spec = Spec::from_command(req.command.as_ref())?;
         let timeout = (req.timeout_ms > 0).then(|| Duration::from_millis(req.timeout_ms.into()));
         log::ensure_dir(&self.dir)?;
@@ -138,11 +167,13 @@ impl Jobs {
         tracing::info!(id = %job.id, pid = job.pid, cmd = %job.command, "job started");
         let id = job.id.clone();
         tokio::spawn(async move {
-            let outcome = process::supervise(run.pid, &mut run.exit, &run.group, run.started, timeout).await;
+            let outcome =
+                process::supervise(run.pid, &mut run.exit, &run.group, run.started, timeout, run.oom_kills)
+                    .await;
             match outcome {
                 Ok(outcome) => {
                     tracing::info!(%id, ended = ?outcome.ended, "job ended");
-                    tx.send_replace(Some(crate::exec::exit_status(&outcome)));
+                    tx.send_replace(Some(outcome));
                 }
                 Err(e) => tracing::error!(%id, "job lost: {e}"),
             }
@@ -153,13 +184,13 @@ impl Jobs {
     }
 
     /// The job's current state.
-    pub fn get(&self, id: &str) -> Result<pb::Job, JobError> {
+    pub fn get(&self, id: &str) -> Result<JobSnapshot, JobError> {
         Ok(self.find(id)?.snapshot())
     }
 
     /// Waits until the job exits or `timeout_ms` (0: the maximum) passes; either way
     /// returns its state then.
-    pub async fn wait(&self, id: &str, timeout_ms: u32) -> Result<pb::Job, JobError> {
+    pub async fn wait(&self, id: &str, timeout_ms: u32) -> Result<JobSnapshot, JobError> {
         let limit = match timeout_ms {
             0 => MAX_TIMEOUT_MS,
             ms if ms > MAX_TIMEOUT_MS => {
@@ -176,7 +207,7 @@ impl Jobs {
     }
 
     /// Sends `signal` (0: SIGKILL) to the job's whole process group.
-    pub fn signal(&self, id: &str, signal: i32) -> Result<pb::Job, JobError> {
+    pub fn signal(&self, id: &str, signal: i32) -> Result<JobSnapshot, JobError> {
         let sig = match signal {
             0 => Signal::KILL,
             n => Signal::from_named_raw(n).ok_or(JobError::BadSignal(n))?,
@@ -190,7 +221,7 @@ impl Jobs {
     }
 
     /// Every job, oldest first.
-    pub fn list(&self) -> Vec<pb::Job> {
+    pub fn list(&self) -> Vec<JobSnapshot> {
         let jobs: Vec<Arc<Job>> = self.table.lock().unwrap_or_else(|p| p.into_inner()).clone();
         jobs.iter().map(|j| j.snapshot()).collect()
     }
@@ -202,18 +233,15 @@ impl Jobs {
 }
 
 impl Job {
-    fn snapshot(&self) -> pb::Job {
-        let status = *self.status.borrow();
-        let state = if status.is_some() { pb::JobState::Exited } else { pb::JobState::Running };
-        pb::Job {
+    fn snapshot(&self) -> JobSnapshot {
+        JobSnapshot {
             id: self.id.clone(),
-            state: state.into(),
             pid: self.pid,
             command: self.command.clone(),
             started_at_unix_ms: self.started_at_unix_ms,
-            status,
-            stdout: Some(log::output(&self.logs.stdout)),
-            stderr: Some(log::output(&self.logs.stderr)),
+            status: *self.status.borrow(),
+            stdout: log::output(&self.logs.stdout),
+            stderr: log::output(&self.logs.stderr),
         }
     }
 }

@@ -1,37 +1,46 @@
-//! DownloadDir and UploadDir; and the one mapping of [`ArchiveError`] to a gRPC status.
+//! DownloadDir and UploadDir: the wire messages to and from [`crate::archive`]'s own
+//! types; and the one mapping of [`ArchiveError`] to a gRPC status.
 
 use futures::StreamExt;
-use sbx_proto::agent::v1::{self as pb, upload_dir_request::Part};
+use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
-use super::files::{Piece, until_end};
+use super::upload::header_then_data;
+use crate::archive::download::ZipPart;
 use crate::archive::{self, ArchiveError};
-use crate::files::FsError;
 use crate::report::error_chain;
 
 pub(super) async fn download(req: pb::DownloadDirRequest) -> Result<BoxStream<pb::DownloadDirChunk>, Status> {
-    let chunks = archive::download::download(req).await?;
-    Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map_err(Status::from))))
+    let chunks = archive::download::download(&req.path, req.max_bytes).await?;
+    Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map(zip_part).map_err(Status::from))))
 }
 
-pub(super) async fn upload(
-    mut input: Streaming<pb::UploadDirRequest>,
-) -> Result<pb::UploadDirResponse, Status> {
-    let header = match input.message().await? {
-        Some(pb::UploadDirRequest { part: Some(Part::Header(header)) }) => header,
-        _ => return Err(FsError::MissingHeader.into()),
+pub(super) async fn upload(input: Streaming<pb::UploadDirRequest>) -> Result<pb::UploadDirResponse, Status> {
+    let (header, data) = header_then_data(input).await?;
+    let header = archive::upload::UploadHeader { path: header.path, sync: header.sync };
+    let done = archive::upload::upload(header, data).await?;
+    Ok(pb::UploadDirResponse { files: done.files, dirs: done.dirs, file_bytes: done.file_bytes })
+}
+
+fn zip_part(part: ZipPart) -> pb::DownloadDirChunk {
+    use pb::download_dir_chunk::Part;
+    let part = match part {
+        ZipPart::Data(data) => Part::Data(data),
+        ZipPart::Summary(s) => Part::Summary(pb::ArchiveSummary {
+            files: s.files,
+            dirs: s.dirs,
+            file_bytes: s.file_bytes,
+            archive_bytes: s.archive_bytes,
+            skipped: s
+                .skipped
+                .into_iter()
+                .map(|e| pb::SkippedEntry { path: e.path, reason: e.reason })
+                .collect(),
+        }),
     };
-    let path = std::path::PathBuf::from(&header.path);
-    let pieces = input.map(|msg| match msg {
-        Ok(pb::UploadDirRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
-        Ok(pb::UploadDirRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
-        Ok(pb::UploadDirRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::UploadDirRequest { part: None }) => Ok(Piece::Data(bytes::Bytes::new())),
-        Err(status) => Err(status.message().to_owned()),
-    });
-    Ok(archive::upload::upload(header, until_end(pieces, path)).await?)
+    pb::DownloadDirChunk { part: Some(part) }
 }
 
 impl From<ArchiveError> for Status {

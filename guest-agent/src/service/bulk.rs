@@ -232,7 +232,7 @@ mod tests {
     }
 
     fn read_chunk(len: usize, file_size: u64) -> pb::ReadFileChunk {
-        let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let data: Vec<u8> = (0..len).map(|i| u8::try_from(i * 7 % 251).expect("under 251")).collect();
         pb::ReadFileChunk { data: data.into(), file_size }
     }
 

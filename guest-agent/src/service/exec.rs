@@ -1,4 +1,5 @@
-//! Exec and ExecStream, and the one mapping of [`ExecError`] to gRPC codes.
+//! Exec and ExecStream: the wire messages to and from [`crate::exec`]'s own types, and
+//! the one mapping of [`ExecError`] to gRPC codes.
 
 use futures::StreamExt;
 use sbx_proto::agent::v1 as pb;
@@ -6,12 +7,17 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
 use super::{AgentService, BoxStream};
-use crate::exec::{self, ExecError};
+use crate::exec::{self, Ended, Event, ExecError, Outcome, StreamInput};
 use crate::report::error_chain;
 
 pub(super) async fn exec(svc: &AgentService, req: pb::ExecRequest) -> Result<pb::ExecResponse, Status> {
     let _slot = svc.limits().exec()?;
-    Ok(exec::exec(&req).await?)
+    let done = exec::exec(request(req)).await?;
+    Ok(pb::ExecResponse {
+        status: Some(exit_status(&done.outcome)),
+        stdout: Some(captured(done.stdout)),
+        stderr: Some(captured(done.stderr)),
+    })
 }
 
 pub(super) async fn exec_stream(
@@ -19,10 +25,66 @@ pub(super) async fn exec_stream(
     input: Streaming<pb::ExecStreamInput>,
 ) -> Result<BoxStream<pb::ExecEvent>, Status> {
     let slot = svc.limits().exec()?;
+    let input = input.map(|msg| msg.map(stream_input));
     let events = exec::stream::exec_stream(input).await?;
-    let events = Box::pin(ReceiverStream::new(events).map(|event| event.map_err(Status::from)));
+    let events =
+        Box::pin(ReceiverStream::new(events).map(|event| event.map(exec_event).map_err(Status::from)));
     // The slot is held while the client reads the command's events.
     Ok(super::limits::holding(events, slot))
+}
+
+/// The agent's form of a wire command.
+pub(super) fn command(cmd: pb::Command) -> exec::Command {
+    exec::Command { shell: cmd.shell, argv: cmd.argv, cwd: cmd.cwd, env: cmd.env, user: cmd.user }
+}
+
+fn request(req: pb::ExecRequest) -> exec::Request {
+    exec::Request {
+        command: req.command.map(command),
+        stdin: req.stdin,
+        timeout_ms: req.timeout_ms,
+        output_limit: req.output_limit,
+    }
+}
+
+fn stream_input(msg: pb::ExecStreamInput) -> StreamInput {
+    use pb::exec_stream_input::Input;
+    match msg.input {
+        Some(Input::Start(req)) => StreamInput::Start(request(req)),
+        Some(Input::Stdin(data)) => StreamInput::Stdin(data),
+        Some(Input::StdinEof(true)) => StreamInput::StdinEof,
+        Some(Input::StdinEof(false)) | None => StreamInput::Nothing,
+    }
+}
+
+fn exec_event(event: Event) -> pb::ExecEvent {
+    use pb::exec_event::{Event as E, Started};
+    let event = match event {
+        Event::Started { pid } => E::Started(Started { pid }),
+        Event::Stdout(data) => E::Stdout(data),
+        Event::Stderr(data) => E::Stderr(data),
+        Event::Exited(outcome) => E::Exited(exit_status(&outcome)),
+    };
+    pb::ExecEvent { event: Some(event) }
+}
+
+fn captured(out: exec::Captured) -> pb::CapturedOutput {
+    pb::CapturedOutput { data: out.data.into(), truncated: out.truncated, total_bytes: out.total_bytes }
+}
+
+/// The wire form of an [`Outcome`].
+pub(super) fn exit_status(outcome: &Outcome) -> pb::ExitStatus {
+    let kind = match outcome.ended {
+        Ended::Code(code) => pb::exit_status::Kind::Code(code),
+        Ended::Signal(sig) => pb::exit_status::Kind::Signal(sig),
+    };
+    pb::ExitStatus {
+        kind: Some(kind),
+        timed_out: outcome.timed_out,
+        duration_ms: outcome.duration.as_millis().try_into().unwrap_or(u64::MAX),
+        oom_killed: outcome.oom_killed.is_some(),
+        memory_total_bytes: outcome.oom_killed.unwrap_or(0),
+    }
 }
 
 impl From<ExecError> for Status {

@@ -1,62 +1,92 @@
-//! ReadFile, WriteFile, ListDir, Stat, Remove, Move, MakeDir; and the one mapping of
-//! [`FsError`] to a gRPC status.
+//! ReadFile, WriteFile, ListDir, Stat, Remove, Move, MakeDir: the wire messages to and
+//! from [`crate::files`]' own types; and the one mapping of [`FsError`] to a gRPC status.
 
-use std::path::PathBuf;
-
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
+use futures::StreamExt;
+use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::BoxStream;
-use crate::files::{self, FsError};
+use super::upload::header_then_data;
+use crate::files::{self, Entry, FileKind, FsError};
 use crate::report::error_chain;
 
 pub(super) async fn read(req: pb::ReadFileRequest) -> Result<BoxStream<pb::ReadFileChunk>, Status> {
+    let req = files::read::ReadFile {
+        path: req.path,
+        offset: req.offset,
+        length: req.length,
+        max_bytes: req.max_bytes,
+    };
     let chunks = files::read::read(req).await?;
-    Ok(Box::pin(ReceiverStream::new(chunks).map(|c| c.map_err(Status::from))))
+    let chunk = |c: files::read::Chunk| pb::ReadFileChunk { data: c.data, file_size: c.file_size };
+    Ok(Box::pin(ReceiverStream::new(chunks).map(move |c| c.map(chunk).map_err(Status::from))))
 }
 
-pub(super) async fn write(
-    mut input: Streaming<pb::WriteFileRequest>,
-) -> Result<pb::WriteFileResponse, Status> {
-    let header = match input.message().await? {
-        Some(pb::WriteFileRequest { part: Some(Part::Header(header)) }) => header,
-        _ => return Err(FsError::MissingHeader.into()),
+pub(super) async fn write(input: Streaming<pb::WriteFileRequest>) -> Result<pb::WriteFileResponse, Status> {
+    let (header, data) = header_then_data(input).await?;
+    let header = files::write::WriteHeader {
+        path: header.path,
+        mode: header.mode,
+        append: header.append,
+        no_create_parents: header.no_create_parents,
+        sync: header.sync,
     };
-    let path = PathBuf::from(&header.path);
-    let pieces = input.map(|msg| match msg {
-        Ok(pb::WriteFileRequest { part: Some(Part::Data(data)) }) => Ok(Piece::Data(data)),
-        Ok(pb::WriteFileRequest { part: Some(Part::End(_)) }) => Ok(Piece::End),
-        Ok(pb::WriteFileRequest { part: Some(Part::Header(_)) }) => Ok(Piece::SecondHeader),
-        Ok(pb::WriteFileRequest { part: None }) => Ok(Piece::Data(Bytes::new())),
-        Err(status) => Err(status.message().to_owned()),
-    });
-    Ok(files::write::write(header, until_end(pieces, path)).await?)
+    let done = files::write::write(header, data).await?;
+    Ok(pb::WriteFileResponse { bytes_written: done.bytes_written, file_size: done.file_size })
 }
 
 pub(super) async fn list(req: pb::ListDirRequest) -> Result<pb::ListDirResponse, Status> {
-    Ok(files::list::list(req).await?)
+    let req = files::list::ListDir {
+        path: req.path,
+        recursive: req.recursive,
+        max_depth: req.max_depth,
+        max_entries: req.max_entries,
+        names_only: req.names_only,
+    };
+    let listing = files::list::list(req).await?;
+    Ok(pb::ListDirResponse {
+        entries: listing.entries.into_iter().map(file_entry).collect(),
+        truncated: listing.truncated,
+    })
 }
 
 pub(super) async fn stat(req: pb::StatRequest) -> Result<pb::FileEntry, Status> {
-    Ok(files::ops::stat(req).await?)
+    Ok(file_entry(files::ops::stat(&req.path).await?))
 }
 
 pub(super) async fn remove(req: pb::RemoveRequest) -> Result<pb::RemoveResponse, Status> {
-    files::ops::remove(req).await?;
+    files::ops::remove(&req.path, req.recursive).await?;
     Ok(pb::RemoveResponse {})
 }
 
 pub(super) async fn rename(req: pb::MoveRequest) -> Result<pb::MoveResponse, Status> {
-    files::rename::rename(req).await?;
+    files::rename::rename(&req.from, &req.to, req.overwrite).await?;
     Ok(pb::MoveResponse {})
 }
 
 pub(super) async fn make_dir(req: pb::MakeDirRequest) -> Result<pb::MakeDirResponse, Status> {
-    files::ops::make_dir(req).await?;
+    files::ops::make_dir(&req.path, req.parents, req.mode).await?;
     Ok(pb::MakeDirResponse {})
+}
+
+/// The wire form of an [`Entry`].
+pub(super) fn file_entry(e: Entry) -> pb::FileEntry {
+    let kind = match e.kind {
+        FileKind::File => pb::FileType::File,
+        FileKind::Dir => pb::FileType::Dir,
+        FileKind::Symlink => pb::FileType::Symlink,
+        FileKind::Other => pb::FileType::Other,
+    };
+    pb::FileEntry {
+        path: e.path,
+        r#type: kind.into(),
+        size: e.size,
+        mode: e.mode,
+        mtime_unix_ms: e.mtime_unix_ms,
+        symlink_target: e.symlink_target,
+        raw_path: e.raw_path.into(),
+    }
 }
 
 impl From<FsError> for Status {
@@ -92,41 +122,33 @@ impl From<FsError> for Status {
     }
 }
 
-/// One message of an upload stream (WriteFile, UploadDir) after its header.
-pub(super) enum Piece {
-    Data(Bytes),
-    End,
-    SecondHeader,
-}
+#[cfg(test)]
+mod tests {
+    use prost::Message;
 
-/// The data of an upload stream, up to its explicit `end` message.
-///
-/// hyper ends the request body of a client that cancelled (`RST_STREAM` with `CANCEL`)
-/// just as if the client had ended it cleanly, so "the stream ended" cannot mean
-/// "commit". Only the `end` message does: a stream that stops without it yields
-/// [`FsError::StreamBroken`], and the write or extraction leaves nothing behind.
-/// An `Err` item is the transport's error message.
-pub(super) fn until_end<S>(pieces: S, path: PathBuf) -> impl Stream<Item = Result<Bytes, FsError>>
-where
-    S: Stream<Item = Result<Piece, String>> + Send + 'static,
-{
-    futures::stream::unfold((Box::pin(pieces), false), move |(mut pieces, done)| {
-        let path = path.clone();
-        async move {
-            if done {
-                return None;
-            }
-            let item = match pieces.next().await {
-                Some(Ok(Piece::Data(data))) => return Some((Ok(data), (pieces, false))),
-                Some(Ok(Piece::End)) => return None,
-                Some(Ok(Piece::SecondHeader)) => Err(FsError::SecondHeader),
-                Some(Err(reason)) => Err(FsError::StreamBroken { path, reason }),
-                None => Err(FsError::StreamBroken {
-                    path,
-                    reason: "the client stopped before sending `end`".to_owned(),
-                }),
-            };
-            Some((item, (pieces, true)))
+    use super::*;
+    use crate::files::list::wire_len;
+
+    #[test]
+    fn the_listing_budget_counts_each_entry_as_protobuf_encodes_it() {
+        let plain = Entry { path: "a".into(), kind: FileKind::File, ..Default::default() };
+        let full = Entry {
+            path: "x".repeat(200),
+            raw_path: vec![0xff; 130],
+            kind: FileKind::Symlink,
+            size: u64::MAX,
+            mode: 0o7777,
+            mtime_unix_ms: -1,
+            symlink_target: "t".repeat(20_000),
+        };
+        let dir = Entry {
+            path: "d".into(),
+            kind: FileKind::Dir,
+            mtime_unix_ms: 1_700_000_000_000,
+            ..plain.clone()
+        };
+        for entry in [plain, full, dir] {
+            assert_eq!(wire_len(&entry), file_entry(entry.clone()).encoded_len(), "{entry:?}");
         }
-    })
+    }
 }

@@ -1,37 +1,58 @@
-//! Background jobs, and the mapping of [`JobError`] to gRPC codes.
+//! Background jobs: the wire messages to and from [`crate::jobs`]'s own types, and the
+//! mapping of [`JobError`] to gRPC codes.
 
 use sbx_proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
 use super::AgentService;
-use crate::files::placement::in_place_unless_remote;
-use crate::jobs::JobError;
+use super::exec::{command, exit_status};
+use crate::jobs::{JobError, JobSnapshot, LogTail, StartJob};
+use crate::placement::in_place_unless_remote;
 use crate::report::error_chain;
 
 pub(super) async fn start(svc: &AgentService, req: pb::StartJobRequest) -> Result<pb::Job, Status> {
     // Starting a job touches its cwd, its program and the job directory: off the
     // runtime thread when a mount could hang (see `in_place_unless_remote`).
     let svc = svc.clone();
-    Ok(in_place_unless_remote(move || svc.jobs().start(&req)).await?)
+    let req = StartJob { command: req.command.map(command), timeout_ms: req.timeout_ms };
+    Ok(job(in_place_unless_remote(move || svc.jobs().start(&req)).await?))
 }
 
 pub(super) async fn get(svc: &AgentService, req: pb::JobRef) -> Result<pb::Job, Status> {
-    Ok(svc.jobs().get(&req.id)?)
+    Ok(job(svc.jobs().get(&req.id)?))
 }
 
 pub(super) async fn wait(svc: &AgentService, req: pb::WaitJobRequest) -> Result<pb::Job, Status> {
-    Ok(svc.jobs().wait(&req.id, req.timeout_ms).await?)
+    Ok(job(svc.jobs().wait(&req.id, req.timeout_ms).await?))
 }
 
 pub(super) async fn signal(svc: &AgentService, req: pb::SignalJobRequest) -> Result<pb::Job, Status> {
-    Ok(svc.jobs().signal(&req.id, req.signal)?)
+    Ok(job(svc.jobs().signal(&req.id, req.signal)?))
 }
 
 pub(super) async fn list(
     svc: &AgentService,
     _req: pb::ListJobsRequest,
 ) -> Result<pb::ListJobsResponse, Status> {
-    Ok(pb::ListJobsResponse { jobs: svc.jobs().list() })
+    Ok(pb::ListJobsResponse { jobs: svc.jobs().list().into_iter().map(job).collect() })
+}
+
+fn job(snap: JobSnapshot) -> pb::Job {
+    let state = if snap.status.is_some() { pb::JobState::Exited } else { pb::JobState::Running };
+    pb::Job {
+        id: snap.id,
+        state: state.into(),
+        pid: snap.pid,
+        command: snap.command,
+        started_at_unix_ms: snap.started_at_unix_ms,
+        status: snap.status.as_ref().map(exit_status),
+        stdout: Some(log_tail(snap.stdout)),
+        stderr: Some(log_tail(snap.stderr)),
+    }
+}
+
+fn log_tail(log: LogTail) -> pb::JobOutput {
+    pb::JobOutput { log_path: log.log_path, total_bytes: log.total_bytes, tail: log.tail.into() }
 }
 
 impl From<JobError> for Status {

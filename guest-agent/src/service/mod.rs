@@ -1,8 +1,9 @@
-//! The gRPC face of the agent. Every handler is a few lines: it parses the request,
-//! calls a domain module, and maps the domain error to a `tonic::Status`. The domain
-//! modules never see gRPC types beyond the generated messages. [`AgentRoutes`] serves it:
-//! tonic's generated server, except that ReadFile and DownloadDir replies are framed by
-//! `bulk`, which hands each chunk to HTTP/2 without copying it.
+//! The gRPC face of the agent. Every handler is a few lines: it converts the request to
+//! the domain module's own types, calls it, converts the answer back and maps the
+//! domain error to a `tonic::Status`; the domain modules never see a protobuf type.
+//! [`AgentRoutes`] serves it: tonic's generated server, except that ReadFile and
+//! DownloadDir replies are framed by `bulk`, which hands each chunk to HTTP/2 without
+//! copying it. `upload` reads the header-then-data stream of WriteFile and UploadDir.
 
 mod archive;
 mod bulk;
@@ -12,6 +13,7 @@ mod jobs;
 pub mod limits;
 mod routes;
 mod system;
+mod upload;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! Info and SetTime; and the one mapping of [`SystemError`] to a gRPC status.
+//! Info and SetTime: the wire messages to and from [`crate::system`]'s own types; and
+//! the one mapping of [`SystemError`] to a gRPC status.
 
 use sbx_proto::agent::v1 as pb;
 use tonic::Status;
@@ -11,7 +12,20 @@ use crate::system::{self, SystemError};
 /// (`uname`, `/proc/meminfo`, `statvfs("/")`, the CPU mask), and a trip to the blocking pool
 /// and back would cost more than the work.
 pub(super) async fn info(svc: &AgentService, _req: pb::InfoRequest) -> Result<pb::InfoResponse, Status> {
-    Ok(system::info(svc.started()))
+    let i = system::info(svc.started());
+    Ok(pb::InfoResponse {
+        agent_version: i.agent_version,
+        uptime_ms: i.uptime_ms,
+        hostname: i.hostname,
+        kernel: i.kernel,
+        cpus: i.cpus,
+        memory_total_bytes: i.memory_total_bytes,
+        memory_available_bytes: i.memory_available_bytes,
+        disk_total_bytes: i.disk_total_bytes,
+        disk_free_bytes: i.disk_free_bytes,
+        pid1: i.pid1,
+        time_unix_ms: i.time_unix_ms,
+    })
 }
 
 pub(super) async fn set_time(req: pb::SetTimeRequest) -> Result<pb::SetTimeResponse, Status> {

@@ -112,9 +112,30 @@ pub struct ExitStatus {
     pub timed_out: bool,
     /// How long it ran.
     pub duration_ms: u64,
+    /// The guest's out-of-memory killer ended it (it then died of signal 9).
+    pub oom_killed: bool,
+    /// With `oom_killed`: the guest's memory in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
 }
 
 impl ExitStatus {
+    /// When the guest's out-of-memory killer ended the command: what happened and how
+    /// much memory the guest has, for a person or a model to act on. `give_more` says
+    /// how to give a sandbox more memory in the caller's vocabulary.
+    pub fn oom_note(&self, give_more: &str) -> Option<String> {
+        self.oom_killed.then(|| {
+            let memory = self
+                .memory_total_bytes
+                .map(|m| format!(" (the sandbox has {} of memory)", sbx_proto::units::human_bytes(m)))
+                .unwrap_or_default();
+            format!(
+                "the command was killed by the guest's out-of-memory killer{memory}: it needed more \
+                 memory than was free; {give_more}, or make the command use less"
+            )
+        })
+    }
+
     /// Exited with code 0.
     pub fn success(&self) -> bool {
         self.code == Some(0) && !self.timed_out
@@ -143,7 +164,14 @@ impl From<pb::ExitStatus> for ExitStatus {
             Some(Kind::Signal(sig)) => (None, Some(sig)),
             None => (None, None),
         };
-        ExitStatus { code, signal, timed_out: s.timed_out, duration_ms: s.duration_ms }
+        ExitStatus {
+            code,
+            signal,
+            timed_out: s.timed_out,
+            duration_ms: s.duration_ms,
+            oom_killed: s.oom_killed,
+            memory_total_bytes: (s.oom_killed && s.memory_total_bytes > 0).then_some(s.memory_total_bytes),
+        }
     }
 }
 
@@ -199,7 +227,14 @@ mod tests {
 
     #[test]
     fn shell_codes() {
-        let st = |code, signal, timed_out| ExitStatus { code, signal, timed_out, duration_ms: 0 };
+        let st = |code, signal, timed_out| ExitStatus {
+            code,
+            signal,
+            timed_out,
+            duration_ms: 0,
+            oom_killed: false,
+            memory_total_bytes: None,
+        };
         assert_eq!(st(Some(3), None, false).shell_code(), 3);
         assert_eq!(st(Some(256 + 7), None, false).shell_code(), 7);
         assert_eq!(st(None, Some(9), false).shell_code(), 137);

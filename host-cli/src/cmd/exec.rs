@@ -28,6 +28,9 @@ pub(super) fn spec(args: &CommandArgs) -> ExecSpec {
     spec
 }
 
+/// How a CLI user gives a sandbox more memory.
+pub(super) const CLI_MORE_MEMORY: &str = "create the sandbox with more, e.g. `sbx create --memory 2048`";
+
 /// `sbx exec`.
 pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
     let mut spec = spec(&args.command);
@@ -63,6 +66,11 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
                         .write_all(b"sbx: the command hit its timeout and was killed (exit code 124); raise --timeout (at most 10m) or use `sbx run -d`\n")
                         .await?;
                 }
+                if let Some(note) = status.oom_note(CLI_MORE_MEMORY) {
+                    stderr.write_all(format!("sbx: {note}\n").as_bytes()).await?;
+                }
+                // tokio's stderr hands writes to a thread: flush, or `main` may return first.
+                stderr.flush().await?;
                 return Ok(status.shell_code());
             }
         }
@@ -89,6 +97,9 @@ async fn capture(ctx: &Ctx, spec: &ExecSpec) -> Result<u8> {
                 );
                 stderr.write_all(note.as_bytes()).await?;
             }
+        }
+        if let Some(note) = r.status.oom_note(CLI_MORE_MEMORY) {
+            stderr.write_all(format!("sbx: {note}\n").as_bytes()).await?;
         }
         stderr.flush().await?;
     }

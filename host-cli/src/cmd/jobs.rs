@@ -33,6 +33,9 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     } else {
         copy_log(&client, &job.stdout.log_path, &mut crate::output::stdout()).await?;
         copy_log(&client, &job.stderr.log_path, &mut tokio::io::stderr()).await?;
+        if let Some(note) = job.status.and_then(|s| s.oom_note(super::exec::CLI_MORE_MEMORY)) {
+            eprintln!("sbx: {note}");
+        }
     }
     Ok(exit_code(&job))
 }
@@ -80,6 +83,7 @@ fn state(j: &Job) -> &'static str {
 fn exit(j: &Job) -> String {
     match j.status {
         Some(s) if s.timed_out => "tmo".to_string(),
+        Some(s) if s.oom_killed => "oom".to_string(),
         Some(s) => match (s.code, s.signal) {
             (Some(c), _) => c.to_string(),
             (None, Some(sig)) => format!("sig{sig}"),

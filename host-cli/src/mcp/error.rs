@@ -37,8 +37,8 @@ pub enum ToolError {
     #[error(
         "content is {size}, over the {limit} inline write limit; write it in parts with \
          append: true, or copy the file with `sbx cp`",
-        size = human_bytes(*bytes),
-        limit = human_bytes(MAX_INLINE_WRITE)
+        size = size_and_limit(*bytes, MAX_INLINE_WRITE).0,
+        limit = size_and_limit(*bytes, MAX_INLINE_WRITE).1
     )]
     ContentTooLarge {
         /// Decoded size of the content.
@@ -48,8 +48,8 @@ pub enum ToolError {
     #[error(
         "stdin is {size}, over the {limit} inline limit; write the data to a file with \
          sandbox_files_write (in parts with append: true) and redirect it: `command < file`",
-        size = human_bytes(*bytes),
-        limit = human_bytes(MAX_INLINE_WRITE)
+        size = size_and_limit(*bytes, MAX_INLINE_WRITE).0,
+        limit = size_and_limit(*bytes, MAX_INLINE_WRITE).1
     )]
     StdinTooLarge {
         /// Size of the stdin text.
@@ -208,35 +208,13 @@ fn range_hint(field: &str) -> &'static str {
     }
 }
 
-/// `1.5 MiB`-style sizes for messages.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if bytes < 1024 {
-        return format!("{bytes} bytes");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for next in &UNITS[1..] {
-        if value < 1024.0 {
-            break;
-        }
-        value /= 1024.0;
-        unit = next;
-    }
-    if value.fract() == 0.0 { format!("{value:.0} {unit}") } else { format!("{value:.1} {unit}") }
-}
+/// `1.5 MiB`-style sizes for messages, written once for both sides in sbx-proto.
+pub use sbx_proto::units::human_bytes;
+use sbx_proto::units::size_and_limit;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_read_like_a_person_wrote_them() {
-        assert_eq!(human_bytes(12), "12 bytes");
-        assert_eq!(human_bytes(1024 * 1024), "1 MiB");
-        assert_eq!(human_bytes(3 * 1024 * 1024 + 200 * 1024), "3.2 MiB");
-        assert_eq!(human_bytes(8 * 1024 * 1024), "8 MiB");
-    }
 
     #[test]
     fn messages_say_what_to_do_next() {

@@ -64,7 +64,7 @@ impl SbxMcp {
     }
 }
 
-/// The "the directory holds 11.0 MiB in 3 files" clause of the agent's refusal, if any.
+/// The "the directory holds 11 MiB in 3 files" clause of the agent's refusal, if any.
 fn directory_size(agent: &str) -> Option<String> {
     let start = agent.find("the directory holds ")?;
     let clause = agent[start..].split(';').next()?.trim();

@@ -55,6 +55,10 @@ pub struct ExecOutput {
     pub signal: Option<i32>,
     /// True when the command was killed because timeout_ms passed.
     pub timed_out: bool,
+    /// True when the guest's out-of-memory killer ended the command (signal 9); the
+    /// notes say how much memory the sandbox has.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
     /// How long the command ran, in milliseconds.
     pub duration_ms: u64,
     /// Standard output; at most 32 KiB, the head and the tail with a marker between.
@@ -124,7 +128,11 @@ impl From<ExecResult> for ExecOutput {
                 result.status.duration_ms
             ));
         }
+        notes.extend(result.status.oom_note(
+            "create a sandbox with more (sandbox_create with memory_mib, e.g. 2048) and run it there",
+        ));
         ExecOutput {
+            oom_killed: result.status.oom_killed,
             exit_code: result.status.code,
             signal: result.status.signal,
             timed_out: result.status.timed_out,
@@ -202,7 +210,14 @@ mod tests {
     #[test]
     fn invalid_utf8_and_truncation_are_explained() {
         let result = ExecResult {
-            status: ExitStatus { code: Some(3), signal: None, timed_out: false, duration_ms: 5 },
+            status: ExitStatus {
+                code: Some(3),
+                signal: None,
+                timed_out: false,
+                duration_ms: 5,
+                oom_killed: false,
+                memory_total_bytes: None,
+            },
             stdout: captured(b"bin\xff", false, 4),
             stderr: captured(b"head...tail", true, 100_000),
         };
@@ -214,5 +229,28 @@ mod tests {
         assert_eq!(out.notes.len(), 2, "{:?}", out.notes);
         assert!(out.notes[0].starts_with("stdout was not valid UTF-8"));
         assert!(out.notes[1].starts_with("stderr was 97.7 KiB"));
+    }
+
+    #[test]
+    fn an_oom_kill_is_flagged_with_the_memory_and_the_fix_in_mcp_terms() {
+        let result = ExecResult {
+            status: ExitStatus {
+                code: None,
+                signal: Some(9),
+                timed_out: false,
+                duration_ms: 900,
+                oom_killed: true,
+                memory_total_bytes: Some(480 << 20),
+            },
+            stdout: captured(b"", false, 0),
+            stderr: captured(b"", false, 0),
+        };
+        let out = ExecOutput::from(result);
+        assert!(out.oom_killed);
+        assert_eq!(out.signal, Some(9));
+        assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
+        let note = &out.notes[0];
+        assert!(note.contains("out-of-memory killer") && note.contains("480 MiB"), "{note}");
+        assert!(note.contains("sandbox_create with memory_mib") && !note.contains("sbx "), "{note}");
     }
 }

@@ -1,9 +1,15 @@
 //! Binding the addresses of the shared grammar and serving the agent on each.
+//!
+//! - [`authority`]: each connection's requests pass [`authority::AuthorityFix`], so
+//!   stock gRPC clients on Unix sockets are served (their `:authority` is a path).
+
+pub mod authority;
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use futures::TryStreamExt;
 use sbx_proto::Address;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -11,6 +17,7 @@ use tokio_vsock::{VsockAddr, VsockListener};
 
 use crate::AgentService;
 use crate::auth::Token;
+use authority::AuthorityFix;
 
 /// Why the agent could not listen.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +93,7 @@ fn widen_vsock_buffer(l: &VsockListener) -> std::io::Result<()> {
                 libc::AF_VSOCK,
                 option,
                 (&raw const value).cast(),
-                std::mem::size_of::<u64>() as libc::socklen_t,
+                libc::socklen_t::try_from(std::mem::size_of::<u64>()).expect("8 fits socklen_t"),
             )
         };
         if ret != 0 {
@@ -153,14 +160,20 @@ impl Listener {
         let addr = self.address().clone();
         let plain = || builder().add_service(svc.clone().into_server());
         let result = match (self, token) {
-            (Listener::Vsock(_, l), _) => plain().serve_with_incoming(l.incoming()).await,
-            (Listener::Unix(_, l), _) => plain().serve_with_incoming(UnixListenerStream::new(l)).await,
-            (Listener::Tcp(_, l), None) => plain().serve_with_incoming(TcpListenerStream::new(l)).await,
+            (Listener::Vsock(_, l), _) => {
+                plain().serve_with_incoming(l.incoming().map_ok(AuthorityFix::new)).await
+            }
+            (Listener::Unix(_, l), _) => {
+                plain().serve_with_incoming(UnixListenerStream::new(l).map_ok(AuthorityFix::new)).await
+            }
+            (Listener::Tcp(_, l), None) => {
+                plain().serve_with_incoming(TcpListenerStream::new(l).map_ok(AuthorityFix::new)).await
+            }
             (Listener::Tcp(_, l), Some(token)) => {
                 let check = move |req: tonic::Request<()>| token.check(&req).map(|()| req);
                 builder()
                     .add_service(InterceptedService::new(svc.into_server(), check))
-                    .serve_with_incoming(TcpListenerStream::new(l))
+                    .serve_with_incoming(TcpListenerStream::new(l).map_ok(AuthorityFix::new))
                     .await
             }
         };

@@ -1,5 +1,5 @@
-//! Where small file work runs: on the runtime thread that took the call, or on the
-//! blocking pool.
+//! Where a small piece of work (a file call, starting a command or a job) runs: on the
+//! runtime thread that took the call, or on the blocking pool.
 //!
 //! A trip to the blocking pool is two thread wakeups, which cost more than a stat or a
 //! 1 KiB read from the page cache. But a file call on a network or FUSE filesystem can
@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::FsError;
+use crate::files::FsError;
 
 /// Filesystem types whose calls the kernel answers without a server or a daemon.
 #[rustfmt::skip]
@@ -88,7 +88,9 @@ where
 pub(crate) fn in_memory(dir: &std::path::Path) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     const RAMFS_MAGIC: u64 = 0x8584_58f6;
-    rustix::fs::statfs(dir).is_ok_and(|fs| matches!(fs.f_type as u64, TMPFS_MAGIC | RAMFS_MAGIC))
+    // f_type is a signed long holding an unsigned magic number: compare the bits.
+    rustix::fs::statfs(dir)
+        .is_ok_and(|fs| matches!(u64::from_ne_bytes(fs.f_type.to_ne_bytes()), TMPFS_MAGIC | RAMFS_MAGIC))
 }
 
 /// True when every filesystem mounted now is in [`LOCAL_TYPES`]; false when that cannot

@@ -1,0 +1,45 @@
+//! The READY announcement: once listening, the agent tells whoever started it (the
+//! host's vsock listener, or a test's Unix socket) that it serves.
+
+use sbx_proto::Address;
+
+/// Why the announcement failed.
+#[derive(Debug, thiserror::Error)]
+#[error("could not announce readiness to {addr}")]
+pub struct AnnounceError {
+    /// Where it was sent.
+    addr: Address,
+    /// What failed.
+    #[source]
+    source: std::io::Error,
+}
+
+/// Connects to `addr` and writes `READY <version>\n`.
+pub async fn announce_ready(addr: &Address) -> Result<(), AnnounceError> {
+    use tokio::io::AsyncWriteExt;
+    let line = format!("READY {}\n", env!("CARGO_PKG_VERSION"));
+    let err = |source| AnnounceError { addr: addr.clone(), source };
+    match addr {
+        Address::Vsock { cid, port } => {
+            let mut s = tokio_vsock::VsockStream::connect(tokio_vsock::VsockAddr::new(*cid, *port))
+                .await
+                .map_err(err)?;
+            s.write_all(line.as_bytes()).await.map_err(err)?;
+            AsyncWriteExt::shutdown(&mut s).await.map_err(err)
+        }
+        Address::Unix(path) => {
+            let mut s = tokio::net::UnixStream::connect(path).await.map_err(err)?;
+            s.write_all(line.as_bytes()).await.map_err(err)?;
+            s.shutdown().await.map_err(err)
+        }
+        Address::Tcp(hostport) => {
+            let mut s = tokio::net::TcpStream::connect(hostport.as_str()).await.map_err(err)?;
+            s.write_all(line.as_bytes()).await.map_err(err)?;
+            s.shutdown().await.map_err(err)
+        }
+        Address::HybridVsock { .. } => Err(err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "announce over vsock://2:PORT from inside the VM, not hvsock://",
+        ))),
+    }
+}
