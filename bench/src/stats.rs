@@ -92,6 +92,11 @@ impl Samples {
         }
         let mut v = self.0.clone();
         v.sort_unstable();
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "q is in 0..=1, so the rank is a small non-negative whole number"
+        )]
         let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
         v[rank - 1]
     }

@@ -43,7 +43,7 @@ pub(crate) fn random_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
             x ^= x << 17;
             b.copy_from_slice(&x.to_le_bytes());
         }
-        let n = left.min(block.len() as u64) as usize;
+        let n = usize::try_from(left.min(block.len() as u64)).unwrap_or(block.len());
         f.write_all(&block[..n])?;
         left -= n as u64;
     }

@@ -150,26 +150,26 @@ mod tests {
     /// A ClientHello as a TLS 1.2/1.3 client sends it, with an SNI extension for `name`.
     pub(crate) fn client_hello(name: &str) -> Vec<u8> {
         let mut sni = Vec::new();
-        let n = name.len() as u16;
+        let n = u16::try_from(name.len()).unwrap();
         sni.extend_from_slice(&(n + 3).to_be_bytes()); // server_name_list length
         sni.push(0); // host_name
         sni.extend_from_slice(&n.to_be_bytes());
         sni.extend_from_slice(name.as_bytes());
         let mut ext = vec![0, 0]; // extension type server_name
-        ext.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        ext.extend_from_slice(&u16::try_from(sni.len()).unwrap().to_be_bytes());
         ext.extend_from_slice(&sni);
         let mut body = vec![3, 3]; // client_version TLS 1.2
         body.extend_from_slice(&[7; 32]); // random
         body.push(0); // session id
         body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
         body.extend_from_slice(&[1, 0]); // null compression
-        body.extend_from_slice(&(ext.len() as u16).to_be_bytes());
+        body.extend_from_slice(&u16::try_from(ext.len()).unwrap().to_be_bytes());
         body.extend_from_slice(&ext);
         let mut hs = vec![1]; // ClientHello
-        hs.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        hs.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes()[1..]);
         hs.extend_from_slice(&body);
         let mut rec = vec![0x16, 3, 1];
-        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&u16::try_from(hs.len()).unwrap().to_be_bytes());
         rec.extend_from_slice(&hs);
         rec
     }
@@ -190,10 +190,10 @@ mod tests {
         let ext_len = 2 + 2 + 2 + 3 + 1; // type, len, list len, entry header, "x"
         let body_len = hello.len() - 5 - 4 - ext_len - 2;
         let mut hs = vec![1];
-        hs.extend_from_slice(&(body_len as u32).to_be_bytes()[1..]);
+        hs.extend_from_slice(&u32::try_from(body_len).unwrap().to_be_bytes()[1..]);
         hs.extend_from_slice(&hello[9..9 + body_len]);
         let mut rec = vec![0x16, 3, 1];
-        rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+        rec.extend_from_slice(&u16::try_from(hs.len()).unwrap().to_be_bytes());
         rec.extend_from_slice(&hs);
         assert_eq!(claimed_name(&rec), Peek::Done(Claimed::NoName));
     }
@@ -204,10 +204,10 @@ mod tests {
         let hs = &hello[5..];
         let (a, b) = hs.split_at(20);
         let mut two = vec![0x16, 3, 1];
-        two.extend_from_slice(&(a.len() as u16).to_be_bytes());
+        two.extend_from_slice(&u16::try_from(a.len()).unwrap().to_be_bytes());
         two.extend_from_slice(a);
         two.extend_from_slice(&[0x16, 3, 1]);
-        two.extend_from_slice(&(b.len() as u16).to_be_bytes());
+        two.extend_from_slice(&u16::try_from(b.len()).unwrap().to_be_bytes());
         two.extend_from_slice(b);
         assert_eq!(claimed_name(&two), Peek::Done(Claimed::Name("other.test".into())));
     }

@@ -129,7 +129,7 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            x as u8
+            x.to_le_bytes()[0]
         })
         .collect()
 }

@@ -8,7 +8,7 @@ use sbx_tests::Agent;
 use tonic::Code;
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
 }
 
 fn meminfo_kib(field: &str) -> u64 {

@@ -33,7 +33,8 @@ async fn a_client_gone_mid_upload_changes_nothing() {
     let target = agent.dir.path().join("target");
     std::fs::create_dir(&target).unwrap();
     std::fs::write(target.join("keep.txt"), b"old").unwrap();
-    let noise: Vec<u8> = (0..4u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let noise: Vec<u8> =
+        (0..4u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0]).collect();
     let zip = zip_of(&[("keep.txt", b"new"), ("big.bin", &noise)]);
 
     let (mut tx, rx) = futures::channel::mpsc::channel(4);

@@ -18,7 +18,7 @@ use sbx_tests::{pid_gone, processes_mentioning};
 use serde_json::Value;
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
 }
 
 #[test]

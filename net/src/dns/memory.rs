@@ -100,7 +100,7 @@ mod tests {
         let names = m.names_at(t0, ip);
         assert_eq!(names.len(), MAX_NAMES_PER_IP);
         assert!(names.contains(&"n99.test".to_string()), "the newest stays");
-        for i in 0..(MAX_IPS as u32 + 10) {
+        for i in 0..(u32::try_from(MAX_IPS).unwrap() + 10) {
             m.remember_at(t0, IpAddr::from(i.to_be_bytes()), "x.test", Duration::from_secs(600));
         }
         assert!(m.map.lock().expect("lock").len() <= MAX_IPS);

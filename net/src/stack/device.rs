@@ -168,7 +168,7 @@ mod tests {
     fn framed(frames: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         for f in frames {
-            out.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            out.extend_from_slice(&u32::try_from(f.len()).unwrap().to_be_bytes());
             out.extend_from_slice(f);
         }
         out
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn a_bad_length_is_an_error() {
         let mut dev = FrameDevice::new();
-        dev.read_space()[..4].copy_from_slice(&(MAX_FRAME as u32 + 1).to_be_bytes());
+        dev.read_space()[..4].copy_from_slice(&(u32::try_from(MAX_FRAME).unwrap() + 1).to_be_bytes());
         dev.filled(4);
         assert!(dev.next_frame().is_err());
     }

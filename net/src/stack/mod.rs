@@ -133,7 +133,10 @@ pub(crate) async fn run(
     let now = || SmolInstant::from_micros(i64::try_from(clock.elapsed().as_micros()).unwrap_or(i64::MAX));
     let mut dev = FrameDevice::new();
     let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(GATEWAY_MAC)));
-    config.random_seed = u64::from(std::process::id()) ^ clock.elapsed().as_nanos() as u64;
+    // Seeds smoltcp's initial sequence numbers: different per process and per start.
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    config.random_seed = u64::from(std::process::id()) << 32 | u64::from(nanos);
     let mut iface = Interface::new(config, &mut dev, now());
     iface.update_ip_addrs(|addrs| {
         let _ = addrs.push(IpCidr::new(GATEWAY.into(), PREFIX_LEN));

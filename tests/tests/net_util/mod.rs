@@ -153,8 +153,11 @@ struct IfReq {
 /// Opens a TAP device named [`TAP`] in the calling thread's namespace.
 fn open_tap() -> File {
     let tun = OpenOptions::new().read(true).write(true).open("/dev/net/tun").expect("open /dev/net/tun");
-    let mut req =
-        IfReq { name: [0; 16], flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short, _pad: [0; 22] };
+    let mut req = IfReq {
+        name: [0; 16],
+        flags: libc::c_short::try_from(libc::IFF_TAP | libc::IFF_NO_PI).unwrap(),
+        _pad: [0; 22],
+    };
     req.name[..TAP.len()].copy_from_slice(TAP.as_bytes());
     // SAFETY: TUNSETIFF reads and writes one ifreq, which `req` is laid out as.
     let rc = unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
@@ -174,7 +177,7 @@ fn spawn_relay(tap: &File, socket: &UnixStream) {
             if n == 0 {
                 return;
             }
-            buf[..4].copy_from_slice(&(n as u32).to_be_bytes());
+            buf[..4].copy_from_slice(&u32::try_from(n).unwrap().to_be_bytes());
             if sock_out.write_all(&buf[..4 + n]).is_err() {
                 return;
             }
