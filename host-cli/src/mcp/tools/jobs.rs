@@ -184,7 +184,7 @@ impl From<Job> for JobView {
 /// An unknown job id also points at sandbox_job_list.
 fn job_error(error: ClientError) -> ToolError {
     match error {
-        ClientError::Agent { code: tonic::Code::NotFound, message } => {
+        ClientError::Agent { code: tonic::Code::NotFound, message, .. } => {
             ToolError::NoSuchJob { agent: message }
         }
         other => other.into(),
