@@ -157,8 +157,7 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
     }
     for client in &clients {
         say(&format!("  {}", client.title));
-        let figures = official::measure(client, &servers, cold_runs, warm, n)
-            .with_context(|| format!("{}", client.title))?;
+        let figures = official::measure(client, &servers, cold_runs, warm, n).context(client.title)?;
         out.push(mcp_section(client.title, &servers, &figures, &notes));
     }
     Ok(out)
