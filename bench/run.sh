@@ -5,12 +5,13 @@
 #   bench/run.sh --quick    smaller: 64 MiB file, 32 MiB tree, 256 MiB flood, 200 calls/op
 #
 # Other flags go to sbx-bench (`target/release/sbx-bench --help`), e.g. --no-peers,
-# --no-python, --iterations N, --file-bytes N, --out FILE.
+# --no-python, --no-typescript, --iterations N, --file-bytes N, --out FILE.
 #
 # It builds sbx and sbx-bench in release and the agent as the shipped static musl binary,
 # then installs the peer MCP servers into target/bench (npm: server-filesystem,
 # desktop-commander, mcp-server-commands; PyPI: mcp-shell-server in its own venv, since it
-# needs the 1.x MCP SDK) and the official Python MCP client (mcp 2.3.0) into another venv.
+# needs the 1.x MCP SDK), the official Python MCP clients (mcp 2.3.0 and mcp 1.30.0) into
+# two more venvs, and the official TypeScript client (bench/ts, npm ci) for Node.js.
 # Installs are skipped when already there; SBX_BENCH_NO_INSTALL=1 skips them outright.
 set -euo pipefail
 
@@ -41,6 +42,16 @@ if [[ "${SBX_BENCH_NO_INSTALL:-}" != 1 ]]; then
         echo "bench/run.sh: installing the official MCP Python SDK into $peers/venv-client" >&2
         python3 -m venv "$peers/venv-client"
         "$peers/venv-client/bin/pip" install --quiet --disable-pip-version-check mcp==2.3.0
+    fi
+    if [[ ! -x "$peers/venv-client1/bin/python" ]] || ! "$peers/venv-client1/bin/python" -c 'import mcp' 2>/dev/null; then
+        echo "bench/run.sh: installing the official MCP Python SDK 1.x into $peers/venv-client1" >&2
+        python3 -m venv "$peers/venv-client1"
+        "$peers/venv-client1/bin/pip" install --quiet --disable-pip-version-check mcp==1.30.0
+    fi
+    if ! cmp -s "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.sbx-package-lock" 2>/dev/null; then
+        echo "bench/run.sh: installing the official MCP TypeScript SDK into bench/ts/node_modules" >&2
+        (cd "$repo/bench/ts" && npm ci --silent --no-audit --no-fund)
+        cp "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.sbx-package-lock"
     fi
 fi
 

@@ -39,3 +39,6 @@ tests/mcp/run.sh
 
 step "stock gRPC clients (grpcio with stubs generated from agent.proto)"
 tests/clients/run.sh
+
+step "MCP tests (official TypeScript MCP SDK as the client, MCP Inspector CLI --strict)"
+tests/mcp-ts/run.sh

@@ -4,7 +4,8 @@
 //! - [`agent`]: a real `sbx-agent` on a Unix socket; its memory from `/proc`.
 //! - [`floors`]: the same operations done locally, and bare Unix-socket transfers.
 //! - [`calls`]: agent call latency on a warm connection; concurrent execs.
-//! - [`mcp`]: a bare newline-JSON-RPC MCP client; [`official`]: the official Python one.
+//! - [`mcp`]: a bare newline-JSON-RPC MCP client; [`official`]: the official Python
+//!   (2.x, 1.x) and TypeScript ones.
 //! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
 //! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
 //! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
@@ -75,9 +76,12 @@ pub(crate) struct Opts {
     /// Skip the real-VM figures.
     #[arg(long)]
     pub(crate) no_vm: bool,
-    /// Skip the official Python MCP client.
+    /// Skip the official Python MCP clients (SDK 2.x and 1.x).
     #[arg(long)]
     pub(crate) no_python: bool,
+    /// Skip the official TypeScript MCP client.
+    #[arg(long)]
+    pub(crate) no_typescript: bool,
     /// Scratch directory for sockets, workloads and copies (default: a temp dir).
     #[arg(long)]
     pub(crate) scratch: Option<PathBuf>,

@@ -1,9 +1,10 @@
-//! The official Python MCP client (`bench/mcp_official.py`) driving the same servers
-//! with the same calls as the bare client.
+//! The official MCP clients driving the same servers with the same calls as the bare
+//! client: the Python SDK 2.x and 1.x (`bench/mcp_official.py`, each in its own venv)
+//! and the TypeScript SDK (`bench/ts/mcp_official.mjs`). Each reads the same JSON on
+//! stdin and prints the same report.
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -23,29 +24,39 @@ struct Entry {
 /// Per server: its figures, or why the Python client could not take them.
 pub(crate) type Results = Vec<(String, Result<Measured, String>)>;
 
-/// Runs the Python client (`python` must have `mcp` installed) over `servers`.
+/// An official client: an interpreter and the script that drives the servers with it.
+pub(crate) struct OfficialClient {
+    /// The section's title.
+    pub(crate) title: &'static str,
+    /// The interpreter (a venv's python, node).
+    pub(crate) program: std::path::PathBuf,
+    /// The driver script.
+    pub(crate) script: std::path::PathBuf,
+}
+
+/// Runs `client` over `servers`.
 pub(crate) fn measure(
-    python: &Path,
-    script: &Path,
+    client: &OfficialClient,
     servers: &[ServerSpec],
     cold_runs: usize,
     warmup: usize,
     n: usize,
 ) -> Result<Results> {
     let input = json!({"cold_runs": cold_runs, "warmup": warmup, "iterations": n, "servers": servers});
+    let (python, script) = (&client.program, &client.script);
     let mut child = Command::new(python)
         .arg(script)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .with_context(|| format!("could not run {}; bench/run.sh makes its venv", python.display()))?;
+        .with_context(|| format!("could not run {}; bench/run.sh installs it", python.display()))?;
     child.stdin.take().context("python stdin")?.write_all(&serde_json::to_vec(&input)?)?;
     let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!("{} failed with {}; its stderr is above", script.display(), out.status);
     }
     let report: HashMap<String, Entry> =
-        serde_json::from_slice(&out.stdout).context("the Python client printed no JSON report")?;
+        serde_json::from_slice(&out.stdout).context("the client printed no JSON report")?;
     Ok(servers
         .iter()
         .map(|s| {

@@ -137,13 +137,28 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
         bare.push((s.name.clone(), mcp::measure(s, &logs, cold_runs, warm, n).map_err(|e| format!("{e:#}"))));
     }
     let mut out = vec![mcp_section("MCP, bare newline-JSON-RPC client (Rust)", &servers, &bare, &notes)];
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = |venv: &str, title| official::OfficialClient {
+        title,
+        program: opts.peers_dir.join(venv).join("bin/python"),
+        script: here.join("mcp_official.py"),
+    };
+    let mut clients = Vec::new();
     if !opts.no_python {
-        say("  official Python client");
-        let python = opts.peers_dir.join("venv-client/bin/python");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp_official.py");
-        let py = official::measure(&python, &script, &servers, cold_runs, warm, n)
-            .context("the Python MCP client")?;
-        out.push(mcp_section("MCP, official Python SDK client (mcp 2.3.0)", &servers, &py, &notes));
+        clients.push(python("venv-client", "MCP, official Python SDK client (mcp 2.3.0)"));
+        clients.push(python("venv-client1", "MCP, official Python SDK 1.x client (mcp 1.30.0)"));
+    }
+    if !opts.no_typescript {
+        clients.push(official::OfficialClient {
+            title: "MCP, official TypeScript SDK client (@modelcontextprotocol/sdk 1.32.2, Node.js)",
+            program: "node".into(),
+            script: here.join("ts/mcp_official.mjs"),
+        });
+    }
+    for client in &clients {
+        say(&format!("  {}", client.title));
+        let figures = official::measure(client, &servers, cold_runs, warm, n).context(client.title)?;
+        out.push(mcp_section(client.title, &servers, &figures, &notes));
     }
     Ok(out)
 }

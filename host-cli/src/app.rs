@@ -127,11 +127,17 @@ fn report(e: &anyhow::Error, json: bool) -> ExitCode {
     }
     let (code, kind) = classify(e);
     let causes: Vec<String> = e.chain().skip(1).map(ToString::to_string).collect();
+    // The agent's message names no command; the CLI adds its own next step.
+    let step = e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<ClientError>().and_then(ClientError::reason))
+        .map(|reason| format!("; {}", crate::cmd::next_step(reason)))
+        .unwrap_or_default();
     if json {
-        print_json_error(kind, &e.to_string(), &causes, code);
+        print_json_error(kind, &format!("{e}{step}"), &causes, code);
     } else {
         let mut err = io::stderr().lock();
-        let _ = writeln!(err, "sbx: {e:#}");
+        let _ = writeln!(err, "sbx: {e:#}{step}");
     }
     ExitCode::from(code)
 }

@@ -5,11 +5,14 @@
 //! - [`address`]: the one address grammar both binaries parse (`vsock://`, `hvsock://`,
 //!   `unix://`, `tcp://`).
 //! - [`limits`]: the defaults and caps both sides agree on.
+//! - [`reason`]: the machine-readable reason the agent attaches to an error, from which
+//!   each face says what to do next.
 //! - [`units`]: sizes and counts for people ("3.2 MiB", "1 file"), written once for
 //!   the agent's messages, the CLI and the MCP tools.
 
 pub mod address;
 pub mod limits;
+pub mod reason;
 pub mod units;
 
 pub use address::{Address, AddressError};

@@ -167,7 +167,7 @@ async fn downloads_of_files_missing_paths_and_relative_paths_are_refused() {
     let file = agent.dir.path().join("f");
     std::fs::write(&file, b"x").unwrap();
     let r = download(&mut c, &file, 0).await.map(|d| d.summary);
-    assert_status(r, Code::InvalidArgument, &["not a directory", "ReadFile"]);
+    assert_status(r, Code::InvalidArgument, &["not a directory", "read a single file"]);
     let r = download(&mut c, &agent.dir.path().join("missing"), 0).await.map(|d| d.summary);
     assert_status(r, Code::NotFound, &["does not exist"]);
     let r = c.download_dir(pb::DownloadDirRequest { path: "rel".into(), max_bytes: 0 }).await.map(|_| ());

@@ -232,7 +232,7 @@ async fn output_limit_is_per_request_and_capped() {
     let status =
         refused(&agent, pb::ExecRequest { output_limit: 4 * 1024 * 1024 + 1, ..shell("true") }).await;
     assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().contains("4194304") && status.message().contains("ExecStream"));
+    assert!(status.message().contains("4194304") && status.message().contains("stream the output"));
 }
 
 #[tokio::test]

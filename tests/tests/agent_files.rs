@@ -154,17 +154,18 @@ async fn missing_files_and_directories_are_told_apart() {
     let agent = Agent::start();
     let mut c = agent.client().await;
     let missing = agent.dir.path().join("nope");
-    assert_status(read_path(&mut c, &missing).await, Code::NotFound, &["does not exist"]);
-    assert_status(
-        read_path(&mut c, agent.dir.path()).await,
-        Code::InvalidArgument,
-        &["is a directory", "ListDir"],
-    );
+    let not_found = read_path(&mut c, &missing).await;
+    assert_eq!(reason_of(&not_found), Some("not_found"));
+    assert_status(not_found, Code::NotFound, &["does not exist"]);
+    let dir = read_path(&mut c, agent.dir.path()).await;
+    assert_eq!(reason_of(&dir), Some("is_a_directory"));
+    assert_status(dir, Code::InvalidArgument, &["is a directory", "list it"]);
 
     let file = agent.dir.path().join("plain");
     std::fs::write(&file, b"x").unwrap();
     let list = c.list_dir(pb::ListDirRequest { path: s(&file), ..Default::default() }).await;
-    assert_status(list, Code::InvalidArgument, &["not a directory", "Stat"]);
+    assert_eq!(reason_of(&list), Some("not_a_directory"));
+    assert_status(list, Code::InvalidArgument, &["not a directory", "only a directory can be listed"]);
     let through_file = file.join("child");
     assert_status(read_path(&mut c, &through_file).await, Code::InvalidArgument, &["not a directory"]);
 }
@@ -252,7 +253,7 @@ async fn writes_create_parents_keep_modes_and_append_atomically() {
     assert_status(
         write_with(&mut c, no_parents, b"x").await,
         Code::NotFound,
-        &["parent directory", "MakeDir"],
+        &["parent directory", "create it first"],
     );
     assert!(!agent.dir.path().join("a").exists(), "a refused write creates nothing");
     let plain = agent.dir.path().join("plain");
@@ -541,7 +542,7 @@ async fn move_renames_refuses_to_clobber_and_checks_the_destination() {
     assert_status(
         c.r#move(mv("dir/c", "no/such/x", false)).await,
         Code::NotFound,
-        &["parent directory", "MakeDir"],
+        &["parent directory", "create it first"],
     );
     assert_status(c.r#move(mv("dir", "dir/inner", false)).await, Code::InvalidArgument, &["into itself"]);
 }
@@ -621,4 +622,9 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
     let (small, _) =
         read(&mut c, pb::ReadFileRequest { path: s(&path), length: 10, ..Default::default() }).await.unwrap();
     assert_eq!(small.len(), 10, "the agent serves the next read");
+}
+
+/// The machine-readable reason (`sbx-reason`) the agent attached to a refusal.
+fn reason_of<T>(result: &Result<T, tonic::Status>) -> Option<&str> {
+    result.as_ref().err()?.metadata().get(sbx_proto::reason::REASON_KEY)?.to_str().ok()
 }

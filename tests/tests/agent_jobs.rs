@@ -223,7 +223,8 @@ async fn unknown_ids_and_bad_requests_are_refused() {
     let missing = client.get_job(pb::JobRef { id: "job-999".into() }).await.unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
     assert!(
-        missing.message().contains("job-999") && missing.message().contains("ListJobs"),
+        missing.message().contains("job-999")
+            && missing.metadata().get(sbx_proto::reason::REASON_KEY).is_some_and(|r| r == "unknown_job"),
         "{}",
         missing.message()
     );

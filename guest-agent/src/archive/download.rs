@@ -83,7 +83,10 @@ pub async fn download(path: &str, max_bytes: u64) -> Result<DownloadStream, Arch
     let root = blocking(move || {
         let meta = std::fs::metadata(&root).map_err(|e| FsError::io("archive", &root, e))?;
         if !meta.is_dir() {
-            return Err(FsError::NotADirectory { path: root, hint: "use ReadFile for a single file" });
+            return Err(FsError::NotADirectory {
+                path: root,
+                hint: "only a directory can be archived; read a single file instead",
+            });
         }
         Ok(root)
     })

@@ -28,7 +28,7 @@ pub enum ExecError {
     #[error("working directory `{0}` is relative; give an absolute path such as `/{0}`")]
     RelativeCwd(String),
     /// The working directory does not exist.
-    #[error("working directory `{}` does not exist; create it first (MakeDir) or pick another", .0.display())]
+    #[error("working directory `{}` does not exist; create it first or pick another", .0.display())]
     CwdMissing(PathBuf),
     /// The working directory exists but is not a directory.
     #[error("working directory `{}` is not a directory; give the path of a directory", .0.display())]
@@ -43,9 +43,7 @@ pub enum ExecError {
         source: io::Error,
     },
     /// `timeout_ms` is over the cap.
-    #[error(
-        "timeout of {asked} ms is over the maximum of {max} ms; run longer commands as a background job (StartJob)"
-    )]
+    #[error("timeout of {asked} ms is over the maximum of {max} ms; run longer commands as a background job")]
     TimeoutTooLong {
         /// What the request asked for.
         asked: u32,
@@ -54,7 +52,7 @@ pub enum ExecError {
     },
     /// `output_limit` is over the cap.
     #[error(
-        "output limit of {asked} bytes per stream is over the maximum of {max}; use ExecStream or a background job for more output"
+        "output limit of {asked} bytes per stream is over the maximum of {max}; stream the output or run a background job for more"
     )]
     OutputLimitTooLarge {
         /// What the request asked for.
@@ -77,13 +75,13 @@ pub enum ExecError {
         source: io::Error,
     },
     /// The program (or /bin/sh for a shell command) does not exist.
-    #[error("program `{program}` was not found; check its name and PATH, or run it through `shell`")]
+    #[error("program `{program}` was not found; check its name and PATH, or run it through a shell")]
     ProgramNotFound {
         /// `argv[0]`.
         program: String,
     },
     /// The guest has no /bin/sh.
-    #[error("this guest has no /bin/sh to run a shell command; pass `argv` instead")]
+    #[error("this guest has no /bin/sh to run a shell command; run the program directly instead")]
     NoShell,
     /// Executing the program or switching to the user was refused.
     #[error("permission denied starting `{program}`{}; check the file's execute bit, or run the agent as root to switch users", as_user(.user))]

@@ -113,7 +113,7 @@ pub enum FsError {
         size: u64,
     },
     /// A directory was named for removal without `recursive`.
-    #[error("{} is a directory; pass recursive to remove it and everything in it", .0.display())]
+    #[error("{} is a directory; remove it recursively to delete it and everything in it", .0.display())]
     DirNeedsRecursive(PathBuf),
     /// The destination of a move is a directory that still holds entries.
     #[error("{} is a directory that is not empty; remove it first or move to another path", .0.display())]
@@ -187,11 +187,11 @@ impl FsError {
             io::ErrorKind::PermissionDenied => FsError::PermissionDenied { op, path },
             io::ErrorKind::ReadOnlyFilesystem => FsError::ReadOnly { op, path },
             io::ErrorKind::IsADirectory => {
-                FsError::IsADirectory { path, hint: "name a file, or use ListDir for a directory" }
+                FsError::IsADirectory { path, hint: "name a file, not a directory" }
             }
             io::ErrorKind::NotADirectory => FsError::NotADirectory {
                 path,
-                hint: "a component of the path is a file; check the path with Stat",
+                hint: "a component of the path is a file, so nothing can be under it; check the path",
             },
             io::ErrorKind::AlreadyExists => {
                 FsError::AlreadyExists { path, hint: "remove it first or pick another path" }

@@ -70,7 +70,7 @@ pub async fn list(req: ListDir) -> Result<Listing, FsError> {
 fn list_sync(root: PathBuf, req: &ListDir) -> Result<Listing, FsError> {
     let meta = std::fs::metadata(&root).map_err(|e| FsError::io("list", &root, e))?;
     if !meta.is_dir() {
-        return Err(FsError::NotADirectory { path: root, hint: "use Stat to inspect a single file" });
+        return Err(FsError::NotADirectory { path: root, hint: "only a directory can be listed" });
     }
     let max_depth = match (req.recursive, req.max_depth) {
         (false, _) => 1,

@@ -68,11 +68,11 @@ fn make_dir_blocking(path: &Path, parents: bool, mode: u32) -> Result<(), FsErro
         },
         std::io::ErrorKind::AlreadyExists => FsError::AlreadyExists {
             path: path.to_path_buf(),
-            hint: "pass parents to accept an existing directory",
+            hint: "creating it with its parents accepts an existing directory",
         },
         std::io::ErrorKind::NotFound if !parents => FsError::ParentMissing {
             path: path.parent().unwrap_or(Path::new("/")).to_path_buf(),
-            hint: "pass parents to create it too",
+            hint: "create it first, or ask for missing parents to be created too",
         },
         _ => FsError::io("create directory", path, e),
     })?;

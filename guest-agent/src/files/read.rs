@@ -148,10 +148,7 @@ fn plan(path: PathBuf, offset: u64, length: u64, max_bytes: u64) -> Result<Plan,
 
 fn check_type(path: &Path, ft: std::fs::FileType) -> Result<(), FsError> {
     if ft.is_dir() {
-        return Err(FsError::IsADirectory {
-            path: path.to_path_buf(),
-            hint: "use ListDir to see what it holds",
-        });
+        return Err(FsError::IsADirectory { path: path.to_path_buf(), hint: "list it to see what it holds" });
     }
     if !ft.is_file() {
         return Err(FsError::NotRegular { path: path.to_path_buf(), kind: special_kind(ft) });

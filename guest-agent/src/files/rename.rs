@@ -41,7 +41,7 @@ fn rename_blocking(from: &Path, to: &Path, overwrite: bool) -> Result<(), FsErro
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(FsError::ParentMissing {
                 path: parent.to_path_buf(),
-                hint: "create it with MakeDir before moving there",
+                hint: "create it first, before moving there",
             });
         }
         Err(e) => return Err(FsError::io("move into", parent, e)),

@@ -276,7 +276,7 @@ fn ensure_parent(parent: &Path, no_create_parents: bool) -> Result<(), FsError> 
             if no_create_parents {
                 return Err(FsError::ParentMissing {
                     path: parent.to_path_buf(),
-                    hint: "create it with MakeDir, or leave no_create_parents unset",
+                    hint: "create it first, or let the write create missing parents",
                 });
             }
             std::fs::create_dir_all(parent).map_err(|e| FsError::io("create directory", parent, e))

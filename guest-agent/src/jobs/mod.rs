@@ -32,7 +32,7 @@ pub enum JobError {
     #[error(transparent)]
     Exec(#[from] ExecError),
     /// No job has this id.
-    #[error("there is no job `{0}`; ListJobs shows the jobs this agent started")]
+    #[error("there is no job `{0}`; the agent knows only the jobs it started since it came up")]
     Unknown(String),
     /// The job directory could not be created.
     #[error("cannot create the job log directory {}; check the agent's --job-dir", dir.display())]

@@ -6,7 +6,9 @@ use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use super::{AgentService, BoxStream};
+use sbx_proto::reason::Reason;
+
+use super::{AgentService, BoxStream, with_reason};
 use crate::exec::{self, Ended, Event, ExecError, Outcome, StreamInput};
 use crate::report::error_chain;
 
@@ -113,6 +115,11 @@ impl From<ExecError> for Status {
             E::NoResources { .. } => Code::ResourceExhausted,
             E::Spawn { .. } | E::ReaperGone { .. } => Code::Internal,
         };
-        Status::new(code, error_chain(&e))
+        let reason = match e {
+            E::CwdMissing(_) => Some(Reason::CwdMissing),
+            E::ProgramNotFound { .. } => Some(Reason::ProgramNotFound),
+            _ => None,
+        };
+        with_reason(Status::new(code, error_chain(&e)), reason)
     }
 }

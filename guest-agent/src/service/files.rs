@@ -6,8 +6,10 @@ use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use super::BoxStream;
+use sbx_proto::reason::Reason;
+
 use super::upload::header_then_data;
+use super::{BoxStream, with_reason};
 use crate::files::{self, Entry, FileKind, FsError};
 use crate::report::error_chain;
 
@@ -93,7 +95,14 @@ impl From<FsError> for Status {
     fn from(e: FsError) -> Status {
         use FsError as E;
         let msg = error_chain(&e);
-        match e {
+        let reason = match e {
+            E::NotFound(_) => Some(Reason::NotFound),
+            E::IsADirectory { .. } => Some(Reason::IsADirectory),
+            E::NotADirectory { .. } => Some(Reason::NotADirectory),
+            E::ParentMissing { .. } => Some(Reason::ParentMissing),
+            _ => None,
+        };
+        let status = match e {
             E::EmptyPath
             | E::Relative(_)
             | E::NulByte(_)
@@ -118,7 +127,8 @@ impl From<FsError> for Status {
             E::DirNeedsRecursive(_) | E::NotEmpty(_) => Status::failed_precondition(msg),
             E::StreamBroken { .. } => Status::cancelled(msg),
             E::Io { .. } | E::WorkerGone => Status::internal(msg),
-        }
+        };
+        with_reason(status, reason)
     }
 }
 

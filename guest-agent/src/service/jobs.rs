@@ -4,8 +4,10 @@
 use sbx_proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
-use super::AgentService;
+use sbx_proto::reason::Reason;
+
 use super::exec::{command, exit_status};
+use super::{AgentService, with_reason};
 use crate::jobs::{JobError, JobSnapshot, LogTail, StartJob};
 use crate::placement::in_place_unless_remote;
 use crate::report::error_chain;
@@ -68,6 +70,7 @@ impl From<JobError> for Status {
             JobError::Signal { .. } => Code::FailedPrecondition,
             JobError::JobDir { .. } | JobError::LogFile { .. } => Code::FailedPrecondition,
         };
-        Status::new(code, error_chain(&e))
+        let reason = matches!(e, JobError::Unknown(_)).then_some(Reason::UnknownJob);
+        with_reason(Status::new(code, error_chain(&e)), reason)
     }
 }

@@ -20,10 +20,22 @@ use std::sync::Arc;
 
 use futures::Stream;
 use sbx_proto::agent::v1::{self as pb, agent_server::Agent};
+use sbx_proto::reason::{REASON_KEY, Reason};
 use tonic::{Request, Response, Status, Streaming};
 
 pub use limits::{Capacity, LimitError};
 pub use routes::AgentRoutes;
+
+/// `status` with the machine-readable `reason` attached as `sbx-reason` metadata, from
+/// which each face (the `sbx` CLI, `sbx mcp`) adds its own next step to the message.
+fn with_reason(mut status: Status, reason: Option<Reason>) -> Status {
+    if let Some(reason) = reason {
+        status
+            .metadata_mut()
+            .insert(REASON_KEY, tonic::metadata::MetadataValue::from_static(reason.as_str()));
+    }
+    status
+}
 
 /// A boxed server stream, the response type of every streaming RPC.
 pub type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;

@@ -2,6 +2,7 @@
 //! agent's own message (already a sentence that says what to do).
 
 use sbx_proto::Address;
+use sbx_proto::reason::{REASON_KEY, Reason};
 use tonic::{Code, Status};
 
 use crate::connect::ConnectError;
@@ -17,8 +18,10 @@ pub enum ClientError {
     Agent {
         /// The gRPC code the agent chose (NotFound, InvalidArgument, ...).
         code: Code,
-        /// The agent's message.
+        /// The agent's message, face-neutral: each face adds its next step from `reason`.
         message: String,
+        /// Why, as the agent's machine-readable token (`sbx-reason`), when it gave one.
+        reason: Option<Reason>,
     },
     /// The agent is older than this `sbx` and lacks the call.
     #[error("the agent at {addr} does not support {rpc}; update sbx-agent to the version of this sbx")]
@@ -96,6 +99,14 @@ impl ClientError {
         }
     }
 
+    /// The agent's machine-readable reason, when it gave one.
+    pub fn reason(&self) -> Option<Reason> {
+        match self {
+            ClientError::Agent { reason, .. } => *reason,
+            _ => None,
+        }
+    }
+
     /// True when no agent answered (or the connection dropped): retrying may help.
     pub fn is_unreachable(&self) -> bool {
         matches!(self, ClientError::Unreachable(_) | ClientError::Disconnected { .. })
@@ -116,7 +127,11 @@ impl ClientError {
         match status.code() {
             Code::Unimplemented => ClientError::Unsupported { addr: addr.clone(), rpc },
             Code::Unavailable | Code::Cancelled => lost(),
-            code => ClientError::Agent { code, message: status.message().to_string() },
+            code => {
+                let reason =
+                    status.metadata().get(REASON_KEY).and_then(|v| v.to_str().ok()).and_then(Reason::parse);
+                ClientError::Agent { code, message: status.message().to_string(), reason }
+            }
         }
     }
 }

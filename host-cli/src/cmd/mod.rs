@@ -14,7 +14,8 @@
 //! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]);
 //! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`;
 //! - `template build|ls|rm` in `template`;
-//! - [`UsageError`] (in `error`): a command line that parsed but makes no sense.
+//! - [`UsageError`] (in `error`): a command line that parsed but makes no sense; [`next_step`]:
+//!   what to do about an agent's refusal, in `sbx` commands.
 
 mod cp;
 mod error;
@@ -30,7 +31,7 @@ mod template;
 
 use anyhow::Result;
 
-pub use error::UsageError;
+pub use error::{UsageError, next_step};
 
 use crate::cli::{Cli, Command, GlobalArgs};
 use crate::client::Client;

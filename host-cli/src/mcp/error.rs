@@ -5,6 +5,7 @@
 use std::error::Error as _;
 
 use rmcp::model::{ContentBlock, IntoContents};
+use sbx_proto::reason::Reason;
 
 use crate::client::ClientError;
 use crate::sandbox::SandboxError;
@@ -167,7 +168,37 @@ impl ToolError {
             }
             source = cause.source();
         }
+        if let Some(step) = self.client().and_then(ClientError::reason).map(next_step) {
+            text.push_str("; ");
+            text.push_str(step);
+        }
         text
+    }
+
+    fn client(&self) -> Option<&ClientError> {
+        match self {
+            ToolError::Client(client) => Some(client),
+            _ => None,
+        }
+    }
+}
+
+/// What a model does next about an agent's refusal, in MCP tools and arguments: the
+/// agent's own message names none (a stock gRPC client reads it too).
+fn next_step(reason: Reason) -> &'static str {
+    match reason {
+        Reason::NotFound => "sandbox_files_list on a parent directory shows what is there",
+        Reason::IsADirectory => "sandbox_files_list shows what a directory holds",
+        Reason::NotADirectory => {
+            "sandbox_files_read reads a file; sandbox_files_list on a parent directory shows what each \
+             entry is"
+        }
+        Reason::ParentMissing => "sandbox_files_mkdir creates a directory with its parents",
+        Reason::CwdMissing => "sandbox_files_mkdir creates it; or pass another cwd",
+        Reason::UnknownJob => "sandbox_job_list shows the jobs started in this sandbox",
+        Reason::ProgramNotFound => {
+            "sandbox_exec with command \"command -v NAME\" says whether a program is installed"
+        }
     }
 }
 

@@ -18,7 +18,7 @@ use sbx_proto::Address;
 
 use crate::client::Client;
 use crate::mcp::error::ToolError;
-use crate::mcp::shape::{schema_signature, unwrap_descriptions};
+use crate::mcp::shape::{schema_signature, tidy_schema};
 use crate::sandbox::Target;
 
 /// What the server tells a client about itself at `initialize`.
@@ -63,9 +63,9 @@ impl SbxMcp {
             + Self::system_router()
             + Self::sandboxes_router();
         for route in router.map.values_mut() {
-            unwrap_descriptions(Arc::make_mut(&mut route.attr.input_schema));
+            tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {
-                unwrap_descriptions(Arc::make_mut(output));
+                tidy_schema(Arc::make_mut(output));
             }
         }
         SbxMcp { pinned, connect_timeout, router, clients: Arc::default() }

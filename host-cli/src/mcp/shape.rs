@@ -99,23 +99,103 @@ pub fn schema_signature(schema: &serde_json::Map<String, serde_json::Value>) -> 
     parts.join(", ")
 }
 
-/// Joins the line breaks that doc comments leave in schema descriptions, so a model
-/// reads each description as one sentence.
-pub fn unwrap_descriptions(schema: &mut serde_json::Map<String, serde_json::Value>) {
-    for (key, value) in schema.iter_mut() {
-        match value {
-            serde_json::Value::String(text) if key == "description" && text.contains('\n') => {
-                *text = text.split('\n').map(str::trim).collect::<Vec<_>>().join(" ");
+/// The JSON Schema dialect every tool schema declares. Draft-07 is what the TypeScript
+/// SDK's validator (Ajv) speaks natively and what the Python SDK 1.x checks cheapest on
+/// each result (its metaschema check runs per call); our schemas use nothing newer.
+pub const SCHEMA_DIALECT: &str = "http://json-schema.org/draft-07/schema#";
+
+/// The one pass over every tool schema schemars made, so that strict clients read them
+/// quietly and validators check them cheaply:
+/// - `$schema` becomes draft-07 ([`SCHEMA_DIALECT`]);
+/// - `format`s that are not JSON Schema formats (`uint32`, `int64`, ...) go: the
+///   TypeScript SDK logs each as "unknown format ignored", and `minimum` already says it;
+/// - an optional property (not `required`) is a plain single-type property: no `"null"`
+///   in its `type` or `enum`, no `"default": null`; absent is how it says "not given"
+///   (inputs are `Option`s; outputs skip `None`). A required property keeps its null, so
+///   the schema never refuses what sbx sends;
+/// - doc comments' line breaks are joined, so a model reads each description as one line.
+pub fn tidy_schema(schema: &mut serde_json::Map<String, serde_json::Value>) {
+    if schema.contains_key("$schema") {
+        schema.insert("$schema".to_owned(), SCHEMA_DIALECT.into());
+    }
+    tidy(schema);
+}
+
+fn tidy(schema: &mut serde_json::Map<String, serde_json::Value>) {
+    if schema.get("format").and_then(|f| f.as_str()).is_some_and(is_numeric_format) {
+        schema.remove("format");
+    }
+    if let Some(serde_json::Value::String(text)) = schema.get_mut("description")
+        && text.contains('\n')
+    {
+        *text = text.split('\n').map(str::trim).collect::<Vec<_>>().join(" ");
+    }
+    let required: Vec<String> = schema
+        .get("required")
+        .and_then(|r| r.as_array())
+        .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if let Some(serde_json::Value::Object(properties)) = schema.get_mut("properties") {
+        for (name, property) in properties.iter_mut() {
+            if let Some(property) = property.as_object_mut()
+                && !required.contains(name)
+            {
+                drop_null(property);
             }
-            serde_json::Value::Object(inner) => unwrap_descriptions(inner),
+        }
+    }
+    for (key, value) in schema.iter_mut() {
+        if key == "description" || key == "enum" || key == "required" {
+            continue;
+        }
+        match value {
+            serde_json::Value::Object(inner) => tidy(inner),
             serde_json::Value::Array(items) => {
                 for item in items.iter_mut().filter_map(|item| item.as_object_mut()) {
-                    unwrap_descriptions(item);
+                    tidy(item);
                 }
             }
             _ => {}
         }
     }
+}
+
+/// Makes a nullable property a plain one: `["integer", "null"]` becomes `"integer"`.
+fn drop_null(property: &mut serde_json::Map<String, serde_json::Value>) {
+    if property.get("default").is_some_and(|d| d.is_null()) {
+        property.remove("default");
+    }
+    if let Some(serde_json::Value::Array(kinds)) = property.get_mut("type") {
+        kinds.retain(|k| !k.is_null() && k.as_str() != Some("null"));
+        if let [only] = kinds.as_slice() {
+            let only = only.clone();
+            property.insert("type".to_owned(), only);
+        }
+    }
+    if let Some(serde_json::Value::Array(values)) = property.get_mut("enum") {
+        values.retain(|v| !v.is_null());
+    }
+}
+
+/// schemars' names for Rust's integer and float widths; JSON Schema defines none of them.
+fn is_numeric_format(format: &str) -> bool {
+    matches!(
+        format,
+        "int8"
+            | "int16"
+            | "int32"
+            | "int64"
+            | "int128"
+            | "int"
+            | "uint8"
+            | "uint16"
+            | "uint32"
+            | "uint64"
+            | "uint128"
+            | "uint"
+            | "float"
+            | "double"
+    )
 }
 
 fn json_type(prop: &serde_json::Value) -> String {
@@ -192,12 +272,42 @@ mod tests {
             "properties": {"path": {"description": "Absolute path of the file; missing parents are\ncreated."}},
             "oneOf": [{"description": "a\nb"}]
         });
-        unwrap_descriptions(schema.as_object_mut().unwrap());
+        tidy_schema(schema.as_object_mut().unwrap());
         assert_eq!(
             schema["properties"]["path"]["description"],
             "Absolute path of the file; missing parents are created."
         );
         assert_eq!(schema["oneOf"][0]["description"], "a b");
+    }
+
+    #[test]
+    fn optional_properties_are_single_typed_and_formats_standard() {
+        let mut schema = serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "code": {"type": ["integer", "null"], "format": "int32"},
+                "size": {"type": ["integer", "null"], "format": "uint64", "minimum": 0, "default": null},
+                "encoding": {"type": ["string", "null"], "enum": ["utf8", "base64", null], "default": null},
+                "inner": {"type": ["object", "null"], "properties": {"n": {"type": ["integer", "null"]}}}
+            },
+            "required": ["code"]
+        });
+        tidy_schema(schema.as_object_mut().unwrap());
+        assert_eq!(
+            schema,
+            serde_json::json!({
+                "$schema": SCHEMA_DIALECT,
+                "type": "object",
+                "properties": {
+                    "code": {"type": ["integer", "null"]},
+                    "size": {"type": "integer", "minimum": 0},
+                    "encoding": {"type": "string", "enum": ["utf8", "base64"]},
+                    "inner": {"type": "object", "properties": {"n": {"type": "integer"}}}
+                },
+                "required": ["code"]
+            })
+        );
     }
 
     #[test]

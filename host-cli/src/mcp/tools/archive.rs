@@ -94,7 +94,7 @@ impl SbxMcp {
     ) -> Result<Json<DownloadDirOutput>, ToolError> {
         let client = self.client(args.sandbox.id()).await?;
         let too_large = |error: ClientError| match error {
-            ClientError::Agent { code: Code::ResourceExhausted, message } => {
+            ClientError::Agent { code: Code::ResourceExhausted, message, .. } => {
                 self.archive_too_large(args.sandbox.id(), &args.path, &message)
             }
             other => other.into(),

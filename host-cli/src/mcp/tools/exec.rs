@@ -48,7 +48,8 @@ pub struct ExecArgs {
 /// Result of `sandbox_exec`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ExecOutput {
-    /// The command's exit code; null when a signal ended it.
+    /// The command's exit code; absent when a signal ended it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The signal that ended the command, when one did (TERM or KILL after a timeout).
     #[serde(skip_serializing_if = "Option::is_none")]

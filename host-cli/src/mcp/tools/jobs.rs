@@ -107,7 +107,8 @@ pub struct JobView {
     pub command: String,
     /// When the job started (RFC 3339, UTC).
     pub started_at: String,
-    /// Exit code once the job has exited; null while it runs or when a signal ended it.
+    /// Exit code once the job has exited; absent while it runs or when a signal ended it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// The signal that ended the job, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -183,7 +184,7 @@ impl From<Job> for JobView {
 /// An unknown job id also points at sandbox_job_list.
 fn job_error(error: ClientError) -> ToolError {
     match error {
-        ClientError::Agent { code: tonic::Code::NotFound, message } => {
+        ClientError::Agent { code: tonic::Code::NotFound, message, .. } => {
             ToolError::NoSuchJob { agent: message }
         }
         other => other.into(),

@@ -42,9 +42,10 @@ pub struct InfoOutput {
     /// The sandbox, when the call acted on one (not on a bare agent address).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SandboxView>,
-    /// What the agent reports; null when the sandbox is not running.
+    /// What the agent reports; absent when the sandbox is not running.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentView>,
-    /// Why agent is null, when it is.
+    /// Why agent is absent, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_error: Option<String>,
 }

@@ -32,7 +32,7 @@ pub const MAX_LIST_ENTRIES: u32 = 1000;
 /// A read refused for its size becomes the message that says how to read a slice.
 fn read_error(error: ClientError) -> ToolError {
     match error {
-        ClientError::Agent { code: Code::ResourceExhausted, message } => {
+        ClientError::Agent { code: Code::ResourceExhausted, message, .. } => {
             // The agent's first clause names the file and its size; the rest is advice for
             // its own callers, which ours replaces.
             let agent = message.split(';').next().unwrap_or(&message).trim().to_owned();

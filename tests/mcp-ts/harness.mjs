@@ -1,0 +1,78 @@
+// Shared by the TypeScript-client tests: a real sbx-agent on a Unix socket, `sbx mcp`
+// against it through the official TypeScript SDK's stdio client, and the binaries'
+// paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
+
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, isAbsolute, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+
+export function binary(name) {
+  let target = process.env.CARGO_TARGET_DIR ?? join(REPO, "target");
+  if (!isAbsolute(target)) target = join(REPO, target);
+  const path = join(target, "debug", name);
+  if (!existsSync(path)) throw new Error(`${path} is not built; run tests/mcp-ts/run.sh`);
+  return path;
+}
+
+function connectable(path) {
+  return new Promise((done) => {
+    const socket = connect(path, () => {
+      socket.destroy();
+      done(true);
+    });
+    socket.on("error", () => done(false));
+  });
+}
+
+/** Starts sbx-agent on a Unix socket in a fresh temp dir; `stop()` kills it and cleans up. */
+export async function startAgent() {
+  const dir = mkdtempSync(join(tmpdir(), "sbx-mcp-ts-"));
+  const socket = join(dir, "agent.sock");
+  const agent = spawn(binary("sbx-agent"), ["--listen", `unix://${socket}`, "--job-dir", join(dir, "jobs")], {
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  let exited = false;
+  agent.on("exit", () => (exited = true));
+  const deadline = Date.now() + 20_000;
+  while (!(await connectable(socket))) {
+    if (exited) throw new Error("sbx-agent exited before listening");
+    if (Date.now() > deadline) throw new Error("gave up waiting for sbx-agent to listen");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return {
+    dir,
+    address: `unix://${socket}`,
+    async stop() {
+      if (!exited) {
+        const gone = new Promise((r) => agent.once("exit", r));
+        agent.kill("SIGKILL");
+        await gone;
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** `sbx mcp --agent ADDR` with an initialized TypeScript SDK client. */
+export async function mcpClient(address) {
+  const env = { ...process.env, RUST_LOG: "warn" };
+  delete env.SBX_AGENT;
+  delete env.SBX_SANDBOX;
+  const transport = new StdioClientTransport({
+    command: binary("sbx"),
+    args: ["mcp", "--agent", address],
+    env,
+    stderr: "inherit",
+  });
+  const client = new Client({ name: "sbx-mcp-ts-tests", version: "0" });
+  await client.connect(transport);
+  return client;
+}
