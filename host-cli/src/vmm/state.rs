@@ -135,6 +135,9 @@ pub struct Record {
     pub qemu: Option<ProcRef>,
     /// vhost-device-vsock, once started.
     pub vhost: Option<ProcRef>,
+    /// `sbx net-helper` (published ports, the network), once started.
+    #[serde(default)]
+    pub net_helper: Option<ProcRef>,
     /// The `sbx create` process booting it; a sandbox never announced whose creator is
     /// gone will never become ready.
     #[serde(default)]
@@ -331,6 +334,7 @@ mod tests {
             created_unix_ms: 1,
             qemu: ProcRef::of(std::process::id()),
             vhost: None,
+            net_helper: None,
             creator: None,
             ready: true,
             agent_version: None,
