@@ -223,7 +223,7 @@ fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
         && opts.policy != sbx_net::policy::Policy::default()
     {
         return Err(SandboxError::BadResources(
-            "--allow-out and --deny-out need a network; leave out --net none, or the rules".into(),
+            "egress rules (--allow-out/--deny-out, or allow_out/deny_out) need a network; leave out --net none (network: \"none\"), or the rules".into(),
         ));
     }
     Ok(())

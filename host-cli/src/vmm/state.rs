@@ -161,7 +161,7 @@ impl Record {
 
     /// Every host process the sandbox runs on.
     pub fn processes(&self) -> impl Iterator<Item = ProcRef> {
-        [self.qemu, self.vhost].into_iter().flatten()
+        [self.qemu, self.vhost, self.net_helper].into_iter().flatten()
     }
 
     /// Writes the record atomically (temp file, then rename).
