@@ -219,7 +219,7 @@ pub struct SandboxInfo {
 
 impl SandboxInfo {
     /// The view of `record` now. A boot whose `sbx create` died is stopped here (see
-    /// [`reap_if_abandoned`]), so what this calls dead runs nothing.
+    /// `reap_if_abandoned`), so what this calls dead runs nothing.
     pub fn of(record: &state::Record) -> SandboxInfo {
         reap_if_abandoned(record);
         let qemu_alive = record.qemu.is_some_and(|p| p.is_alive());
