@@ -140,14 +140,14 @@ fn ifreq(iface: &str) -> libc::ifreq {
     // SAFETY: ifreq is a plain C struct for which all-zero bytes are a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().take(libc::IFNAMSIZ - 1).zip(iface.bytes()) {
-        *dst = src as libc::c_char;
+        *dst = libc::c_char::from_ne_bytes([src]);
     }
     req
 }
 
 fn sockaddr_in(ip: Ipv4Addr) -> libc::sockaddr {
     let sin = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_family: libc::sa_family_t::try_from(libc::AF_INET).expect("AF_INET fits sa_family_t"),
         sin_port: 0,
         sin_addr: libc::in_addr { s_addr: u32::from(ip).to_be() },
         sin_zero: [0; 8],
@@ -177,7 +177,9 @@ fn interface_up(sock: &OwnedFd, iface: &str) -> std::io::Result<()> {
     ioctl(sock, libc::SIOCGIFFLAGS, &mut req)?;
     // SAFETY: SIOCGIFFLAGS just filled ifru_flags; reading a c_short from the union is sound.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    let up = libc::c_short::try_from(libc::IFF_UP | libc::IFF_RUNNING)
+        .expect("IFF_UP and IFF_RUNNING are low bits");
+    req.ifr_ifru.ifru_flags = flags | up;
     ioctl(sock, libc::SIOCSIFFLAGS, &mut req)
 }
 

@@ -9,10 +9,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::port_data::Part;
 use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -60,18 +58,38 @@ pub enum PortError {
     },
 }
 
+/// A message from the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromHost {
+    /// The first message: the guest port to connect to.
+    Open(u32),
+    /// Bytes for the guest service.
+    Data(Bytes),
+    /// The host sends no more bytes (TCP half-close).
+    Eof,
+}
+
+/// A message to the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToHost {
+    /// Bytes from the guest service.
+    Data(Bytes),
+    /// The guest service sends no more bytes.
+    Eof,
+}
+
 /// What the host receives: bytes, `eof`, or the error that ended the connection.
-pub type Received = mpsc::Receiver<Result<pb::PortData, PortError>>;
+pub type Received = mpsc::Receiver<Result<ToHost, PortError>>;
 
 /// Reads `open` from `input`, connects to that port of the guest's loopback and splices
 /// the connection with the rest of `input` and the returned receiver.
 pub async fn connect<S, E>(mut input: S) -> Result<Received, PortError>
 where
-    S: Stream<Item = Result<pb::PortData, E>> + Unpin + Send + 'static,
+    S: Stream<Item = Result<FromHost, E>> + Unpin + Send + 'static,
     E: Send + 'static,
 {
     let port = match input.next().await {
-        Some(Ok(pb::PortData { part: Some(Part::Open(port)) })) => port,
+        Some(Ok(FromHost::Open(port))) => port,
         _ => return Err(PortError::NotOpened),
     };
     let port = u16::try_from(port).ok().filter(|p| *p != 0).ok_or(PortError::BadPort(port))?;
@@ -117,21 +135,20 @@ async fn dial(port: u16) -> Result<TcpStream, PortError> {
 /// quietly: what the host still sends has nowhere to go.
 async fn to_guest<S, E>(mut input: S, mut wr: OwnedWriteHalf) -> Result<(), Option<PortError>>
 where
-    S: Stream<Item = Result<pb::PortData, E>> + Unpin,
+    S: Stream<Item = Result<FromHost, E>> + Unpin,
 {
     loop {
         match input.next().await {
-            Some(Ok(pb::PortData { part: Some(Part::Data(bytes)) })) => {
+            Some(Ok(FromHost::Data(bytes))) => {
                 if wr.write_all(&bytes).await.is_err() {
                     return Ok(());
                 }
             }
-            Some(Ok(pb::PortData { part: Some(Part::Eof(true)) })) | None => {
+            Some(Ok(FromHost::Eof)) | None => {
                 let _ = wr.shutdown().await;
                 return Ok(());
             }
-            Some(Ok(pb::PortData { part: Some(Part::Open(_)) })) => return Err(Some(PortError::Reopened)),
-            Some(Ok(_)) => {}
+            Some(Ok(FromHost::Open(_))) => return Err(Some(PortError::Reopened)),
             Some(Err(_)) => return Err(None),
         }
     }
@@ -140,19 +157,19 @@ where
 /// Sends the guest service's bytes to the host, then `eof`. `Err(None)`: the host is gone.
 async fn to_host(
     mut rd: OwnedReadHalf,
-    tx: &mpsc::Sender<Result<pb::PortData, PortError>>,
+    tx: &mpsc::Sender<Result<ToHost, PortError>>,
     port: u16,
 ) -> Result<(), Option<PortError>> {
     let mut buf = BytesMut::new();
     loop {
         buf.reserve(CHUNK_SIZE);
-        let part = match rd.read_buf(&mut buf).await {
-            Ok(0) => Part::Eof(true),
-            Ok(_) => Part::Data(buf.split().freeze()),
+        let msg = match rd.read_buf(&mut buf).await {
+            Ok(0) => ToHost::Eof,
+            Ok(_) => ToHost::Data(buf.split().freeze()),
             Err(source) => return Err(Some(PortError::Broken { port, source })),
         };
-        let eof = matches!(part, Part::Eof(_));
-        tx.send(Ok(pb::PortData { part: Some(part) })).await.map_err(|_| None)?;
+        let eof = msg == ToHost::Eof;
+        tx.send(Ok(msg)).await.map_err(|_| None)?;
         if eof {
             return Ok(());
         }
@@ -164,8 +181,8 @@ mod tests {
     use super::*;
     use tokio::net::TcpListener;
 
-    fn msg(part: Part) -> Result<pb::PortData, ()> {
-        Ok(pb::PortData { part: Some(part) })
+    fn msg(m: FromHost) -> Result<FromHost, ()> {
+        Ok(m)
     }
 
     #[tokio::test]
@@ -179,18 +196,17 @@ mod tests {
             s.write_all(&[b"echo:", &got[..]].concat()).await.unwrap();
         });
         let input = futures::stream::iter([
-            msg(Part::Open(u32::from(port))),
-            msg(Part::Data("hello".into())),
-            msg(Part::Eof(true)),
+            msg(FromHost::Open(u32::from(port))),
+            msg(FromHost::Data("hello".into())),
+            msg(FromHost::Eof),
         ])
         .chain(futures::stream::pending());
         let mut rx = connect(Box::pin(input)).await.unwrap();
         let mut out = Vec::new();
         while let Some(m) = rx.recv().await {
-            match m.unwrap().part {
-                Some(Part::Data(b)) => out.extend_from_slice(&b),
-                Some(Part::Eof(true)) => break,
-                other => panic!("unexpected {other:?}"),
+            match m.unwrap() {
+                ToHost::Data(b) => out.extend_from_slice(&b),
+                ToHost::Eof => break,
             }
         }
         assert_eq!(out, b"echo:hello");
@@ -203,15 +219,15 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let input = futures::stream::iter([msg(Part::Open(u32::from(port)))]);
+        let input = futures::stream::iter([msg(FromHost::Open(u32::from(port)))]);
         let err = connect(input).await.unwrap_err();
         assert!(matches!(err, PortError::NothingListening(p) if p == port), "{err}");
         assert!(err.to_string().contains("start the server"), "{err}");
         for bad in [0, 70_000] {
-            let input = futures::stream::iter([msg(Part::Open(bad))]);
+            let input = futures::stream::iter([msg(FromHost::Open(bad))]);
             assert!(matches!(connect(input).await, Err(PortError::BadPort(_))));
         }
-        let input = futures::stream::iter([msg(Part::Data("x".into()))]);
+        let input = futures::stream::iter([msg(FromHost::Data("x".into()))]);
         assert!(matches!(connect(input).await, Err(PortError::NotOpened)));
     }
 }

@@ -80,7 +80,7 @@ fn pseudo_random(len: usize) -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            x as u8
+            x.to_le_bytes()[0]
         })
         .collect()
 }

@@ -5,13 +5,32 @@ use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
+use sbx_proto::agent::v1::port_data::Part;
+
 use super::BoxStream;
-use crate::ports::{self, PortError};
+use crate::ports::{self, FromHost, PortError, ToHost};
 use crate::report::error_chain;
 
 pub(super) async fn connect_port(input: Streaming<pb::PortData>) -> Result<BoxStream<pb::PortData>, Status> {
-    let received = ports::connect(input).await?;
-    Ok(Box::pin(ReceiverStream::new(received).map(|m| m.map_err(Status::from))))
+    // Messages with no part (or `eof: false`) carry nothing and are skipped.
+    let input = input.filter_map(|m| {
+        let m = match m {
+            Ok(pb::PortData { part: Some(Part::Open(port)) }) => Some(Ok(FromHost::Open(port))),
+            Ok(pb::PortData { part: Some(Part::Data(bytes)) }) => Some(Ok(FromHost::Data(bytes))),
+            Ok(pb::PortData { part: Some(Part::Eof(true)) }) => Some(Ok(FromHost::Eof)),
+            Ok(_) => None,
+            Err(status) => Some(Err(status)),
+        };
+        std::future::ready(m)
+    });
+    let received = ports::connect(Box::pin(input)).await?;
+    Ok(Box::pin(ReceiverStream::new(received).map(|m| {
+        let part = match m? {
+            ToHost::Data(bytes) => Part::Data(bytes),
+            ToHost::Eof => Part::Eof(true),
+        };
+        Ok(pb::PortData { part: Some(part) })
+    })))
 }
 
 impl From<PortError> for Status {
