@@ -34,7 +34,15 @@ version="${package#linux-image-}"
 data="$(sbx_data_dir)"
 dest="$data/kernel/$version"
 
-if [ "$force" = 0 ] && [ -f "$dest/vmlinux" ] && [ -f "$dest/modules/.complete" ]; then
+# Every module the images load must be there: a kernel fetched before a module joined
+# the lists is fetched again.
+have_all_modules() {
+    local m
+    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES; do
+        [ -f "$dest/modules/$m.ko" ] || return 1
+    done
+}
+if [ "$force" = 0 ] && [ -f "$dest/vmlinux" ] && [ -f "$dest/modules/.complete" ] && have_all_modules; then
     log "kernel $version already at $dest"
 else
     work="$(mktemp -d)"
@@ -64,7 +72,7 @@ else
         || die "extracted vmlinux is not an ELF file"
 
     moddir="$(ls -d "$work"/x/lib/modules/*)"
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES; do
+    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES; do
         ko="$(find "$moddir/kernel" -name "$m.ko" -print -quit)"
         [ -n "$ko" ] || die "module $m.ko is not in $package"
         cp "$ko" "$work/out/modules/"

@@ -1,7 +1,7 @@
 #!/bin/busybox sh
 # /init of every sbx initramfs (busybox sh).
 #
-# Loads the virtio and vsock modules, then:
+# Loads the virtio and vsock modules (and virtio_net when `sbx.net=` asks for a NIC), then:
 # - no `root=` on the kernel command line (template `minimal`): execs the agent baked
 #   into the initramfs, so sbx-agent is PID 1;
 # - `root=DEV` (disk templates): loads virtio_blk and ext4, mounts DEV and switch_roots
@@ -24,12 +24,14 @@ root=""
 rootfstype=ext4
 rootflags=""
 init=/sbin/sbx-agent
+net=""
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         root=*) root="${arg#root=}" ;;
         rootfstype=*) rootfstype="${arg#rootfstype=}" ;;
         rootflags=*) rootflags="${arg#rootflags=}" ;;
         sbx.init=*) init="${arg#sbx.init=}" ;;
+        sbx.net=*) net=1 ;;
     esac
 done
 
@@ -39,6 +41,8 @@ load() {
     done
 }
 load $(cat /etc/sbx/modules-vsock)
+# The agent configures the NIC (guest-agent/src/net.rs); it needs the driver first.
+[ -n "$net" ] && load $(cat /etc/sbx/modules-net)
 
 if [ -z "$root" ]; then
     [ -x /sbin/sbx-agent ] || fail "no /sbin/sbx-agent in this initramfs and no root= to boot from"

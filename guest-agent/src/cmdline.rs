@@ -1,5 +1,5 @@
 //! The `sbx.*` settings on the kernel command line (`sbx.listen=`, `sbx.announce=`,
-//! `sbx.hostname=`).
+//! `sbx.hostname=`, `sbx.net=`).
 
 use sbx_proto::Address;
 
@@ -9,6 +9,7 @@ pub struct KernelCmdline {
     listen: Option<Address>,
     announce: Option<Address>,
     hostname: Option<String>,
+    net: Option<crate::net::NetSpec>,
 }
 
 impl KernelCmdline {
@@ -36,6 +37,13 @@ impl KernelCmdline {
                     }
                     continue;
                 }
+                "sbx.net" => {
+                    match value.parse() {
+                        Ok(spec) => out.net = Some(spec),
+                        Err(e) => tracing::warn!("ignoring sbx.net: {e}"),
+                    }
+                    continue;
+                }
                 _ => continue,
             };
             match value.parse() {
@@ -54,6 +62,11 @@ impl KernelCmdline {
     /// `sbx.announce=`, if given.
     pub fn announce(&self) -> Option<Address> {
         self.announce.clone()
+    }
+
+    /// `sbx.net=`, if given and valid: the guest's NIC settings.
+    pub fn net(&self) -> Option<crate::net::NetSpec> {
+        self.net
     }
 
     /// `sbx.hostname=`, if given and valid.
@@ -76,8 +89,10 @@ mod tests {
     #[test]
     fn cmdline_reads_sbx_settings_and_ignores_the_rest() {
         let c = KernelCmdline::parse(
-            "console=ttyS0 quiet sbx.listen=vsock://-1:2000 sbx.announce=vsock://2:1025 sbx.hostname=box-1",
+            "console=ttyS0 quiet sbx.listen=vsock://-1:2000 sbx.announce=vsock://2:1025 sbx.hostname=box-1 sbx.net=10.0.2.15/24,10.0.2.2",
         );
+        assert_eq!(c.net().map(|n| n.addr), Some(std::net::Ipv4Addr::new(10, 0, 2, 15)));
+        assert_eq!(KernelCmdline::parse("sbx.net=nonsense").net(), None);
         assert_eq!(c.listen(), Some(Address::Vsock { cid: u32::MAX, port: 2000 }));
         assert_eq!(c.announce(), Some(Address::Vsock { cid: 2, port: 1025 }));
         assert_eq!(c.hostname(), Some("box-1"));

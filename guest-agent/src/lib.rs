@@ -14,6 +14,9 @@
 //! - [`allocator`]: mimalloc as the allocator, tuned for a small resident set.
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
+//! - [`ports`]: ConnectPort, a TCP connection to a port of the guest's loopback (published
+//!   ports).
+//! - [`net`]: configuring the guest's NIC from `sbx.net=` on the kernel command line.
 //! - [`report`]: errors rendered as one line with their causes.
 //! - [`init`]: PID 1 duties (mounts, `lo`, hostname, power-off).
 //! - [`cmdline`]: the `sbx.*` settings on the kernel command line.
@@ -29,7 +32,9 @@ pub mod files;
 pub mod init;
 pub mod jobs;
 pub mod listen;
+pub mod net;
 pub mod placement;
+pub mod ports;
 pub mod report;
 pub mod service;
 pub mod system;

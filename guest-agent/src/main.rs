@@ -144,6 +144,13 @@ async fn run() -> ExitCode {
         }
     }
     let cmdline = cmdline::KernelCmdline::read();
+    if let Some(spec) = cmdline.net() {
+        // Before listening: once the host hears READY, commands may use the network.
+        match sbx_agent::net::configure(&spec) {
+            Ok(iface) => tracing::debug!("{iface}: {}/{} via {}", spec.addr, spec.prefix, spec.gateway),
+            Err(e) => eprintln!("sbx-agent: network: {}", error_chain(&e)),
+        }
+    }
     if args.listen.is_empty() {
         args.listen = cmdline.listen().into_iter().collect();
     }

@@ -85,7 +85,10 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+    // No colour codes when stderr is a file (the network helper's log, say).
+    let ansi = io::IsTerminal::is_terminal(&io::stderr());
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi).try_init();
 }
 
 /// The exit code and the machine-readable kind of a failure.

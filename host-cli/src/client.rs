@@ -15,6 +15,7 @@ mod error;
 mod exec;
 mod files;
 mod jobs;
+mod ports;
 mod system;
 
 use std::io;
@@ -37,6 +38,7 @@ pub use error::ClientError;
 pub use exec::{Captured, ExecEvent, ExecResult, ExecSpec, ExitStatus, Program, TIMEOUT_EXIT_CODE};
 pub use files::{FileEntry, FileKind, ListOpts, Listing, ReadOpts, WriteOpts, WriteResult};
 pub use jobs::{Job, JobOutput, JobState};
+pub use ports::PortTraffic;
 pub use system::AgentInfo;
 
 /// Result of a client call.

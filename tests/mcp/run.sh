@@ -32,7 +32,7 @@ if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
 fi
 
 if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
-    (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent)
+    (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent && cargo build --quiet -p sbx-tests --bin netns-world)
 fi
 
 cd "$repo/tests/mcp"

@@ -29,6 +29,9 @@ EXPECTED = {
     "sandbox_pause": (False, False, True, False, {"sandbox_id"}),
     "sandbox_resume": (False, False, True, False, {"sandbox_id"}),
     "sandbox_kill": (False, True, True, False, {"sandbox_id"}),
+    "sandbox_preview_url": (False, False, True, False, {"sandbox_id", "port"}),
+    "sandbox_update": (False, False, True, False, {"sandbox_id"}),
+    "sandbox_network_log": (True, False, True, False, {"sandbox_id"}),
 }
 LIFECYCLE = {"sandbox_create", "sandbox_list", "sandbox_pause", "sandbox_resume", "sandbox_kill"}
 

@@ -67,18 +67,26 @@ pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 pub struct Sbx {
     state: tempfile::TempDir,
     data: Option<PathBuf>,
+    netns: Option<String>,
 }
 
 impl Sbx {
     /// With the usual data directory, which must hold the `minimal` template.
     pub fn new() -> Sbx {
         minimal_template_dir();
-        Sbx { state: short_tempdir(), data: None }
+        Sbx { state: short_tempdir(), data: None, netns: None }
+    }
+
+    /// Like [`Sbx::new`], but every `sbx` runs inside the network namespace `netns`
+    /// (`ip netns exec`), and so do the QEMU and network helper it starts.
+    pub fn in_netns(netns: &str) -> Sbx {
+        minimal_template_dir();
+        Sbx { state: short_tempdir(), data: None, netns: Some(netns.to_owned()) }
     }
 
     /// With templates taken from `data` instead of the usual data directory.
     pub fn with_data_dir(data: &Path) -> Sbx {
-        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()) }
+        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()), netns: None }
     }
 
     /// The private state directory (`SBX_STATE_DIR`).
@@ -88,7 +96,14 @@ impl Sbx {
 
     /// `sbx ARGS`, ready to spawn, with piped output and no inherited target.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(workspace_bin("sbx"));
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(workspace_bin("sbx"));
+                c
+            }
+            None => Command::new(workspace_bin("sbx")),
+        };
         cmd.env_remove("SBX_AGENT")
             .env_remove("SBX_SANDBOX")
             .env("SBX_STATE_DIR", self.state.path())

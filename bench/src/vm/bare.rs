@@ -74,6 +74,7 @@ impl BareVm {
             cpus: defaults.cpus,
             accel: self.accel,
             paths: &paths,
+            network: false,
         };
         let t = Instant::now();
         let mut vhost = launcher::spawn_vhost(&self.vhost, 3, &paths)?;

@@ -11,6 +11,7 @@ mod exec;
 mod files;
 mod jobs;
 pub mod limits;
+mod ports;
 mod routes;
 mod system;
 mod upload;
@@ -198,5 +199,13 @@ impl Agent for AgentService {
         req: Request<pb::SetTimeRequest>,
     ) -> Result<Response<pb::SetTimeResponse>, Status> {
         system::set_time(req.into_inner()).await.map(Response::new)
+    }
+
+    type ConnectPortStream = BoxStream<pb::PortData>;
+    async fn connect_port(
+        &self,
+        req: Request<Streaming<pb::PortData>>,
+    ) -> Result<Response<Self::ConnectPortStream>, Status> {
+        ports::connect_port(req.into_inner()).await.map(Response::new)
     }
 }

@@ -7,7 +7,8 @@
 //! - `guest`: what acts inside a guest: exec, run and jobs, the file commands, cp,
 //!   download;
 //! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
-//! - `template`: `sbx template build|ls|rm`.
+//! - `template`: `sbx template build|ls|rm`;
+//! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`.
 //!
 //! A new group adds one file here, one variant of [`Command`], and one match arm in
 //! `cmd::run`.
@@ -17,12 +18,17 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod guest;
+mod network;
 mod sandbox;
 mod template;
 
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
     JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, WriteArgs,
+};
+pub use network::{
+    HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
+    UnpublishArgs, VerdictArg,
 };
 pub use sandbox::{CreateArgs, KillArgs, SandboxArg, SandboxCommand};
 pub use template::{BuildArgs, InitArg, TemplateCommand, TemplateRmArgs};
@@ -161,6 +167,15 @@ pub enum Command {
     /// Templates: bake the agent into your own root filesystem, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
+    /// A sandbox's network: its egress policy (show, set) and audit log.
+    #[command(subcommand)]
+    Net(NetCommand),
+    /// Published ports: make a guest TCP port reachable on the host.
+    #[command(subcommand)]
+    Port(PortCommand),
+    /// The per-sandbox network helper that `sbx create` starts (not for direct use).
+    #[command(hide = true)]
+    NetHelper(HelperArgs),
 }
 
 /// `sbx info`.

@@ -5,13 +5,19 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use sbx_net::policy::Rule;
+
 use crate::sandbox::DEFAULT_TEMPLATE;
+use crate::sandbox::network::{NetworkMode, PortSpec};
 
 /// The sandbox lifecycle subcommands, flattened into the top level.
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
     #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
+                            sbx create --template debian --name web --publish 8000\n  \
+                            sbx create --net none\n  \
+                            sbx create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             sbx -s dev exec -- uname -a")]
     Create(CreateArgs),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
@@ -43,6 +49,22 @@ pub struct CreateArgs {
     /// How long to wait for the agent to come up, e.g. 120s, 5m.
     #[arg(long, default_value = "120s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// `default`: a NIC reaching the public internet by policy; `none`: no NIC at all.
+    #[arg(long, default_value = "default", value_name = "NET")]
+    pub net: NetworkMode,
+    /// Publish a guest TCP port on the host's 127.0.0.1 (repeatable): GUESTPORT, or
+    /// GUESTPORT:HOSTPORT; without a host port a free one is picked (see `sbx port ls`).
+    #[arg(long, short = 'p', value_name = "GUESTPORT[:HOSTPORT]")]
+    pub publish: Vec<PortSpec>,
+    /// Allow destinations (repeatable, or comma-separated): a domain (pypi.org), a pattern
+    /// (*.example.com), an IP or CIDR, each optionally :PORT. Adds to the default (the
+    /// public internet); private ranges open only to IP rules inside them.
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    pub allow_out: Vec<Rule>,
+    /// Deny destinations (same forms). A strict allowlist is
+    /// `--deny-out 0.0.0.0/0,::/0 --allow-out pypi.org`; the most specific rule wins.
+    #[arg(long, value_name = "RULE", value_delimiter = ',')]
+    pub deny_out: Vec<Rule>,
 }
 
 /// A subcommand taking one sandbox.

@@ -69,6 +69,9 @@ pub enum ClientError {
     /// The request was refused before it was sent.
     #[error("{0}")]
     Invalid(String),
+    /// The host side of a forwarded port connection failed (its peer reset it).
+    #[error("the host side of the forwarded connection failed")]
+    PortConnection(#[source] std::io::Error),
 }
 
 impl ClientError {
@@ -78,7 +81,7 @@ impl ClientError {
             ClientError::Unreachable(_) | ClientError::Disconnected { .. } => Code::Unavailable,
             ClientError::Agent { code, .. } => *code,
             ClientError::Unsupported { .. } => Code::Unimplemented,
-            ClientError::Source(_) => Code::Aborted,
+            ClientError::Source(_) | ClientError::PortConnection(_) => Code::Aborted,
             ClientError::Protocol { .. } => Code::Internal,
             ClientError::TooLarge { .. } => Code::ResourceExhausted,
             ClientError::Invalid(_) => Code::InvalidArgument,
@@ -91,7 +94,7 @@ impl ClientError {
             ClientError::Unreachable(_) => "unreachable",
             ClientError::Disconnected { .. } => "disconnected",
             ClientError::Unsupported { .. } => "unsupported",
-            ClientError::Source(_) => "local_io",
+            ClientError::Source(_) | ClientError::PortConnection(_) => "local_io",
             ClientError::Protocol { .. } => "protocol",
             ClientError::TooLarge { .. } => "resource_exhausted",
             ClientError::Invalid(_) => "invalid_argument",

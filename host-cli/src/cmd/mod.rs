@@ -14,6 +14,8 @@
 //! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]);
 //! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`;
 //! - `template build|ls|rm` in `template`;
+//! - `port publish|ls|unpublish` (published ports) in `port`, `net show|set|log` (egress
+//!   policy and audit log) in `net`, and the hidden `net-helper` in `net`;
 //! - [`UsageError`] (in `error`): a command line that parsed but makes no sense; [`next_step`]:
 //!   what to do about an agent's refusal, in `sbx` commands.
 
@@ -25,6 +27,8 @@ mod files;
 mod jobs;
 mod location;
 mod mcp;
+mod net;
+mod port;
 mod sandbox;
 mod system;
 mod template;
@@ -96,5 +100,11 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Mcp => mcp::mcp(&ctx).await,
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
         Command::Template(cmd) => template::run(&ctx, cmd).await,
+        Command::Port(cmd) => port::run(&ctx, cmd).await,
+        Command::Net(cmd) => net::run(&ctx, cmd).await,
+        Command::NetHelper(args) => {
+            crate::sandbox::network::helper::run(&args).await?;
+            Ok(0)
+        }
     }
 }

@@ -50,6 +50,9 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         memory_mib: args.memory,
         cpus: args.cpus,
         timeout: args.timeout,
+        network: args.net,
+        publish: args.publish,
+        policy: sbx_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {
@@ -77,6 +80,23 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     let _ = writeln!(t, "pids:      qemu {}, vhost-device-vsock {}", pid(s.qemu_pid), pid(s.vhost_pid));
     let _ = writeln!(t, "address:   {}", s.address);
     let _ = writeln!(t, "directory: {}", s.dir.display());
+    let n = &i.network;
+    let helper = match (n.helper.as_str(), n.helper_pid) {
+        ("running", Some(pid)) => format!("helper pid {pid}"),
+        ("dead", _) => format!(
+            "helper DEAD: published ports and the network are gone; recreate it (`sbx kill {}`)",
+            s.name
+        ),
+        _ => "no helper".to_string(),
+    };
+    let _ = writeln!(t, "network:   {} ({helper})", n.network.as_str());
+    if !n.allow_out.is_empty() || !n.deny_out.is_empty() {
+        let _ = writeln!(t, "allow_out: {}", n.allow_out.join(", "));
+        let _ = writeln!(t, "deny_out:  {}", n.deny_out.join(", "));
+    }
+    for p in &n.ports {
+        let _ = writeln!(t, "port:      {} -> {}", p.guest_port, p.url);
+    }
     match (&i.agent, &i.agent_error) {
         (Some(a), _) => {
             let _ = writeln!(

@@ -118,6 +118,23 @@ pub enum ToolError {
         /// The agent's own message.
         agent: String,
     },
+    /// An egress rule that does not parse; the message names it and the forms.
+    #[error("{0}")]
+    BadRule(sbx_net::policy::RuleError),
+    /// A log limit out of range.
+    #[error("limit must be between 1 and {max}, not {got}")]
+    LimitOutOfRange {
+        /// What the caller passed.
+        got: usize,
+        /// The largest accepted.
+        max: usize,
+    },
+    /// A TCP port out of range.
+    #[error("port {got} is not a TCP port; pass 1 to 65535")]
+    BadPort {
+        /// What the caller passed.
+        got: u32,
+    },
     /// No agent to act on.
     #[error(
         "no sandbox to act on: pass sandbox_id (sandbox_list shows them, sandbox_create makes \
@@ -152,6 +169,9 @@ pub enum ToolError {
     /// The agent refused or could not be reached; its message says what to do.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The sandbox's network helper failed or refused; its message says what to do.
+    #[error(transparent)]
+    Network(crate::sandbox::network::NetError),
 }
 
 impl ToolError {
@@ -213,6 +233,15 @@ impl From<SandboxError> for ToolError {
         match error.not_found() {
             Some(name) => ToolError::NoSuchSandbox { name: name.to_owned() },
             None => ToolError::Sandbox(error),
+        }
+    }
+}
+
+impl From<crate::sandbox::network::NetError> for ToolError {
+    fn from(error: crate::sandbox::network::NetError) -> Self {
+        match error {
+            crate::sandbox::network::NetError::Sandbox(vm) => vm.into(),
+            other => ToolError::Network(other),
         }
     }
 }

@@ -61,7 +61,9 @@ impl SbxMcp {
             + Self::files_router()
             + Self::archive_router()
             + Self::system_router()
-            + Self::sandboxes_router();
+            + Self::sandboxes_router()
+            + Self::net_router()
+            + Self::net_policy_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {

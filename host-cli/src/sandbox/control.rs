@@ -121,6 +121,8 @@ pub struct Inspection {
     pub agent: Option<AgentInfo>,
     /// Why `agent` is missing, when it is.
     pub agent_error: Option<String>,
+    /// Its network and published ports, and whether their helper runs.
+    pub network: crate::sandbox::network::NetView,
 }
 
 /// Everything about one sandbox: its record and, if it is running, its agent's Info.
@@ -139,7 +141,7 @@ pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
         },
         other => (None, Some(format!("the sandbox is {}", other.as_str()))),
     };
-    Ok(Inspection { sandbox, agent, agent_error })
+    Ok(Inspection { sandbox, agent, agent_error, network: crate::sandbox::network::view(&record) })
 }
 
 /// The agent address of a sandbox that can run guest code, resuming it first if it is
@@ -234,6 +236,7 @@ async fn stop_processes(record: &Record, force: bool) {
     if let Some(vhost) = record.vhost {
         if force { vhost.kill().await } else { vhost.terminate(VHOST_GRACE).await }
     }
+    crate::sandbox::network::lifecycle::stop(record.net_helper, force).await;
 }
 
 fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {

@@ -36,6 +36,12 @@ pub struct CreateOptions {
     /// How long to wait for the agent.
     #[serde(with = "secs")]
     pub timeout: Duration,
+    /// Whether the guest gets a NIC.
+    pub network: crate::sandbox::network::NetworkMode,
+    /// Guest ports to publish on the host.
+    pub publish: Vec<crate::sandbox::network::PortSpec>,
+    /// The egress policy (with a network).
+    pub policy: sbx_net::policy::Policy,
 }
 
 impl Default for CreateOptions {
@@ -46,6 +52,9 @@ impl Default for CreateOptions {
             memory_mib: 512,
             cpus: 1,
             timeout: Duration::from_secs(120),
+            network: crate::sandbox::network::NetworkMode::Default,
+            publish: Vec::new(),
+            policy: sbx_net::policy::Policy::default(),
         }
     }
 }
@@ -108,6 +117,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         created_unix_ms: now_unix_ms(),
         qemu: None,
         vhost: None,
+        net_helper: None,
         creator: ProcRef::of(std::process::id()),
         ready: false,
         agent_version: None,
@@ -129,6 +139,12 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
     step("vhost-device-vsock spawned");
     launcher::wait_vhost_socket(&mut vhost_child, &paths).await?;
     step("vhost-device-vsock socket seen");
+    let mut helper_child = crate::sandbox::network::lifecycle::spawn(&paths.dir, opts.network, &opts.policy)?;
+    guard.set(|r| r.net_helper = helper_child.id().and_then(ProcRef::of));
+    guard.save()?;
+    crate::sandbox::network::lifecycle::wait_ready(&mut helper_child, &paths.dir).await?;
+    crate::sandbox::network::lifecycle::publish_at_create(&paths.dir, &opts.publish).await?;
+    step("network helper ready");
 
     let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
     let spec = VmSpec {
@@ -139,6 +155,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         cpus: opts.cpus,
         accel,
         paths: &paths,
+        network: opts.network == crate::sandbox::network::NetworkMode::Default,
     };
     let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
         .map_err(launcher::LaunchError::from)?;
@@ -202,6 +219,13 @@ fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
+    if opts.network == crate::sandbox::network::NetworkMode::None
+        && opts.policy != sbx_net::policy::Policy::default()
+    {
+        return Err(SandboxError::BadResources(
+            "egress rules (--allow-out/--deny-out, or allow_out/deny_out) need a network; leave out --net none (network: \"none\"), or the rules".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -233,11 +257,11 @@ impl Drop for Cleanup {
             return;
         }
         let record = &self.record;
-        for p in [record.qemu, record.vhost].into_iter().flatten() {
+        for p in [record.qemu, record.vhost, record.net_helper].into_iter().flatten() {
             p.kill_now();
         }
         // Drop cannot await; the kernel ends SIGKILLed processes within moments.
-        for p in [record.qemu, record.vhost].into_iter().flatten() {
+        for p in [record.qemu, record.vhost, record.net_helper].into_iter().flatten() {
             for _ in 0..200 {
                 if !p.is_alive() {
                     break;

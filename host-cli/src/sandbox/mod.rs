@@ -12,12 +12,15 @@
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
+//! - [`network`]: the sandbox's network and published ports: its helper process
+//!   (`sbx net-helper`), the egress policy, the audit log.
 //! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
 pub mod create;
 pub mod files;
 pub mod mode;
+pub mod network;
 pub mod target;
 
 use std::path::PathBuf;
@@ -50,6 +53,17 @@ pub enum SandboxError {
     /// Talking to QEMU.
     #[error(transparent)]
     Qmp(#[from] qmp::QmpError),
+    /// Starting the network helper, or publishing a port at create.
+    #[error(transparent)]
+    NetHelper(#[from] crate::sandbox::network::lifecycle::HelperStartError),
+    /// A port asked for at create could not be published.
+    #[error("could not publish guest port {guest_port}: {reason}")]
+    Publish {
+        /// The guest port.
+        guest_port: u16,
+        /// Why.
+        reason: String,
+    },
     /// Waiting for the agent.
     #[error(transparent)]
     Ready(#[from] ready::ReadyError),
@@ -195,6 +209,8 @@ pub struct SandboxInfo {
     pub qemu_pid: Option<u32>,
     /// vhost-device-vsock's pid, while it runs.
     pub vhost_pid: Option<u32>,
+    /// The network helper's pid, while it runs.
+    pub net_helper_pid: Option<u32>,
     /// The agent version it announced.
     pub agent_version: Option<String>,
     /// The sandbox directory (console.log is there).
@@ -228,6 +244,7 @@ impl SandboxInfo {
             address: agent_address(record).to_string(),
             qemu_pid: alive_pid(record.qemu),
             vhost_pid: alive_pid(record.vhost),
+            net_helper_pid: alive_pid(record.net_helper),
             agent_version: record.agent_version.clone(),
             dir: record.paths.dir.clone(),
         }
@@ -287,6 +304,7 @@ mod tests {
             created_unix_ms: 1,
             qemu: ProcRef::of(vm.id()),
             vhost: None,
+            net_helper: None,
             creator: ProcRef::of(std::process::id()),
             ready: false,
             agent_version: None,

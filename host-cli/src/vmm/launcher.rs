@@ -103,7 +103,18 @@ pub struct VmSpec<'a> {
     pub accel: Accel,
     /// The sandbox's files.
     pub paths: &'a Paths,
+    /// Whether the guest gets a NIC (attached to the network helper's `net.sock`).
+    pub network: bool,
 }
+
+/// The guest NIC's MAC address (QEMU's own prefix, as slirp uses).
+pub const GUEST_MAC: &str = "52:54:00:12:34:56";
+/// The guest's addressing on its NIC, for `sbx.net=`: its address, then the gateway
+/// (the network helper, which is the DNS server too).
+pub const GUEST_NET: &str = "10.0.2.15/24,10.0.2.2";
+/// The NIC's MTU, which the guest driver takes from the device: large frames cost the
+/// network helper's userspace stack far less per byte (passt advises the same).
+pub const GUEST_MTU: u16 = sbx_net::stack::GUEST_MTU;
 
 /// Kernel parameters that turn off the guest's hang detectors (see [`qemu_args`]).
 const HANG_DETECTORS_OFF: &str =
@@ -127,6 +138,9 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
     {
         cmdline.push_str(" root=/dev/vda rw");
+    }
+    if spec.network {
+        cmdline.push_str(&format!(" sbx.net={GUEST_NET}"));
     }
     if !spec.template.cmdline.trim().is_empty() {
         cmdline.push(' ');
@@ -167,6 +181,16 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     ];
     if spec.accel == Accel::Kvm {
         args.extend(["-cpu".into(), "host".into()]);
+    }
+    if spec.network {
+        // `romfile=`: no option ROM; the kernel is booted directly, nothing PXE-boots.
+        let frames = crate::sandbox::network::config::frames_path(&p.dir);
+        args.extend([
+            "-netdev".into(),
+            format!("stream,id=net0,server=off,addr.type=unix,addr.path={}", frames.display()),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=net0,mac={GUEST_MAC},romfile=,host_mtu={GUEST_MTU}"),
+        ]);
     }
     if let Some(initrd) = &spec.template.initrd {
         args.extend(["-initrd".into(), initrd.display().to_string()]);
@@ -278,6 +302,7 @@ mod tests {
             cpus: 2,
             accel: Accel::Tcg,
             paths: &paths,
+            network: false,
         };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
@@ -302,9 +327,17 @@ mod tests {
             cpus: 1,
             accel: Accel::Kvm,
             paths: &paths,
+            network: true,
         };
         let args = qemu_args(&spec);
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
+        assert!(append(&args).contains(" sbx.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
+        assert!(
+            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/net.sock")
+        );
+        assert!(args.iter().any(|a| a.starts_with("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56")));
+        let args = qemu_args(&VmSpec { network: false, ..spec });
+        assert!(!append(&args).contains("sbx.net") && !args.iter().any(|a| a == "-netdev"));
         assert!(append(&args).contains("sbx.hostname=dev"), "{}", append(&args));
         assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "kvm"));
         assert!(!args.iter().any(|a| a == "-drive"));

@@ -135,6 +135,9 @@ pub struct Record {
     pub qemu: Option<ProcRef>,
     /// vhost-device-vsock, once started.
     pub vhost: Option<ProcRef>,
+    /// `sbx net-helper` (published ports, the network), once started.
+    #[serde(default)]
+    pub net_helper: Option<ProcRef>,
     /// The `sbx create` process booting it; a sandbox never announced whose creator is
     /// gone will never become ready.
     #[serde(default)]
@@ -158,7 +161,7 @@ impl Record {
 
     /// Every host process the sandbox runs on.
     pub fn processes(&self) -> impl Iterator<Item = ProcRef> {
-        [self.qemu, self.vhost].into_iter().flatten()
+        [self.qemu, self.vhost, self.net_helper].into_iter().flatten()
     }
 
     /// Writes the record atomically (temp file, then rename).
@@ -331,6 +334,7 @@ mod tests {
             created_unix_ms: 1,
             qemu: ProcRef::of(std::process::id()),
             vhost: None,
+            net_helper: None,
             creator: None,
             ready: true,
             agent_version: None,

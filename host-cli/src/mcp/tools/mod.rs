@@ -9,6 +9,8 @@
 //!   `_mkdir`.
 //! - [`archive`] holds `sandbox_files_download_dir`.
 //! - [`system`] holds `sandbox_info`.
+//! - [`net`] holds `sandbox_preview_url` (published ports), `sandbox_update` (egress
+//!   rules) and `sandbox_network_log`.
 //! - [`sandboxes`] holds `sandbox_create`, `sandbox_list`, `sandbox_pause`,
 //!   `sandbox_resume` and `sandbox_kill`.
 
@@ -16,5 +18,6 @@ pub mod archive;
 pub mod exec;
 pub mod files;
 pub mod jobs;
+pub mod net;
 pub mod sandboxes;
 pub mod system;

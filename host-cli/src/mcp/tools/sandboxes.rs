@@ -37,6 +37,19 @@ pub struct CreateArgs {
     #[serde(default)]
     #[schemars(range(min = 1, max = 600))]
     pub boot_timeout_s: Option<u64>,
+    /// "default": a network reaching the public internet by policy (private ranges,
+    /// loopback, link-local and the host are denied); "none": no network at all.
+    /// Default: "default".
+    #[serde(default)]
+    pub network: Option<crate::sandbox::network::NetworkMode>,
+    /// Destinations to allow on top of the default: domains ("pypi.org"), patterns
+    /// ("*.githubusercontent.com"), IPs or CIDRs, each optionally ":PORT".
+    #[serde(default)]
+    pub allow_out: Option<Vec<String>>,
+    /// Destinations to deny (same forms). ["0.0.0.0/0", "::/0"] with allow_out makes a
+    /// strict allowlist; the most specific matching rule wins.
+    #[serde(default)]
+    pub deny_out: Option<Vec<String>>,
 }
 
 /// Arguments of the tools that act on one named sandbox.
@@ -124,15 +137,23 @@ impl From<SandboxInfo> for SandboxView {
 }
 
 impl CreateArgs {
-    fn options(self) -> CreateOptions {
+    fn options(self) -> Result<CreateOptions, ToolError> {
         let defaults = CreateOptions::default();
-        CreateOptions {
+        let policy = sbx_net::policy::Policy::from_lists(
+            self.allow_out.as_deref().unwrap_or_default(),
+            self.deny_out.as_deref().unwrap_or_default(),
+        )
+        .map_err(ToolError::BadRule)?;
+        Ok(CreateOptions {
             template: self.template.filter(|t| !t.is_empty()).unwrap_or(defaults.template),
             name: self.name.filter(|n| !n.is_empty()),
             memory_mib: self.memory_mib.unwrap_or(defaults.memory_mib),
             cpus: self.cpus.unwrap_or(defaults.cpus),
             timeout: self.boot_timeout_s.map_or(defaults.timeout, Duration::from_secs),
-        }
+            network: self.network.unwrap_or_default(),
+            policy,
+            ..defaults
+        })
     }
 }
 
@@ -144,7 +165,9 @@ impl SbxMcp {
         description = "Create and boot a new sandbox (a Linux microVM) and return its id once its \
             agent answers. Pass that id as sandbox_id to the other tools. Booting takes seconds \
             with KVM and up to a minute or two under software emulation; progress is sent \
-            meanwhile. Remove it with sandbox_kill when done.",
+            meanwhile. It reaches the public internet over TCP (and DNS) unless network is \
+            \"none\"; allow_out and deny_out shape that (sandbox_update changes them later), \
+            and every attempt is logged (sandbox_network_log). Remove it with sandbox_kill when done.",
         annotations(
             title = "Create a sandbox",
             read_only_hint = false,
@@ -161,7 +184,7 @@ impl SbxMcp {
         if let Some(got) = args.boot_timeout_s.filter(|s| !(1..=600).contains(s)) {
             return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
         }
-        let opts = args.options();
+        let opts = args.options()?;
         let info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         Ok(Json(info.into()))

@@ -48,6 +48,9 @@ pub struct InfoOutput {
     /// Why agent is absent, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_error: Option<String>,
+    /// The sandbox's network and published ports (for sandboxes made with sandbox_create).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::sandbox::network::NetView>,
 }
 
 impl From<AgentInfo> for AgentView {
@@ -63,7 +66,8 @@ impl SbxMcp {
         name = "sandbox_info",
         description = "Describe a sandbox: its state, template, CPUs and memory (for sandboxes \
             made with sandbox_create), and what its agent reports: version, hostname, kernel, \
-            memory and disk (total and free), uptime and clock. Cheap and read-only; a paused \
+            memory and disk (total and free), uptime and clock; and its network: whether it has \
+            one, the network helper's health, and its published ports. Cheap and read-only; a paused \
             sandbox is not resumed for it.",
         annotations(
             title = "Describe a sandbox",
@@ -87,6 +91,7 @@ impl SbxMcp {
                     sandbox: None,
                     agent: Some(info.into()),
                     agent_error: None,
+                    network: None,
                 }));
             }
         };
@@ -96,6 +101,7 @@ impl SbxMcp {
             sandbox: Some(inspection.sandbox.into()),
             agent: inspection.agent.map(Into::into),
             agent_error: inspection.agent_error,
+            network: Some(inspection.network),
         }))
     }
 }

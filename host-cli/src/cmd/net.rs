@@ -1,0 +1,128 @@
+//! `sbx net show|set|log`: thin callers of [`crate::sandbox::network::policy`] and
+//! [`crate::sandbox::network::audit`].
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::Result;
+use sbx_net::log::Record;
+use sbx_net::policy::Verdict;
+
+use super::{Ctx, UsageError};
+use crate::cli::{LogArgs, NetCommand, VerdictArg};
+use crate::sandbox::network::audit::{self, Follower, LogQuery};
+use crate::sandbox::network::policy::{self, PolicyUpdate, PolicyView};
+
+/// How often `sbx net log --follow` looks for new records.
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+/// Runs one `sbx net` subcommand.
+pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
+    match cmd {
+        NetCommand::Show(a) => {
+            let view = policy::show(&a.sandbox)?;
+            print(ctx, &view, &policy_text(&view))
+        }
+        NetCommand::Set(a) => {
+            if !a.reset && a.allow_out.is_none() && a.deny_out.is_none() {
+                return Err(UsageError(
+                    "give --allow-out, --deny-out or --reset (`sbx net set --help`)".into(),
+                )
+                .into());
+            }
+            let empty = || a.reset.then(Vec::new);
+            let update = PolicyUpdate {
+                allow_out: a.allow_out.clone().or_else(empty),
+                deny_out: a.deny_out.clone().or_else(empty),
+            };
+            let view = policy::set(&a.sandbox, update).await?;
+            print(ctx, &view, &policy_text(&view))
+        }
+        NetCommand::Log(a) => log(ctx, a).await,
+    }
+}
+
+async fn log(ctx: &Ctx, a: LogArgs) -> Result<u8> {
+    let verdict = a.verdict.map(|v| match v {
+        VerdictArg::Allow => Verdict::Allow,
+        VerdictArg::Deny => Verdict::Deny,
+    });
+    let query = LogQuery { verdict, limit: a.limit };
+    // The follower starts at the log's end as read here, so nothing falls between.
+    let mut follower = if a.follow { Some(Follower::new(&a.sandbox)?) } else { None };
+    let records = audit::read(&a.sandbox, query)?;
+    let Some(follower) = follower.as_mut() else {
+        return if ctx.out.json {
+            ctx.out.json(&records)?;
+            Ok(0)
+        } else {
+            ctx.out.text(&records.iter().map(record_line).collect::<String>())?;
+            Ok(0)
+        };
+    };
+    // Following: one line per record, JSON lines with --json.
+    let emit = |r: &Record| -> Result<()> {
+        let line = if ctx.out.json { format!("{}\n", serde_json::to_string(r)?) } else { record_line(r) };
+        ctx.out.text(&line)?;
+        Ok(())
+    };
+    records.iter().try_for_each(emit)?;
+    loop {
+        for r in follower.next_batch().iter().filter(|r| query.wants(r)) {
+            emit(r)?;
+        }
+        if !follower.sandbox_exists() {
+            return Ok(0);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(FOLLOW_POLL) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        }
+    }
+}
+
+/// One record as a line: time, kind, verdict, destination, rule, bytes, duration.
+fn record_line(r: &Record) -> String {
+    let verdict = match r.verdict {
+        Verdict::Allow => "allow",
+        Verdict::Deny => "DENY",
+    };
+    let kind =
+        serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
+    let ip = r.ip.map_or_else(|| "-".to_string(), |ip| std::net::SocketAddr::new(ip, r.port).to_string());
+    let name = r.name.as_deref().unwrap_or("-");
+    let mut line = format!(
+        "{} {kind:<3} {verdict:<5} {name} {ip} rule={} out={} in={} {}ms",
+        r.time, r.rule, r.bytes_out, r.bytes_in, r.duration_ms
+    );
+    if let Some(e) = &r.error {
+        let _ = write!(line, " error={e:?}");
+    }
+    line.push('\n');
+    line
+}
+
+fn policy_text(v: &PolicyView) -> String {
+    let list = |l: &[String]| if l.is_empty() { "(none)".to_string() } else { l.join(", ") };
+    let mut t = String::new();
+    let _ = writeln!(t, "sandbox:   {}", v.sandbox);
+    let _ = writeln!(t, "network:   {} (helper {})", v.network.as_str(), v.helper);
+    let _ = writeln!(t, "allow_out: {}", list(&v.allow_out));
+    let _ = writeln!(t, "deny_out:  {}", list(&v.deny_out));
+    let _ = writeln!(
+        t,
+        "always denied unless an IP rule inside them allows it: loopback, this host, private ranges \
+         (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), multicast;\n\
+         UDP other than DNS, and ICMP, are blocked; the most specific matching rule decides."
+    );
+    t
+}
+
+fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
+    if ctx.out.json {
+        ctx.out.json(value)?;
+    } else {
+        ctx.out.text(text)?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,107 @@
+//! Reading a sandbox's audit log (`net.log`, and `net.log.1` before it): every
+//! connection attempt and DNS query with its verdict, kept until `sbx kill`. The helper
+//! writes it (sbx-net's [`sbx_net::log`]); this side only reads, so the log of a sandbox
+//! whose helper died is still there.
+
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use sbx_net::log::{AuditLog, Record};
+use sbx_net::policy::Verdict;
+
+use super::config::audit_log_path;
+use super::{NetError, lookup};
+
+/// Which records to return.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogQuery {
+    /// Only this verdict.
+    pub verdict: Option<Verdict>,
+    /// Only the last this many (after filtering).
+    pub limit: Option<usize>,
+}
+
+impl LogQuery {
+    /// True when `r` passes the filter.
+    pub fn wants(&self, r: &Record) -> bool {
+        self.verdict.is_none_or(|v| v == r.verdict)
+    }
+}
+
+/// The sandbox's log records, oldest first, filtered.
+pub fn read(name_or_id: &str, query: LogQuery) -> Result<Vec<Record>, NetError> {
+    let record = lookup(name_or_id)?;
+    let path = audit_log_path(&record.paths.dir);
+    let mut out: Vec<Record> = Vec::new();
+    for file in [AuditLog::rotated_path(&path), path] {
+        let Ok(f) = std::fs::File::open(&file) else { continue };
+        out.extend(
+            BufReader::new(f)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| parse(&l))
+                .filter(|r| query.wants(r)),
+        );
+    }
+    if let Some(limit) = query.limit {
+        let skip = out.len().saturating_sub(limit);
+        out.drain(..skip);
+    }
+    Ok(out)
+}
+
+fn parse(line: &str) -> Option<Record> {
+    serde_json::from_str(line).ok()
+}
+
+/// Follows a sandbox's log from its current end: each call of [`Follower::next_batch`]
+/// returns the records written since, across a rotation too.
+pub struct Follower {
+    path: PathBuf,
+    offset: u64,
+    partial: String,
+}
+
+impl Follower {
+    /// A follower starting at the end of the sandbox's log as it is now.
+    pub fn new(name_or_id: &str) -> Result<Follower, NetError> {
+        let record = lookup(name_or_id)?;
+        let path = audit_log_path(&record.paths.dir);
+        let offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        Ok(Follower { path, offset, partial: String::new() })
+    }
+
+    /// Whether the sandbox's directory is still there (`sbx kill` removes it).
+    pub fn sandbox_exists(&self) -> bool {
+        self.path.parent().is_some_and(Path::is_dir)
+    }
+
+    /// The records written since the last call.
+    pub fn next_batch(&mut self) -> Vec<Record> {
+        let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        let mut out = Vec::new();
+        if len < self.offset {
+            // Rotated: the rest of the old file is net.log.1, then the new one from 0.
+            out.extend(self.read_from(&AuditLog::rotated_path(&self.path), self.offset));
+            self.offset = 0;
+            self.partial.clear();
+        }
+        let path = self.path.clone();
+        out.extend(self.read_from(&path, self.offset));
+        out
+    }
+
+    fn read_from(&mut self, path: &Path, offset: u64) -> Vec<Record> {
+        let Ok(mut f) = std::fs::File::open(path) else { return Vec::new() };
+        if f.seek(SeekFrom::Start(offset)).is_err() {
+            return Vec::new();
+        }
+        let mut text = std::mem::take(&mut self.partial);
+        let read = std::io::Read::read_to_string(&mut f, &mut text).unwrap_or(0);
+        self.offset = offset + read as u64;
+        // A line still being written stays for the next call.
+        let complete = text.rfind('\n').map_or(0, |i| i + 1);
+        self.partial = text[complete..].to_string();
+        text[..complete].lines().filter_map(parse).collect()
+    }
+}

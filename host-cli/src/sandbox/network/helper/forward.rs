@@ -1,0 +1,213 @@
+//! Published ports: a host listener per published guest port; each connection it
+//! accepts is carried to the guest over a ConnectPort call on the sandbox's vsock
+//! (the typed client's [`Client::forward_port`]), so no NIC is involved.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sbx_proto::Address;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OnceCell;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::client::{Client, ClientError};
+use crate::sandbox::network::config::{ConfigError, NetConfig};
+use crate::sandbox::network::spec::{PortSpec, PublishedPort};
+
+/// How long to wait for the agent when a connection arrives.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a port could not be published or unpublished.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ForwardError {
+    /// The guest port is published already.
+    #[error("guest port {guest_port} is already published at {url}; unpublish it first to move it")]
+    AlreadyPublished {
+        /// The guest port.
+        guest_port: u16,
+        /// Where.
+        url: String,
+    },
+    /// The guest port is not published.
+    #[error("guest port {0} is not published; `sbx port ls` lists the published ports")]
+    NotPublished(u16),
+    /// The host address is taken.
+    #[error(
+        "{addr} is already in use on the host; pick another host port (GUESTPORT:HOSTPORT) or leave it out for a free one"
+    )]
+    InUse {
+        /// The address.
+        addr: std::net::SocketAddr,
+    },
+    /// Another bind failure (no such local address, a privileged port...).
+    #[error(
+        "could not listen on {addr}; give an address of this host with --bind, and a port over 1023 unless sbx runs as root"
+    )]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `net.json` could not be written.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// The published ports of one sandbox.
+pub(super) struct Forwarder {
+    /// The sandbox directory (net.json, sandbox.json).
+    dir: PathBuf,
+    agent: Address,
+    client: OnceCell<Client>,
+    config: Mutex<NetConfig>,
+    listening: Mutex<BTreeMap<u16, JoinHandle<()>>>,
+}
+
+impl Forwarder {
+    /// A forwarder for the sandbox in `dir` whose agent is at `agent`; `config` is its
+    /// `net.json` (with no ports published yet).
+    pub(super) fn new(dir: PathBuf, agent: Address, config: NetConfig) -> Arc<Forwarder> {
+        Arc::new(Forwarder {
+            dir,
+            agent,
+            client: OnceCell::new(),
+            config: Mutex::new(config),
+            listening: Mutex::default(),
+        })
+    }
+
+    fn config(&self) -> std::sync::MutexGuard<'_, NetConfig> {
+        self.config.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, BTreeMap<u16, JoinHandle<()>>> {
+        self.listening.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The published ports, by guest port.
+    pub(super) fn ports(&self) -> Vec<PublishedPort> {
+        self.config().ports.clone()
+    }
+
+    /// The network config as it stands.
+    pub(super) fn snapshot(&self) -> NetConfig {
+        self.config().clone()
+    }
+
+    /// Changes the network config with `change` and writes it to `net.json`; on a write
+    /// failure nothing changes.
+    pub(super) fn update(&self, change: impl FnOnce(&mut NetConfig)) -> Result<(), ConfigError> {
+        let mut config = self.config();
+        let mut updated = config.clone();
+        change(&mut updated);
+        updated.save(&self.dir)?;
+        *config = updated;
+        Ok(())
+    }
+
+    /// Starts listening for `spec` on the host and records it in `net.json`.
+    pub(super) async fn publish(self: &Arc<Self>, spec: PortSpec) -> Result<PublishedPort, ForwardError> {
+        if let Some(p) = self.config().ports.iter().find(|p| p.guest_port == spec.guest_port) {
+            return Err(ForwardError::AlreadyPublished { guest_port: p.guest_port, url: p.url.clone() });
+        }
+        let addr = spec.listen_addr();
+        let listener = TcpListener::bind(addr).await.map_err(|source| match source.kind() {
+            std::io::ErrorKind::AddrInUse => ForwardError::InUse { addr },
+            _ => ForwardError::Bind { addr, source },
+        })?;
+        let local = listener.local_addr().map_err(|source| ForwardError::Bind { addr, source })?;
+        let published = PublishedPort::new(spec.guest_port, local);
+        // Recorded on disk before it accepts: a port is never open without `sbx port ls`
+        // showing it.
+        self.update(|c| {
+            c.ports.push(published.clone());
+            c.ports.sort_by_key(|p| p.guest_port);
+        })?;
+        let me = self.clone();
+        let task = tokio::spawn(async move { me.accept(spec.guest_port, listener).await });
+        self.listening().insert(spec.guest_port, task);
+        tracing::info!("guest port {} published at {}", spec.guest_port, published.url);
+        Ok(published)
+    }
+
+    /// Closes the listener of `guest_port` and every connection it carries.
+    pub(super) fn unpublish(&self, guest_port: u16) -> Result<PublishedPort, ForwardError> {
+        let gone = self
+            .config()
+            .ports
+            .iter()
+            .find(|p| p.guest_port == guest_port)
+            .cloned()
+            .ok_or(ForwardError::NotPublished(guest_port))?;
+        if let Some(task) = self.listening().remove(&guest_port) {
+            task.abort();
+        }
+        self.update(|c| c.ports.retain(|p| p.guest_port != guest_port))?;
+        Ok(gone)
+    }
+
+    /// Accepts connections until unpublished; dropping this future (abort) drops the
+    /// listener and, with the set, every connection in flight.
+    async fn accept(self: Arc<Self>, guest_port: u16, listener: TcpListener) {
+        let mut conns = JoinSet::new();
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((conn, peer)) => {
+                        let me = self.clone();
+                        conns.spawn(async move { me.carry(guest_port, conn, peer).await });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: wait instead of spinning.
+                        tracing::warn!("guest port {guest_port}: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = conns.join_next() => {}
+            }
+        }
+    }
+
+    async fn carry(&self, guest_port: u16, mut conn: TcpStream, peer: std::net::SocketAddr) {
+        let _ = conn.set_nodelay(true);
+        match self.forward(guest_port, &mut conn).await {
+            Ok(t) => tracing::debug!(
+                "{peer} -> guest port {guest_port}: {} bytes in, {} out",
+                t.to_guest,
+                t.to_host
+            ),
+            Err(e) => {
+                tracing::warn!("{peer} -> guest port {guest_port}: {e}");
+                // A reset, as a refused connection would give, rather than an empty reply.
+                // (linger 0 makes the close a reset and never blocks.)
+                let _ = rustix::net::sockopt::set_socket_linger(&conn, Some(Duration::ZERO));
+            }
+        }
+    }
+
+    async fn forward(
+        &self,
+        guest_port: u16,
+        conn: &mut TcpStream,
+    ) -> Result<crate::client::PortTraffic, ClientError> {
+        self.resume_if_paused().await;
+        let client = self.client.get_or_try_init(|| Client::connect(&self.agent, AGENT_TIMEOUT)).await?;
+        client.forward_port(guest_port, conn).await
+    }
+
+    /// A connection to a paused sandbox resumes it, as a guest command would.
+    async fn resume_if_paused(&self) {
+        let record = std::fs::read(self.dir.join(crate::vmm::state::RECORD_FILE))
+            .ok()
+            .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok());
+        if let Some(record) = record.filter(|r| r.paused)
+            && let Err(e) = crate::sandbox::resume(&record.id).await
+        {
+            tracing::warn!("could not resume the paused sandbox for a published port: {e}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! `sbx net-helper`: the per-sandbox host process behind its network and published
+//! ports. `sbx create` starts it before QEMU (like vhost-device-vsock), records its pid,
+//! and `sbx kill` stops it; it outlives pauses.
+//!
+//! - `forward`: published ports, each connection carried over vsock to the agent.
+//! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
+//! - The network, when the sandbox has one: the sbx-net engine ([`sbx_net::Engine`]) on
+//!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
+//!   connection and DNS query by the policy and writes the audit log `net.log`.
+//!
+//! It is ready once `net.ctl` exists; `net.sock` is bound before that, so QEMU can
+//! connect as soon as `sbx create` sees the helper ready.
+
+mod forward;
+mod server;
+
+use std::path::{Path, PathBuf};
+
+use tokio::net::UnixListener;
+
+use crate::sandbox::network::config::{self, ConfigError, NetConfig};
+use crate::sandbox::network::spec::NetworkMode;
+
+/// Why the helper could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperError {
+    /// `net.json` or `sandbox.json` could not be read.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The sandbox record is missing or damaged.
+    #[error("could not read the sandbox record in {}", dir.display())]
+    Record {
+        /// The sandbox directory.
+        dir: PathBuf,
+    },
+    /// A socket could not be bound.
+    #[error("could not listen on {}", path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Signals could not be watched.
+    #[error("could not watch for SIGTERM")]
+    Signal(#[source] std::io::Error),
+    /// The network engine could not start.
+    #[error(transparent)]
+    Engine(#[from] sbx_net::EngineError),
+}
+
+/// Runs the helper for the sandbox in `args.dir` until SIGTERM or SIGINT; removes its
+/// sockets on the way out.
+pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
+    let dir = args.dir.as_path();
+    let mut config = NetConfig::load(dir)?;
+    config.ports.clear();
+    let record = std::fs::read(dir.join(crate::vmm::state::RECORD_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok())
+        .ok_or_else(|| HelperError::Record { dir: dir.to_path_buf() })?;
+    config.save(dir)?;
+    let engine = match config.network {
+        NetworkMode::Default => {
+            let frames = sbx_net::Frames::Listener(bind(&config::frames_path(dir))?);
+            let log = config::audit_log_path(dir);
+            Some(sbx_net::Engine::start(sbx_net::EngineConfig::new(frames, log, config.policy.clone()))?)
+        }
+        NetworkMode::None => None,
+    };
+    let forwarder =
+        forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
+    let ctl = bind(&config::ctl_path(dir))?;
+    let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(HelperError::Signal)?;
+    tokio::select! {
+        () = server::serve(ctl, helper) => {}
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    for path in [config::ctl_path(dir), config::frames_path(dir)] {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// Binds a Unix socket at `path`, replacing a stale one.
+fn bind(path: &Path) -> Result<UnixListener, HelperError> {
+    let _ = std::fs::remove_file(path);
+    UnixListener::bind(path).map_err(|source| HelperError::Bind { path: path.to_path_buf(), source })
+}

@@ -1,0 +1,95 @@
+//! The helper's part in a sandbox's life: `sbx create` starts it (before QEMU, so the
+//! NIC's socket is there when QEMU connects) and waits until its control socket exists;
+//! `sbx kill` stops it. Its pid is in the sandbox record.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::config::{self, NetConfig};
+use super::spec::NetworkMode;
+use crate::vmm::process::{ProcRef, ProcessError, spawn_detached};
+
+/// How long the helper may take to be ready.
+const READY_WAIT: Duration = Duration::from_secs(10);
+/// How long it gets after SIGTERM.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Why the helper did not come up.
+#[derive(Debug, thiserror::Error)]
+pub enum HelperStartError {
+    /// This program's own path is unknown.
+    #[error("could not find the sbx program to start its network helper")]
+    OwnPath(#[source] std::io::Error),
+    /// It would not start.
+    #[error(transparent)]
+    Spawn(#[from] ProcessError),
+    /// `net.json` could not be written.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// It exited or never made its control socket.
+    #[error("the network helper did not come up ({why}); its log says: {log}")]
+    NotReady {
+        /// What happened.
+        why: String,
+        /// The end of its log.
+        log: String,
+    },
+}
+
+/// Writes `net.json` for `network` and `policy` and starts `sbx net-helper` for the
+/// sandbox in `dir`; the caller records the child, then waits with [`wait_ready`].
+pub fn spawn(
+    dir: &Path,
+    network: NetworkMode,
+    policy: &sbx_net::policy::Policy,
+) -> Result<tokio::process::Child, HelperStartError> {
+    NetConfig { network, policy: policy.clone(), ports: Vec::new() }.save(dir)?;
+    let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
+    let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
+    Ok(spawn_detached(&exe, &args, &config::helper_log_path(dir))?)
+}
+
+/// Waits until the helper's control socket exists.
+pub async fn wait_ready(child: &mut tokio::process::Child, dir: &Path) -> Result<(), HelperStartError> {
+    let deadline = Instant::now() + READY_WAIT;
+    let ctl = config::ctl_path(dir);
+    let failed = |why: String| HelperStartError::NotReady {
+        why,
+        log: crate::vmm::launcher::tail(&config::helper_log_path(dir), 10),
+    };
+    loop {
+        if ctl.exists() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(failed(format!("it exited with {status}")));
+        }
+        if Instant::now() >= deadline {
+            return Err(failed(format!("no control socket after {} s", READY_WAIT.as_secs())));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Stops the helper: SIGTERM (it removes its sockets), SIGKILL after a grace, or at
+/// once with `force`.
+pub async fn stop(helper: Option<ProcRef>, force: bool) {
+    if let Some(p) = helper {
+        if force { p.kill().await } else { p.terminate(STOP_GRACE).await }
+    }
+}
+
+/// Publishes `ports` through the helper of the sandbox in `dir`, which is still being
+/// created; the first refusal is returned (and `sbx create` undoes everything).
+pub async fn publish_at_create(
+    dir: &Path,
+    ports: &[super::PortSpec],
+) -> Result<(), crate::sandbox::SandboxError> {
+    for spec in ports {
+        let req = super::control::Request::Publish { spec: *spec };
+        super::control::call::<super::PublishedPort>(&config::ctl_path(dir), &req).await.map_err(|e| {
+            crate::sandbox::SandboxError::Publish { guest_port: spec.guest_port, reason: e.to_string() }
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! Sandbox networks and published ports: the use-cases that `sbx port ...`, `sbx info`
+//! and the MCP tools share. Each sandbox has one helper process (`sbx net-helper`, see
+//! [`crate::sandbox::network::helper`]) that holds its published ports (and its network); these
+//! functions find the sandbox, check that its helper lives, and ask it over `net.ctl`.
+//!
+//! - [`spec`]: port specs (`GUESTPORT[:HOSTPORT]`), published ports, network modes.
+//! - [`config`]: the network files of a sandbox directory; `net.json`.
+//! - [`control`]: the JSON-lines protocol on `net.ctl` and its client.
+//! - [`lifecycle`]: starting the helper for `sbx create`, stopping it for `sbx kill`.
+//! - [`policy`]: the egress policy: show it, change it live.
+//! - [`audit`]: reading and following the audit log of connections.
+//! - [`helper`]: the helper process itself (`sbx net-helper`): the control socket, the
+//!   port forwarder, the sbx-net engine.
+
+pub mod audit;
+pub mod config;
+pub mod control;
+pub mod helper;
+pub mod lifecycle;
+pub mod policy;
+pub mod spec;
+
+use serde::{Deserialize, Serialize};
+
+use crate::client::Client;
+use crate::sandbox::{SandboxError, SandboxInfo, SandboxState};
+use crate::vmm::dirs;
+use crate::vmm::state::{self, Record};
+use config::NetConfig;
+use control::{ControlError, Request};
+pub use spec::{NetworkMode, PortSpec, PublishedPort};
+
+/// Why a network operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// Finding the sandbox failed.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The helper process is gone.
+    #[error(
+        "the network helper of sandbox `{name}` is not running (it died); its published ports and network are gone. Recreate the sandbox: `sbx kill {name}`, then `sbx create`"
+    )]
+    HelperDead {
+        /// The sandbox.
+        name: String,
+    },
+    /// The sandbox was made by an sbx without network helpers.
+    #[error(
+        "sandbox `{name}` was created by an older sbx without a network helper; recreate it to publish ports"
+    )]
+    NoHelper {
+        /// The sandbox.
+        name: String,
+    },
+    /// Talking to the helper failed, or it refused.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// `net.json` could not be read.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+}
+
+/// What the helper reports about itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelperStatus {
+    /// Its pid.
+    pub pid: u32,
+    /// Whether the sandbox has a NIC.
+    pub network: NetworkMode,
+    /// The egress policy in force.
+    pub policy: sbx_net::policy::Policy,
+    /// The published ports.
+    pub ports: Vec<PublishedPort>,
+}
+
+/// A sandbox's network as `sbx info` shows it.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[schemars(inline)]
+pub struct NetView {
+    /// `default` or `none`.
+    pub network: NetworkMode,
+    /// `running`, `dead` (it died: ports and network are gone), or `none` (a sandbox
+    /// made without one).
+    pub helper: String,
+    /// The helper's pid while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helper_pid: Option<u32>,
+    /// Destinations allowed on top of the default, as written.
+    pub allow_out: Vec<String>,
+    /// Destinations denied, as written.
+    pub deny_out: Vec<String>,
+    /// The published ports.
+    pub ports: Vec<PublishedPort>,
+}
+
+/// The network view of `record`, from its `net.json` and its helper's liveness.
+pub fn view(record: &Record) -> NetView {
+    let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
+    let (helper, helper_pid) = match record.net_helper {
+        Some(p) if p.is_alive() => ("running", Some(p.pid)),
+        Some(_) => ("dead", None),
+        None => ("none", None),
+    };
+    let texts = |rules: &[sbx_net::policy::Rule]| rules.iter().map(ToString::to_string).collect();
+    NetView {
+        network: config.network,
+        helper: helper.into(),
+        helper_pid,
+        allow_out: texts(&config.policy.allow_out),
+        deny_out: texts(&config.policy.deny_out),
+        ports: config.ports,
+    }
+}
+
+/// The record of a sandbox, in whatever state.
+fn lookup(name_or_id: &str) -> Result<Record, NetError> {
+    Ok(state::find(&dirs::state_dir().map_err(SandboxError::from)?, name_or_id)
+        .map_err(SandboxError::from)?)
+}
+
+/// The record of a sandbox whose helper can take requests: it exists, is not dead or
+/// still booting, and its helper lives.
+fn with_helper(name_or_id: &str) -> Result<Record, NetError> {
+    let record = lookup(name_or_id)?;
+    match SandboxInfo::of(&record).state {
+        SandboxState::Dead => return Err(SandboxError::Dead(record.name).into()),
+        SandboxState::Starting => return Err(SandboxError::Starting(record.name).into()),
+        SandboxState::Running | SandboxState::Paused => {}
+    }
+    match record.net_helper {
+        Some(p) if p.is_alive() => Ok(record),
+        Some(_) => Err(NetError::HelperDead { name: record.name }),
+        None => Err(NetError::NoHelper { name: record.name }),
+    }
+}
+
+async fn ask<T: serde::de::DeserializeOwned>(record: &Record, req: &Request) -> Result<T, NetError> {
+    let ctl = config::ctl_path(&record.paths.dir);
+    control::call(&ctl, req).await.map_err(|e| match e {
+        // The pid lived a moment ago; a helper that cannot be reached has died since.
+        ControlError::Connect { .. } => NetError::HelperDead { name: record.name.clone() },
+        e => e.into(),
+    })
+}
+
+/// A port just published, and whether something in the guest listens on it yet.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Publication {
+    /// Where it is published.
+    #[serde(flatten)]
+    pub port: PublishedPort,
+    /// True when a connection to the guest port succeeded just now; false when nothing
+    /// listens there yet (the port stays published and works once a server listens);
+    /// absent when the sandbox is paused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listening: Option<bool>,
+}
+
+/// Publishes a guest port of the sandbox on the host.
+pub async fn publish(name_or_id: &str, spec: PortSpec) -> Result<Publication, NetError> {
+    let record = with_helper(name_or_id)?;
+    let port: PublishedPort = ask(&record, &Request::Publish { spec }).await?;
+    let listening = listens(&record, port.guest_port).await;
+    Ok(Publication { port, listening })
+}
+
+/// The publication of `guest_port`, publishing it on an ephemeral loopback port first if
+/// it is not published (what `sandbox_preview_url` does).
+pub async fn ensure_published(name_or_id: &str, guest_port: u16) -> Result<Publication, NetError> {
+    let record = with_helper(name_or_id)?;
+    let ports: Vec<PublishedPort> = ask(&record, &Request::Ports).await?;
+    let port = match ports.into_iter().find(|p| p.guest_port == guest_port) {
+        Some(p) => p,
+        None => {
+            let spec = PortSpec { guest_port, host_port: None, bind: spec::DEFAULT_BIND };
+            ask(&record, &Request::Publish { spec }).await?
+        }
+    };
+    let listening = listens(&record, guest_port).await;
+    Ok(Publication { port, listening })
+}
+
+/// Stops publishing a guest port; connections through it are closed.
+pub async fn unpublish(name_or_id: &str, guest_port: u16) -> Result<PublishedPort, NetError> {
+    let record = with_helper(name_or_id)?;
+    ask(&record, &Request::Unpublish { guest_port }).await
+}
+
+/// The sandbox's published ports.
+pub async fn ports(name_or_id: &str) -> Result<Vec<PublishedPort>, NetError> {
+    let record = with_helper(name_or_id)?;
+    ask(&record, &Request::Ports).await
+}
+
+/// Whether a connection to `guest_port` on the guest's loopback succeeds now (the probe
+/// connection is closed at once); `None` for a paused sandbox, which is not woken for it.
+async fn listens(record: &Record, guest_port: u16) -> Option<bool> {
+    if record.paused {
+        return None;
+    }
+    let addr = crate::sandbox::agent_address(record);
+    let Ok(client) = Client::connect(&addr, std::time::Duration::from_secs(5)).await else {
+        return Some(false);
+    };
+    let (probe, other_end) = tokio::io::duplex(64);
+    drop(other_end);
+    Some(client.forward_port(guest_port, probe).await.is_ok())
+}

@@ -1,0 +1,133 @@
+//! The shapes of published ports and network modes, and the `GUESTPORT[:HOSTPORT]`
+//! grammar of `sbx port publish` and `sbx create --publish`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Where published ports listen unless `--bind` says otherwise.
+pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// Whether a sandbox has a network (a NIC whose traffic the host helper polices).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[schemars(inline)]
+pub enum NetworkMode {
+    /// A NIC: the public internet by policy, DNS through the host.
+    #[default]
+    Default,
+    /// No NIC at all. Published ports still work (they go over vsock).
+    None,
+}
+
+impl NetworkMode {
+    /// `default` or `none`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Default => "default",
+            NetworkMode::None => "none",
+        }
+    }
+}
+
+impl FromStr for NetworkMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<NetworkMode, String> {
+        match s {
+            "default" => Ok(NetworkMode::Default),
+            "none" => Ok(NetworkMode::None),
+            _ => Err(format!("`{s}` is not a network; give `default` or `none`")),
+        }
+    }
+}
+
+/// A port to publish: `GUESTPORT[:HOSTPORT]`; no host port means an ephemeral one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortSpec {
+    /// The TCP port in the guest.
+    pub guest_port: u16,
+    /// The host port; `None`: one the kernel picks.
+    pub host_port: Option<u16>,
+    /// The host address to listen on.
+    pub bind: IpAddr,
+}
+
+impl PortSpec {
+    /// The host socket address to listen on.
+    pub fn listen_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.bind, self.host_port.unwrap_or(0))
+    }
+}
+
+impl FromStr for PortSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PortSpec, String> {
+        let port = |p: &str, which: &str| {
+            p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
+                format!("`{s}`: {which} `{p}` is not a TCP port; write GUESTPORT[:HOSTPORT] with ports 1 to 65535, e.g. 8000 or 8000:8080")
+            })
+        };
+        let (guest, host) = match s.split_once(':') {
+            Some((g, h)) => (port(g, "guest port")?, Some(port(h, "host port")?)),
+            None => (port(s, "guest port")?, None),
+        };
+        Ok(PortSpec { guest_port: guest, host_port: host, bind: DEFAULT_BIND })
+    }
+}
+
+/// A guest port published on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[schemars(inline)]
+pub struct PublishedPort {
+    /// The TCP port in the guest.
+    pub guest_port: u16,
+    /// The host address it listens on.
+    pub bind: IpAddr,
+    /// The host port.
+    pub host_port: u16,
+    /// `http://ADDR:PORT`, for a browser.
+    pub url: String,
+}
+
+impl PublishedPort {
+    /// The publication of `guest_port` at `host`.
+    pub fn new(guest_port: u16, host: SocketAddr) -> PublishedPort {
+        let shown = match host.ip() {
+            // A wildcard listens on loopback too, the address a browser on this host uses.
+            IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(DEFAULT_BIND, host.port()),
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::new(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST), host.port())
+            }
+            _ => host,
+        };
+        PublishedPort { guest_port, bind: host.ip(), host_port: host.port(), url: format!("http://{shown}") }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_specs_parse_and_bad_ones_say_the_form() {
+        assert_eq!("8000".parse::<PortSpec>().unwrap().host_port, None);
+        let s: PortSpec = "8000:18080".parse().unwrap();
+        assert_eq!((s.guest_port, s.host_port, s.bind), (8000, Some(18080), DEFAULT_BIND));
+        for bad in ["0", "70000", "80:0", "x", "", "80:", ":80", "1:2:3"] {
+            let e = bad.parse::<PortSpec>().unwrap_err();
+            assert!(e.contains("GUESTPORT[:HOSTPORT]"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn urls_name_an_address_a_browser_can_open() {
+        let p = PublishedPort::new(8000, "127.0.0.1:4000".parse().unwrap());
+        assert_eq!(p.url, "http://127.0.0.1:4000");
+        assert_eq!(PublishedPort::new(1, "0.0.0.0:4000".parse().unwrap()).url, "http://127.0.0.1:4000");
+        assert_eq!(PublishedPort::new(1, "[::]:4000".parse().unwrap()).url, "http://[::1]:4000");
+        assert_eq!(PublishedPort::new(1, "[::1]:4000".parse().unwrap()).url, "http://[::1]:4000");
+    }
+}
