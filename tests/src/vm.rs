@@ -161,12 +161,12 @@ impl Sbx {
         self.states().into_iter().find(|(n, _)| n == name).map(|(_, state)| state)
     }
 
-    /// Sandbox directories left in the state directory.
+    /// Sandbox directories left in the state directory (not `.snapshots`).
     pub fn sandbox_dirs(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.state.path())
             .unwrap()
             .flatten()
-            .filter(|e| e.file_type().unwrap().is_dir())
+            .filter(|e| e.file_type().unwrap().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
             .map(|e| e.path())
             .collect()
     }

@@ -7,6 +7,7 @@
 //! - `guest`: what acts inside a guest: exec, run and jobs, the file commands, cp,
 //!   download;
 //! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
+//! - `snapshot`: `sbx snapshot create|ls|rm|restore`;
 //! - `template`: `sbx template build|ls|rm`;
 //! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`.
 //!
@@ -20,6 +21,7 @@ use clap::{Args, Parser, Subcommand};
 mod guest;
 mod network;
 mod sandbox;
+mod snapshot;
 mod template;
 
 pub use guest::{
@@ -30,7 +32,8 @@ pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
     UnpublishArgs, VerdictArg,
 };
-pub use sandbox::{CreateArgs, KillArgs, SandboxArg, SandboxCommand};
+pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand};
+pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
 pub use template::{BuildArgs, InitArg, TemplateCommand, TemplateRmArgs};
 
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
@@ -164,6 +167,10 @@ pub enum Command {
     /// The sandbox lifecycle: create, inspect, pause, resume, kill.
     #[command(flatten)]
     Sandbox(SandboxCommand),
+    /// Snapshots: save a running sandbox, list, remove, put a sandbox back to one;
+    /// `sbx create --from SNAPSHOT` forks one.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
     /// Templates: bake the agent into your own root filesystem, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),

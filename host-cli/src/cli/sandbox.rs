@@ -22,9 +22,12 @@ pub enum SandboxCommand {
     Create(CreateArgs),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
     Inspect(SandboxArg),
-    /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it stopped.
-    Pause(SandboxArg),
-    /// Resume a paused sandbox and set its clock to the host's.
+    /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it
+    /// stopped. With --to-disk, park it: saved to disk, no host memory held.
+    #[command(after_help = "Examples:\n  sbx pause dev\n  sbx pause --to-disk dev   (sbx ls shows it parked)\n  \
+                            sbx -s dev exec -- uptime   (brings it back first)")]
+    Pause(PauseArgs),
+    /// Resume a paused or parked sandbox and set its clock to the host's.
     Resume(SandboxArg),
     /// Stop sandboxes and delete everything they started and wrote (dead ones too).
     #[command(visible_alias = "destroy")]
@@ -65,6 +68,22 @@ pub struct CreateArgs {
     /// `--deny-out 0.0.0.0/0,::/0 --allow-out pypi.org`; the most specific rule wins.
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub deny_out: Vec<Rule>,
+    /// Start from a snapshot instead of booting (a fork: same files and running
+    /// processes, its own disk); its template, memory and vCPUs are the snapshot's.
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["template", "memory", "cpus"])]
+    pub from: Option<String>,
+}
+
+/// `sbx pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The sandbox.
+    #[command(flatten)]
+    pub sandbox: SandboxArg,
+    /// Save it to disk and end its VM (parked): no host memory held; any command aimed
+    /// at it brings it back.
+    #[arg(long)]
+    pub to_disk: bool,
 }
 
 /// A subcommand taking one sandbox.

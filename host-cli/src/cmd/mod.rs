@@ -13,6 +13,7 @@
 //! - `info` and `completions` in `system`;
 //! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]);
 //! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`;
+//! - `snapshot create|ls|rm|restore` in `snapshot`;
 //! - `template build|ls|rm` in `template`;
 //! - `port publish|ls|unpublish` (published ports) in `port`, `net show|set|log` (egress
 //!   policy and audit log) in `net`, and the hidden `net-helper` in `net`;
@@ -30,6 +31,7 @@ mod mcp;
 mod net;
 mod port;
 mod sandbox;
+mod snapshot;
 mod system;
 mod template;
 
@@ -99,6 +101,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Completions(args) => system::completions(&ctx, args),
         Command::Mcp => mcp::mcp(&ctx).await,
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
+        Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Template(cmd) => template::run(&ctx, cmd).await,
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,

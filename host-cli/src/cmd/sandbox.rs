@@ -25,7 +25,8 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
         SandboxCommand::Create(a) => create(ctx, a).await,
         SandboxCommand::Inspect(a) => inspect(ctx, &pick(&a, ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
-            let info = sandbox::pause(&pick(&a, ctx, "pause")?).await?;
+            let name = pick(&a.sandbox, ctx, "pause")?;
+            let info = if a.to_disk { sandbox::park::park(&name).await? } else { sandbox::pause(&name).await? };
             print(ctx, &info, &format!("{} {}\n", info.name, info.state.as_str()))
         }
         SandboxCommand::Resume(a) => {
@@ -53,6 +54,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         network: args.net,
         publish: args.publish,
         policy: sbx_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
+        from_snapshot: args.from,
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {

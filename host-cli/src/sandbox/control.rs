@@ -21,14 +21,15 @@ const FREEZE_GRACE: Duration = Duration::from_secs(5);
 /// How long to wait for the agent when setting the clock after a resume.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Looks a sandbox up and checks that it can run guest code (it may be paused).
-fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, SandboxError> {
+/// Looks a sandbox up and checks that it can run guest code (it may be paused or
+/// parked).
+pub(super) fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, SandboxError> {
     let record = state::find(state, name_or_id)?;
     match SandboxInfo::of(&record).state {
         SandboxState::Dead if record.is_abandoned() => Err(SandboxError::Abandoned(record.name)),
         SandboxState::Dead => Err(SandboxError::Dead(record.name)),
         SandboxState::Starting => Err(SandboxError::Starting(record.name)),
-        SandboxState::Running | SandboxState::Paused => Ok(record),
+        SandboxState::Running | SandboxState::Paused | SandboxState::Parked => Ok(record),
     }
 }
 
@@ -47,6 +48,9 @@ pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
+    if record.parked {
+        return Ok(SandboxInfo::of(&record));
+    }
     let qemu = record.qemu.ok_or_else(|| SandboxError::Dead(record.name.clone()))?;
     // Recorded first: whatever stops this call half-way (Ctrl-C, a cancelled MCP call),
     // a frozen VM is never recorded as running, which guest commands would wait on
@@ -74,8 +78,9 @@ pub struct Resumed {
 /// Lets QEMU run again (SIGCONT; QMP `cont` too if its CPUs were stopped some other
 /// way), then sets the guest clock to the host's: the guest finds its clock moved on by
 /// about the pause, give or take the emulation's drift. Resuming a running sandbox only
-/// sets the clock.
+/// sets the clock. A parked sandbox is brought back from disk first.
 pub async fn resume(name_or_id: &str) -> Result<Resumed, SandboxError> {
+    super::park::unpark_if_parked(name_or_id).await?;
     let state = dirs::state_dir()?;
     let record = {
         let _lock = StateLock::acquire(&state)?;
@@ -149,7 +154,7 @@ pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
 pub async fn resolve(name_or_id: &str) -> Result<Address, SandboxError> {
     let state = dirs::state_dir()?;
     let record = live(&state, name_or_id)?;
-    if record.paused {
+    if record.paused || record.parked {
         match resume(&record.id).await {
             // The guest runs again; a clock left behind is worth a warning, not a refusal.
             Ok(_) => {}
@@ -224,7 +229,7 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
     Ok(removed)
 }
 
-async fn stop_processes(record: &Record, force: bool) {
+pub(super) async fn stop_processes(record: &Record, force: bool) {
     if let Some(qemu) = record.qemu.filter(|p| p.is_alive()) {
         // A paused QEMU neither answers QMP nor acts on SIGTERM until it runs again.
         qemu.thaw();
@@ -239,7 +244,7 @@ async fn stop_processes(record: &Record, force: bool) {
     crate::sandbox::network::lifecycle::stop(record.net_helper, force).await;
 }
 
-fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
+pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

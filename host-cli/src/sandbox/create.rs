@@ -42,6 +42,9 @@ pub struct CreateOptions {
     pub publish: Vec<crate::sandbox::network::PortSpec>,
     /// The egress policy (with a network).
     pub policy: sbx_net::policy::Policy,
+    /// Start from this named snapshot instead of booting (a fork); its template,
+    /// memory and vCPUs are the snapshot's.
+    pub from_snapshot: Option<String>,
 }
 
 impl Default for CreateOptions {
@@ -55,6 +58,7 @@ impl Default for CreateOptions {
             network: crate::sandbox::network::NetworkMode::Default,
             publish: Vec::new(),
             policy: sbx_net::policy::Policy::default(),
+            from_snapshot: None,
         }
     }
 }
@@ -73,6 +77,9 @@ mod secs {
 /// A boot that wedges (see [`watchdog`]) is undone and tried once more, within the
 /// same `timeout`.
 pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
+    if let Some(snapshot) = &opts.from_snapshot {
+        return super::fork::create_from(snapshot, opts).await;
+    }
     let deadline = std::time::Instant::now() + opts.timeout;
     match boot(opts, opts.timeout).await {
         Err(wedged @ SandboxError::BootWedged { .. }) => {
@@ -122,6 +129,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         ready: false,
         agent_version: None,
         paused: false,
+        parked: false,
         paths: paths.clone(),
     };
     // From here on, dropping `guard` undoes everything.
@@ -203,7 +211,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
     Ok(SandboxInfo::of(&guard.disarm()))
 }
 
-fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
+pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
     if !(MIN_MEMORY_MIB..=MAX_MEMORY_MIB).contains(&opts.memory_mib) {
         return Err(SandboxError::BadResources(format!(
             "--memory {} MiB is out of range; give {MIN_MEMORY_MIB} to {MAX_MEMORY_MIB} MiB",
@@ -231,21 +239,21 @@ fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {
 
 /// Owns a half-built sandbox: kills its processes and removes its directory when
 /// dropped, unless disarmed.
-struct Cleanup {
-    record: Record,
-    armed: bool,
+pub(super) struct Cleanup {
+    pub(super) record: Record,
+    pub(super) armed: bool,
 }
 
 impl Cleanup {
-    fn set(&mut self, f: impl FnOnce(&mut Record)) {
+    pub(super) fn set(&mut self, f: impl FnOnce(&mut Record)) {
         f(&mut self.record);
     }
 
-    fn save(&self) -> Result<(), SandboxError> {
+    pub(super) fn save(&self) -> Result<(), SandboxError> {
         Ok(self.record.save()?)
     }
 
-    fn disarm(mut self) -> Record {
+    pub(super) fn disarm(mut self) -> Record {
         self.armed = false;
         self.record.clone()
     }

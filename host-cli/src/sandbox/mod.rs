@@ -19,8 +19,12 @@
 pub mod control;
 pub mod create;
 pub mod files;
+mod fork;
+mod machine;
 pub mod mode;
 pub mod network;
+pub mod park;
+pub mod snapshot;
 pub mod target;
 
 use std::path::PathBuf;
@@ -139,6 +143,45 @@ pub enum SandboxError {
         #[source]
         source: std::io::Error,
     },
+    /// Saving or loading a VM's state.
+    #[error(transparent)]
+    Migrate(#[from] crate::vmm::migrate::MigrateError),
+    /// A snapshot on disk.
+    #[error(transparent)]
+    SnapFile(#[from] crate::vmm::snapfile::SnapFileError),
+    /// A VM came back from a snapshot but its agent did not answer.
+    #[error("sandbox `{name}` did not come back from its snapshot: {reason}")]
+    Revive {
+        /// The sandbox.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A file could not be copied.
+    #[error("could not copy {} to {}; check free space", from.display(), to.display())]
+    Copy {
+        /// The source.
+        from: PathBuf,
+        /// The destination.
+        to: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The snapshot cannot start on this host or template any more.
+    #[error("snapshot `{snapshot}` cannot be used: {why}")]
+    Incompatible {
+        /// The snapshot.
+        snapshot: String,
+        /// Why.
+        why: String,
+    },
+    /// A snapshot name that is not a plain name.
+    #[error("`{0}` is not a valid snapshot name; use up to 64 letters, digits, `-`, `_` and `.`")]
+    BadSnapshotName(String),
+    /// The snapshot name is taken.
+    #[error("a snapshot named `{0}` already exists; pick another name or remove it with `sbx snapshot rm {0}`")]
+    SnapshotExists(String),
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]
     Interrupted,
@@ -164,6 +207,8 @@ pub enum SandboxState {
     Running,
     /// The whole VM is frozen (`sbx pause`).
     Paused,
+    /// Saved to disk with QEMU ended (`sbx pause --to-disk`); any use brings it back.
+    Parked,
     /// QEMU is gone, or its `sbx create` died before it was ready; `sbx kill` cleans up.
     Dead,
 }
@@ -175,6 +220,7 @@ impl SandboxState {
             SandboxState::Starting => "starting",
             SandboxState::Running => "running",
             SandboxState::Paused => "paused",
+            SandboxState::Parked => "parked",
             SandboxState::Dead => "dead",
         }
     }
@@ -224,6 +270,7 @@ impl SandboxInfo {
         reap_if_abandoned(record);
         let qemu_alive = record.qemu.is_some_and(|p| p.is_alive());
         let state = match (qemu_alive && !record.is_abandoned(), record.ready, record.paused) {
+            _ if record.parked && !qemu_alive => SandboxState::Parked,
             (false, ..) => SandboxState::Dead,
             (true, false, _) => SandboxState::Starting,
             (true, true, true) => SandboxState::Paused,
@@ -309,6 +356,7 @@ mod tests {
             ready: false,
             agent_version: None,
             paused: false,
+            parked: false,
             paths: Paths::in_dir(d.path(), false),
         };
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);

@@ -14,6 +14,12 @@ pub const QEMU: &str = "qemu-system-x86_64";
 pub const VHOST_VSOCK: &str = "vhost-device-vsock";
 /// The image tool used for copy-on-write overlays.
 pub const QEMU_IMG: &str = "qemu-img";
+/// QEMU's id of the vsock device's chardev (the vhost-user socket).
+pub const VSOCK_CHARDEV: &str = "vsock0";
+/// QEMU's id of the vsock device, which snapshots unplug and plug again.
+pub const VSOCK_DEVICE: &str = "vs0";
+/// The PCIe root port the vsock device sits behind, so that it can be hot-plugged.
+pub const VSOCK_PORT: &str = "rp1";
 /// How long vhost-device-vsock may take to create its socket.
 const VHOST_SOCKET_WAIT: Duration = Duration::from_secs(10);
 /// How often to look for that socket.
@@ -170,10 +176,18 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         format!("file:{}", p.console_log.display()),
         "-qmp".into(),
         format!("unix:{},server=on,wait=off", p.qmp_socket.display()),
-        "-chardev".into(),
-        format!("socket,id=vsock0,path={}", p.vhost_socket.display()),
+        // A VM generation id: a restored snapshot gets a new one, and Linux reseeds its
+        // random number generator when it changes (see vmm::migrate).
         "-device".into(),
-        "vhost-user-vsock-pci,chardev=vsock0".into(),
+        "vmgenid,guid=auto".into(),
+        // The vsock device sits behind a root port so that it can be unplugged before a
+        // snapshot (QEMU cannot migrate vhost-user-vsock) and plugged in again after.
+        "-device".into(),
+        format!("pcie-root-port,id={VSOCK_PORT},bus=pcie.0,chassis=1"),
+        "-chardev".into(),
+        format!("socket,id={VSOCK_CHARDEV},path={}", p.vhost_socket.display()),
+        "-device".into(),
+        vsock_device(),
         "-kernel".into(),
         spec.template.kernel.display().to_string(),
         "-append".into(),
@@ -207,6 +221,11 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         ]);
     }
     args
+}
+
+/// The `-device` / `device_add` value of the vsock device.
+pub fn vsock_device() -> String {
+    format!("vhost-user-vsock-pci,chardev={VSOCK_CHARDEV},bus={VSOCK_PORT},id={VSOCK_DEVICE}")
 }
 
 /// Makes a qcow2 overlay backed by the template's raw image, which is never written.

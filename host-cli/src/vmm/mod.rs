@@ -12,14 +12,19 @@
 //! - [`process`]: starting detached processes, pid identity, killing.
 //! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
 //! - [`ready`]: the listener for the agent's `READY` announcement.
-//! - [`qmp`]: a few QMP commands (query-status, cont, quit).
+//! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
+//! - [`migrate`]: saving a running VM to a file and loading it, the vsock device
+//!   unplugged and plugged around it.
+//! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 
 pub mod dirs;
 pub mod launcher;
+pub mod migrate;
 pub mod process;
 pub mod qmp;
 pub mod ready;
+pub mod snapfile;
 pub mod state;
 pub mod template;
 pub mod watchdog;

@@ -62,6 +62,8 @@ pub enum QmpError {
 pub struct Qmp {
     reader: BufReader<tokio::net::unix::OwnedReadHalf>,
     writer: tokio::net::unix::OwnedWriteHalf,
+    /// Names of the asynchronous events read past while waiting for replies.
+    events: Vec<String>,
 }
 
 impl Qmp {
@@ -72,7 +74,7 @@ impl Qmp {
             .map_err(|_| QmpError::Timeout { command: "connect".into() })?
             .map_err(|source| QmpError::Connect { path: path.to_path_buf(), source })?;
         let (r, w) = stream.into_split();
-        let mut qmp = Qmp { reader: BufReader::new(r), writer: w };
+        let mut qmp = Qmp { reader: BufReader::new(r), writer: w, events: Vec::new() };
         let greeting = qmp.read_message("greeting").await?;
         if greeting.get("QMP").is_none() {
             return Err(QmpError::Protocol { command: "greeting".into(), reply: greeting.to_string() });
@@ -83,7 +85,17 @@ impl Qmp {
 
     /// Runs `command` (no arguments) and returns its `return` value.
     pub async fn execute(&mut self, command: &str) -> Result<Value, QmpError> {
-        let line = format!("{}\n", json!({ "execute": command }));
+        self.execute_with(command, Value::Null).await
+    }
+
+    /// Runs `command` with `arguments` (none when `Null`) and returns its `return` value.
+    pub async fn execute_with(&mut self, command: &str, arguments: Value) -> Result<Value, QmpError> {
+        let request = if arguments.is_null() {
+            json!({ "execute": command })
+        } else {
+            json!({ "execute": command, "arguments": arguments })
+        };
+        let line = format!("{request}\n");
         let io = |source| QmpError::Io { command: command.into(), source };
         self.writer.write_all(line.as_bytes()).await.map_err(io)?;
         loop {
@@ -95,7 +107,36 @@ impl Qmp {
                 let message = err.get("desc").and_then(Value::as_str).unwrap_or("no description").to_string();
                 return Err(QmpError::Refused { command: command.into(), message });
             }
-            // Anything else is an asynchronous event (STOP, RESUME, ...): skip it.
+            // Anything else is an asynchronous event (STOP, RESUME, ...): kept for
+            // `wait_event`.
+            if let Some(name) = msg.get("event").and_then(Value::as_str) {
+                self.events.push(name.to_string());
+            }
+        }
+    }
+
+    /// Waits up to `limit` for the event `name`, counting those already read past;
+    /// false when it did not come.
+    pub async fn wait_event(&mut self, name: &str, limit: Duration) -> Result<bool, QmpError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if let Some(i) = self.events.iter().position(|e| e == name) {
+                self.events.remove(i);
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            match tokio::time::timeout(left, self.read_message(name)).await {
+                Err(_) | Ok(Err(QmpError::Timeout { .. })) => return Ok(false),
+                Ok(Err(e)) => return Err(e),
+                Ok(Ok(msg)) => {
+                    if let Some(event) = msg.get("event").and_then(Value::as_str) {
+                        self.events.push(event.to_string());
+                    }
+                }
+            }
         }
     }
 

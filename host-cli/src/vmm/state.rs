@@ -104,6 +104,11 @@ impl Paths {
         }
     }
 
+    /// Where a parked sandbox's snapshot is.
+    pub fn parked(&self) -> PathBuf {
+        self.dir.join("parked")
+    }
+
     /// The Unix socket the guest's port `port` connections arrive on.
     pub fn guest_port_socket(&self, port: u32) -> PathBuf {
         let mut s = self.vsock.clone().into_os_string();
@@ -148,6 +153,10 @@ pub struct Record {
     pub agent_version: Option<String>,
     /// Set by `sbx pause`, cleared by `sbx resume`.
     pub paused: bool,
+    /// Set by `sbx pause --to-disk`: QEMU and vhost-device-vsock are gone and the VM
+    /// waits in `<dir>/parked/` (see [`Paths::parked`]).
+    #[serde(default)]
+    pub parked: bool,
     /// Its files.
     pub paths: Paths,
 }
@@ -201,6 +210,8 @@ pub fn load_all(state: &Path) -> Vec<Result<Record, PathBuf>> {
         .flatten()
         .flatten()
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        // `.snapshots` and other dot directories are not sandboxes.
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| load_dir(&e.path()).ok_or(e.path()))
         .collect();
     out.sort_by_key(|r| r.as_ref().map(|r| r.created_unix_ms).unwrap_or(i64::MAX));
@@ -339,6 +350,7 @@ mod tests {
             ready: true,
             agent_version: None,
             paused: false,
+            parked: false,
             paths: Paths::in_dir(&d, false),
         };
         r.save().unwrap();

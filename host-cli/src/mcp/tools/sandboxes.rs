@@ -152,6 +152,7 @@ impl CreateArgs {
             timeout: self.boot_timeout_s.map_or(defaults.timeout, Duration::from_secs),
             network: self.network.unwrap_or_default(),
             policy,
+            from_snapshot: None,
             ..defaults
         })
     }

@@ -1,0 +1,67 @@
+//! `sbx create --from SNAPSHOT`: a new sandbox that continues from a named snapshot,
+//! with its own id, name, guest CID, copy of the disk, clock, hostname and randomness.
+//! Any failure, timeout or cancellation removes everything it started, as a boot does.
+
+use super::create::{CreateOptions, Cleanup};
+use super::{SandboxError, SandboxInfo, machine, snapshot};
+use crate::vmm::dirs;
+use crate::vmm::now_unix_ms;
+use crate::vmm::process::ProcRef;
+use crate::vmm::state::{self, Paths, Record, StateLock};
+use crate::vmm::template;
+
+/// Starts a sandbox from snapshot `snap_name`; `opts` gives its name and timeout (the
+/// template, memory and vCPUs are the snapshot's).
+pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
+    if opts.timeout.is_zero() {
+        return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
+    }
+    if let Some(name) = opts.name.as_deref().filter(|n| !template::is_plain_name(n)) {
+        return Err(state::StateError::BadName(name.to_string()).into());
+    }
+    let state_dir = dirs::ensure_state_dir()?;
+    let (snap, tpl) = snapshot::open_named(&state_dir, snap_name)?;
+    let lock = StateLock::acquire(&state_dir)?;
+    let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
+    let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
+    let record = Record {
+        id: alloc.id,
+        name: alloc.name,
+        template: snap.meta.template.clone(),
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        cid: alloc.cid,
+        accel: snap.meta.accel.clone(),
+        created_unix_ms: now_unix_ms(),
+        qemu: None,
+        vhost: None,
+        net_helper: None,
+        creator: ProcRef::of(std::process::id()),
+        ready: false,
+        agent_version: None,
+        paused: false,
+        parked: false,
+        paths,
+    };
+    // From here on, dropping `guard` undoes everything.
+    let mut guard = Cleanup { record, armed: true };
+    guard.save()?;
+    drop(lock);
+    if let (Some(disk), Some(overlay)) = (snap.disk(), &guard.record.paths.overlay) {
+        machine::copy_file(&disk, overlay)?;
+    }
+    let mut record = guard.record.clone();
+    let version = {
+        let mut persist = |r: &Record| {
+            guard.record = r.clone();
+            Ok(r.save()?)
+        };
+        machine::bring_up(&mut record, &mut persist, &snap, &tpl, opts.timeout).await?
+    };
+    guard.set(|r| {
+        r.ready = true;
+        r.agent_version = Some(version);
+    });
+    guard.save()?;
+    Ok(SandboxInfo::of(&guard.disarm()))
+}

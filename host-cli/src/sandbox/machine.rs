@@ -1,0 +1,240 @@
+//! The steps snapshots, forks and parking share: saving a sandbox's VM into a
+//! snapshot, letting the saved VM run on, and bringing a VM up from a snapshot as a
+//! machine of its own (clock, hostname, randomness).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::{SandboxError, agent_address};
+use crate::client::{Client, ExecSpec};
+use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
+use crate::vmm::migrate;
+use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
+use crate::vmm::qmp::Qmp;
+use crate::vmm::snapfile::{Snapshot, Staging};
+use crate::vmm::state::Record;
+use crate::vmm::template::Template;
+use crate::vmm::now_unix_ms;
+
+/// How long writing the VM state may take.
+const SAVE_LIMIT: Duration = Duration::from_secs(300);
+/// How long one try to reach the agent may take.
+const AGENT_TRY: Duration = Duration::from_secs(2);
+/// How long vhost-device-vsock gets after SIGTERM.
+const VHOST_GRACE: Duration = Duration::from_secs(2);
+
+/// Saves the VM of `record` (running, not frozen) into `staging`: the vsock device is
+/// unplugged, the guest stopped, its state written, and its disk overlay copied when
+/// `copy_disk`. QEMU is left stopped; [`run_on`] lets it continue. Returns QEMU's
+/// version.
+pub(super) async fn save(record: &Record, staging: &Staging, copy_disk: bool) -> Result<String, SandboxError> {
+    let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
+    let version = qemu_version(&mut qmp).await?;
+    migrate::unplug_vsock(&mut qmp).await?;
+    migrate::save(&mut qmp, &staging.memory(), SAVE_LIMIT).await?;
+    if let (true, Some(overlay)) = (copy_disk, &record.paths.overlay) {
+        // QEMU flushed and released the disk when the save completed.
+        copy_file(overlay, &staging.disk())?;
+    }
+    Ok(version)
+}
+
+/// Lets a VM that was saved run on: a fresh vhost-device-vsock (the old one served the
+/// unplugged device), `cont`, the vsock device plugged in again, the agent reached.
+/// `persist` records each new process as it starts.
+pub(super) async fn run_on(
+    record: &mut Record,
+    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    limit: Duration,
+) -> Result<(), SandboxError> {
+    let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
+    if migrate::vsock_plugged(&mut qmp).await? {
+        // The save failed before the device went: only the CPUs may need to run.
+        qmp.execute("cont").await?;
+        return Ok(());
+    }
+    if let Some(old) = record.vhost.take() {
+        old.terminate(VHOST_GRACE).await;
+    }
+    start_vhost(record, persist).await?;
+    qmp.execute("cont").await?;
+    plug_and_reach(record, &mut qmp, limit).await?;
+    Ok(())
+}
+
+/// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
+/// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
+/// the state, the load, the vsock device, the agent, and then the guest is made its
+/// own machine ([`make_own`]). `persist` records each process as it starts, so that
+/// whoever undoes a failure finds them. Returns the agent's version.
+pub(super) async fn bring_up(
+    record: &mut Record,
+    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    snap: &Snapshot,
+    template: &Template,
+    limit: Duration,
+) -> Result<String, SandboxError> {
+    let started = Instant::now();
+    let step = |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+    let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
+    start_vhost(record, persist).await?;
+    step("vhost-device-vsock up");
+    let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
+    let spec = VmSpec {
+        id: &record.id,
+        name: &record.name,
+        template,
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        accel,
+        paths: &record.paths,
+        // Snapshots refuse sandboxes with a network helper (see `snapshot::save_into`).
+        network: false,
+    };
+    let args = migrate::restore_args(&launcher::qemu_args(&spec));
+    let _ = std::fs::remove_file(&record.paths.qmp_socket);
+    let mut child = spawn_detached(&qemu, &args, &record.paths.qemu_log).map_err(launcher::LaunchError::from)?;
+    record.qemu = child.id().and_then(ProcRef::of);
+    persist(record)?;
+    let mut qmp = connect_new(record, &mut child, limit).await?;
+    step("QEMU answers");
+    match migrate::load(&mut qmp, &snap.memory(), limit).await {
+        // QEMU ends on a stream it cannot read; its log says why.
+        Err(migrate::MigrateError::Qmp(e)) => {
+            let exited = tokio::time::timeout(Duration::from_secs(2), child.wait()).await.is_ok();
+            let reason = if exited {
+                format!("QEMU exited: {}", launcher::tail(&record.paths.qemu_log, 3))
+            } else {
+                e.to_string()
+            };
+            return Err(migrate::MigrateError::Failed { what: "load", reason }.into());
+        }
+        other => other?,
+    }
+    step("state loaded");
+    let (client, version) = plug_and_reach(record, &mut qmp, limit).await?;
+    step("agent answers");
+    make_own(&client, &record.name).await.map_err(|e| revive(record, e))?;
+    step("clock, hostname and randomness set");
+    Ok(version)
+}
+
+/// Starts vhost-device-vsock for `record` on its usual sockets (stale ones removed)
+/// and waits for its socket.
+async fn start_vhost(
+    record: &mut Record,
+    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+) -> Result<(), SandboxError> {
+    let program = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
+    for stale in [&record.paths.vhost_socket, &record.paths.vsock] {
+        let _ = std::fs::remove_file(stale);
+    }
+    let mut child = launcher::spawn_vhost(&program, record.cid, &record.paths)?;
+    record.vhost = child.id().and_then(ProcRef::of);
+    persist(record)?;
+    launcher::wait_vhost_socket(&mut child, &record.paths).await?;
+    Ok(())
+}
+
+/// Plugs the vsock device in, waits for the guest driver, then for the agent.
+async fn plug_and_reach(record: &Record, qmp: &mut Qmp, limit: Duration) -> Result<(Client, String), SandboxError> {
+    migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
+    migrate::wait_vsock_driver(qmp, limit).await?;
+    reach_agent(record, limit).await
+}
+
+/// Connects to the agent until its Info answers: right after the device comes back the
+/// guest may still refuse a connection or two.
+async fn reach_agent(record: &Record, limit: Duration) -> Result<(Client, String), SandboxError> {
+    let deadline = Instant::now() + limit;
+    let addr = agent_address(record);
+    loop {
+        let tried = async {
+            let client = Client::connect(&addr, AGENT_TRY).await?;
+            let info = client.info().await?;
+            Ok::<_, crate::client::ClientError>((client, info.agent_version))
+        };
+        match tokio::time::timeout(AGENT_TRY, tried).await {
+            Ok(Ok(reached)) => return Ok(reached),
+            Ok(Err(e)) if Instant::now() >= deadline => return Err(revive(record, e)),
+            Err(_) if Instant::now() >= deadline => {
+                return Err(revive(record, "no answer"));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Makes a restored guest its own machine: the host's clock, its own hostname, and
+/// randomness of its own. The VM generation id changed with the restore, so Linux has
+/// reseeded its generator already (`vmgenid`); host randomness is mixed in on top.
+async fn make_own(client: &Client, name: &str) -> Result<(), crate::client::ClientError> {
+    client.set_time(now_unix_ms()).await?;
+    let script = "echo \"$0\" > /proc/sys/kernel/hostname && cat > /dev/urandom";
+    let mut spec = ExecSpec::argv(["sh", "-c", script, name]);
+    spec.stdin = Bytes::from(host_random(64));
+    spec.timeout = Some(Duration::from_secs(10));
+    let result = client.exec(&spec).await?;
+    if !result.status.success() {
+        tracing::warn!(
+            "setting the hostname of `{name}` failed: {}",
+            String::from_utf8_lossy(&result.stderr.data).trim()
+        );
+    }
+    Ok(())
+}
+
+fn host_random(n: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
+    buf
+}
+
+fn revive(record: &Record, e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Revive { name: record.name.clone(), reason: e.to_string() }
+}
+
+/// Connects to the QMP socket of a QEMU that just started.
+async fn connect_new(record: &Record, child: &mut tokio::process::Child, limit: Duration) -> Result<Qmp, SandboxError> {
+    let socket = &record.paths.qmp_socket;
+    let deadline = Instant::now() + limit;
+    loop {
+        if socket.exists()
+            && let Ok(qmp) = Qmp::connect(socket).await
+        {
+            return Ok(qmp);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(SandboxError::BootExited {
+                status: status.to_string(),
+                qemu_log: launcher::tail(&record.paths.qemu_log, 5),
+                console: String::new(),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(revive(record, "QEMU never opened its control socket"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// QEMU's version, `major.minor.micro`.
+pub(super) async fn qemu_version(qmp: &mut Qmp) -> Result<String, SandboxError> {
+    let v = qmp.execute("query-version").await?;
+    let n = |k: &str| v.pointer(&format!("/qemu/{k}")).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    Ok(format!("{}.{}.{}", n("major"), n("minor"), n("micro")))
+}
+
+/// Copies `from` to `to` through a temporary file, so `to` is never seen half-written.
+pub(super) fn copy_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    let tmp = to.with_extension("partial");
+    let err = |source| SandboxError::Copy { from: from.to_path_buf(), to: to.to_path_buf(), source };
+    std::fs::copy(from, &tmp).map_err(err)?;
+    std::fs::rename(&tmp, to).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        err(e)
+    })
+}

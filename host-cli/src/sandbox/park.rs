@@ -1,0 +1,68 @@
+//! Parking: `sbx pause --to-disk` saves a sandbox into its own directory and ends its
+//! QEMU and vhost-device-vsock, so it holds no host memory; `sbx resume`, and any
+//! command aimed at it, brings it back from there first ([`unpark`]).
+
+use std::time::Duration;
+
+use super::control::{live, stop_processes};
+use super::{SandboxError, SandboxInfo, machine, snapshot};
+use crate::vmm::snapfile;
+use crate::vmm::state::{Record, StateLock};
+use crate::vmm::{dirs, template};
+
+/// How long a parked sandbox gets to come back.
+const UNPARK_LIMIT: Duration = Duration::from_secs(120);
+
+/// Saves sandbox `name_or_id` to disk and ends its processes. Parking a parked sandbox
+/// does nothing. If the save fails, the sandbox runs on as before.
+pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = live(&state, name_or_id)?;
+    if record.parked {
+        return Ok(SandboxInfo::of(&record));
+    }
+    let tpl = template::load(&dirs::templates_dir()?, &record.template)?;
+    let target = record.paths.parked();
+    let _ = std::fs::remove_dir_all(&target);
+    let name = record.name.clone();
+    // The disk overlay stays where it is: nothing writes it while the VM is gone.
+    snapshot::save_into(&mut record, &target, &name, &tpl, false, false).await?;
+    stop_processes(&record, false).await;
+    record.qemu = None;
+    record.vhost = None;
+    record.paused = false;
+    record.parked = true;
+    record.save()?;
+    Ok(SandboxInfo::of(&record))
+}
+
+/// Brings parked `record` back from its directory; call under the state lock. On
+/// failure it stays parked, with nothing left running.
+pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
+    let snap = snapfile::open(&record.paths.parked())?;
+    let tpl = snapshot::usable(&snap)?;
+    let mut persist = |r: &Record| Ok(r.save()?);
+    if let Err(e) = machine::bring_up(record, &mut persist, &snap, &tpl, UNPARK_LIMIT).await {
+        stop_processes(record, true).await;
+        record.qemu = None;
+        record.vhost = None;
+        record.save()?;
+        return Err(e);
+    }
+    record.parked = false;
+    record.save()?;
+    let _ = std::fs::remove_dir_all(record.paths.parked());
+    Ok(())
+}
+
+/// Brings sandbox `name_or_id` back if it is parked; returns its record either way.
+pub(super) async fn unpark_if_parked(name_or_id: &str) -> Result<Record, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = live(&state, name_or_id)?;
+    if record.parked {
+        unpark(&mut record).await?;
+    }
+    Ok(record)
+}

@@ -1,0 +1,265 @@
+//! Snapshots: saving a sandbox (memory, devices, disk) under a name, listing and
+//! removing them, starting new sandboxes from one (forks), and putting a sandbox back
+//! to one. The QEMU side is in [`crate::vmm::migrate`], the files in
+//! [`crate::vmm::snapfile`], the steps shared with parking in `machine`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::control::{live, stop_processes};
+use super::{SandboxError, SandboxInfo, machine};
+use crate::vmm::snapfile::{self, Snapshot, SnapshotMeta, Staging};
+use crate::vmm::state::{self, Record, StateLock};
+use crate::vmm::template::{self, Template};
+use crate::vmm::{dirs, now_unix_ms};
+
+/// How long a VM that was saved gets to run on with its agent answering.
+const RUN_ON_LIMIT: Duration = Duration::from_secs(60);
+/// How long QEMU's threads get to stop when a paused sandbox is paused again.
+const FREEZE_GRACE: Duration = Duration::from_secs(5);
+
+/// What `sbx snapshot ls` and the MCP tools report about a snapshot.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotInfo {
+    /// Its name.
+    pub name: String,
+    /// The sandbox it was taken from (its name then).
+    pub source_sandbox: String,
+    /// That sandbox's id.
+    pub source_id: String,
+    /// Its template.
+    pub template: String,
+    /// Guest memory.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// Bytes on disk (memory stream and disk overlay).
+    pub size_bytes: u64,
+    /// When it was taken (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// Seconds since then.
+    pub age_secs: u64,
+}
+
+impl SnapshotInfo {
+    fn of(snap: &Snapshot) -> SnapshotInfo {
+        let m = &snap.meta;
+        SnapshotInfo {
+            name: m.name.clone(),
+            source_sandbox: m.source_name.clone(),
+            source_id: m.source_id.clone(),
+            template: m.template.clone(),
+            memory_mib: m.memory_mib,
+            cpus: m.cpus,
+            size_bytes: snap.size_on_disk(),
+            created_unix_ms: m.created_unix_ms,
+            age_secs: u64::try_from((now_unix_ms() - m.created_unix_ms) / 1000).unwrap_or(0),
+        }
+    }
+}
+
+/// How to take a snapshot.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct SnapshotOptions {
+    /// Its name; `None`: `<sandbox>-<unix seconds>`.
+    pub name: Option<String>,
+    /// Remove the sandbox once saved, instead of letting it run on.
+    pub stop: bool,
+}
+
+/// Saves sandbox `name_or_id` as a named snapshot: its memory, device state and disk.
+/// The sandbox runs on (a paused one stays paused) unless `stop`, which removes it once
+/// the snapshot is safe. Connections to its agent open meanwhile are reset.
+pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<SnapshotInfo, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = live(&state, name_or_id)?;
+    if record.parked {
+        return Err(SandboxError::Incompatible {
+            snapshot: record.name.clone(),
+            why: "the sandbox is parked; resume it with `sbx resume` first".into(),
+        });
+    }
+    let name = opts.name.clone().unwrap_or_else(|| format!("{}-{}", record.name, now_unix_ms() / 1000));
+    if !template::is_plain_name(&name) {
+        return Err(SandboxError::BadSnapshotName(name));
+    }
+    let target = snapfile::named_dir(&state).join(&name);
+    if target.exists() {
+        return Err(SandboxError::SnapshotExists(name));
+    }
+    let tpl = template::load(&dirs::templates_dir()?, &record.template)?;
+    let snap = save_into(&mut record, &target, &name, &tpl, true, !opts.stop).await?;
+    if opts.stop {
+        stop_processes(&record, false).await;
+        super::control::remove_dir(&record.paths.dir)?;
+    }
+    Ok(SnapshotInfo::of(&snap))
+}
+
+/// Saves `record`'s VM into a snapshot at `target`; then, when `run_on`, lets the VM
+/// continue (re-frozen if it was paused). Shared with parking.
+pub(super) async fn save_into(
+    record: &mut Record,
+    target: &Path,
+    name: &str,
+    tpl: &Template,
+    copy_disk: bool,
+    run_on: bool,
+) -> Result<Snapshot, SandboxError> {
+    let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
+    let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
+    let need = (u64::from(record.memory_mib) << 20) + disk_bytes;
+    let staging = Staging::new(target, need)?;
+    let was_paused = record.paused;
+    if let Some(qemu) = record.qemu {
+        qemu.thaw();
+    }
+    let saved = machine::save(record, &staging, copy_disk).await;
+    let committed = match saved {
+        Ok(qemu_version) => {
+            let meta = SnapshotMeta {
+                format: snapfile::FORMAT,
+                name: name.to_string(),
+                source_id: record.id.clone(),
+                source_name: record.name.clone(),
+                template: record.template.clone(),
+                template_fingerprint: snapfile::fingerprint(tpl),
+                memory_mib: record.memory_mib,
+                cpus: record.cpus,
+                accel: record.accel.clone(),
+                qemu_version,
+                created_unix_ms: now_unix_ms(),
+                memory_bytes: 0,
+                disk: overlay.is_some(),
+            };
+            staging.commit(meta, false).map_err(SandboxError::from)
+        }
+        Err(e) => Err(e),
+    };
+    if run_on || committed.is_err() {
+        let mut persist = |r: &Record| Ok(r.save()?);
+        let back = machine::run_on(record, &mut persist, RUN_ON_LIMIT).await;
+        if was_paused && let Some(qemu) = record.qemu {
+            qemu.freeze(FREEZE_GRACE).await;
+        }
+        if let Err(e) = back {
+            return Err(match committed {
+                Ok(snap) => SandboxError::Revive {
+                    name: record.name.clone(),
+                    reason: format!("the snapshot `{}` was saved, but the sandbox did not run on: {e}", snap.meta.name),
+                },
+                Err(first) => first,
+            });
+        }
+    }
+    committed
+}
+
+/// Every named snapshot, by name. Damaged ones are left out with a warning.
+pub fn list() -> Result<Vec<SnapshotInfo>, SandboxError> {
+    let state = dirs::state_dir()?;
+    let mut out = Vec::new();
+    for snap in snapfile::list(&state) {
+        match snap {
+            Ok(s) => out.push(SnapshotInfo::of(&s)),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+    Ok(out)
+}
+
+/// Removes named snapshots. Every name is checked first, so a typo removes nothing;
+/// a damaged snapshot can be removed too.
+pub fn remove(names: &[String]) -> Result<Vec<String>, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let dirs: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let dir = snapfile::named_dir(&state).join(n);
+            if template::is_plain_name(n) && dir.is_dir() {
+                Ok(dir)
+            } else {
+                Err(snapfile::SnapFileError::NotFound(n.clone()))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    for dir in &dirs {
+        super::control::remove_dir(dir)?;
+    }
+    Ok(names.to_vec())
+}
+
+/// Opens named snapshot `name` and checks that it can start here: its template is
+/// installed and unchanged.
+pub(super) fn open_named(state: &Path, name: &str) -> Result<(Snapshot, Template), SandboxError> {
+    let dir = snapfile::named_dir(state).join(name);
+    if !template::is_plain_name(name) || !dir.is_dir() {
+        return Err(snapfile::SnapFileError::NotFound(name.to_string()).into());
+    }
+    let snap = snapfile::open(&dir)?;
+    let tpl = usable(&snap)?;
+    Ok((snap, tpl))
+}
+
+/// The template `snap` needs, when it is installed and unchanged since.
+pub(super) fn usable(snap: &Snapshot) -> Result<Template, SandboxError> {
+    let incompatible = |why: String| SandboxError::Incompatible { snapshot: snap.meta.name.clone(), why };
+    let tpl = template::load(&dirs::templates_dir()?, &snap.meta.template)
+        .map_err(|e| incompatible(format!("its template is not usable: {e}")))?;
+    if snapfile::fingerprint(&tpl) != snap.meta.template_fingerprint {
+        return Err(incompatible(format!(
+            "template `{}` was rebuilt since it was taken; take a new snapshot",
+            tpl.name
+        )));
+    }
+    let accel = crate::vmm::launcher::probe_accel();
+    if accel.as_str() != snap.meta.accel {
+        return Err(incompatible(format!(
+            "it was taken under {}, this host runs {}",
+            snap.meta.accel,
+            accel.as_str()
+        )));
+    }
+    Ok(tpl)
+}
+
+/// Puts sandbox `name_or_id` back to snapshot `snap_name`: its VM is replaced by one
+/// restored from the snapshot (memory, processes and disk); its name and id stay. The
+/// snapshot is checked before anything is stopped.
+pub async fn restore(name_or_id: &str, snap_name: &str, timeout: Duration) -> Result<SandboxInfo, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = state::find(&state, name_or_id)?;
+    let (snap, tpl) = open_named(&state, snap_name)?;
+    if snap.meta.disk != record.paths.overlay.is_some() {
+        return Err(SandboxError::Incompatible {
+            snapshot: snap.meta.name.clone(),
+            why: format!("its template `{}` does not match the sandbox's `{}`", snap.meta.template, record.template),
+        });
+    }
+    stop_processes(&record, false).await;
+    let _ = std::fs::remove_dir_all(record.paths.parked());
+    record.qemu = None;
+    record.vhost = None;
+    record.paused = false;
+    record.parked = false;
+    record.template = snap.meta.template.clone();
+    record.memory_mib = snap.meta.memory_mib;
+    record.cpus = snap.meta.cpus;
+    record.save()?;
+    if let (Some(disk), Some(overlay)) = (snap.disk(), &record.paths.overlay) {
+        machine::copy_file(&disk, overlay)?;
+    }
+    let mut persist = |r: &Record| Ok(r.save()?);
+    if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, timeout).await {
+        // Nothing half-running is left: the sandbox shows as dead and `sbx kill` removes it.
+        stop_processes(&record, true).await;
+        return Err(e);
+    }
+    Ok(SandboxInfo::of(&record))
+}

@@ -1,0 +1,243 @@
+//! Saving a running VM to a file and starting one from it, over QMP.
+//!
+//! QEMU 7.2 cannot migrate a vhost-user-vsock device (its backend lacks the dirty-log
+//! feature), so the device sits behind a PCIe root port (see [`super::launcher`]) and
+//! is unplugged before a save and plugged in again, on a fresh vhost-device-vsock,
+//! after a load or once the save is done. The guest agent's listening socket outlives
+//! the device; connections open at the time are reset by the guest's vsock driver.
+//!
+//! The file is QEMU's own migration stream (`migrate` to `exec:cat > FILE`), which
+//! holds only the pages in use. Guest RAM stays a shared memfd: vhost-user needs it
+//! shared, so Kata's templating (RAM in a file mapped privately on restore) does not
+//! apply here; rootfs/README.md has the measurements.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::launcher::{VSOCK_CHARDEV, VSOCK_DEVICE, VSOCK_PORT};
+use super::qmp::{Qmp, QmpError};
+
+/// How long the guest gets to release the vsock device.
+const UNPLUG_WAIT: Duration = Duration::from_secs(10);
+/// How often migration progress is polled.
+const POLL: Duration = Duration::from_millis(20);
+/// The first bytes of a QEMU migration stream: "QEVM" and version 3.
+pub const STREAM_MAGIC: [u8; 8] = [b'Q', b'E', b'V', b'M', 0, 0, 0, 3];
+
+/// Why a save or a load failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    /// QMP failed.
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+    /// The guest kept its vsock device.
+    #[error(
+        "the guest did not release its vsock device within {} s; is its kernel handling PCIe hot-plug?",
+        UNPLUG_WAIT.as_secs()
+    )]
+    Unplug,
+    /// QEMU reported the migration as failed.
+    #[error("QEMU could not {what} the VM state: {reason}")]
+    Failed {
+        /// "save" or "load".
+        what: &'static str,
+        /// QEMU's words.
+        reason: String,
+    },
+    /// It did not finish in time.
+    #[error("QEMU did not {what} the VM state within {secs} s")]
+    Timeout {
+        /// "save" or "load".
+        what: &'static str,
+        /// The limit.
+        secs: u64,
+    },
+    /// The guest driver did not take the vsock device.
+    #[error("the guest did not set up its vsock device within {secs} s after it was plugged in")]
+    Driver {
+        /// The limit.
+        secs: u64,
+    },
+    /// A path that cannot go on a shell command line.
+    #[error("the path {} holds a quote or a newline; use a state directory without them", .0.display())]
+    BadPath(PathBuf),
+}
+
+/// Unplugs the vsock device and waits until the guest has let go of it.
+pub async fn unplug_vsock(qmp: &mut Qmp) -> Result<(), MigrateError> {
+    qmp.execute_with("device_del", json!({ "id": VSOCK_DEVICE })).await?;
+    if !qmp.wait_event("DEVICE_DELETED", UNPLUG_WAIT).await? {
+        return Err(MigrateError::Unplug);
+    }
+    Ok(())
+}
+
+/// Plugs the vsock device in again, on the vhost-device-vsock listening at
+/// `vhost_socket` (replacing the chardev of an earlier one).
+pub async fn plug_vsock(qmp: &mut Qmp, vhost_socket: &Path) -> Result<(), MigrateError> {
+    // A VM started for a restore has no chardev yet; one that was saved still has the
+    // old backend's.
+    let _ = qmp.execute_with("chardev-remove", json!({ "id": VSOCK_CHARDEV })).await;
+    let addr = json!({ "type": "unix", "data": { "path": vhost_socket } });
+    let backend = json!({ "type": "socket", "data": { "addr": addr, "server": false } });
+    qmp.execute_with("chardev-add", json!({ "id": VSOCK_CHARDEV, "backend": backend })).await?;
+    let device = json!({
+        "driver": "vhost-user-vsock-pci", "id": VSOCK_DEVICE, "bus": VSOCK_PORT, "chardev": VSOCK_CHARDEV,
+    });
+    qmp.execute_with("device_add", device).await?;
+    Ok(())
+}
+
+/// Whether the vsock device is plugged in.
+pub async fn vsock_plugged(qmp: &mut Qmp) -> Result<bool, MigrateError> {
+    let children = qmp.execute_with("qom-list", json!({ "path": "/machine/peripheral" })).await?;
+    Ok(children.as_array().is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(VSOCK_DEVICE))))
+}
+
+/// Waits until the guest driver has set the vsock device up (`DRIVER_OK`) and QEMU has
+/// started its vhost-user backend, so that a host connection does not arrive while
+/// the virtqueues are still being made (vhost-device-vsock 0.3.0 can lose its worker
+/// thread then; see [`super::ready`]).
+pub async fn wait_vsock_driver(qmp: &mut Qmp, limit: Duration) -> Result<(), MigrateError> {
+    let path = format!("/machine/peripheral/{VSOCK_DEVICE}/virtio-backend");
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match qmp.execute_with("x-query-virtio-status", json!({ "path": path })).await {
+            Ok(status) if driver_ok(&status) => return Ok(()),
+            // Not there yet (the device is still being realized) or not set up yet.
+            Ok(_) | Err(QmpError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MigrateError::Driver { secs: limit.as_secs() });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// True when `x-query-virtio-status` says the driver is up and vhost started.
+fn driver_ok(status: &Value) -> bool {
+    let started = status.get("vhost-started").and_then(Value::as_bool).unwrap_or(false);
+    let ok = status
+        .pointer("/status/statuses")
+        .and_then(Value::as_array)
+        .is_some_and(|s| s.iter().filter_map(Value::as_str).any(|s| s.contains("DRIVER_OK")));
+    started && ok
+}
+
+/// Stops the guest and writes its whole state to `file` (created or truncated). The
+/// vsock device must be unplugged. The VM is left stopped, its disks flushed and
+/// released: `cont` lets it run on.
+pub async fn save(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
+    let quoted = shell_quote(file)?;
+    qmp.execute("stop").await?;
+    // The default is 128 MiB/s; a local file takes what the disk gives.
+    qmp.execute_with("migrate-set-parameters", json!({ "max-bandwidth": 64_i64 << 30 })).await?;
+    qmp.execute_with("migrate", json!({ "uri": format!("exec:cat > {quoted}") })).await?;
+    wait_migration(qmp, "save", limit).await
+}
+
+/// Loads `file` into a QEMU started with `-incoming defer` (see [`restore_args`]) and
+/// lets the guest run.
+pub async fn load(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
+    let quoted = shell_quote(file)?;
+    qmp.execute_with("migrate-incoming", json!({ "uri": format!("exec:cat {quoted}") })).await?;
+    wait_migration(qmp, "load", limit).await?;
+    if !qmp.is_running().await? {
+        qmp.execute("cont").await?;
+    }
+    Ok(())
+}
+
+async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> Result<(), MigrateError> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let info = qmp.execute("query-migrate").await?;
+        match info.get("status").and_then(Value::as_str) {
+            Some("completed") => return Ok(()),
+            Some("failed" | "cancelled") => {
+                let reason =
+                    info.get("error-desc").and_then(Value::as_str).unwrap_or("no reason given").to_string();
+                return Err(MigrateError::Failed { what, reason });
+            }
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = qmp.execute("migrate_cancel").await;
+            return Err(MigrateError::Timeout { what, secs: limit.as_secs() });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The command line of a VM that will load a saved state: the boot command line
+/// without the vsock device (plugged in after the load) and with `-incoming defer`.
+pub fn restore_args(boot_args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(boot_args.len() + 2);
+    let mut i = 0;
+    while i < boot_args.len() {
+        let pair = boot_args.get(i + 1).map(String::as_str).unwrap_or_default();
+        let is_vsock = (boot_args[i] == "-chardev" && pair.contains(&format!("id={VSOCK_CHARDEV},")))
+            || (boot_args[i] == "-device" && pair.starts_with("vhost-user-vsock-pci,"));
+        if is_vsock {
+            i += 2;
+            continue;
+        }
+        out.push(boot_args[i].clone());
+        i += 1;
+    }
+    out.extend(["-incoming".into(), "defer".into()]);
+    out
+}
+
+/// True when `file` starts like a QEMU migration stream.
+pub fn looks_like_stream(file: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == STREAM_MAGIC
+}
+
+fn shell_quote(path: &Path) -> Result<String, MigrateError> {
+    let s = path.to_str().filter(|s| !s.contains(['\'', '\n'])).ok_or_else(|| MigrateError::BadPath(path.into()))?;
+    Ok(format!("'{s}'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restore_args_drop_the_vsock_device_and_wait_for_the_state() {
+        let boot: Vec<String> = [
+            "-m",
+            "512M",
+            "-chardev",
+            "socket,id=vsock0,path=/s/vhost.sock",
+            "-device",
+            "vhost-user-vsock-pci,chardev=vsock0,bus=rp1,id=vs0",
+            "-device",
+            "pcie-root-port,id=rp1,bus=pcie.0,chassis=1",
+        ]
+        .map(String::from)
+        .into();
+        let args = restore_args(&boot);
+        assert_eq!(args, ["-m", "512M", "-device", "pcie-root-port,id=rp1,bus=pcie.0,chassis=1", "-incoming", "defer"]);
+    }
+
+    #[test]
+    fn driver_ok_needs_both_the_status_bit_and_vhost() {
+        let up = json!({"vhost-started": true, "status": {"statuses": ["VIRTIO_CONFIG_S_DRIVER_OK: Driver setup and ready"]}});
+        assert!(driver_ok(&up));
+        let down = json!({"vhost-started": false, "status": {"statuses": ["VIRTIO_CONFIG_S_DRIVER_OK: x"]}});
+        assert!(!driver_ok(&down));
+        assert!(!driver_ok(&json!({"vhost-started": true, "status": {"statuses": []}})));
+    }
+
+    #[test]
+    fn quotes_paths_and_refuses_quotes() {
+        assert_eq!(shell_quote(Path::new("/a b/c")).unwrap(), "'/a b/c'");
+        assert!(shell_quote(Path::new("/a'b")).is_err());
+    }
+}

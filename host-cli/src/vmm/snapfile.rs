@@ -1,0 +1,326 @@
+//! A snapshot on disk: a directory holding `snapshot.json` (what it is), `memory.bin`
+//! (QEMU's migration stream: RAM and device state) and, for a template with a disk,
+//! `disk.qcow2` (the sandbox's copy-on-write overlay as it was).
+//!
+//! Named snapshots live in `<state>/.snapshots/<name>/`; a parked sandbox keeps its
+//! own in `<sandbox dir>/parked/`. A snapshot is written into a staging directory
+//! next to its final place and renamed into it only once complete, so a failed or
+//! interrupted save leaves no partial snapshot behind.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::migrate::looks_like_stream;
+use super::template::Template;
+
+/// The description file.
+pub const META_FILE: &str = "snapshot.json";
+/// The migration stream.
+pub const MEMORY_FILE: &str = "memory.bin";
+/// The disk overlay.
+pub const DISK_FILE: &str = "disk.qcow2";
+/// The version of this layout.
+pub const FORMAT: u32 = 1;
+
+/// Why a snapshot cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapFileError {
+    /// No such snapshot.
+    #[error("no snapshot is called `{0}`; `sbx snapshot ls` lists them")]
+    NotFound(String),
+    /// The snapshot is damaged or not one of ours.
+    #[error("snapshot {} is unusable: {why}; remove it with `sbx snapshot rm`", dir.display())]
+    Damaged {
+        /// Its directory.
+        dir: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Writing failed.
+    #[error("could not write the snapshot at {}; check free space and permissions", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Too little room for it.
+    #[error(
+        "not enough free space for the snapshot in {}: {free_mib} MiB free, up to {need_mib} MiB needed; free some space or remove old snapshots",
+        dir.display()
+    )]
+    NoSpace {
+        /// Where it would go.
+        dir: PathBuf,
+        /// Free space.
+        free_mib: u64,
+        /// An upper bound of its size.
+        need_mib: u64,
+    },
+}
+
+/// `snapshot.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// Layout version ([`FORMAT`]).
+    pub format: u32,
+    /// Its name.
+    pub name: String,
+    /// The id of the sandbox it was taken from.
+    pub source_id: String,
+    /// The name of that sandbox.
+    pub source_name: String,
+    /// Its template.
+    pub template: String,
+    /// Sizes and modification times of the template's files when it was taken: a
+    /// rebuilt template no longer matches the saved memory and disk.
+    pub template_fingerprint: String,
+    /// Guest memory.
+    pub memory_mib: u32,
+    /// Guest vCPUs.
+    pub cpus: u32,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// QEMU's version, which must load the stream.
+    pub qemu_version: String,
+    /// When it was taken (Unix milliseconds).
+    pub created_unix_ms: i64,
+    /// Length of `memory.bin`, to tell a truncated file.
+    pub memory_bytes: u64,
+    /// Whether `disk.qcow2` is part of it.
+    pub disk: bool,
+}
+
+/// A snapshot that passed [`open`]'s checks.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its description.
+    pub meta: SnapshotMeta,
+}
+
+impl Snapshot {
+    /// The migration stream.
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join(MEMORY_FILE)
+    }
+
+    /// The disk overlay, if it has one.
+    pub fn disk(&self) -> Option<PathBuf> {
+        self.meta.disk.then(|| self.dir.join(DISK_FILE))
+    }
+
+    /// Bytes it takes on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        [META_FILE, MEMORY_FILE, DISK_FILE]
+            .iter()
+            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
+            .map(|m| m.blocks() * 512)
+            .sum()
+    }
+}
+
+/// The directory of named snapshots.
+pub fn named_dir(state: &Path) -> PathBuf {
+    state.join(".snapshots")
+}
+
+/// Reads and checks the snapshot in `dir`: its description, the stream's header and
+/// length, and the disk.
+pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
+    let damaged = |why: String| SnapFileError::Damaged { dir: dir.to_path_buf(), why };
+    let text = std::fs::read(dir.join(META_FILE)).map_err(|e| damaged(format!("no readable {META_FILE} ({e})")))?;
+    let meta: SnapshotMeta =
+        serde_json::from_slice(&text).map_err(|e| damaged(format!("{META_FILE} is malformed ({e})")))?;
+    if meta.format != FORMAT {
+        return Err(damaged(format!("it has layout {}, this sbx reads {FORMAT}", meta.format)));
+    }
+    let memory = dir.join(MEMORY_FILE);
+    let len = std::fs::metadata(&memory).map(|m| m.len()).map_err(|e| damaged(format!("no {MEMORY_FILE} ({e})")))?;
+    if len != meta.memory_bytes {
+        return Err(damaged(format!("{MEMORY_FILE} has {len} bytes, {} were saved", meta.memory_bytes)));
+    }
+    if !looks_like_stream(&memory) {
+        return Err(damaged(format!("{MEMORY_FILE} is not a QEMU migration stream")));
+    }
+    if meta.disk && !dir.join(DISK_FILE).is_file() {
+        return Err(damaged(format!("{DISK_FILE} is missing")));
+    }
+    Ok(Snapshot { dir: dir.to_path_buf(), meta })
+}
+
+/// Every named snapshot, by name; unreadable ones as errors.
+pub fn list(state: &Path) -> Vec<Result<Snapshot, SnapFileError>> {
+    let mut out: Vec<_> = std::fs::read_dir(named_dir(state))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| open(&e.path()))
+        .collect();
+    out.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => a.meta.name.cmp(&b.meta.name),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => std::cmp::Ordering::Equal,
+    });
+    out
+}
+
+/// The sizes and modification times of a template's files.
+pub fn fingerprint(template: &Template) -> String {
+    use std::os::unix::fs::MetadataExt;
+    [Some(&template.kernel), template.initrd.as_ref(), template.rootfs.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| match std::fs::metadata(p) {
+            Ok(m) => format!("{}:{}", m.len(), m.mtime()),
+            Err(_) => "missing".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A snapshot being written: removed when dropped unless committed.
+pub struct Staging {
+    dir: PathBuf,
+    target: PathBuf,
+    armed: bool,
+}
+
+impl Staging {
+    /// Makes an empty staging directory for the snapshot that will live at `target`,
+    /// after checking that `need_bytes` fit on its file system.
+    pub fn new(target: &Path, need_bytes: u64) -> Result<Staging, SnapFileError> {
+        let parent = target.parent().unwrap_or(Path::new("/"));
+        let write = |path: &Path, source| SnapFileError::Write { path: path.to_path_buf(), source };
+        std::fs::create_dir_all(parent).map_err(|e| write(parent, e))?;
+        let free = free_bytes(parent).map_err(|e| write(parent, e))?;
+        if free < need_bytes {
+            return Err(SnapFileError::NoSpace {
+                dir: parent.to_path_buf(),
+                free_mib: free >> 20,
+                need_mib: need_bytes.div_ceil(1 << 20),
+            });
+        }
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let dir = parent.join(format!(".{name}.staging-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).map_err(|e| write(&dir, e))?;
+        Ok(Staging { dir, target: target.to_path_buf(), armed: true })
+    }
+
+    /// Where the migration stream goes.
+    pub fn memory(&self) -> PathBuf {
+        self.dir.join(MEMORY_FILE)
+    }
+
+    /// Where the disk overlay goes.
+    pub fn disk(&self) -> PathBuf {
+        self.dir.join(DISK_FILE)
+    }
+
+    /// Writes the description (with the stream's length) and moves the snapshot into
+    /// place. Fails, leaving nothing, when `target` exists and `replace` is false.
+    pub fn commit(mut self, mut meta: SnapshotMeta, replace: bool) -> Result<Snapshot, SnapFileError> {
+        let write = |path: &Path, source| SnapFileError::Write { path: path.to_path_buf(), source };
+        let memory = self.memory();
+        meta.memory_bytes = std::fs::metadata(&memory).map_err(|e| write(&memory, e))?.len();
+        let meta_path = self.dir.join(META_FILE);
+        let json = serde_json::to_vec_pretty(&meta).expect("a snapshot description always serializes");
+        std::fs::write(&meta_path, json).map_err(|e| write(&meta_path, e))?;
+        for f in [META_FILE, MEMORY_FILE, DISK_FILE] {
+            if let Ok(file) = std::fs::File::open(self.dir.join(f)) {
+                file.sync_all().map_err(|e| write(&self.dir.join(f), e))?;
+            }
+        }
+        if replace && self.target.exists() {
+            let old = self.dir.with_extension("old");
+            std::fs::rename(&self.target, &old).map_err(|e| write(&self.target, e))?;
+            std::fs::rename(&self.dir, &self.target).map_err(|e| write(&self.target, e))?;
+            let _ = std::fs::remove_dir_all(&old);
+        } else {
+            // rename(2) refuses a non-empty target: two saves racing for one name
+            // cannot both win.
+            std::fs::rename(&self.dir, &self.target).map_err(|e| write(&self.target, e))?;
+        }
+        self.armed = false;
+        Ok(Snapshot { dir: self.target.clone(), meta })
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Free bytes for an unprivileged writer on the file system holding `dir`.
+pub fn free_bytes(dir: &Path) -> std::io::Result<u64> {
+    let s = rustix::fs::statvfs(dir).map_err(std::io::Error::from)?;
+    Ok(s.f_bavail.saturating_mul(s.f_frsize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str) -> SnapshotMeta {
+        SnapshotMeta {
+            format: FORMAT,
+            name: name.into(),
+            source_id: "ab".into(),
+            source_name: "src".into(),
+            template: "minimal".into(),
+            template_fingerprint: String::new(),
+            memory_mib: 512,
+            cpus: 1,
+            accel: "tcg".into(),
+            qemu_version: "7.2.0".into(),
+            created_unix_ms: 1,
+            memory_bytes: 0,
+            disk: false,
+        }
+    }
+
+    #[test]
+    fn a_committed_snapshot_opens_and_damage_is_told() {
+        let d = tempfile::tempdir().unwrap();
+        let target = named_dir(d.path()).join("s1");
+        let staging = Staging::new(&target, 0).unwrap();
+        let mut stream = STREAM.to_vec();
+        stream.extend([7u8; 100]);
+        std::fs::write(staging.memory(), &stream).unwrap();
+        let snap = staging.commit(meta("s1"), false).unwrap();
+        assert_eq!(open(&target).unwrap().meta.memory_bytes, 108);
+        assert_eq!(list(d.path()).len(), 1);
+        // A second save under the same name fails and leaves no staging directory.
+        let staging = Staging::new(&target, 0).unwrap();
+        std::fs::write(staging.memory(), &stream).unwrap();
+        assert!(staging.commit(meta("s1"), false).is_err());
+        assert_eq!(std::fs::read_dir(named_dir(d.path())).unwrap().count(), 1);
+        // Truncated, then foreign.
+        std::fs::write(snap.memory(), &stream[..50]).unwrap();
+        let err = open(&target).unwrap_err().to_string();
+        assert!(err.contains("50 bytes") && err.contains("sbx snapshot rm"), "{err}");
+        std::fs::write(snap.memory(), [0u8; 108]).unwrap();
+        assert!(open(&target).unwrap_err().to_string().contains("not a QEMU migration stream"));
+    }
+
+    #[test]
+    fn refuses_when_space_is_short() {
+        let d = tempfile::tempdir().unwrap();
+        let err = Staging::new(&d.path().join("s"), u64::MAX).err().unwrap();
+        assert!(matches!(err, SnapFileError::NoSpace { .. }), "{err}");
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+
+    const STREAM: [u8; 8] = super::super::migrate::STREAM_MAGIC;
+}

@@ -1,0 +1,154 @@
+//! Snapshots, forks, parking and restores of real microVMs, through the `sbx` binary.
+//!
+//! One source sandbox is booted per template; everything else starts from its
+//! snapshots, which is the point (and keeps the test affordable on 2 cores).
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sbx_tests::processes_mentioning;
+use sbx_tests::vm::{Sbx, text, wait_until};
+use serde_json::Value;
+
+/// A job that writes a growing count to /tmp/count every 200 ms.
+const COUNTER: &str = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done";
+
+fn sh(sbx: &Sbx, sandbox: &str, script: &str) -> String {
+    let out = sbx.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Reads the counter twice and asserts that it grew: the job runs.
+fn counting(sbx: &Sbx, sandbox: &str) -> u64 {
+    let read = || sh(sbx, sandbox, "cat /tmp/count").trim().parse::<u64>().expect("a count");
+    let first = read();
+    let mut last = first;
+    wait_until(&format!("the job in {sandbox} to count on"), Duration::from_secs(60), || {
+        last = read();
+        last > first
+    });
+    last
+}
+
+fn snapshot_dirs(sbx: &Sbx) -> Vec<PathBuf> {
+    match std::fs::read_dir(sbx.state_dir().join(".snapshots")) {
+        Ok(d) => d.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn dir_of(sbx: &Sbx, name: &str) -> PathBuf {
+    PathBuf::from(sbx.json(&["inspect", name])["dir"].as_str().unwrap())
+}
+
+fn host_secs() -> i64 {
+    i64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()).unwrap()
+}
+
+fn snapshot_named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} not in {list}"))
+}
+
+#[test]
+fn vm_snapshot_fork_park_and_restore_minimal() {
+    let sbx = Sbx::new();
+    sbx.create("src");
+    sh(&sbx, "src", "echo original > /tmp/file");
+    let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
+    assert!(job.status.success(), "{}", text(&job.stderr));
+    counting(&sbx, "src");
+
+    // Snapshot; the source keeps running, job included.
+    let snap = sbx.json(&["snapshot", "create", "src", "--name", "s1"]);
+    assert_eq!(snap["name"], "s1");
+    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+    counting(&sbx, "src");
+    let list = sbx.json(&["snapshot", "ls"]);
+    let s1 = snapshot_named(&list, "s1");
+    assert_eq!((s1["source_sandbox"].as_str(), s1["template"].as_str()), (Some("src"), Some("minimal")));
+    assert_eq!(s1["memory_mib"], 512);
+    let size = s1["size_bytes"].as_u64().unwrap();
+    assert!(size > 0 && size < 512 << 20, "size on disk {size}");
+
+    // Bad input changes nothing.
+    let err = sbx.fails(&["snapshot", "create", "src", "--name", "s1"]);
+    assert!(err.contains("already exists"), "{err}");
+    let err = sbx.fails(&["snapshot", "create", "nope", "--name", "s9"]);
+    assert!(err.contains("no sandbox is called `nope`"), "{err}");
+    let err = sbx.fails(&["snapshot", "create", "src", "--name", "a/b"]);
+    assert!(err.contains("not a valid snapshot name"), "{err}");
+    assert_eq!(snapshot_dirs(&sbx).len(), 1, "{:?}", snapshot_dirs(&sbx));
+    let err = sbx.fails(&["create", "--from", "nope", "--name", "x"]);
+    assert!(err.contains("no snapshot is called `nope`"), "{err}");
+    assert_eq!(sbx.sandbox_dirs().len(), 1);
+
+    // Two forks: the file and the running job, their own names, randomness, clocks and
+    // files.
+    for fork in ["f1", "f2"] {
+        let info = sbx.json(&["create", "--from", "s1", "--name", fork, "--timeout", "240s"]);
+        assert_eq!(info["state"], "running");
+        assert_eq!(sh(&sbx, fork, "cat /tmp/file"), "original\n");
+        counting(&sbx, fork);
+        assert_eq!(sh(&sbx, fork, "hostname").trim(), fork);
+        let guest: i64 = sh(&sbx, fork, "date +%s").trim().parse().unwrap();
+        assert!((guest - host_secs()).abs() <= 2, "{fork}'s clock is {guest}, the host's {}", host_secs());
+    }
+    let random = |s: &str| sh(&sbx, s, "head -c 16 /dev/urandom | od -An -tx1");
+    assert_ne!(random("f1"), random("f2"), "two forks read the same random bytes");
+    sh(&sbx, "f1", "echo mine > /tmp/file");
+    assert_eq!(sh(&sbx, "f2", "cat /tmp/file"), "original\n");
+    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+
+    // Parking: no process left; any command brings it back with its files and job.
+    let f2_dir = dir_of(&sbx, "f2");
+    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(sbx.state_of("f2").as_deref(), Some("parked"));
+    assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
+    assert_eq!(sh(&sbx, "f2", "cat /tmp/file"), "original\n");
+    assert_eq!(sbx.state_of("f2").as_deref(), Some("running"));
+    counting(&sbx, "f2");
+    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(sbx.json(&["resume", "f2"])["sandbox"]["state"], "running");
+    assert_eq!(sh(&sbx, "f2", "hostname").trim(), "f2");
+
+    // Restore rolls f1 back: the later write is gone, its name and id stay.
+    let id = sbx.json(&["inspect", "f1"])["id"].clone();
+    sh(&sbx, "f1", "echo later > /tmp/later");
+    let restored = sbx.json(&["snapshot", "restore", "f1", "s1"]);
+    assert_eq!((restored["id"].clone(), restored["name"].as_str()), (id, Some("f1")));
+    assert_eq!(sh(&sbx, "f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"), "original\nls: /tmp/later: No such file or directory\n");
+    counting(&sbx, "f1");
+
+    // A damaged snapshot is refused and leaves nothing behind.
+    sbx.json(&["snapshot", "create", "f1", "--name", "s2"]);
+    let memory = sbx.state_dir().join(".snapshots/s2/memory.bin");
+    let full = std::fs::read(&memory).unwrap();
+    let before = sbx.sandbox_dirs().len();
+    let running = processes_mentioning(sbx.state_dir()).len();
+    std::fs::write(&memory, &full[..full.len() / 2]).unwrap();
+    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+    assert!(err.contains("unusable") && err.contains("bytes"), "{err}");
+    std::fs::write(&memory, vec![0x5a; full.len()]).unwrap();
+    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+    assert!(err.contains("not a QEMU migration stream"), "{err}");
+    // A stream that starts right but is damaged inside: QEMU refuses it, and the
+    // half-started sandbox is undone.
+    let mut broken = full.clone();
+    broken[full.len() / 2..].fill(0x5a);
+    std::fs::write(&memory, &broken).unwrap();
+    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad", "--timeout", "60s"]);
+    assert!(err.contains("QEMU could not load") || err.contains("exited"), "{err}");
+    assert_eq!(sbx.sandbox_dirs().len(), before);
+    assert!(sbx.state_of("bad").is_none());
+    assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a failed fork left a process");
+
+    let removed = sbx.json(&["snapshot", "rm", "s1", "s2"]);
+    assert_eq!(removed, serde_json::json!(["s1", "s2"]));
+    assert!(sbx.fails(&["snapshot", "rm", "s1"]).contains("no snapshot"));
+    assert!(snapshot_dirs(&sbx).is_empty());
+
+    let state = sbx.state_dir().to_path_buf();
+    sbx.json(&["kill", "--all"]);
+    assert!(processes_mentioning(&state).is_empty(), "{:?}", processes_mentioning(&state));
+}
