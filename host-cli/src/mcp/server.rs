@@ -63,7 +63,8 @@ impl SbxMcp {
             + Self::system_router()
             + Self::sandboxes_router()
             + Self::net_router()
-            + Self::net_policy_router();
+            + Self::net_policy_router()
+            + Self::snapshots_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {

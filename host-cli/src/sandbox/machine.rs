@@ -22,6 +22,11 @@ use crate::vmm::now_unix_ms;
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
 /// How long one try to reach the agent may take.
 const AGENT_TRY: Duration = Duration::from_secs(2);
+/// How long the agent gets to answer once its vsock device is up, before the device is
+/// plugged in again (see `plug_and_reach`).
+const REACH_TRY: Duration = Duration::from_secs(15);
+/// How many times the vsock device is plugged in before giving up.
+const PLUG_TRIES: u32 = 3;
 /// How long vhost-device-vsock gets after SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
 
@@ -60,7 +65,7 @@ pub(super) async fn run_on(
     }
     start_vhost(record, persist).await?;
     qmp.execute("cont").await?;
-    plug_and_reach(record, &mut qmp, limit).await?;
+    plug_and_reach(record, persist, &mut qmp, limit).await?;
     Ok(())
 }
 
@@ -114,7 +119,7 @@ pub(super) async fn bring_up(
         other => other?,
     }
     step("state loaded");
-    let (client, version) = plug_and_reach(record, &mut qmp, limit).await?;
+    let (client, version) = plug_and_reach(record, persist, &mut qmp, limit).await?;
     step("agent answers");
     make_own(&client, &record.name).await.map_err(|e| revive(record, e))?;
     step("clock, hostname and randomness set");
@@ -139,10 +144,38 @@ async fn start_vhost(
 }
 
 /// Plugs the vsock device in, waits for the guest driver, then for the agent.
-async fn plug_and_reach(record: &Record, qmp: &mut Qmp, limit: Duration) -> Result<(Client, String), SandboxError> {
-    migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
-    migrate::wait_vsock_driver(qmp, limit).await?;
-    reach_agent(record, limit).await
+///
+/// vhost-device-vsock 0.3.0 now and then loses its worker thread while the guest sets
+/// the device up, and then no connection ever gets through; so when the agent does not
+/// answer within [`REACH_TRY`], the device is unplugged and plugged in again on a fresh
+/// backend, up to [`PLUG_TRIES`] times within `limit`.
+async fn plug_and_reach(
+    record: &mut Record,
+    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    qmp: &mut Qmp,
+    limit: Duration,
+) -> Result<(Client, String), SandboxError> {
+    let deadline = Instant::now() + limit;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let this_try = if tries < PLUG_TRIES { left.min(REACH_TRY) } else { left };
+        migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
+        migrate::wait_vsock_driver(qmp, left).await?;
+        match reach_agent(record, this_try).await {
+            Ok(reached) => return Ok(reached),
+            Err(e) if tries >= PLUG_TRIES || Instant::now() >= deadline => return Err(e),
+            Err(e) => {
+                tracing::warn!("{e}; plugging the vsock device in again on a fresh vhost-device-vsock");
+                migrate::unplug_vsock(qmp).await?;
+                if let Some(old) = record.vhost.take() {
+                    old.terminate(VHOST_GRACE).await;
+                }
+                start_vhost(record, persist).await?;
+            }
+        }
+    }
 }
 
 /// Connects to the agent until its Info answers: right after the device comes back the
@@ -158,7 +191,10 @@ async fn reach_agent(record: &Record, limit: Duration) -> Result<(Client, String
         };
         match tokio::time::timeout(AGENT_TRY, tried).await {
             Ok(Ok(reached)) => return Ok(reached),
-            Ok(Err(e)) if Instant::now() >= deadline => return Err(revive(record, e)),
+            Ok(Err(e)) if Instant::now() >= deadline => {
+                let log = launcher::tail(&record.paths.vhost_log, 3);
+                return Err(revive(record, format!("{e} (vhost-device-vsock said: {log})")));
+            }
             Err(_) if Instant::now() >= deadline => {
                 return Err(revive(record, "no answer"));
             }

@@ -13,6 +13,7 @@
 //!   rules) and `sandbox_network_log`.
 //! - [`sandboxes`] holds `sandbox_create`, `sandbox_list`, `sandbox_pause`,
 //!   `sandbox_resume` and `sandbox_kill`.
+//! - [`snapshots`] holds `sandbox_snapshot_create`, `_list`, `_restore` and `_delete`.
 
 pub mod archive;
 pub mod exec;
@@ -20,4 +21,5 @@ pub mod files;
 pub mod jobs;
 pub mod net;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod system;

@@ -50,6 +50,21 @@ pub struct CreateArgs {
     /// strict allowlist; the most specific matching rule wins.
     #[serde(default)]
     pub deny_out: Option<Vec<String>>,
+    /// Start from this snapshot instead of booting (a fork: its files and running
+    /// processes, its own disk); template, memory_mib and cpus then come from it.
+    #[serde(default)]
+    pub from_snapshot: Option<String>,
+}
+
+/// Arguments of `sandbox_pause`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PauseArgs {
+    /// The sandbox, by id or name (sandbox_list shows them).
+    pub sandbox_id: String,
+    /// Save it to disk and end its VM (parked): no host memory is held. Default: false.
+    #[serde(default)]
+    pub to_disk: bool,
 }
 
 /// Arguments of the tools that act on one named sandbox.
@@ -152,7 +167,7 @@ impl CreateArgs {
             timeout: self.boot_timeout_s.map_or(defaults.timeout, Duration::from_secs),
             network: self.network.unwrap_or_default(),
             policy,
-            from_snapshot: None,
+            from_snapshot: self.from_snapshot.filter(|s| !s.is_empty()),
             ..defaults
         })
     }
@@ -195,7 +210,7 @@ impl SbxMcp {
     #[tool(
         name = "sandbox_list",
         description = "List the sandboxes on this machine, oldest first, with id, name, state \
-            (running, paused, starting, dead), template, CPUs and memory.",
+            (running, paused, parked, starting, dead), template, CPUs and memory.",
         annotations(
             title = "List sandboxes",
             read_only_hint = true,
@@ -216,7 +231,8 @@ impl SbxMcp {
     #[tool(
         name = "sandbox_pause",
         description = "Pause a sandbox: the whole VM is frozen; its memory, files and processes are kept. \
-            Guest tools resume it automatically; so does sandbox_resume.",
+            With to_disk: true it is parked instead: saved to disk and its VM ended, so it holds \
+            no host memory. Guest tools resume it automatically; so does sandbox_resume.",
         annotations(
             title = "Pause a sandbox",
             read_only_hint = false,
@@ -227,9 +243,14 @@ impl SbxMcp {
     )]
     async fn sandbox_pause(
         &self,
-        Parameters(args): Parameters<SandboxRef>,
+        Parameters(args): Parameters<PauseArgs>,
     ) -> Result<Json<SandboxView>, ToolError> {
-        Ok(Json(sandbox::pause(&args.sandbox_id).await?.into()))
+        let info = if args.to_disk {
+            sandbox::park::park(&args.sandbox_id).await?
+        } else {
+            sandbox::pause(&args.sandbox_id).await?
+        };
+        Ok(Json(info.into()))
     }
 
     /// Resumes a sandbox.
