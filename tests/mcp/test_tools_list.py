@@ -32,8 +32,22 @@ EXPECTED = {
     "sandbox_preview_url": (False, False, True, False, {"sandbox_id", "port"}),
     "sandbox_update": (False, False, True, False, {"sandbox_id"}),
     "sandbox_network_log": (True, False, True, False, {"sandbox_id"}),
+    "sandbox_snapshot_create": (False, False, False, False, {"sandbox_id"}),
+    "sandbox_snapshot_list": (True, False, True, False, set()),
+    "sandbox_snapshot_restore": (False, True, True, False, {"sandbox_id", "snapshot"}),
+    "sandbox_snapshot_delete": (False, True, True, False, {"snapshot"}),
 }
-LIFECYCLE = {"sandbox_create", "sandbox_list", "sandbox_pause", "sandbox_resume", "sandbox_kill"}
+LIFECYCLE = {
+    "sandbox_create",
+    "sandbox_list",
+    "sandbox_pause",
+    "sandbox_resume",
+    "sandbox_kill",
+    "sandbox_snapshot_create",
+    "sandbox_snapshot_list",
+    "sandbox_snapshot_restore",
+    "sandbox_snapshot_delete",
+}
 
 
 async def test_every_tool_is_listed_with_schemas_and_true_annotations(agent: Agent) -> None:

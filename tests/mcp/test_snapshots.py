@@ -1,0 +1,72 @@
+"""Snapshots through MCP: sandbox_snapshot_create, _list, _restore and _delete,
+sandbox_create from_snapshot (a fork) and sandbox_pause to_disk (parking), on one real
+microVM and its fork."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import anyio
+
+from conftest import call_err, call_ok, mcp_session, wait_for
+from test_sandboxes import need_vm, processes_mentioning
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def state_dir():
+    path = Path(tempfile.mkdtemp(prefix="sbxp-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
+    need_vm()
+    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+        text = await call_err(session, "sandbox_snapshot_create", sandbox_id="nope")
+        assert "nope" in text
+        src = await call_ok(session, "sandbox_create", template="minimal", name="src", boot_timeout_s=300)
+        try:
+            await call_ok(session, "sandbox_files_write", path="/tmp/file", content="original", sandbox_id="src")
+            snap = await call_ok(session, "sandbox_snapshot_create", sandbox_id="src", name="base")
+            assert snap["name"] == "base" and snap["source_sandbox"] == "src" and snap["size_bytes"] > 0
+            text = await call_err(session, "sandbox_snapshot_create", sandbox_id="src", name="base")
+            assert "already exists" in text
+            listed = await call_ok(session, "sandbox_snapshot_list")
+            assert [s["name"] for s in listed["snapshots"]] == ["base"]
+
+            fork = await call_ok(session, "sandbox_create", from_snapshot="base", name="fork", boot_timeout_s=300)
+            assert fork["state"] == "running" and fork["id"] != src["id"]
+            out = await call_ok(session, "sandbox_exec", command="cat /tmp/file; echo; hostname", sandbox_id="fork")
+            assert out["stdout"] == "original\nfork\n"
+            await call_ok(session, "sandbox_files_write", path="/tmp/file", content="changed", sandbox_id="fork")
+            read = await call_ok(session, "sandbox_files_read", path="/tmp/file", sandbox_id="src")
+            assert read["content"] == "original"
+
+            parked = await call_ok(session, "sandbox_pause", sandbox_id="fork", to_disk=True)
+            assert parked["state"] == "parked"
+            assert not processes_mentioning(f"{state_dir}/{fork['id']}")
+            # A guest tool brings a parked sandbox back by itself.
+            read = await call_ok(session, "sandbox_files_read", path="/tmp/file", sandbox_id="fork")
+            assert read["content"] == "changed"
+
+            restored = await call_ok(session, "sandbox_snapshot_restore", sandbox_id="fork", snapshot="base")
+            assert restored["id"] == fork["id"] and restored["state"] == "running"
+            read = await call_ok(session, "sandbox_files_read", path="/tmp/file", sandbox_id="fork")
+            assert read["content"] == "original"
+
+            assert (await call_ok(session, "sandbox_snapshot_delete", snapshot="base")) == {"deleted": "base"}
+            text = await call_err(session, "sandbox_snapshot_delete", snapshot="base")
+            assert "no snapshot is called `base`" in text
+            assert (await call_ok(session, "sandbox_snapshot_list"))["snapshots"] == []
+        finally:
+            for name in ("fork", "src"):
+                await session.call_tool("sandbox_kill", {"sandbox_id": name})
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: not processes_mentioning(str(state_dir)), "the VMs' processes to end")
+        )
