@@ -152,3 +152,34 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     sbx.json(&["kill", "--all"]);
     assert!(processes_mentioning(&state).is_empty(), "{:?}", processes_mentioning(&state));
 }
+
+#[test]
+fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
+    let sbx = Sbx::new();
+    sbx.json(&["create", "--template", "debian", "--name", "d1", "--timeout", "240s"]);
+    sh(&sbx, "d1", "echo before > /root/on-disk && sync");
+    sbx.json(&["snapshot", "create", "d1", "--name", "ds"]);
+    assert!(sbx.state_dir().join(".snapshots/ds/disk.qcow2").is_file());
+    sh(&sbx, "d1", "echo source > /root/on-disk && sync");
+
+    sbx.json(&["create", "--from", "ds", "--name", "d2", "--timeout", "240s"]);
+    assert_eq!(sh(&sbx, "d2", "cat /root/on-disk"), "before\n");
+    sh(&sbx, "d2", "echo fork > /root/on-disk && sync");
+    assert_eq!(sh(&sbx, "d1", "cat /root/on-disk"), "source\n");
+    assert_eq!(sh(&sbx, "d2", "cat /root/on-disk"), "fork\n");
+
+    // `sbx kill` while a fork is being restored leaves nothing of it.
+    let running = processes_mentioning(sbx.state_dir()).len();
+    let dirs = sbx.sandbox_dirs().len();
+    let fork = sbx.command(&["create", "--from", "ds", "--name", "k", "--timeout", "240s"]).spawn().unwrap();
+    wait_until("the fork to start", Duration::from_secs(60), || sbx.state_of("k").is_some());
+    let killed = sbx.run(&["kill", "k"]);
+    assert!(killed.status.success(), "kill during a restore failed: {}", text(&killed.stderr));
+    let out = sbx_tests::vm::wait_bounded(fork, sbx_tests::vm::HANG_GUARD).expect("the killed fork hung");
+    assert!(!out.status.success(), "a fork killed while restoring reported success");
+    assert!(sbx.state_of("k").is_none());
+    assert_eq!(sbx.sandbox_dirs().len(), dirs);
+    wait_until("the killed fork's processes to end", Duration::from_secs(30), || {
+        processes_mentioning(sbx.state_dir()).len() == running
+    });
+}
