@@ -47,7 +47,11 @@ fn host_secs() -> i64 {
 }
 
 fn snapshot_named<'a>(list: &'a Value, name: &str) -> &'a Value {
-    list.as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} not in {list}"))
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {list}"))
 }
 
 #[test]
@@ -117,7 +121,10 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     sh(&sbx, "f1", "echo later > /tmp/later");
     let restored = sbx.json(&["snapshot", "restore", "f1", "s1"]);
     assert_eq!((restored["id"].clone(), restored["name"].as_str()), (id, Some("f1")));
-    assert_eq!(sh(&sbx, "f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"), "original\nls: /tmp/later: No such file or directory\n");
+    assert_eq!(
+        sh(&sbx, "f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"),
+        "original\nls: /tmp/later: No such file or directory\n"
+    );
     counting(&sbx, "f1");
 
     // A damaged snapshot is refused and leaves nothing behind.

@@ -24,8 +24,10 @@ pub enum SandboxCommand {
     Inspect(SandboxArg),
     /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it
     /// stopped. With --to-disk, park it: saved to disk, no host memory held.
-    #[command(after_help = "Examples:\n  sbx pause dev\n  sbx pause --to-disk dev   (sbx ls shows it parked)\n  \
-                            sbx -s dev exec -- uptime   (brings it back first)")]
+    #[command(
+        after_help = "Examples:\n  sbx pause dev\n  sbx pause --to-disk dev   (sbx ls shows it parked)\n  \
+                            sbx -s dev exec -- uptime   (brings it back first)"
+    )]
     Pause(PauseArgs),
     /// Resume a paused or parked sandbox and set its clock to the host's.
     Resume(SandboxArg),

@@ -26,7 +26,8 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
         SandboxCommand::Inspect(a) => inspect(ctx, &pick(&a, ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
             let name = pick(&a.sandbox, ctx, "pause")?;
-            let info = if a.to_disk { sandbox::park::park(&name).await? } else { sandbox::pause(&name).await? };
+            let info =
+                if a.to_disk { sandbox::park::park(&name).await? } else { sandbox::pause(&name).await? };
             print(ctx, &info, &format!("{} {}\n", info.name, info.state.as_str()))
         }
         SandboxCommand::Resume(a) => {

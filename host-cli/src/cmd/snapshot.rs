@@ -24,7 +24,11 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> Result<u8> {
             let all = snapshot::list()?;
             let mut t = String::new();
             if !all.is_empty() {
-                let _ = writeln!(t, "{:<24} {:<20} {:<10} {:>8} {:>10} {:>8}", "NAME", "SANDBOX", "TEMPLATE", "MEMORY", "SIZE", "AGE");
+                let _ = writeln!(
+                    t,
+                    "{:<24} {:<20} {:<10} {:>8} {:>10} {:>8}",
+                    "NAME", "SANDBOX", "TEMPLATE", "MEMORY", "SIZE", "AGE"
+                );
             }
             for s in &all {
                 let _ = writeln!(

@@ -2,7 +2,7 @@
 //! with its own id, name, guest CID, copy of the disk, clock, hostname and randomness.
 //! Any failure, timeout or cancellation removes everything it started, as a boot does.
 
-use super::create::{CreateOptions, Cleanup};
+use super::create::{Cleanup, CreateOptions};
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
 use crate::vmm::now_unix_ms;

@@ -11,12 +11,12 @@ use super::{SandboxError, agent_address};
 use crate::client::{Client, ExecSpec};
 use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
 use crate::vmm::migrate;
+use crate::vmm::now_unix_ms;
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
-use crate::vmm::now_unix_ms;
 
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
@@ -34,7 +34,11 @@ const VHOST_GRACE: Duration = Duration::from_secs(2);
 /// unplugged, the guest stopped, its state written, and its disk overlay copied when
 /// `copy_disk`. QEMU is left stopped; [`run_on`] lets it continue. Returns QEMU's
 /// version.
-pub(super) async fn save(record: &Record, staging: &Staging, copy_disk: bool) -> Result<String, SandboxError> {
+pub(super) async fn save(
+    record: &Record,
+    staging: &Staging,
+    copy_disk: bool,
+) -> Result<String, SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
     let version = qemu_version(&mut qmp).await?;
     migrate::unplug_vsock(&mut qmp).await?;
@@ -82,7 +86,8 @@ pub(super) async fn bring_up(
     limit: Duration,
 ) -> Result<String, SandboxError> {
     let started = Instant::now();
-    let step = |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+    let step =
+        |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     start_vhost(record, persist).await?;
     step("vhost-device-vsock up");
@@ -100,7 +105,8 @@ pub(super) async fn bring_up(
     };
     let args = migrate::restore_args(&launcher::qemu_args(&spec));
     let _ = std::fs::remove_file(&record.paths.qmp_socket);
-    let mut child = spawn_detached(&qemu, &args, &record.paths.qemu_log).map_err(launcher::LaunchError::from)?;
+    let mut child =
+        spawn_detached(&qemu, &args, &record.paths.qemu_log).map_err(launcher::LaunchError::from)?;
     record.qemu = child.id().and_then(ProcRef::of);
     persist(record)?;
     let mut qmp = connect_new(record, &mut child, limit).await?;
@@ -234,7 +240,11 @@ fn revive(record: &Record, e: impl std::fmt::Display) -> SandboxError {
 }
 
 /// Connects to the QMP socket of a QEMU that just started.
-async fn connect_new(record: &Record, child: &mut tokio::process::Child, limit: Duration) -> Result<Qmp, SandboxError> {
+async fn connect_new(
+    record: &Record,
+    child: &mut tokio::process::Child,
+    limit: Duration,
+) -> Result<Qmp, SandboxError> {
     let socket = &record.paths.qmp_socket;
     let deadline = Instant::now() + limit;
     loop {

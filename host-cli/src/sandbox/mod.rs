@@ -180,7 +180,9 @@ pub enum SandboxError {
     #[error("`{0}` is not a valid snapshot name; use up to 64 letters, digits, `-`, `_` and `.`")]
     BadSnapshotName(String),
     /// The snapshot name is taken.
-    #[error("a snapshot named `{0}` already exists; pick another name or remove it with `sbx snapshot rm {0}`")]
+    #[error(
+        "a snapshot named `{0}` already exists; pick another name or remove it with `sbx snapshot rm {0}`"
+    )]
     SnapshotExists(String),
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]

@@ -150,7 +150,10 @@ pub(super) async fn save_into(
             return Err(match committed {
                 Ok(snap) => SandboxError::Revive {
                     name: record.name.clone(),
-                    reason: format!("the snapshot `{}` was saved, but the sandbox did not run on: {e}", snap.meta.name),
+                    reason: format!(
+                        "the snapshot `{}` was saved, but the sandbox did not run on: {e}",
+                        snap.meta.name
+                    ),
                 },
                 Err(first) => first,
             });
@@ -231,7 +234,11 @@ pub(super) fn usable(snap: &Snapshot) -> Result<Template, SandboxError> {
 /// Puts sandbox `name_or_id` back to snapshot `snap_name`: its VM is replaced by one
 /// restored from the snapshot (memory, processes and disk); its name and id stay. The
 /// snapshot is checked before anything is stopped.
-pub async fn restore(name_or_id: &str, snap_name: &str, timeout: Duration) -> Result<SandboxInfo, SandboxError> {
+pub async fn restore(
+    name_or_id: &str,
+    snap_name: &str,
+    timeout: Duration,
+) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = state::find(&state, name_or_id)?;
@@ -239,7 +246,10 @@ pub async fn restore(name_or_id: &str, snap_name: &str, timeout: Duration) -> Re
     if snap.meta.disk != record.paths.overlay.is_some() {
         return Err(SandboxError::Incompatible {
             snapshot: snap.meta.name.clone(),
-            why: format!("its template `{}` does not match the sandbox's `{}`", snap.meta.template, record.template),
+            why: format!(
+                "its template `{}` does not match the sandbox's `{}`",
+                snap.meta.template, record.template
+            ),
         });
     }
     stop_processes(&record, false).await;

@@ -93,7 +93,9 @@ pub async fn plug_vsock(qmp: &mut Qmp, vhost_socket: &Path) -> Result<(), Migrat
 /// Whether the vsock device is plugged in.
 pub async fn vsock_plugged(qmp: &mut Qmp) -> Result<bool, MigrateError> {
     let children = qmp.execute_with("qom-list", json!({ "path": "/machine/peripheral" })).await?;
-    Ok(children.as_array().is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(VSOCK_DEVICE))))
+    Ok(children
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(VSOCK_DEVICE))))
 }
 
 /// Waits until the guest driver has set the vsock device up (`DRIVER_OK`) and QEMU has
@@ -200,7 +202,10 @@ pub fn looks_like_stream(file: &Path) -> bool {
 }
 
 fn shell_quote(path: &Path) -> Result<String, MigrateError> {
-    let s = path.to_str().filter(|s| !s.contains(['\'', '\n'])).ok_or_else(|| MigrateError::BadPath(path.into()))?;
+    let s = path
+        .to_str()
+        .filter(|s| !s.contains(['\'', '\n']))
+        .ok_or_else(|| MigrateError::BadPath(path.into()))?;
     Ok(format!("'{s}'"))
 }
 
@@ -223,7 +228,10 @@ mod tests {
         .map(String::from)
         .into();
         let args = restore_args(&boot);
-        assert_eq!(args, ["-m", "512M", "-device", "pcie-root-port,id=rp1,bus=pcie.0,chassis=1", "-incoming", "defer"]);
+        assert_eq!(
+            args,
+            ["-m", "512M", "-device", "pcie-root-port,id=rp1,bus=pcie.0,chassis=1", "-incoming", "defer"]
+        );
     }
 
     #[test]

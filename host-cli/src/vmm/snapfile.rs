@@ -133,14 +133,17 @@ pub fn named_dir(state: &Path) -> PathBuf {
 /// length, and the disk.
 pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     let damaged = |why: String| SnapFileError::Damaged { dir: dir.to_path_buf(), why };
-    let text = std::fs::read(dir.join(META_FILE)).map_err(|e| damaged(format!("no readable {META_FILE} ({e})")))?;
+    let text =
+        std::fs::read(dir.join(META_FILE)).map_err(|e| damaged(format!("no readable {META_FILE} ({e})")))?;
     let meta: SnapshotMeta =
         serde_json::from_slice(&text).map_err(|e| damaged(format!("{META_FILE} is malformed ({e})")))?;
     if meta.format != FORMAT {
         return Err(damaged(format!("it has layout {}, this sbx reads {FORMAT}", meta.format)));
     }
     let memory = dir.join(MEMORY_FILE);
-    let len = std::fs::metadata(&memory).map(|m| m.len()).map_err(|e| damaged(format!("no {MEMORY_FILE} ({e})")))?;
+    let len = std::fs::metadata(&memory)
+        .map(|m| m.len())
+        .map_err(|e| damaged(format!("no {MEMORY_FILE} ({e})")))?;
     if len != meta.memory_bytes {
         return Err(damaged(format!("{MEMORY_FILE} has {len} bytes, {} were saved", meta.memory_bytes)));
     }
