@@ -63,8 +63,20 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert!(job.status.success(), "{}", text(&job.stderr));
     counting(&sbx, "src");
 
-    // Snapshot; the source keeps running, job included.
+    // Snapshot while an exec streams: that exec ends with a clear error instead of
+    // hanging; the source keeps running, job included.
+    let mut streaming = sbx
+        .command(&["-s", "src", "exec", "--", "sh", "-c", "while :; do echo tick; sleep 0.2; done"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(streaming.stdout.as_mut().unwrap(), &mut first).unwrap();
     let snap = sbx.json(&["snapshot", "create", "src", "--name", "s1"]);
+    let cut =
+        sbx_tests::vm::wait_bounded(streaming, sbx_tests::vm::HANG_GUARD).expect("the streaming exec hung");
+    assert_eq!(cut.status.code(), Some(69), "{}", text(&cut.stderr));
+    assert!(text(&cut.stderr).contains("lost the connection"), "{}", text(&cut.stderr));
     assert_eq!(snap["name"], "s1");
     assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
     counting(&sbx, "src");
@@ -175,15 +187,36 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     assert_eq!(sh(&sbx, "d1", "cat /root/on-disk"), "source\n");
     assert_eq!(sh(&sbx, "d2", "cat /root/on-disk"), "fork\n");
 
-    // `sbx kill` while a fork is being restored leaves nothing of it.
+    // `sbx kill` while a fork is being restored leaves nothing of it. Its QEMU is held
+    // (SIGSTOP) as soon as it exists, so the kill lands mid-restore.
     let running = processes_mentioning(sbx.state_dir()).len();
-    let dirs = sbx.sandbox_dirs().len();
+    let before = sbx.sandbox_dirs();
     let fork = sbx.command(&["create", "--from", "ds", "--name", "k", "--timeout", "240s"]).spawn().unwrap();
-    wait_until("the fork to start", Duration::from_secs(60), || sbx.state_of("k").is_some());
+    let mut qemu = None;
+    wait_until("the fork's QEMU to start", Duration::from_secs(60), || {
+        let new_dir = sbx.sandbox_dirs().into_iter().find(|d| !before.contains(d));
+        qemu = new_dir.and_then(|d| {
+            processes_mentioning(&d)
+                .into_iter()
+                .find(|p| p.contains("qemu-system"))
+                .map(|p| p.split(':').next().unwrap().to_string())
+        });
+        qemu.is_some()
+    });
+    let stopped =
+        std::process::Command::new("kill").args(["-STOP", qemu.as_deref().unwrap()]).status().unwrap();
+    assert!(stopped.success());
+    assert_eq!(sbx.state_of("k").as_deref(), Some("starting"));
+    let dirs = before.len();
     let killed = sbx.run(&["kill", "k"]);
     assert!(killed.status.success(), "kill during a restore failed: {}", text(&killed.stderr));
     let out = sbx_tests::vm::wait_bounded(fork, sbx_tests::vm::HANG_GUARD).expect("the killed fork hung");
-    assert!(!out.status.success(), "a fork killed while restoring reported success");
+    assert!(
+        !out.status.success(),
+        "a fork killed while restoring reported success: {} {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     assert!(sbx.state_of("k").is_none());
     assert_eq!(sbx.sandbox_dirs().len(), dirs);
     wait_until("the killed fork's processes to end", Duration::from_secs(30), || {

@@ -25,7 +25,7 @@ pub struct SnapshotCreateArgs {
     /// The sandbox to save; default: the global --sandbox.
     #[arg(value_name = "SANDBOX")]
     pub sandbox: Option<String>,
-    /// The snapshot's name (letters, digits, `-`, `_`, `.`); default: SANDBOX-<unix time>.
+    /// The snapshot's name (letters, digits, `-`, `_`, `.`); default: SANDBOX-UNIXTIME.
     #[arg(long, short = 'n')]
     pub name: Option<String>,
     /// Remove the sandbox once it is saved.

@@ -230,6 +230,10 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
 }
 
 pub(super) async fn stop_processes(record: &Record, force: bool) {
+    // A sandbox still booting or being restored is killed at once: its creator may hold
+    // QEMU's only control connection, so a polite `quit` would wait, and meanwhile the
+    // creator could finish and report a sandbox that is about to go.
+    let force = force || !record.ready;
     if let Some(qemu) = record.qemu.filter(|p| p.is_alive()) {
         // A paused QEMU neither answers QMP nor acts on SIGTERM until it runs again.
         qemu.thaw();

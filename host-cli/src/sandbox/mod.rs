@@ -9,6 +9,10 @@
 //!
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
+//! - [`snapshot`]: named snapshots (create, list, remove, restore a sandbox to one);
+//!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
+//!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
+//!   restore steps they share.
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
