@@ -127,6 +127,14 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(sbx.json(&["resume", "f2"])["sandbox"]["state"], "running");
     assert_eq!(sh(&sbx, "f2", "hostname").trim(), "f2");
+    // A parked sandbox is brought back to be saved; --stop then removes it.
+    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(sbx.json(&["snapshot", "create", "f2", "--name", "s3", "--stop"])["source_sandbox"], "f2");
+    assert!(sbx.state_of("f2").is_none());
+    assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
+    sbx.json(&["create", "--from", "s3", "--name", "f3", "--timeout", "240s"]);
+    assert_eq!(sh(&sbx, "f3", "cat /tmp/file; hostname"), "original\nf3\n");
+    counting(&sbx, "f3");
 
     // Restore rolls f1 back: the later write is gone, its name and id stay.
     let id = sbx.json(&["inspect", "f1"])["id"].clone();
@@ -162,8 +170,8 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert!(sbx.state_of("bad").is_none());
     assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a failed fork left a process");
 
-    let removed = sbx.json(&["snapshot", "rm", "s1", "s2"]);
-    assert_eq!(removed, serde_json::json!(["s1", "s2"]));
+    let removed = sbx.json(&["snapshot", "rm", "s1", "s2", "s3"]);
+    assert_eq!(removed, serde_json::json!(["s1", "s2", "s3"]));
     assert!(sbx.fails(&["snapshot", "rm", "s1"]).contains("no snapshot"));
     assert!(snapshot_dirs(&sbx).is_empty());
 

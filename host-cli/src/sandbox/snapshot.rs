@@ -72,16 +72,15 @@ pub struct SnapshotOptions {
 
 /// Saves sandbox `name_or_id` as a named snapshot: its memory, device state and disk.
 /// The sandbox runs on (a paused one stays paused) unless `stop`, which removes it once
-/// the snapshot is safe. Connections to its agent open meanwhile are reset.
+/// the snapshot is safe. A parked sandbox is brought back first. Connections to its
+/// agent open meanwhile are reset.
 pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<SnapshotInfo, SandboxError> {
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
     if record.parked {
-        return Err(SandboxError::Incompatible {
-            snapshot: record.name.clone(),
-            why: "the sandbox is parked; resume it with `sbx resume` first".into(),
-        });
+        // As any command aimed at a parked sandbox, this brings it back first.
+        super::park::unpark(&mut record).await?;
     }
     let name = opts.name.clone().unwrap_or_else(|| format!("{}-{}", record.name, now_unix_ms() / 1000));
     if !template::is_plain_name(&name) {
