@@ -170,6 +170,14 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert!(sbx.state_of("bad").is_none());
     assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a failed fork left a process");
 
+    // A dead sandbox is refused, and nothing is written.
+    let pid = sbx.json(&["inspect", "f1"])["qemu_pid"].as_u64().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    wait_until("f1 to show dead", Duration::from_secs(30), || sbx.state_of("f1").as_deref() == Some("dead"));
+    let err = sbx.fails(&["snapshot", "create", "f1", "--name", "s4"]);
+    assert!(err.contains("is dead"), "{err}");
+    assert_eq!(snapshot_dirs(&sbx).len(), 3, "{:?}", snapshot_dirs(&sbx));
+
     let removed = sbx.json(&["snapshot", "rm", "s1", "s2", "s3"]);
     assert_eq!(removed, serde_json::json!(["s1", "s2", "s3"]));
     assert!(sbx.fails(&["snapshot", "rm", "s1"]).contains("no snapshot"));
