@@ -10,13 +10,13 @@ use bytes::Bytes;
 use super::{SandboxError, agent_address};
 use crate::client::{Client, ExecSpec};
 use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
-use crate::vmm::migrate;
 use crate::vmm::now_unix_ms;
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
+use crate::vmm::{migrate, zeropages};
 
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
@@ -125,6 +125,14 @@ pub(super) async fn bring_up(
         other => other?,
     }
     step("state loaded");
+    if let Some(pid) = record.qemu.map(|p| p.pid) {
+        match zeropages::release(pid) {
+            Ok(bytes) => tracing::debug!("restore: released {} MiB of zero pages", bytes >> 20),
+            Err(e) => tracing::warn!("{e}; the restored guest holds all its memory"),
+        }
+    }
+    qmp.execute("cont").await?;
+    step("zero pages released, guest running");
     let (client, version) = plug_and_reach(record, persist, &mut qmp, limit).await?;
     step("agent answers");
     make_own(&client, &record.name).await.map_err(|e| revive(record, e))?;

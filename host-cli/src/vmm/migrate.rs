@@ -141,16 +141,12 @@ pub async fn save(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), Mig
     wait_migration(qmp, "save", limit).await
 }
 
-/// Loads `file` into a QEMU started with `-incoming defer` (see [`restore_args`]) and
-/// lets the guest run.
+/// Loads `file` into a QEMU started with `-incoming defer` and `-S` (see
+/// [`restore_args`]); the guest stays stopped until `cont`.
 pub async fn load(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
     let quoted = shell_quote(file)?;
     qmp.execute_with("migrate-incoming", json!({ "uri": format!("exec:cat {quoted}") })).await?;
-    wait_migration(qmp, "load", limit).await?;
-    if !qmp.is_running().await? {
-        qmp.execute("cont").await?;
-    }
-    Ok(())
+    wait_migration(qmp, "load", limit).await
 }
 
 async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> Result<(), MigrateError> {
@@ -175,7 +171,8 @@ async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> R
 }
 
 /// The command line of a VM that will load a saved state: the boot command line
-/// without the vsock device (plugged in after the load) and with `-incoming defer`.
+/// without the vsock device (plugged in after the load), with `-incoming defer`, and
+/// stopped (`-S`) until `cont`.
 pub fn restore_args(boot_args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(boot_args.len() + 2);
     let mut i = 0;
@@ -190,7 +187,7 @@ pub fn restore_args(boot_args: &[String]) -> Vec<String> {
         out.push(boot_args[i].clone());
         i += 1;
     }
-    out.extend(["-incoming".into(), "defer".into()]);
+    out.extend(["-S".into(), "-incoming".into(), "defer".into()]);
     out
 }
 
@@ -230,7 +227,15 @@ mod tests {
         let args = restore_args(&boot);
         assert_eq!(
             args,
-            ["-m", "512M", "-device", "pcie-root-port,id=rp1,bus=pcie.0,chassis=1", "-incoming", "defer"]
+            [
+                "-m",
+                "512M",
+                "-device",
+                "pcie-root-port,id=rp1,bus=pcie.0,chassis=1",
+                "-S",
+                "-incoming",
+                "defer"
+            ]
         );
     }
 

@@ -15,6 +15,7 @@
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, the vsock device
 //!   unplugged and plugged around it.
+//! - [`zeropages`]: handing a restored guest's all-zero pages back to the host.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 
@@ -28,6 +29,7 @@ pub mod snapfile;
 pub mod state;
 pub mod template;
 pub mod watchdog;
+pub mod zeropages;
 
 /// Now, in Unix milliseconds.
 pub(crate) fn now_unix_ms() -> i64 {
