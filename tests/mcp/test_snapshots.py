@@ -30,7 +30,9 @@ async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
     async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
         text = await call_err(session, "sandbox_snapshot_create", sandbox_id="nope")
         assert "nope" in text
-        src = await call_ok(session, "sandbox_create", template="minimal", name="src", boot_timeout_s=300)
+        src = await call_ok(
+            session, "sandbox_create", template="minimal", name="src", network="none", boot_timeout_s=300
+        )
         try:
             await call_ok(session, "sandbox_files_write", path="/tmp/file", content="original", sandbox_id="src")
             snap = await call_ok(session, "sandbox_snapshot_create", sandbox_id="src", name="base")

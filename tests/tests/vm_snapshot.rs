@@ -57,7 +57,13 @@ fn snapshot_named<'a>(list: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn vm_snapshot_fork_park_and_restore_minimal() {
     let sbx = Sbx::new();
-    sbx.create("src");
+    // A sandbox with a network is refused, saying how to make one that is not.
+    sbx.create("netted");
+    let err = sbx.fails(&["snapshot", "create", "netted", "--name", "n1"]);
+    assert!(err.contains("--net none"), "{err}");
+    assert!(snapshot_dirs(&sbx).is_empty(), "{:?}", snapshot_dirs(&sbx));
+    sbx.json(&["kill", "netted"]);
+    sbx.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
     sh(&sbx, "src", "echo original > /tmp/file");
     let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
     assert!(job.status.success(), "{}", text(&job.stderr));
@@ -191,7 +197,7 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
 #[test]
 fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     let sbx = Sbx::new();
-    sbx.json(&["create", "--template", "debian", "--name", "d1", "--timeout", "240s"]);
+    sbx.json(&["create", "--template", "debian", "--name", "d1", "--net", "none", "--timeout", "240s"]);
     sh(&sbx, "d1", "echo before > /root/on-disk && sync");
     sbx.json(&["snapshot", "create", "d1", "--name", "ds"]);
     assert!(sbx.state_dir().join(".snapshots/ds/disk.qcow2").is_file());

@@ -100,7 +100,7 @@ pub(super) async fn bring_up(
         cpus: snap.meta.cpus,
         accel,
         paths: &record.paths,
-        // Snapshots refuse sandboxes with a network helper (see `snapshot::save_into`).
+        // Snapshots refuse sandboxes with a NIC (see `snapshot::save_into`).
         network: false,
     };
     let args = migrate::restore_args(&launcher::qemu_args(&spec));

@@ -109,6 +109,17 @@ pub(super) async fn save_into(
     copy_disk: bool,
     run_on: bool,
 ) -> Result<Snapshot, SandboxError> {
+    let has_nic = crate::sandbox::network::config::NetConfig::load(&record.paths.dir)
+        .is_ok_and(|c| c.network == crate::sandbox::network::NetworkMode::Default);
+    if has_nic {
+        return Err(SandboxError::Incompatible {
+            snapshot: name.to_string(),
+            why: format!(
+                "sandbox `{}` has a network (a NIC on its network helper), which snapshots and parking do not carry yet; snapshot sandboxes made with `sbx create --net none` (MCP: network \"none\")",
+                record.name
+            ),
+        });
+    }
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
     let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
     let need = (u64::from(record.memory_mib) << 20) + disk_bytes;
