@@ -107,8 +107,9 @@ pub const SCHEMA_DIALECT: &str = "http://json-schema.org/draft-07/schema#";
 /// The one pass over every tool schema schemars made, so that strict clients read them
 /// quietly and validators check them cheaply:
 /// - `$schema` becomes draft-07 ([`SCHEMA_DIALECT`]);
-/// - `format`s that are not JSON Schema formats (`uint32`, `int64`, ...) go: the
-///   TypeScript SDK logs each as "unknown format ignored", and `minimum` already says it;
+/// - `format`s that draft-07 does not define (schemars' `uint32`, `int64`, `ip`...) go:
+///   the TypeScript SDK logs each as "unknown format ignored" (`minimum` already bounds
+///   the numbers);
 /// - an optional property (not `required`) is a plain single-type property: no `"null"`
 ///   in its `type` or `enum`, no `"default": null`; absent is how it says "not given"
 ///   (inputs are `Option`s; outputs skip `None`). A required property keeps its null, so
@@ -122,7 +123,7 @@ pub fn tidy_schema(schema: &mut serde_json::Map<String, serde_json::Value>) {
 }
 
 fn tidy(schema: &mut serde_json::Map<String, serde_json::Value>) {
-    if schema.get("format").and_then(|f| f.as_str()).is_some_and(is_numeric_format) {
+    if schema.get("format").is_some_and(|f| !f.as_str().is_some_and(is_standard_format)) {
         schema.remove("format");
     }
     if let Some(serde_json::Value::String(text)) = schema.get_mut("description")
@@ -175,26 +176,43 @@ fn drop_null(property: &mut serde_json::Map<String, serde_json::Value>) {
     if let Some(serde_json::Value::Array(values)) = property.get_mut("enum") {
         values.retain(|v| !v.is_null());
     }
+    // An optional enum or object comes as `anyOf: [{...}, {"type": "null"}]`: the one
+    // branch that is not null takes its place (the property's own keys, such as its
+    // description, win over the branch's).
+    if let Some(serde_json::Value::Array(branches)) = property.get_mut("anyOf") {
+        branches.retain(|b| b.get("type").and_then(|t| t.as_str()) != Some("null"));
+        if let [serde_json::Value::Object(only)] = branches.as_slice() {
+            let only = only.clone();
+            property.remove("anyOf");
+            for (key, value) in only {
+                property.entry(key).or_insert(value);
+            }
+        }
+    }
 }
 
-/// schemars' names for Rust's integer and float widths; JSON Schema defines none of them.
-fn is_numeric_format(format: &str) -> bool {
+/// The formats JSON Schema draft-07 defines (its section 7.3); anything else is a
+/// name a validator does not know.
+fn is_standard_format(format: &str) -> bool {
     matches!(
         format,
-        "int8"
-            | "int16"
-            | "int32"
-            | "int64"
-            | "int128"
-            | "int"
-            | "uint8"
-            | "uint16"
-            | "uint32"
-            | "uint64"
-            | "uint128"
-            | "uint"
-            | "float"
-            | "double"
+        "date-time"
+            | "date"
+            | "time"
+            | "email"
+            | "idn-email"
+            | "hostname"
+            | "idn-hostname"
+            | "ipv4"
+            | "ipv6"
+            | "uri"
+            | "uri-reference"
+            | "iri"
+            | "iri-reference"
+            | "uri-template"
+            | "json-pointer"
+            | "relative-json-pointer"
+            | "regex"
     )
 }
 
@@ -289,7 +307,10 @@ mod tests {
                 "code": {"type": ["integer", "null"], "format": "int32"},
                 "size": {"type": ["integer", "null"], "format": "uint64", "minimum": 0, "default": null},
                 "encoding": {"type": ["string", "null"], "enum": ["utf8", "base64", null], "default": null},
-                "inner": {"type": ["object", "null"], "properties": {"n": {"type": ["integer", "null"]}}}
+                "inner": {"type": ["object", "null"], "properties": {"n": {"type": ["integer", "null"]}}},
+                "bind": {"type": "string", "format": "ip"},
+                "at": {"type": "string", "format": "date-time"},
+                "net": {"anyOf": [{"type": "string", "enum": ["a", "b"], "description": "branch"}, {"type": "null"}], "description": "own"}
             },
             "required": ["code"]
         });
@@ -303,7 +324,10 @@ mod tests {
                     "code": {"type": ["integer", "null"]},
                     "size": {"type": "integer", "minimum": 0},
                     "encoding": {"type": "string", "enum": ["utf8", "base64"]},
-                    "inner": {"type": "object", "properties": {"n": {"type": "integer"}}}
+                    "inner": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "bind": {"type": "string"},
+                "at": {"type": "string", "format": "date-time"},
+                "net": {"type": "string", "enum": ["a", "b"], "description": "own"}
                 },
                 "required": ["code"]
             })
