@@ -86,9 +86,11 @@ async def test_input_schemas_describe_each_argument(agent: Agent) -> None:
     write = listed["sandbox_files_write"].input_schema
     encoding = str(write["properties"]["encoding"]) + str(write.get("$defs", {}))
     assert "utf8" in encoding and "base64" in encoding
-    out = listed["sandbox_exec"].output_schema["properties"]
-    for field in ("exit_code", "stdout", "stderr", "stdout_truncated", "stdout_bytes", "timed_out", "duration_ms"):
-        assert field in out, f"sandbox_exec output lacks {field}"
+    out = listed["sandbox_exec"].output_schema
+    for field in ("stdout", "stderr", "stdout_truncated", "stdout_bytes", "timed_out", "duration_ms"):
+        assert field in out["properties"], f"sandbox_exec output lacks {field}"
+    for field in ("exit_code", "signal", "oom_killed", "notes"):
+        assert f"{field} (" in out["description"], f"sandbox_exec output does not describe {field}"
 
 
 def descriptions(schema) -> list[str]:
@@ -118,14 +120,29 @@ async def test_list_entries_schema_names_every_field(agent: Agent) -> None:
     # validate every result (this SDK does) do not check each entry.
     async with agent_session(agent) as session:
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-    properties = listed["sandbox_files_list"].output_schema["properties"]
-    entries = properties["entries"]
-    assert entries["type"] == "array" and "items" not in entries
+    schema = listed["sandbox_files_list"].output_schema
+    assert "items" not in str(schema)
+    text = schema["description"]
     for field in ("path", "type", "size", "mode", "mtime", "symlink_target", "names_only"):
-        assert field in entries["description"], f"entries description does not name {field}"
+        assert field in text, f"the listing's description does not name {field}"
     for group in ("files", "dirs", "symlinks", "other"):
-        assert properties[group]["type"] == "array" and "items" not in properties[group], group
-        assert "names_only" in properties[group]["description"], group
+        assert f"{group} (array): With names_only" in text, group
+
+
+async def test_output_schemas_are_cheap_to_check_and_lose_nothing(agent: Agent) -> None:
+    # The 1.x Python SDK checks each output schema against its metaschema on every
+    # call, at a cost per property subschema: only always-present fields are listed,
+    # typed and undescribed; every field, optional ones too, is described in the
+    # schema's one description.
+    async with agent_session(agent) as session:
+        tools = (await session.list_tools()).tools
+    for tool in tools:
+        schema = tool.output_schema
+        required = set(schema.get("required", []))
+        assert set(schema["properties"]) == required, tool.name
+        for name, prop in schema["properties"].items():
+            assert "description" not in prop, f"{tool.name}.{name}"
+            assert f"{name} (" in schema["description"], f"{tool.name} does not describe {name}"
 
 
 async def test_output_schemas_have_no_refs(agent: Agent) -> None:

@@ -10,6 +10,8 @@
 //!   [`crate::client`], and shapes the answer for a model.
 //! - [`shape`]: the shaping helpers shared by the tools (lossy text, base64, octal modes,
 //!   timestamps).
+//! - [`output_schema`]: output schemas every validating client checks cheaply (typed
+//!   always-present fields; every field described in one string).
 //! - [`listing`]: the one-line-per-entry text of a directory listing.
 //! - [`error`]: [`ToolError`], the short actionable text a failed tool call returns with
 //!   `isError: true`.
@@ -21,6 +23,7 @@
 
 pub mod error;
 pub mod listing;
+pub mod output_schema;
 pub mod progress;
 pub mod sandbox_arg;
 pub mod server;

@@ -18,6 +18,7 @@ use sbx_proto::Address;
 
 use crate::client::Client;
 use crate::mcp::error::ToolError;
+use crate::mcp::output_schema::lean_output_schema;
 use crate::mcp::shape::{schema_signature, tidy_schema};
 use crate::sandbox::Target;
 
@@ -68,7 +69,9 @@ impl SbxMcp {
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {
-                tidy_schema(Arc::make_mut(output));
+                let output = Arc::make_mut(output);
+                tidy_schema(output);
+                lean_output_schema(output);
             }
         }
         SbxMcp { pinned, connect_timeout, router, clients: Arc::default() }

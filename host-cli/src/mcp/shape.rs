@@ -216,7 +216,8 @@ fn is_standard_format(format: &str) -> bool {
     )
 }
 
-fn json_type(prop: &serde_json::Value) -> String {
+/// A property's type in words, for summaries: `integer`, `string or integer`.
+pub(crate) fn json_type(prop: &serde_json::Value) -> String {
     match prop.get("type") {
         Some(serde_json::Value::String(kind)) => kind.clone(),
         Some(serde_json::Value::Array(kinds)) => {
