@@ -65,17 +65,20 @@ server=$!
 # Memory for the guest's copy of the file on its tmpfs, plus room to run.
 memory=$(( mib * 2 + 256 ))
 ip netns exec "$client" "$sbx" create --name "$name" --memory "$memory" \
+    2>/dev/null \
     --allow-out 203.0.113.10 >/dev/null
 "$sbx" -s "$name" write --mode 755 /tmp/floor < "$floor"
-"$sbx" -s "$name" exec -- sh -c "head -c ${mib}M /dev/urandom > /tmp/big"
+"$sbx" -s "$name" exec -- dd if=/dev/urandom of=/tmp/big bs=1M count="$mib" 2>/dev/null
 "$sbx" -s "$name" run -d -- /tmp/floor source 5003 /tmp/big >/dev/null
-vsock=$("$sbx" inspect "$name" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["agent"])')
+vsock=$("$sbx" inspect "$name" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["address"])')
 
 python3 - "$sbx" "$name" "$vsock" "$mib" "$runs" <<'EOF'
-import socket, subprocess, sys, time
+import os, socket, subprocess, sys, time
 sbx, name, agent, mib, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 size = mib << 20
 path = agent.removeprefix("hvsock://").rsplit(":", 1)[0]
+os.chdir(os.path.dirname(path))  # a state dir's socket path can exceed AF_UNIX's 108 bytes
+path = os.path.basename(path)
 
 def egress():
     t = time.perf_counter()

@@ -16,6 +16,9 @@ use crate::sandbox::TargetError;
 
 /// Runs `sbx` with the process's arguments and returns its exit code.
 pub fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "net-helper") {
+        return net_helper();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -33,6 +36,33 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e, json),
+    }
+}
+
+/// `sbx net-helper` lives as long as its sandbox, so it parses only its own arguments:
+/// building the whole command tree would page in code it never runs again, and the
+/// helper's resident set is measured per sandbox (BENCHMARKS.md).
+fn net_helper() -> ExitCode {
+    #[derive(Parser)]
+    #[command(name = "sbx net-helper", about = "The per-sandbox network helper (sbx create runs it)")]
+    struct HelperCli {
+        #[command(flatten)]
+        args: crate::cli::HelperArgs,
+    }
+    let helper = match HelperCli::try_parse_from(std::env::args_os().skip(1)) {
+        Ok(helper) => helper,
+        Err(e) => return usage_error(&e),
+    };
+    init_logging(0);
+    let result = runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
+    let result = result.and_then(|rt| {
+        let done = rt.block_on(crate::sandbox::network::helper::run(&helper.args));
+        rt.shutdown_background();
+        done.map_err(anyhow::Error::new)
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e, false),
     }
 }
 

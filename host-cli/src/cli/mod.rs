@@ -180,9 +180,6 @@ pub enum Command {
     /// Published ports: make a guest TCP port reachable on the host.
     #[command(subcommand)]
     Port(PortCommand),
-    /// The per-sandbox network helper that `sbx create` starts (not for direct use).
-    #[command(hide = true)]
-    NetHelper(HelperArgs),
 }
 
 /// `sbx info`.

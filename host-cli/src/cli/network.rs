@@ -129,7 +129,7 @@ pub struct LogArgs {
     pub limit: Option<usize>,
 }
 
-/// `sbx net-helper` (hidden; `sbx create` runs it).
+/// `sbx net-helper` (hidden; `sbx create` runs it; [`crate::app`] parses it on its own).
 #[derive(Debug, Clone, Args)]
 pub struct HelperArgs {
     /// The sandbox directory (holding sandbox.json and net.json).

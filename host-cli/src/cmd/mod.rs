@@ -16,7 +16,7 @@
 //! - `snapshot create|ls|rm|restore` in `snapshot`;
 //! - `template build|ls|rm` in `template`;
 //! - `port publish|ls|unpublish` (published ports) in `port`, `net show|set|log` (egress
-//!   policy and audit log) in `net`, and the hidden `net-helper` in `net`;
+//!   policy and audit log) in `net` (the hidden `net-helper` is dispatched in [`crate::app`]);
 //! - [`UsageError`] (in `error`): a command line that parsed but makes no sense; [`next_step`]:
 //!   what to do about an agent's refusal, in `sbx` commands.
 
@@ -105,9 +105,5 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Template(cmd) => template::run(&ctx, cmd).await,
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,
-        Command::NetHelper(args) => {
-            crate::sandbox::network::helper::run(&args).await?;
-            Ok(0)
-        }
     }
 }
