@@ -54,7 +54,8 @@ fn net_helper() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     init_logging(0);
-    let result = runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
+    let result =
+        runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
     let result = result.and_then(|rt| {
         let done = rt.block_on(crate::sandbox::network::helper::run(&helper.args));
         rt.shutdown_background();
