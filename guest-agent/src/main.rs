@@ -218,6 +218,14 @@ async fn run() -> ExitCode {
     }
 }
 
+/// The host folders and the disk size the kernel command line asks for.
+fn setup_storage(cmdline: &cmdline::KernelCmdline) -> Result<(), sbx_agent::storage::StorageError> {
+    if let Some(bytes) = cmdline.disk() {
+        sbx_agent::storage::size_root(bytes)?;
+    }
+    sbx_agent::storage::mount_shares(cmdline.mounts())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,12 +249,4 @@ mod tests {
             assert!(spec.parse::<tracing_subscriber::filter::Targets>().is_ok(), "{spec}");
         }
     }
-}
-
-/// The host folders and the disk size the kernel command line asks for.
-fn setup_storage(cmdline: &cmdline::KernelCmdline) -> Result<(), sbx_agent::storage::StorageError> {
-    if let Some(bytes) = cmdline.disk() {
-        sbx_agent::storage::size_root(bytes)?;
-    }
-    sbx_agent::storage::mount_shares(cmdline.mounts())
 }

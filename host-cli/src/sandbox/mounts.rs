@@ -129,12 +129,12 @@ pub fn check(mounts: &[Mount]) -> Result<(), MountError> {
     Ok(())
 }
 
-/// A disk size: a number with a unit, K, M, G or T (powers of 1024; `8G`, `512M`,
-/// `1.5G`; `GiB`/`GB` are read the same), between 64 MiB and 16 TiB.
+/// A disk size: a whole number with a unit, K, M, G or T (powers of 1024; `8G`,
+/// `512M`; `GiB`/`GB` are read the same), between 64 MiB and 16 TiB.
 pub fn parse_disk(text: &str) -> Result<u64, MountError> {
     let bad = |why: &str| MountError::Disk(text.into(), why.into());
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let shift = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
         "K" => 10,
@@ -144,8 +144,8 @@ pub fn parse_disk(text: &str) -> Result<u64, MountError> {
         "" => return Err(bad("has no unit; give e.g. 8G or 512M")),
         _ => return Err(bad("has an unknown unit; use K, M, G or T, e.g. 8G")),
     };
-    let value: f64 = number.parse().map_err(|_| bad("is not a number with a unit, e.g. 8G"))?;
-    let bytes = (value * f64::from(1u32 << 10).powi(shift / 10)) as u64;
+    let value: u64 = number.parse().map_err(|_| bad("is not a whole number with a unit, e.g. 8G"))?;
+    let bytes = value.saturating_mul(1 << shift);
     if !(MIN_DISK_BYTES..=MAX_DISK_BYTES).contains(&bytes) {
         return Err(bad("is out of range; give 64M to 16T"));
     }
@@ -213,8 +213,8 @@ mod tests {
     fn disk_sizes() {
         assert_eq!(parse_disk("8G").unwrap(), 8 << 30);
         assert_eq!(parse_disk("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_disk("1.5GiB").unwrap(), 3 << 29);
-        for bad in ["0", "0G", "10X", "G", "8", "1K", "17T", ""] {
+        assert_eq!(parse_disk("2GiB").unwrap(), 2 << 30);
+        for bad in ["0", "0G", "10X", "G", "8", "1K", "17T", "", "1.5G", "99999999999T"] {
             assert!(parse_disk(bad).is_err(), "{bad}");
         }
     }
