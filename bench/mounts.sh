@@ -45,7 +45,7 @@ read_mount=$(timed "find /work/tree -type f | xargs cat")
 read_own=$(timed "find /root/tree -type f | xargs cat")
 big_mount=$(timed "cat /work/big")
 t0=$(now); "$sbx" cp bm:/root/big "$work/big.out"; t1=$(now)
-big_cp=$(awk "BEGIN{print $t1 - $t0}")
+big_cp=$(awk "BEGIN{printf \"%.2f\", $t1 - $t0}")
 cmp -s "$work/share/big" "$work/big.out" || { echo "bench/mounts.sh: sbx cp copied the wrong bytes" >&2; exit 1; }
 
 ratio() { awk "BEGIN{ if ($2 > 0) printf \"%.1fx\", $1 / $2; else print \"-\" }"; }
