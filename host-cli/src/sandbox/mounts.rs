@@ -13,7 +13,7 @@ pub use crate::vmm::storage::{Mount, Storage};
 /// line word, which holds 2 KiB in all).
 pub const MAX_MOUNTS: usize = 8;
 /// Longest guest path accepted, in bytes.
-const MAX_GUEST_PATH: usize = 200;
+const MAX_GUEST_PATH: usize = 128;
 /// Smallest disk accepted.
 pub const MIN_DISK_BYTES: u64 = 64 << 20;
 /// Largest disk accepted.
@@ -22,7 +22,7 @@ pub const MAX_DISK_BYTES: u64 = 16 << 40;
 /// Why a mount or a disk size was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// Not HOSTDIR:GUESTDIR[:ro].
+    /// Not `HOSTDIR:GUESTDIR[:ro]`.
     #[error("`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work or --mount /data:/data:ro")]
     Syntax(String),
     /// The host folder is missing or unreadable.
@@ -98,7 +98,7 @@ pub fn guest_path(path: &str) -> Result<String, MountError> {
         return bad("is relative; give an absolute path such as /work");
     }
     if path.len() > MAX_GUEST_PATH {
-        return bad("is too long (at most 200 bytes)");
+        return bad("is too long (at most 128 bytes)");
     }
     if !path.bytes().all(|b| b.is_ascii_graphic() && !b":,\"'\\".contains(&b)) {
         return bad("may hold only printable ASCII without spaces, `:`, `,`, quotes or `\\`");
