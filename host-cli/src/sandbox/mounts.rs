@@ -28,6 +28,9 @@ pub enum MountError {
     /// The host folder is missing or unreadable.
     #[error("host folder `{}` does not exist or cannot be read; create it first or fix the path", .0.display())]
     HostMissing(PathBuf),
+    /// A host path given without `..` and symlinks resolved.
+    #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
+    NotCanonical(PathBuf),
     /// The host path is a file.
     #[error("`{}` is not a folder; --mount shares folders (copy single files with `sbx cp`)", .0.display())]
     HostNotDir(PathBuf),
@@ -116,12 +119,20 @@ pub fn guest_path(path: &str) -> Result<String, MountError> {
     Ok(format!("/{}", parts.join("/")))
 }
 
-/// The checks across a sandbox's mounts: how many, and one folder per guest path.
+/// The checks across a sandbox's mounts: how many, one folder per guest path, and
+/// each as [`parse_mount`] leaves it (an existing canonical folder, a normalized guest
+/// path), for callers that built them by hand.
 pub fn check(mounts: &[Mount]) -> Result<(), MountError> {
     if mounts.len() > MAX_MOUNTS {
         return Err(MountError::TooMany(mounts.len()));
     }
     for (i, m) in mounts.iter().enumerate() {
+        if canonical_dir(&m.host)? != m.host {
+            return Err(MountError::NotCanonical(m.host.clone()));
+        }
+        if guest_path(&m.guest)? != m.guest {
+            return Err(MountError::GuestPath { path: m.guest.clone(), why: "is not normalized" });
+        }
         if mounts[..i].iter().any(|o| o.guest == m.guest) {
             return Err(MountError::Duplicate(m.guest.clone()));
         }
@@ -203,10 +214,12 @@ mod tests {
 
     #[test]
     fn one_folder_per_guest_path() {
-        let m = |g: &str| Mount { host: "/h".into(), guest: g.into(), read_only: false };
+        let m = |g: &str| Mount { host: "/".into(), guest: g.into(), read_only: false };
         assert!(check(&[m("/a"), m("/a/b")]).is_ok());
         assert!(check(&[m("/a"), m("/a")]).unwrap_err().to_string().contains("`/a`"));
         assert!(check(&vec![m("/x"); 9]).is_err());
+        let odd = Mount { host: "/tmp/../tmp".into(), guest: "/a".into(), read_only: false };
+        assert!(check(&[odd]).unwrap_err().to_string().contains("not canonical"));
     }
 
     #[test]
