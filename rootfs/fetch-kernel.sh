@@ -38,7 +38,7 @@ dest="$data/kernel/$version"
 # the lists is fetched again.
 have_all_modules() {
     local m
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES; do
+    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
         [ -f "$dest/modules/$m.ko" ] || return 1
     done
 }
@@ -72,7 +72,7 @@ else
         || die "extracted vmlinux is not an ELF file"
 
     moddir="$(ls -d "$work"/x/lib/modules/*)"
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES; do
+    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
         ko="$(find "$moddir/kernel" -name "$m.ko" -print -quit)"
         [ -n "$ko" ] || die "module $m.ko is not in $package"
         cp "$ko" "$work/out/modules/"

@@ -1,9 +1,13 @@
 #!/bin/busybox sh
 # /init of every sbx initramfs (busybox sh).
 #
-# Loads the virtio and vsock modules (and virtio_net when `sbx.net=` asks for a NIC), then:
+# Loads the virtio and vsock modules (virtio_net when `sbx.net=` asks for a NIC, 9p when
+# `sbx.mount=` shares host folders; the agent mounts them), then:
 # - no `root=` on the kernel command line (template `minimal`): execs the agent baked
-#   into the initramfs, so sbx-agent is PID 1;
+#   into the initramfs, so sbx-agent is PID 1; with `sbx.disk=BYTES` (`sbx create
+#   --disk`) it first copies the initramfs into a tmpfs of that size and switch_roots
+#   to it, so that the root has the size asked for and `df` lists it (the kernel's
+#   initial rootfs cannot be moved, and busybox `df` hides it);
 # - `root=DEV` (disk templates): loads virtio_blk and ext4, mounts DEV and switch_roots
 #   to `sbx.init=` (default /sbin/sbx-agent; /sbin/init for systemd templates).
 # Any failure prints one line on the console and powers the VM off, so the host sees
@@ -25,6 +29,8 @@ rootfstype=ext4
 rootflags=""
 init=/sbin/sbx-agent
 net=""
+share=""
+disk=""
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         root=*) root="${arg#root=}" ;;
@@ -32,6 +38,8 @@ for arg in $(cat /proc/cmdline); do
         rootflags=*) rootflags="${arg#rootflags=}" ;;
         sbx.init=*) init="${arg#sbx.init=}" ;;
         sbx.net=*) net=1 ;;
+        sbx.mount=*) share=1 ;;
+        sbx.disk=*) disk="${arg#sbx.disk=}" ;;
     esac
 done
 
@@ -43,23 +51,37 @@ load() {
 load $(cat /etc/sbx/modules-vsock)
 # The agent configures the NIC (guest-agent/src/net.rs); it needs the driver first.
 [ -n "$net" ] && load $(cat /etc/sbx/modules-net)
+# The agent mounts the host folders (guest-agent/src/storage.rs); 9p must be loaded first.
+[ -n "$share" ] && load $(cat /etc/sbx/modules-share)
 
 if [ -z "$root" ]; then
     [ -x /sbin/sbx-agent ] || fail "no /sbin/sbx-agent in this initramfs and no root= to boot from"
-    busybox umount /proc
-    exec /sbin/sbx-agent
+    if [ -z "$disk" ]; then
+        busybox umount /proc
+        exec /sbin/sbx-agent
+    fi
+    mkdir -p /newroot
+    busybox mount -t tmpfs -o "size=$disk,mode=0755" tmpfs /newroot || fail "cannot mount a $disk-byte tmpfs root"
+    for entry in /*; do
+        case "$entry" in
+            /newroot) ;;
+            /dev|/proc) mkdir -p "/newroot$entry" ;;
+            *) busybox cp -a "$entry" /newroot/ || fail "cannot copy $entry into the new root (is sbx.disk=$disk too small?)" ;;
+        esac
+    done
+else
+    load $(cat /etc/sbx/modules-disk)
+    tries=0
+    while [ ! -b "$root" ]; do
+        tries=$((tries + 1))
+        [ "$tries" -le 100 ] || fail "root device $root did not appear within 10 s"
+        busybox usleep 100000
+    done
+    mkdir -p /newroot
+    busybox mount -t "$rootfstype" ${rootflags:+-o "$rootflags"} "$root" /newroot \
+        || fail "cannot mount $root ($rootfstype) on /newroot"
 fi
 
-load $(cat /etc/sbx/modules-disk)
-tries=0
-while [ ! -b "$root" ]; do
-    tries=$((tries + 1))
-    [ "$tries" -le 100 ] || fail "root device $root did not appear within 10 s"
-    busybox usleep 100000
-done
-mkdir -p /newroot
-busybox mount -t "$rootfstype" ${rootflags:+-o "$rootflags"} "$root" /newroot \
-    || fail "cannot mount $root ($rootfstype) on /newroot"
 # $init is not checked here: absolute symlinks on its path (/sbin -> /usr/sbin,
 # /sbin/init -> /lib/systemd/systemd) resolve only after the switch. If it is missing,
 # switch_root says so on the console and the kernel panics (panic=-1: QEMU exits).

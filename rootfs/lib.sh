@@ -36,6 +36,9 @@ SBX_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"
 # The guest NIC (virtio-net), loaded only when the kernel command line carries `sbx.net=`
 # (a sandbox with a network); virtio_net needs net_failover, which needs failover.
 SBX_NET_MODULES="failover net_failover virtio_net"
+# Host folders shared over virtio-9p (`sbx create --mount`), loaded only when the kernel
+# command line carries `sbx.mount=`; 9p needs fscache and netfs.
+SBX_SHARE_MODULES="netfs fscache 9pnet 9pnet_virtio 9p"
 
 # The agent to bake: $SBX_AGENT_BIN, else the workspace's musl release build.
 sbx_agent_bin() {
@@ -105,13 +108,14 @@ build_initramfs() {
     for applet in $("$busybox" --list-full); do
         [ -e "$tree/$applet" ] || ln -s /bin/busybox "$tree/$applet"
     done
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES; do
+    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
         [ -f "$kdir/modules/$m.ko" ] || die "module $m.ko is missing from $kdir/modules (a kernel fetched before it joined the lists); run rootfs/fetch-kernel.sh, which fetches it again"
     done
     cp "$kdir"/modules/*.ko "$tree/lib/modules/"
     printf '%s\n' $SBX_VSOCK_MODULES >"$tree/etc/sbx/modules-vsock"
     printf '%s\n' $SBX_DISK_MODULES >"$tree/etc/sbx/modules-disk"
     printf '%s\n' $SBX_NET_MODULES >"$tree/etc/sbx/modules-net"
+    printf '%s\n' $SBX_SHARE_MODULES >"$tree/etc/sbx/modules-share"
     install -m 0755 "$SBX_ROOTFS_DIR/initramfs-init.sh" "$tree/init"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$tree/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$tree/etc/group"

@@ -1,5 +1,5 @@
 //! The `sbx.*` settings on the kernel command line (`sbx.listen=`, `sbx.announce=`,
-//! `sbx.hostname=`, `sbx.net=`).
+//! `sbx.hostname=`, `sbx.net=`, `sbx.mount=`, `sbx.disk=`).
 
 use sbx_proto::Address;
 
@@ -10,6 +10,8 @@ pub struct KernelCmdline {
     announce: Option<Address>,
     hostname: Option<String>,
     net: Option<crate::net::NetSpec>,
+    mounts: Vec<crate::storage::ShareSpec>,
+    disk: Option<u64>,
 }
 
 impl KernelCmdline {
@@ -34,6 +36,20 @@ impl KernelCmdline {
                         tracing::warn!(
                             "ignoring sbx.hostname={value}: use 1 to 64 letters, digits, `-` and `.`"
                         );
+                    }
+                    continue;
+                }
+                "sbx.mount" => {
+                    match value.parse() {
+                        Ok(spec) => out.mounts.push(spec),
+                        Err(e) => tracing::warn!("ignoring sbx.mount: {e}"),
+                    }
+                    continue;
+                }
+                "sbx.disk" => {
+                    match value.parse() {
+                        Ok(bytes) => out.disk = Some(bytes),
+                        Err(e) => tracing::warn!("ignoring sbx.disk={value}: {e}"),
                     }
                     continue;
                 }
@@ -69,6 +85,16 @@ impl KernelCmdline {
         self.net
     }
 
+    /// Every valid `sbx.mount=`: the host folders to mount, in order.
+    pub fn mounts(&self) -> &[crate::storage::ShareSpec] {
+        &self.mounts
+    }
+
+    /// `sbx.disk=`, if given: the size of the writable root in bytes.
+    pub fn disk(&self) -> Option<u64> {
+        self.disk
+    }
+
     /// `sbx.hostname=`, if given and valid.
     pub fn hostname(&self) -> Option<&str> {
         self.hostname.as_deref()
@@ -96,6 +122,11 @@ mod tests {
         assert_eq!(c.listen(), Some(Address::Vsock { cid: u32::MAX, port: 2000 }));
         assert_eq!(c.announce(), Some(Address::Vsock { cid: 2, port: 1025 }));
         assert_eq!(c.hostname(), Some("box-1"));
+        let c =
+            KernelCmdline::parse("sbx.mount=sbx0:/a:ro sbx.mount=sbx1:/b:rw sbx.mount=bad sbx.disk=1048576");
+        assert_eq!(c.mounts().len(), 2);
+        assert_eq!(c.disk(), Some(1 << 20));
+        assert_eq!(KernelCmdline::parse("sbx.disk=8G").disk(), None);
     }
 
     #[test]

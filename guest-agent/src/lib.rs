@@ -17,6 +17,8 @@
 //! - [`ports`]: ConnectPort, a TCP connection to a port of the guest's loopback (published
 //!   ports).
 //! - [`net`]: configuring the guest's NIC from `sbx.net=` on the kernel command line.
+//! - [`storage`]: host folders (9p) and the root filesystem's size, from `sbx.mount=`
+//!   and `sbx.disk=` on the kernel command line.
 //! - [`report`]: errors rendered as one line with their causes.
 //! - [`init`]: PID 1 duties (mounts, `lo`, hostname, power-off).
 //! - [`cmdline`]: the `sbx.*` settings on the kernel command line.
@@ -37,6 +39,7 @@ pub mod placement;
 pub mod ports;
 pub mod report;
 pub mod service;
+pub mod storage;
 pub mod system;
 
 pub use service::AgentService;

@@ -151,6 +151,12 @@ async fn run() -> ExitCode {
             Err(e) => eprintln!("sbx-agent: network: {}", error_chain(&e)),
         }
     }
+    // Before listening too: a sandbox whose folders or disk are not as asked must not
+    // announce itself. As PID 1, exiting ends the VM and `sbx create` shows this line.
+    if let Err(e) = setup_storage(&cmdline) {
+        eprintln!("sbx-agent: storage: {}", error_chain(&e));
+        return ExitCode::FAILURE;
+    }
     if args.listen.is_empty() {
         args.listen = cmdline.listen().into_iter().collect();
     }
@@ -210,6 +216,14 @@ async fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The host folders and the disk size the kernel command line asks for.
+fn setup_storage(cmdline: &cmdline::KernelCmdline) -> Result<(), sbx_agent::storage::StorageError> {
+    if let Some(bytes) = cmdline.disk() {
+        sbx_agent::storage::size_root(bytes)?;
+    }
+    sbx_agent::storage::mount_shares(cmdline.mounts())
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ impl BareVm {
             accel: self.accel,
             paths: &paths,
             network: false,
+            storage: &defaults.storage,
         };
         let t = Instant::now();
         let mut vhost = launcher::spawn_vhost(&self.vhost, 3, &paths)?;

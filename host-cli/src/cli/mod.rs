@@ -157,8 +157,10 @@ pub enum Command {
     Info(InfoArgs),
     /// Serve the agent's abilities as MCP tools on stdin/stdout (for Claude Code, Cursor, ...).
     #[command(after_help = "Examples:\n  claude mcp add sbx -- sbx mcp --agent unix:///tmp/agent.sock\n  \
-                            SBX_SANDBOX=dev sbx mcp\n\nSee docs/mcp.md for Cursor, VS Code, Windsurf and Codex.")]
-    Mcp,
+                            SBX_SANDBOX=dev sbx mcp\n  \
+                            sbx mcp --allow-mount ~/projects   (sandbox_create may mount folders under it)\n\n\
+                            See docs/mcp.md for Cursor, VS Code, Windsurf and Codex.")]
+    Mcp(McpArgs),
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  sbx completions bash > /etc/bash_completion.d/sbx\n  sbx completions zsh > ~/.zfunc/_sbx"
@@ -223,4 +225,13 @@ mod tests {
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());
     }
+}
+
+/// `sbx mcp`.
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Let `sandbox_create` mount host folders under DIR (repeatable), besides those
+    /// under the roots the MCP client declares.
+    #[arg(long, value_name = "DIR")]
+    pub allow_mount: Vec<std::path::PathBuf>,
 }

@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use sbx_net::policy::Rule;
 
 use crate::sandbox::DEFAULT_TEMPLATE;
+use crate::sandbox::mounts::Mount;
 use crate::sandbox::network::{NetworkMode, PortSpec};
 
 /// The sandbox lifecycle subcommands, flattened into the top level.
@@ -17,6 +18,8 @@ pub enum SandboxCommand {
     #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
                             sbx create --template debian --name web --publish 8000\n  \
                             sbx create --net none\n  \
+                            sbx create --mount ./src:/work --mount ~/data:/data:ro\n  \
+                            sbx create --template debian --disk 8G\n  \
                             sbx create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             sbx -s dev exec -- uname -a")]
     Create(CreateArgs),
@@ -72,8 +75,25 @@ pub struct CreateArgs {
     pub deny_out: Vec<Rule>,
     /// Start from a snapshot instead of booting (a fork: same files and running
     /// processes, its own disk); its template, memory and vCPUs are the snapshot's.
-    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["template", "memory", "cpus"])]
+    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["template", "memory", "cpus", "mount", "disk"])]
     pub from: Option<String>,
+    /// Share a host folder (repeatable): HOSTDIR:GUESTDIR, or with `:ro` read-only in the
+    /// guest. Changes show on both sides at once; files the guest creates belong to
+    /// you; nothing outside HOSTDIR is reachable. Such a sandbox cannot be snapshotted.
+    #[arg(long, value_name = "HOSTDIR:GUESTDIR[:ro]", value_parser = parse_mount)]
+    pub mount: Vec<Mount>,
+    /// The writable disk's size, e.g. 8G or 512M: the disk of a disk template (at least
+    /// the template's own), the root tmpfs of `minimal` (which lives in guest memory).
+    #[arg(long, value_name = "SIZE", value_parser = parse_disk)]
+    pub disk: Option<u64>,
+}
+
+fn parse_mount(s: &str) -> Result<Mount, String> {
+    crate::sandbox::mounts::parse_mount(s).map_err(|e| e.to_string())
+}
+
+fn parse_disk(s: &str) -> Result<u64, String> {
+    crate::sandbox::mounts::parse_disk(s).map_err(|e| e.to_string())
 }
 
 /// `sbx pause`.

@@ -46,6 +46,8 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
 
 /// `sbx create`: boots and prints the id; Ctrl-C undoes everything it started.
 async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
+    let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
+    crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
     let opts = CreateOptions {
         template: args.template,
         name: args.name,
@@ -56,6 +58,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         publish: args.publish,
         policy: sbx_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
         from_snapshot: args.from,
+        storage,
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {
@@ -83,6 +86,13 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     let _ = writeln!(t, "pids:      qemu {}, vhost-device-vsock {}", pid(s.qemu_pid), pid(s.vhost_pid));
     let _ = writeln!(t, "address:   {}", s.address);
     let _ = writeln!(t, "directory: {}", s.dir.display());
+    if let Some(bytes) = s.disk_bytes {
+        let _ = writeln!(t, "disk:      {} MiB", bytes >> 20);
+    }
+    for m in &s.mounts {
+        let mode = if m.read_only { " (read-only)" } else { "" };
+        let _ = writeln!(t, "mount:     {} -> {}{mode}", m.host.display(), m.guest);
+    }
     let n = &i.network;
     let helper = match (n.helper.as_str(), n.helper_pid) {
         ("running", Some(pid)) => format!("helper pid {pid}"),

@@ -21,6 +21,9 @@ pub const MAX_INLINE_ZIP: u64 = 10 * 1024 * 1024;
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
+    /// A host folder or disk size refused (see [`crate::sandbox::mounts`]).
+    #[error(transparent)]
+    Mount(#[from] crate::sandbox::mounts::MountError),
     /// A timeout outside the range accepted.
     #[error("{field} must be between 1 and {max} {unit}, not {got}{hint}", unit = unit(field), hint = range_hint(field))]
     TimeoutOutOfRange {

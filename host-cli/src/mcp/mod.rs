@@ -17,6 +17,7 @@
 //!   `isError: true`.
 //! - [`sandbox_arg`]: [`SandboxArg`](sandbox_arg::SandboxArg), the `sandbox_id` argument
 //!   every guest tool flattens into its own.
+//! - [`roots`]: the client's declared roots, which bound the folders it may mount.
 //! - [`progress`]: progress notifications while a call runs, and cancellation.
 //!
 //! stdout carries only the protocol; logs go to stderr.
@@ -25,6 +26,7 @@ pub mod error;
 pub mod listing;
 pub mod output_schema;
 pub mod progress;
+pub mod roots;
 pub mod sandbox_arg;
 pub mod server;
 pub mod shape;

@@ -51,6 +51,7 @@ pub struct SbxMcp {
     connect_timeout: Duration,
     router: ToolRouter<SbxMcp>,
     clients: Arc<Mutex<HashMap<Address, Client>>>,
+    allowed_mounts: Arc<Vec<std::path::PathBuf>>,
 }
 
 impl SbxMcp {
@@ -74,7 +75,19 @@ impl SbxMcp {
                 lean_output_schema(output);
             }
         }
-        SbxMcp { pinned, connect_timeout, router, clients: Arc::default() }
+        SbxMcp { pinned, connect_timeout, router, clients: Arc::default(), allowed_mounts: Arc::default() }
+    }
+
+    /// Lets `sandbox_create` mount folders under `dirs` (canonical), on top of the
+    /// client's roots (`sbx mcp --allow-mount`).
+    pub fn allow_mounts(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
+        self.allowed_mounts = Arc::new(dirs);
+        self
+    }
+
+    /// Folders under which `sandbox_create` may mount, besides the client's roots.
+    pub(crate) fn allowed_mounts(&self) -> &[std::path::PathBuf] {
+        &self.allowed_mounts
     }
 
     /// What guest tools act on when a call names no sandbox.

@@ -45,6 +45,9 @@ pub struct CreateOptions {
     /// Start from this named snapshot instead of booting (a fork); its template,
     /// memory and vCPUs are the snapshot's.
     pub from_snapshot: Option<String>,
+    /// Host folders to share and the disk size, already parsed by
+    /// [`super::mounts`]; checked again here.
+    pub storage: crate::vmm::storage::Storage,
 }
 
 impl Default for CreateOptions {
@@ -59,6 +62,7 @@ impl Default for CreateOptions {
             publish: Vec::new(),
             policy: sbx_net::policy::Policy::default(),
             from_snapshot: None,
+            storage: Default::default(),
         }
     }
 }
@@ -78,6 +82,11 @@ mod secs {
 /// same `timeout`.
 pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     if let Some(snapshot) = &opts.from_snapshot {
+        if opts.storage != Default::default() {
+            return Err(SandboxError::BadResources(
+                "a fork keeps its snapshot's disk and has no host folders; leave out --mount and --disk with --from".into(),
+            ));
+        }
         return super::fork::create_from(snapshot, opts).await;
     }
     let deadline = std::time::Instant::now() + opts.timeout;
@@ -104,6 +113,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         return Err(state::StateError::BadName(name.to_string()).into());
     }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
+    check_disk(opts.storage.disk_bytes, &template)?;
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     let vhost = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
     let accel = launcher::probe_accel();
@@ -130,6 +140,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         agent_version: None,
         paused: false,
         parked: false,
+        storage: opts.storage.clone(),
         paths: paths.clone(),
     };
     // From here on, dropping `guard` undoes everything.
@@ -139,7 +150,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
     step("state allocated and saved");
 
     if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
-        launcher::create_overlay(base, overlay).await?;
+        launcher::create_overlay(base, overlay, opts.storage.disk_bytes).await?;
     }
     let mut vhost_child = launcher::spawn_vhost(&vhost, record.cid, &paths)?;
     guard.set(|r| r.vhost = vhost_child.id().and_then(ProcRef::of));
@@ -164,6 +175,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         accel,
         paths: &paths,
         network: opts.network == crate::sandbox::network::NetworkMode::Default,
+        storage: &opts.storage,
     };
     let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
         .map_err(launcher::LaunchError::from)?;
@@ -227,12 +239,35 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
+    super::mounts::check(&opts.storage.mounts)?;
+    if let Some(bytes) = opts.storage.disk_bytes
+        && !(super::mounts::MIN_DISK_BYTES..=super::mounts::MAX_DISK_BYTES).contains(&bytes)
+    {
+        return Err(SandboxError::BadResources(format!(
+            "--disk {bytes} bytes is out of range; give 64M to 16T"
+        )));
+    }
     if opts.network == crate::sandbox::network::NetworkMode::None
         && opts.policy != sbx_net::policy::Policy::default()
     {
         return Err(SandboxError::BadResources(
             "egress rules (--allow-out/--deny-out, or allow_out/deny_out) need a network; leave out --net none (network: \"none\"), or the rules".into(),
         ));
+    }
+    Ok(())
+}
+
+/// A disk template's disk can grow, not shrink: its filesystem fills the image.
+fn check_disk(disk: Option<u64>, template: &template::Template) -> Result<(), SandboxError> {
+    let (Some(bytes), Some(base)) = (disk, &template.rootfs) else { return Ok(()) };
+    let image = std::fs::metadata(base).map(|m| m.len()).unwrap_or(0);
+    if bytes < image {
+        return Err(SandboxError::BadResources(format!(
+            "--disk {} MiB is smaller than template `{}`'s disk ({} MiB); give at least that, or leave --disk out",
+            bytes >> 20,
+            template.name,
+            image >> 20
+        )));
     }
     Ok(())
 }

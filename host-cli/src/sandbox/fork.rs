@@ -41,6 +41,7 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         agent_version: None,
         paused: false,
         parked: false,
+        storage: Default::default(),
         paths,
     };
     // From here on, dropping `guard` undoes everything.

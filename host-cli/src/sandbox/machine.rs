@@ -102,6 +102,7 @@ pub(super) async fn bring_up(
         paths: &record.paths,
         // Snapshots refuse sandboxes with a NIC (see `snapshot::save_into`).
         network: false,
+        storage: &record.storage,
     };
     let args = migrate::restore_args(&launcher::qemu_args(&spec));
     let _ = std::fs::remove_file(&record.paths.qmp_socket);

@@ -14,6 +14,8 @@
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
 //!   restore steps they share.
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
+//! - [`mounts`]: host folders (`--mount`) and the disk size (`--disk`): parsing, checks,
+//!   which folders MCP clients may share.
 //! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
 //! - [`network`]: the sandbox's network and published ports: its helper process
@@ -26,6 +28,7 @@ pub mod files;
 mod fork;
 mod machine;
 pub mod mode;
+pub mod mounts;
 pub mod network;
 pub mod park;
 pub mod snapshot;
@@ -75,6 +78,9 @@ pub enum SandboxError {
     /// Waiting for the agent.
     #[error(transparent)]
     Ready(#[from] ready::ReadyError),
+    /// A host folder or disk size refused.
+    #[error(transparent)]
+    Mount(#[from] mounts::MountError),
     /// Memory or CPU count out of range.
     #[error("{0}")]
     BadResources(String),
@@ -267,6 +273,10 @@ pub struct SandboxInfo {
     pub agent_version: Option<String>,
     /// The sandbox directory (console.log is there).
     pub dir: PathBuf,
+    /// Host folders shared into it.
+    pub mounts: Vec<crate::vmm::storage::Mount>,
+    /// The writable disk's size in bytes, when set at create (else the template's).
+    pub disk_bytes: Option<u64>,
 }
 
 impl SandboxInfo {
@@ -300,6 +310,8 @@ impl SandboxInfo {
             net_helper_pid: alive_pid(record.net_helper),
             agent_version: record.agent_version.clone(),
             dir: record.paths.dir.clone(),
+            mounts: record.storage.mounts.clone(),
+            disk_bytes: record.storage.disk_bytes,
         }
     }
 }
@@ -363,6 +375,7 @@ mod tests {
             agent_version: None,
             paused: false,
             parked: false,
+            storage: Default::default(),
             paths: Paths::in_dir(d.path(), false),
         };
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);

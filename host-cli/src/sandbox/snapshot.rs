@@ -120,6 +120,7 @@ pub(super) async fn save_into(
             ),
         });
     }
+    super::mounts::refuse_snapshot(record)?;
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
     let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
     let need = (u64::from(record.memory_mib) << 20) + disk_bytes;

@@ -111,6 +111,8 @@ pub struct VmSpec<'a> {
     pub paths: &'a Paths,
     /// Whether the guest gets a NIC (attached to the network helper's `net.sock`).
     pub network: bool,
+    /// Host folders and the disk size.
+    pub storage: &'a super::storage::Storage,
 }
 
 /// The guest NIC's MAC address (QEMU's own prefix, as slirp uses).
@@ -147,6 +149,11 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     }
     if spec.network {
         cmdline.push_str(&format!(" sbx.net={GUEST_NET}"));
+    }
+    let storage = super::storage::cmdline(spec.storage);
+    if !storage.is_empty() {
+        cmdline.push(' ');
+        cmdline.push_str(&storage);
     }
     if !spec.template.cmdline.trim().is_empty() {
         cmdline.push(' ');
@@ -206,6 +213,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
             format!("virtio-net-pci,netdev=net0,mac={GUEST_MAC},romfile=,host_mtu={GUEST_MTU}"),
         ]);
     }
+    args.extend(super::storage::qemu_args(spec.storage));
     if let Some(initrd) = &spec.template.initrd {
         args.extend(["-initrd".into(), initrd.display().to_string()]);
     }
@@ -228,13 +236,16 @@ pub fn vsock_device() -> String {
     format!("vhost-user-vsock-pci,chardev={VSOCK_CHARDEV},bus={VSOCK_PORT},id={VSOCK_DEVICE}")
 }
 
-/// Makes a qcow2 overlay backed by the template's raw image, which is never written.
-pub async fn create_overlay(base: &Path, overlay: &Path) -> Result<(), LaunchError> {
+/// Makes a qcow2 overlay backed by the template's raw image, which is never written;
+/// `size` in bytes makes its disk larger than the image (the agent grows the
+/// filesystem to fill it).
+pub async fn create_overlay(base: &Path, overlay: &Path, size: Option<u64>) -> Result<(), LaunchError> {
     let qemu_img = find_in_path(QEMU_IMG)?;
     let out = tokio::process::Command::new(&qemu_img)
         .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
         .arg(base)
         .arg(overlay)
+        .args(size.map(|s| s.to_string()))
         .output()
         .await
         .map_err(|source| ProcessError::Spawn { program: QEMU_IMG.into(), source })?;
@@ -322,6 +333,7 @@ mod tests {
             accel: Accel::Tcg,
             paths: &paths,
             network: false,
+            storage: &Default::default(),
         };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
@@ -347,6 +359,7 @@ mod tests {
             accel: Accel::Kvm,
             paths: &paths,
             network: true,
+            storage: &Default::default(),
         };
         let args = qemu_args(&spec);
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));

@@ -17,6 +17,8 @@
 //!   unplugged and plugged around it.
 //! - [`zeropages`]: handing a restored guest's all-zero pages back to the host.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
+//! - [`storage`]: host folders (virtio-9p) and the disk size, as QEMU arguments and
+//!   kernel command line words.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 
 pub mod dirs;
@@ -27,6 +29,7 @@ pub mod qmp;
 pub mod ready;
 pub mod snapfile;
 pub mod state;
+pub mod storage;
 pub mod template;
 pub mod watchdog;
 pub mod zeropages;

@@ -157,6 +157,9 @@ pub struct Record {
     /// waits in `<dir>/parked/` (see [`Paths::parked`]).
     #[serde(default)]
     pub parked: bool,
+    /// Host folders and disk size it was created with.
+    #[serde(default)]
+    pub storage: super::storage::Storage,
     /// Its files.
     pub paths: Paths,
 }
@@ -351,6 +354,7 @@ mod tests {
             agent_version: None,
             paused: false,
             parked: false,
+            storage: Default::default(),
             paths: Paths::in_dir(&d, false),
         };
         r.save().unwrap();

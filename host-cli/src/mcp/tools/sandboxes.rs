@@ -13,6 +13,7 @@ use crate::mcp::error::ToolError;
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::rfc3339_ms;
+use crate::sandbox::mounts::{self, Mount, Storage};
 use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxInfo};
 
 /// Arguments of `sandbox_create`.
@@ -54,6 +55,28 @@ pub struct CreateArgs {
     /// processes, its own disk); template, memory_mib and cpus then come from it.
     #[serde(default)]
     pub from_snapshot: Option<String>,
+    /// Host folders to share into the sandbox. Only folders under the roots this client
+    /// declares (MCP roots) or that `sbx mcp --allow-mount DIR` allows can be mounted.
+    /// Changes show on both sides at once. A sandbox with mounts cannot be snapshotted.
+    #[serde(default)]
+    pub mounts: Option<Vec<MountArg>>,
+    /// Size of the sandbox's writable disk, e.g. "8G" or "512M" (K, M, G, T; 64M to
+    /// 16T). Default: the template's.
+    #[serde(default)]
+    pub disk: Option<String>,
+}
+
+/// One host folder shared into a sandbox.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MountArg {
+    /// The host folder (absolute; it must exist).
+    pub host_path: String,
+    /// Where it appears in the sandbox (absolute, e.g. "/work").
+    pub guest_path: String,
+    /// Writes fail in the sandbox. Default: false.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// Arguments of `sandbox_pause`.
@@ -105,6 +128,24 @@ pub struct SandboxView {
     /// The agent version it announced at boot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
+    /// Host folders shared into it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<MountView>,
+    /// Its writable disk in MiB, when set at create (else the template's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+}
+
+/// A host folder as a model sees it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(inline)]
+pub struct MountView {
+    /// The host folder.
+    pub host_path: String,
+    /// Where it is in the sandbox.
+    pub guest_path: String,
+    /// Read-only in the sandbox.
+    pub read_only: bool,
 }
 
 /// Result of `sandbox_list`.
@@ -147,6 +188,16 @@ impl From<SandboxInfo> for SandboxView {
             created_at: rfc3339_ms(info.created_unix_ms),
             address: info.address,
             agent_version: info.agent_version,
+            mounts: info
+                .mounts
+                .into_iter()
+                .map(|m| MountView {
+                    host_path: m.host.display().to_string(),
+                    guest_path: m.guest,
+                    read_only: m.read_only,
+                })
+                .collect(),
+            disk_mib: info.disk_bytes.map(|b| b >> 20),
         }
     }
 }
@@ -173,6 +224,32 @@ impl CreateArgs {
     }
 }
 
+impl SbxMcp {
+    /// The folders and disk size asked for, checked: each folder exists, has a good guest
+    /// path and lies under a root of the client or an `--allow-mount` folder.
+    async fn storage(
+        &self,
+        mounts: Vec<MountArg>,
+        disk: Option<String>,
+        peer: &rmcp::service::Peer<RoleServer>,
+    ) -> Result<Storage, ToolError> {
+        let disk_bytes = disk.filter(|d| !d.is_empty()).map(|d| mounts::parse_disk(&d)).transpose()?;
+        if mounts.is_empty() {
+            return Ok(Storage { mounts: Vec::new(), disk_bytes });
+        }
+        let mut allowed = self.allowed_mounts().to_vec();
+        allowed.extend(crate::mcp::roots::client_roots(peer).await);
+        let mut out = Vec::new();
+        for m in mounts {
+            let host = mounts::canonical_dir(std::path::Path::new(&m.host_path))?;
+            mounts::check_allowed(&host, &allowed)?;
+            out.push(Mount { host, guest: mounts::guest_path(&m.guest_path)?, read_only: m.read_only });
+        }
+        mounts::check(&out)?;
+        Ok(Storage { mounts: out, disk_bytes })
+    }
+}
+
 #[tool_router(router = sandboxes_router, vis = "pub(crate)")]
 impl SbxMcp {
     /// Boots a new sandbox.
@@ -194,13 +271,16 @@ impl SbxMcp {
     )]
     async fn sandbox_create(
         &self,
-        Parameters(args): Parameters<CreateArgs>,
+        Parameters(mut args): Parameters<CreateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<SandboxView>, ToolError> {
         if let Some(got) = args.boot_timeout_s.filter(|s| !(1..=600).contains(s)) {
             return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
         }
-        let opts = args.options()?;
+        let mounts = args.mounts.take().unwrap_or_default();
+        let disk = args.disk.take();
+        let mut opts = args.options()?;
+        opts.storage = self.storage(mounts, disk, &context.peer).await?;
         let info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         Ok(Json(info.into()))

@@ -1,0 +1,244 @@
+//! The rules for host folders shared into a sandbox (`sbx create --mount
+//! HOSTDIR:GUESTDIR[:ro]`, MCP `mounts`) and for its disk size (`--disk 8G`), for
+//! both faces: parsing, the checks that refuse bad input before anything is started,
+//! which folders an MCP client may share, and the refusal to snapshot a sandbox that
+//! has host folders. QEMU's side is [`crate::vmm::storage`].
+
+use std::path::{Path, PathBuf};
+
+use crate::vmm::state::Record;
+pub use crate::vmm::storage::{Mount, Storage};
+
+/// Most host folders one sandbox may have (each is a PCI device and a kernel command
+/// line word, which holds 2 KiB in all).
+pub const MAX_MOUNTS: usize = 8;
+/// Longest guest path accepted, in bytes.
+const MAX_GUEST_PATH: usize = 128;
+/// Smallest disk accepted.
+pub const MIN_DISK_BYTES: u64 = 64 << 20;
+/// Largest disk accepted.
+pub const MAX_DISK_BYTES: u64 = 16 << 40;
+
+/// Why a mount or a disk size was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// Not `HOSTDIR:GUESTDIR[:ro]`.
+    #[error("`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work or --mount /data:/data:ro")]
+    Syntax(String),
+    /// The host folder is missing or unreadable.
+    #[error("host folder `{}` does not exist or cannot be read; create it first or fix the path", .0.display())]
+    HostMissing(PathBuf),
+    /// A host path given without `..` and symlinks resolved.
+    #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
+    NotCanonical(PathBuf),
+    /// The host path is a file.
+    #[error("`{}` is not a folder; --mount shares folders (copy single files with `sbx cp`)", .0.display())]
+    HostNotDir(PathBuf),
+    /// A guest path that is relative, odd or reserved.
+    #[error("guest path `{path}` {why}")]
+    GuestPath {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// Two folders on one guest path.
+    #[error("two host folders are mounted on `{0}`; give each its own guest path")]
+    Duplicate(String),
+    /// Too many folders.
+    #[error("{0} host folders asked for; a sandbox takes at most {MAX_MOUNTS}")]
+    TooMany(usize),
+    /// A bad disk size.
+    #[error("disk size `{0}` {1}")]
+    Disk(String, String),
+    /// An MCP client asked for a folder outside what it may share.
+    #[error("`{}` may not be mounted: MCP sandboxes may mount only folders under {allowed}", host.display())]
+    NotAllowed {
+        /// The folder asked for (canonical).
+        host: PathBuf,
+        /// What is allowed, said in words.
+        allowed: String,
+    },
+    /// A snapshot or park of a sandbox with host folders.
+    #[error(
+        "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `sbx cp`"
+    )]
+    Snapshot(String),
+}
+
+/// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`. The host folder must exist; it
+/// is made canonical (absolute, `..` and symlinks resolved), so the folder shared is
+/// the one the user named even if a link moves later.
+pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
+    let (rest, read_only) = match text.rsplit_once(':') {
+        Some((rest, "ro")) => (rest, true),
+        Some((rest, "rw")) => (rest, false),
+        _ => (text, false),
+    };
+    // Guest paths hold no `:`, so the last one splits; a host path may contain `:`.
+    let Some((host, guest)) = rest.rsplit_once(':') else { return Err(MountError::Syntax(text.into())) };
+    if host.is_empty() || guest.is_empty() {
+        return Err(MountError::Syntax(text.into()));
+    }
+    Ok(Mount { host: canonical_dir(Path::new(host))?, guest: guest_path(guest)?, read_only })
+}
+
+/// A host folder, canonical.
+pub fn canonical_dir(host: &Path) -> Result<PathBuf, MountError> {
+    let real = std::fs::canonicalize(host).map_err(|_| MountError::HostMissing(host.into()))?;
+    if !real.is_dir() {
+        return Err(MountError::HostNotDir(host.into()));
+    }
+    Ok(real)
+}
+
+/// A guest path: absolute, normalized (no `.`, `..` or empty parts), printable ASCII
+/// without `:`, `,`, quotes or `\` (it travels on the kernel command line), and not
+/// `/` or under `/proc`, `/sys`, `/dev`.
+pub fn guest_path(path: &str) -> Result<String, MountError> {
+    let bad = |why| Err(MountError::GuestPath { path: path.into(), why });
+    if !path.starts_with('/') {
+        return bad("is relative; give an absolute path such as /work");
+    }
+    if path.len() > MAX_GUEST_PATH {
+        return bad("is too long (at most 128 bytes)");
+    }
+    if !path.bytes().all(|b| b.is_ascii_graphic() && !b":,\"'\\".contains(&b)) {
+        return bad("may hold only printable ASCII without spaces, `:`, `,`, quotes or `\\`");
+    }
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.iter().any(|p| *p == "." || *p == "..") {
+        return bad("holds `.` or `..`; give it without them");
+    }
+    if parts.is_empty() {
+        return bad("is the guest's root; mount under it, e.g. /work");
+    }
+    if matches!(parts[0], "proc" | "sys" | "dev") {
+        return bad("is inside /proc, /sys or /dev, which the guest kernel owns; pick another");
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// The checks across a sandbox's mounts: how many, one folder per guest path, and
+/// each as [`parse_mount`] leaves it (an existing canonical folder, a normalized guest
+/// path), for callers that built them by hand.
+pub fn check(mounts: &[Mount]) -> Result<(), MountError> {
+    if mounts.len() > MAX_MOUNTS {
+        return Err(MountError::TooMany(mounts.len()));
+    }
+    for (i, m) in mounts.iter().enumerate() {
+        if canonical_dir(&m.host)? != m.host {
+            return Err(MountError::NotCanonical(m.host.clone()));
+        }
+        if guest_path(&m.guest)? != m.guest {
+            return Err(MountError::GuestPath { path: m.guest.clone(), why: "is not normalized" });
+        }
+        if mounts[..i].iter().any(|o| o.guest == m.guest) {
+            return Err(MountError::Duplicate(m.guest.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// A disk size: a whole number with a unit, K, M, G or T (powers of 1024; `8G`,
+/// `512M`; `GiB`/`GB` are read the same), between 64 MiB and 16 TiB.
+pub fn parse_disk(text: &str) -> Result<u64, MountError> {
+    let bad = |why: &str| MountError::Disk(text.into(), why.into());
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let shift = match unit.to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "" => return Err(bad("has no unit; give e.g. 8G or 512M")),
+        _ => return Err(bad("has an unknown unit; use K, M, G or T, e.g. 8G")),
+    };
+    let value: u64 = number.parse().map_err(|_| bad("is not a whole number with a unit, e.g. 8G"))?;
+    let bytes = value.saturating_mul(1 << shift);
+    if !(MIN_DISK_BYTES..=MAX_DISK_BYTES).contains(&bytes) {
+        return Err(bad("is out of range; give 64M to 16T"));
+    }
+    Ok(bytes)
+}
+
+/// Refuses to snapshot or park `record` when it has host folders: a restored VM would
+/// need the same folders, unchanged, and QEMU cannot save a 9p device in use.
+pub fn refuse_snapshot(record: &Record) -> Result<(), MountError> {
+    if record.storage.mounts.is_empty() { Ok(()) } else { Err(MountError::Snapshot(record.name.clone())) }
+}
+
+/// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`
+/// (canonical folders: the client's roots and `sbx mcp --allow-mount`) or inside one.
+pub fn check_allowed(host: &Path, allowed: &[PathBuf]) -> Result<(), MountError> {
+    if allowed.iter().any(|a| host.starts_with(a)) {
+        return Ok(());
+    }
+    let allowed = if allowed.is_empty() {
+        "nothing: this client declared no roots and `sbx mcp` was started without --allow-mount DIR".into()
+    } else {
+        allowed.iter().map(|a| format!("`{}`", a.display())).collect::<Vec<_>>().join(", ")
+    };
+    Err(MountError::NotAllowed { host: host.into(), allowed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts_parse_with_modes_and_canonical_hosts() {
+        let d = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(d.path()).unwrap();
+        let m = parse_mount(&format!("{}/./:/work//src/:ro", d.path().display())).unwrap();
+        assert_eq!(m, Mount { host: real.clone(), guest: "/work/src".into(), read_only: true });
+        assert!(!parse_mount(&format!("{}:/w:rw", d.path().display())).unwrap().read_only);
+        assert!(!parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only);
+        let file = d.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        for (bad, what) in [
+            ("/nonexistent-sbx:/w".to_string(), "does not exist"),
+            (format!("{}:/w", file.display()), "not a folder"),
+            (format!("{}:work", d.path().display()), "relative"),
+            (format!("{}:/", d.path().display()), "root"),
+            (format!("{}:/a/../etc", d.path().display()), "`..`"),
+            (format!("{}:/proc/x", d.path().display()), "/proc"),
+            (format!("{}:/a b", d.path().display()), "printable"),
+            ("/tmp".to_string(), "HOSTDIR:GUESTDIR"),
+        ] {
+            let e = parse_mount(&bad).unwrap_err().to_string();
+            assert!(e.contains(what), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn one_folder_per_guest_path() {
+        let m = |g: &str| Mount { host: "/".into(), guest: g.into(), read_only: false };
+        assert!(check(&[m("/a"), m("/a/b")]).is_ok());
+        assert!(check(&[m("/a"), m("/a")]).unwrap_err().to_string().contains("`/a`"));
+        assert!(check(&vec![m("/x"); 9]).is_err());
+        let odd = Mount { host: "/tmp/../tmp".into(), guest: "/a".into(), read_only: false };
+        assert!(check(&[odd]).unwrap_err().to_string().contains("not canonical"));
+    }
+
+    #[test]
+    fn disk_sizes() {
+        assert_eq!(parse_disk("8G").unwrap(), 8 << 30);
+        assert_eq!(parse_disk("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_disk("2GiB").unwrap(), 2 << 30);
+        for bad in ["0", "0G", "10X", "G", "8", "1K", "17T", "", "1.5G", "99999999999T"] {
+            assert!(parse_disk(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn mcp_mounts_stay_under_allowed_folders() {
+        let allowed = vec![PathBuf::from("/home/u/proj")];
+        assert!(check_allowed(Path::new("/home/u/proj"), &allowed).is_ok());
+        assert!(check_allowed(Path::new("/home/u/proj/sub"), &allowed).is_ok());
+        let e = check_allowed(Path::new("/home/u/projects"), &allowed).unwrap_err().to_string();
+        assert!(e.contains("/home/u/proj`"), "{e}");
+        assert!(check_allowed(Path::new("/etc"), &[]).unwrap_err().to_string().contains("--allow-mount"));
+    }
+}

@@ -1,0 +1,102 @@
+//! A sandbox's storage as QEMU and the guest see it: host folders shared over
+//! virtio-9p, and the size of the writable disk. The rules for what may be shared live
+//! in [`crate::sandbox::mounts`]; this turns an accepted [`Storage`] into QEMU
+//! arguments and the kernel command line words the agent reads
+//! (guest-agent/src/storage.rs).
+//!
+//! Why 9p and `security_model=none` (rootfs/README.md says it at length): the 9p server
+//! is part of QEMU, so there is no helper process to start, record or reap, and it
+//! works the same under TCG; QEMU resolves every path below the shared folder with
+//! `openat(O_NOFOLLOW)`, so a symlink the guest follows resolves inside the guest,
+//! never on the host; with `none`, files are created with QEMU's own credentials (the
+//! host user running sbx) as real files, symlinks and modes that host tools read as
+//! they are.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// One host folder shared into the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    /// The host folder (canonical: absolute, symlinks resolved).
+    pub host: PathBuf,
+    /// Where it appears in the guest (absolute, normalized).
+    pub guest: String,
+    /// Writes fail in the guest (read-only mount, and QEMU refuses them too).
+    pub read_only: bool,
+}
+
+/// What a sandbox was created with beyond its template's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Storage {
+    /// Host folders, in the order given.
+    #[serde(default)]
+    pub mounts: Vec<Mount>,
+    /// The writable disk's size in bytes (`None`: the template's).
+    #[serde(default)]
+    pub disk_bytes: Option<u64>,
+}
+
+/// The 9p mount tag of the `i`-th share.
+fn tag(i: usize) -> String {
+    format!("sbx{i}")
+}
+
+/// QEMU's `-fsdev` / `-device` pairs, one virtio-9p device per share.
+pub fn qemu_args(storage: &Storage) -> Vec<String> {
+    let mut args = Vec::new();
+    for (i, m) in storage.mounts.iter().enumerate() {
+        // QEMU's option syntax doubles a comma inside a value.
+        let path = m.host.display().to_string().replace(',', ",,");
+        let ro = if m.read_only { ",readonly=on" } else { "" };
+        args.extend([
+            "-fsdev".into(),
+            format!("local,id=fs{i},path={path},security_model=none,multidevs=remap{ro}"),
+            "-device".into(),
+            format!("virtio-9p-pci,fsdev=fs{i},mount_tag={}", tag(i)),
+        ]);
+    }
+    args
+}
+
+/// The kernel command line words: `sbx.disk=BYTES`, and `sbx.mount=TAG:PATH:ro|rw` for
+/// each share, parents before what is mounted inside them.
+pub fn cmdline(storage: &Storage) -> String {
+    let mut words = Vec::new();
+    if let Some(bytes) = storage.disk_bytes {
+        words.push(format!("sbx.disk={bytes}"));
+    }
+    let mut order: Vec<(usize, &Mount)> = storage.mounts.iter().enumerate().collect();
+    order.sort_by_key(|(_, m)| m.guest.matches('/').count());
+    for (i, m) in order {
+        let mode = if m.read_only { "ro" } else { "rw" };
+        words.push(format!("sbx.mount={}:{}:{mode}", tag(i), m.guest));
+    }
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_become_9p_devices_and_cmdline_words() {
+        let s = Storage {
+            mounts: vec![
+                Mount { host: "/h/a,b".into(), guest: "/work/inner".into(), read_only: false },
+                Mount { host: "/h/src".into(), guest: "/work".into(), read_only: true },
+            ],
+            disk_bytes: Some(1 << 30),
+        };
+        let args = qemu_args(&s);
+        assert_eq!(
+            args[1], "local,id=fs0,path=/h/a,,b,security_model=none,multidevs=remap",
+            "commas doubled, no readonly"
+        );
+        assert!(args[5].ends_with(",readonly=on"));
+        assert_eq!(args[3], "virtio-9p-pci,fsdev=fs0,mount_tag=sbx0");
+        assert_eq!(cmdline(&s), "sbx.disk=1073741824 sbx.mount=sbx1:/work:ro sbx.mount=sbx0:/work/inner:rw");
+        assert!(qemu_args(&Storage::default()).is_empty() && cmdline(&Storage::default()).is_empty());
+    }
+}
