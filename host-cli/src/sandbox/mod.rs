@@ -13,6 +13,7 @@
 //!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
 //!   restore steps they share.
+//! - [`save_template`]: a sandbox's disk as a new template (`sbx template save`).
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
@@ -28,6 +29,7 @@ mod machine;
 pub mod mode;
 pub mod network;
 pub mod park;
+pub mod save_template;
 pub mod snapshot;
 pub mod target;
 
