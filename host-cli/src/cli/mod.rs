@@ -32,7 +32,7 @@ pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
     UnpublishArgs, VerdictArg,
 };
-pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand};
+pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
 pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs};
 

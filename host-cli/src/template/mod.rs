@@ -112,6 +112,9 @@ pub struct TemplateSummary {
     pub disk_usage_bytes: u64,
     /// When it was built (Unix seconds).
     pub created_unix: u64,
+    /// The sandbox it was saved from (`sbx template save`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_sandbox: Option<String>,
     /// Why `template.json` could not be read, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
@@ -159,6 +162,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             agent_version: f.agent_version,
             disk_usage_bytes: usage,
             created_unix: f.created_unix,
+            from_sandbox: f.from_sandbox,
             problem: None,
         },
         Err(e) => TemplateSummary {
@@ -169,6 +173,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             agent_version: String::new(),
             disk_usage_bytes: usage,
             created_unix: 0,
+            from_sandbox: None,
             problem: Some(format!("template.json is unreadable ({e}); rebuild or remove it")),
         },
     }
