@@ -39,13 +39,16 @@ pub fn has_program(t: &Template, program: &str) -> Option<bool> {
     }
 }
 
-/// Looks the program up in an ext4 image with `debugfs -R "stat PATH"` (read-only;
+/// Looks the program up in an ext4 image with `debugfs -c -R "stat PATH"` (read-only;
 /// intermediate symlinks such as Debian's `/bin -> usr/bin` are followed by debugfs).
+/// `-c` leaves the allocation bitmaps unread: an image saved from a running sandbox
+/// holds a journal that its first mount replays, and until then the bitmaps' checksums
+/// do not match, which makes a plain debugfs refuse the image.
 fn ext4_has(image: &Path, program: &str) -> Option<bool> {
     let mut any_answer = false;
     for dir in BIN_DIRS {
         let out = Command::new("debugfs")
-            .arg("-R")
+            .args(["-c", "-R"])
             .arg(format!("stat /{dir}/{program}"))
             .arg(image)
             .stdin(Stdio::null())
