@@ -49,7 +49,7 @@ async def timed(session: ClientSession, tool: str, args: dict, expect: str) -> f
     result = await session.call_tool(tool, args)
     took = time.perf_counter() - start
     out = result.structured_content or {}
-    if result.isError or out.get("stdout") != expect or out.get("exit_code") != 0:
+    if result.is_error or out.get("stdout") != expect or out.get("exit_code") != 0:
         raise SystemExit(f"{tool} {args} did not do what was asked: {result.model_dump_json()[:300]}")
     return took
 
