@@ -62,7 +62,7 @@ pub enum RunCodeError {
     #[error(
         "`{interpreter}` is not installed in this sandbox, so {language} code cannot run here; {}",
         if templates.is_empty() {
-            format!("no installed template has it either: install it in a disk-template sandbox (e.g. debian: apt-get install) and save that with sandbox_template_create / `sbx template save`")
+            "no installed template has it either: install it in a disk-template sandbox (e.g. debian: apt-get install) and save that with sandbox_template_create / `sbx template save`".to_owned()
         } else {
             format!("templates that have it: {} (sandbox_create with template)", templates.join(", "))
         }

@@ -69,6 +69,9 @@ fn cpio_names(bytes: &[u8]) -> Option<Vec<String>> {
     const HEADER: usize = 110;
     let hex = |b: &[u8]| usize::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
     let pad4 = |n: usize| n.div_ceil(4) * 4;
+    if !bytes.starts_with(b"07070") {
+        return None;
+    }
     let mut names = Vec::new();
     let mut at = 0;
     // Concatenated archives (an initramfs may be several) follow one another, each
