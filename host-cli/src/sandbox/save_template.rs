@@ -77,7 +77,7 @@ pub enum SaveTemplateError {
     /// The sandbox boots from an initramfs: it has no disk to save.
     #[error(
         "sandbox `{sandbox}` runs template `{template}`, which boots from an initramfs: its files live in guest memory, with no disk to save. Only sandboxes of disk templates can be saved{}",
-        if disk_templates.is_empty() { "; none is installed (rootfs/setup.sh --with-debian builds `debian`, `sbx template build` makes others)".to_owned() } else { format!(" (installed: {}); create one with `sbx create --template NAME`, set it up, and save that", disk_templates.join(", ")) }
+        if disk_templates.is_empty() { "; none is installed (rootfs/setup.sh --with-debian builds `debian`, `sbx template build` makes others)".to_owned() } else { format!(" (installed: {}); create one with `sbx create --template NAME` (MCP sandbox_create), set it up, and save that", disk_templates.join(", ")) }
     )]
     NoDisk {
         /// The sandbox.

@@ -56,7 +56,7 @@ pub enum TemplateStoreError {
     },
     /// The template boots sandboxes that exist.
     #[error(
-        "template `{name}` is in use by sandbox{} {}; remove {} first (`sbx kill {}`)",
+        "template `{name}` is in use by sandbox{} {}; remove {} first (`sbx kill {}`, MCP sandbox_kill)",
         if sandboxes.len() == 1 { "" } else { "es" },
         sandboxes.join(", "),
         if sandboxes.len() == 1 { "it" } else { "them" },
