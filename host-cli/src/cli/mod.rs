@@ -171,7 +171,7 @@ pub enum Command {
     /// `sbx create --from SNAPSHOT` forks one.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
-    /// Templates: bake the agent into your own root filesystem, list, remove.
+    /// Templates: bake the agent into your own root filesystem, save a sandbox's disk, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
     /// A sandbox's network: its egress policy (show, set) and audit log.
