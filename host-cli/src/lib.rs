@@ -14,7 +14,7 @@
 //!      memory, permission modes. A new capability (network policy, published ports,
 //!      snapshots, mounts) is one module here, with a thin command in `cmd/` and a thin
 //!      tool in `mcp/tools/` on top.
-//!    - [`template`]: `sbx template build|ls|rm`, baking the agent into your own image.
+//!    - [`template`]: `sbx template build|save|ls|rm`, baking the agent into your own image.
 //!    - [`signal`]: signal names and numbers; [`archive`]: host-side zips for `sbx cp` of
 //!      directories (pack; safe unpack).
 //! 3. **Below the use-cases**, called only by them (and by the faces for the client):

@@ -36,6 +36,10 @@ EXPECTED = {
     "sandbox_snapshot_list": (True, False, True, False, set()),
     "sandbox_snapshot_restore": (False, True, True, False, {"sandbox_id", "snapshot"}),
     "sandbox_snapshot_delete": (False, True, True, False, {"snapshot"}),
+    "sandbox_run_code": (False, True, False, True, {"language", "code"}),
+    "sandbox_get_metrics": (True, False, True, False, set()),
+    "sandbox_template_list": (True, False, True, False, set()),
+    "sandbox_template_create": (False, False, False, False, {"from_sandbox", "name"}),
 }
 LIFECYCLE = {
     "sandbox_create",
@@ -47,6 +51,8 @@ LIFECYCLE = {
     "sandbox_snapshot_list",
     "sandbox_snapshot_restore",
     "sandbox_snapshot_delete",
+    "sandbox_template_list",
+    "sandbox_template_create",
 }
 
 

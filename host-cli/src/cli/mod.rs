@@ -8,7 +8,7 @@
 //!   download;
 //! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
 //! - `snapshot`: `sbx snapshot create|ls|rm|restore`;
-//! - `template`: `sbx template build|ls|rm`;
+//! - `template`: `sbx template build|save|ls|rm`;
 //! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`.
 //!
 //! A new group adds one file here, one variant of [`Command`], and one match arm in
@@ -32,9 +32,9 @@ pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
     UnpublishArgs, VerdictArg,
 };
-pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand};
+pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
-pub use template::{BuildArgs, InitArg, TemplateCommand, TemplateRmArgs};
+pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs};
 
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
 pub const EXIT_UNREACHABLE: u8 = 69;
@@ -173,7 +173,7 @@ pub enum Command {
     /// `sbx create --from SNAPSHOT` forks one.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
-    /// Templates: bake the agent into your own root filesystem, list, remove.
+    /// Templates: bake the agent into your own root filesystem, save a sandbox's disk, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
     /// A sandbox's network: its egress policy (show, set) and audit log.

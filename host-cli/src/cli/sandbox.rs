@@ -37,6 +37,20 @@ pub enum SandboxCommand {
     /// Stop sandboxes and delete everything they started and wrote (dead ones too).
     #[command(visible_alias = "destroy")]
     Kill(KillArgs),
+    /// One reading of what sandboxes use, like `docker stats --no-stream`: CPU % over one
+    /// second (the guest's own, from its /proc/stat, and its VM process's on the host;
+    /// 100 = one CPU), guest memory used of its limit, guest disk used, network bytes
+    /// received/sent, uptime.
+    #[command(after_help = "Examples:\n  sbx stats\n  sbx stats dev web\n  sbx stats --json dev")]
+    Stats(StatsArgs),
+}
+
+/// `sbx stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Sandboxes by name or id; default: all.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
 }
 
 /// `sbx create`.

@@ -1,4 +1,4 @@
-//! The arguments of `sbx template build|ls|rm`.
+//! The arguments of `sbx template build|save|ls|rm`.
 
 use std::path::PathBuf;
 
@@ -15,10 +15,34 @@ pub enum TemplateCommand {
         sudo sbx template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
         sbx create --template mine")]
     Build(BuildArgs),
+    /// Save a sandbox's current disk as a new template (disk templates such as `debian`).
+    #[command(after_help = "Examples:\n  \
+        sbx create --template debian --name setup\n  \
+        sbx -s setup exec --sh 'apt-get update && apt-get install -y git'\n  \
+        sbx template save setup --name debian-git\n  \
+        sbx create --template debian-git\n\n\
+        The guest's files are flushed (sync) and the VM is frozen while its disk is copied,\n\
+        then it runs on. Sandboxes of an initramfs template (`minimal`) have no disk and are\n\
+        refused.")]
+    Save(SaveArgs),
     /// List the installed templates.
     Ls,
-    /// Remove templates (running sandboxes made from them keep running).
+    /// Remove templates (refused while a sandbox made from one exists).
     Rm(TemplateRmArgs),
+}
+
+/// `sbx template save`.
+#[derive(Debug, Args)]
+pub struct SaveArgs {
+    /// The sandbox, by name or id.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox: String,
+    /// The new template's name (letters, digits, `-`, `_`, `.`).
+    #[arg(long, short = 'n')]
+    pub name: String,
+    /// Replace a template of the same name (refused while a sandbox uses it).
+    #[arg(long)]
+    pub replace: bool,
 }
 
 /// What runs as PID 1 in the new template.

@@ -12,9 +12,10 @@
 //!   `:/path` / `NAME:/path` grammar in `location`;
 //! - `info` and `completions` in `system`;
 //! - `mcp`, the MCP server, in `mcp` (see [`crate::mcp`]);
-//! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`;
+//! - `create`, `inspect`, `pause`, `resume`, `kill` (the sandbox lifecycle) in `sandbox`,
+//!   and `stats` (what sandboxes use) in `stats`;
 //! - `snapshot create|ls|rm|restore` in `snapshot`;
-//! - `template build|ls|rm` in `template`;
+//! - `template build|save|ls|rm` in `template`;
 //! - `port publish|ls|unpublish` (published ports) in `port`, `net show|set|log` (egress
 //!   policy and audit log) in `net` (the hidden `net-helper` is dispatched in [`crate::app`]);
 //! - [`UsageError`] (in `error`): a command line that parsed but makes no sense; [`next_step`]:
@@ -32,6 +33,7 @@ mod net;
 mod port;
 mod sandbox;
 mod snapshot;
+mod stats;
 mod system;
 mod template;
 

@@ -41,6 +41,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
             print(ctx, &r, &text)
         }
         SandboxCommand::Kill(a) => remove(ctx, &a.sandboxes, a.all, a.force).await,
+        SandboxCommand::Stats(a) => super::stats::stats(ctx, &a.names).await,
     }
 }
 

@@ -1,12 +1,14 @@
-//! `sbx template build|ls|rm`: thin callers of [`crate::template`].
+//! `sbx template build|save|ls|rm`: thin callers of [`crate::template`] (and of
+//! [`crate::sandbox::save_template`] for `save`).
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
 
 use super::Ctx;
-use crate::cli::{BuildArgs, InitArg, TemplateCommand};
+use crate::cli::{BuildArgs, InitArg, SaveArgs, TemplateCommand};
 use crate::output::human_bytes;
+use crate::sandbox::save_template::{SaveOptions, save_template};
 use crate::template::InitKind;
 use crate::template::{self, BuildOptions, Source};
 
@@ -14,6 +16,7 @@ use crate::template::{self, BuildOptions, Source};
 pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
     match cmd {
         TemplateCommand::Build(a) => build(ctx, a).await,
+        TemplateCommand::Save(a) => save(ctx, a).await,
         TemplateCommand::Ls => ls(ctx),
         TemplateCommand::Rm(a) => rm(ctx, &a.names),
     }
@@ -48,6 +51,23 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     Ok(0)
 }
 
+async fn save(ctx: &Ctx, a: SaveArgs) -> Result<u8> {
+    let saved = save_template(&a.sandbox, &SaveOptions { name: a.name, replace: a.replace }).await?;
+    if ctx.out.json {
+        ctx.out.json(&saved)?;
+    } else {
+        ctx.out.text(&format!(
+            "template `{}` {} from sandbox `{}` ({} on disk)\ncreate sandboxes from it with: sbx create --template {}",
+            saved.name,
+            if saved.replaced { "replaced" } else { "saved" },
+            saved.from_sandbox,
+            human_bytes(saved.disk_usage_bytes),
+            saved.name
+        ))?;
+    }
+    Ok(0)
+}
+
 fn ls(ctx: &Ctx) -> Result<u8> {
     let templates = template::list()?;
     if ctx.out.json {
@@ -77,6 +97,11 @@ fn ls(ctx: &Ctx) -> Result<u8> {
 }
 
 fn rm(ctx: &Ctx, names: &[String]) -> Result<u8> {
+    // Every name is checked first, so one in use removes nothing.
+    for name in names {
+        template::check_name(name)?;
+        template::refuse_if_in_use(name)?;
+    }
     let mut removed = Vec::new();
     for name in names {
         template::remove(name)?;

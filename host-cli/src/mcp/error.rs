@@ -59,6 +59,17 @@ pub enum ToolError {
         /// Size of the stdin text.
         bytes: u64,
     },
+    /// Code for `sandbox_run_code` over the cap.
+    #[error(
+        "code is {size}, over the {limit} limit; write it to a file with sandbox_files_write \
+         (in parts with append: true) and run that file with sandbox_exec",
+        size = size_and_limit(*bytes, MAX_INLINE_WRITE).0,
+        limit = size_and_limit(*bytes, MAX_INLINE_WRITE).1
+    )]
+    CodeTooLarge {
+        /// Size of the code.
+        bytes: u64,
+    },
     /// Content that says it is base64 but is not.
     #[error("content is not valid base64 ({source}); send standard base64, or encoding: \"utf8\" for text")]
     BadBase64 {
@@ -172,6 +183,15 @@ pub enum ToolError {
     /// The agent refused or could not be reached; its message says what to do.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The interpreter for `sandbox_run_code` is missing; the message names templates.
+    #[error(transparent)]
+    RunCode(crate::sandbox::run_code::RunCodeError),
+    /// A template could not be saved; the message says what to do.
+    #[error(transparent)]
+    SaveTemplate(crate::sandbox::save_template::SaveTemplateError),
+    /// The template store failed or refused; the message says what to do.
+    #[error(transparent)]
+    Template(#[from] crate::template::TemplateStoreError),
     /// The sandbox's network helper failed or refused; its message says what to do.
     #[error(transparent)]
     Network(crate::sandbox::network::NetError),
@@ -245,6 +265,24 @@ impl From<crate::sandbox::network::NetError> for ToolError {
         match error {
             crate::sandbox::network::NetError::Sandbox(vm) => vm.into(),
             other => ToolError::Network(other),
+        }
+    }
+}
+
+impl From<crate::sandbox::run_code::RunCodeError> for ToolError {
+    fn from(error: crate::sandbox::run_code::RunCodeError) -> Self {
+        match error {
+            crate::sandbox::run_code::RunCodeError::Client(client) => ToolError::Client(client),
+            other => ToolError::RunCode(other),
+        }
+    }
+}
+
+impl From<crate::sandbox::save_template::SaveTemplateError> for ToolError {
+    fn from(error: crate::sandbox::save_template::SaveTemplateError) -> Self {
+        match error {
+            crate::sandbox::save_template::SaveTemplateError::Sandbox(e) => e.into(),
+            other => ToolError::SaveTemplate(other),
         }
     }
 }

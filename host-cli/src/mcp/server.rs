@@ -66,7 +66,10 @@ impl SbxMcp {
             + Self::sandboxes_router()
             + Self::net_router()
             + Self::net_policy_router()
-            + Self::snapshots_router();
+            + Self::snapshots_router()
+            + Self::templates_router()
+            + Self::run_code_router()
+            + Self::metrics_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {

@@ -13,6 +13,9 @@
 //!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
 //!   restore steps they share.
+//! - [`metrics`]: CPU, memory, disk, network and uptime (`sbx stats`).
+//! - [`run_code`]: a snippet run by python3, node or sh (MCP `sandbox_run_code`).
+//! - [`save_template`]: a sandbox's disk as a new template (`sbx template save`).
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`mounts`]: host folders (`--mount`) and the disk size (`--disk`): parsing, checks,
 //!   which folders MCP clients may share.
@@ -27,10 +30,13 @@ pub mod create;
 pub mod files;
 mod fork;
 mod machine;
+pub mod metrics;
 pub mod mode;
 pub mod mounts;
 pub mod network;
 pub mod park;
+pub mod run_code;
+pub mod save_template;
 pub mod snapshot;
 pub mod target;
 

@@ -245,6 +245,8 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
         created_unix: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
+        from_sandbox: None,
+        from_template: None,
     };
     let json = serde_json::to_string_pretty(&template).expect("a TemplateFile always serializes");
     write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644)?;
@@ -253,24 +255,27 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
     Ok(Built { path: dest, template, image_bytes })
 }
 
-/// A staging directory removed on drop unless committed.
-struct Staging {
-    path: PathBuf,
+/// A staging directory next to the templates, removed on drop unless committed.
+pub(crate) struct Staging {
+    pub(crate) path: PathBuf,
     committed: bool,
 }
 
 impl Staging {
-    fn new(path: PathBuf) -> Result<Staging, BakeError> {
+    pub(crate) fn new(path: PathBuf) -> Result<Staging, BakeError> {
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|source| BakeError::Write { path: path.clone(), source })?;
         Ok(Staging { path, committed: false })
     }
 
-    /// Moves the staging directory to `dest`, replacing what is there.
-    fn commit(mut self, dest: &Path) -> Result<(), BakeError> {
+    /// Moves the staging directory to `dest`, replacing what is there, unless a sandbox
+    /// uses the template there (its disk is backed by that template's image).
+    pub(crate) fn commit(mut self, dest: &Path) -> Result<(), BakeError> {
         let old = self.path.with_extension("old");
         let had_old = dest.exists();
         if had_old {
+            let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            super::refuse_if_in_use(&name)?;
             std::fs::rename(dest, &old).map_err(|source| BakeError::Write { path: dest.into(), source })?;
         }
         std::fs::rename(&self.path, dest).map_err(|source| BakeError::Write { path: dest.into(), source })?;
@@ -475,7 +480,7 @@ fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<(), BakeError> {
     Err(BakeError::ToolFailed { tool, stderr: if tail.is_empty() { out.status.to_string() } else { tail } })
 }
 
-fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BakeError> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BakeError> {
     use std::os::unix::fs::PermissionsExt;
     let err = |source| BakeError::Write { path: path.into(), source };
     if let Some(parent) = path.parent() {
@@ -485,7 +490,7 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), BakeError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)
 }
 
-fn link_or_copy(from: &Path, to: &Path) -> Result<(), BakeError> {
+pub(crate) fn link_or_copy(from: &Path, to: &Path) -> Result<(), BakeError> {
     if std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }

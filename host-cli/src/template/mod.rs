@@ -9,8 +9,14 @@
 //!
 //! - [`bake`]: staging, copying or unpacking the user's tree, adding the agent (as PID 1
 //!   or as a systemd unit), `mkfs.ext4 -d`, and the atomic move into place.
+//! - [`probe`]: whether a template's image holds a program (which interpreters
+//!   `sandbox_run_code` can find where), read from the image without booting it.
+//! - Saving a sandbox's disk as a template is a sandbox use-case
+//!   ([`crate::sandbox::save_template`]); it stages and installs through [`bake`].
+//! - A template a sandbox uses ([`users`]) is neither removed nor replaced.
 
 pub mod bake;
+pub mod probe;
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +54,28 @@ pub enum TemplateStoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The template boots sandboxes that exist.
+    #[error(
+        "template `{name}` is in use by sandbox{} {}; remove {} first (`sbx kill {}`, MCP sandbox_kill)",
+        if sandboxes.len() == 1 { "" } else { "es" },
+        sandboxes.join(", "),
+        if sandboxes.len() == 1 { "it" } else { "them" },
+        sandboxes.join(" ")
+    )]
+    InUse {
+        /// The template.
+        name: String,
+        /// The sandboxes made from it.
+        sandboxes: Vec<String>,
+    },
+    /// The sandboxes could not be listed, so whether the template is in use is unknown.
+    #[error("could not tell whether template `{name}` is in use: {why}")]
+    UseUnknown {
+        /// The template.
+        name: String,
+        /// Why the sandboxes could not be listed.
+        why: String,
+    },
     /// Listing the templates failed.
     #[error("could not list {}; check its permissions", path.display())]
     List {
@@ -84,6 +112,9 @@ pub struct TemplateSummary {
     pub disk_usage_bytes: u64,
     /// When it was built (Unix seconds).
     pub created_unix: u64,
+    /// The sandbox it was saved from (`sbx template save`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_sandbox: Option<String>,
     /// Why `template.json` could not be read, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
@@ -131,6 +162,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             agent_version: f.agent_version,
             disk_usage_bytes: usage,
             created_unix: f.created_unix,
+            from_sandbox: f.from_sandbox,
             problem: None,
         },
         Err(e) => TemplateSummary {
@@ -141,6 +173,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             agent_version: String::new(),
             disk_usage_bytes: usage,
             created_unix: 0,
+            from_sandbox: None,
             problem: Some(format!("template.json is unreadable ({e}); rebuild or remove it")),
         },
     }
@@ -159,8 +192,31 @@ fn disk_usage(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Removes template `name` and everything in its directory. Running sandboxes keep
-/// working: their QEMU holds the files open.
+/// The sandboxes (by name) booted from template `name` that are not dead: a running,
+/// paused or parked sandbox's disk is a copy-on-write overlay on the template's image,
+/// and its VM restarts from the template's kernel when it is brought back.
+pub fn users(name: &str) -> Result<Vec<String>, TemplateStoreError> {
+    let sandboxes = crate::sandbox::list()
+        .map_err(|e| TemplateStoreError::UseUnknown { name: name.into(), why: e.to_string() })?;
+    Ok(sandboxes
+        .into_iter()
+        .filter(|s| s.template == name && s.state != crate::sandbox::SandboxState::Dead)
+        .map(|s| s.name)
+        .collect())
+}
+
+/// Refuses with [`TemplateStoreError::InUse`] when a sandbox uses template `name`.
+pub fn refuse_if_in_use(name: &str) -> Result<(), TemplateStoreError> {
+    let sandboxes = users(name)?;
+    if sandboxes.is_empty() {
+        Ok(())
+    } else {
+        Err(TemplateStoreError::InUse { name: name.into(), sandboxes })
+    }
+}
+
+/// Removes template `name` and everything in its directory; refused while a sandbox
+/// uses it ([`users`]).
 pub fn remove(name: &str) -> Result<PathBuf, TemplateStoreError> {
     check_name(name)?;
     let root = dirs::templates_dir()?;
@@ -169,6 +225,7 @@ pub fn remove(name: &str) -> Result<PathBuf, TemplateStoreError> {
         let available = list()?.into_iter().map(|t| t.name).collect();
         return Err(TemplateStoreError::NotFound { name: name.into(), available });
     }
+    refuse_if_in_use(name)?;
     std::fs::remove_dir_all(&dir)
         .map_err(|source| TemplateStoreError::Remove { path: dir.clone(), source })?;
     Ok(dir)

@@ -82,6 +82,12 @@ pub struct TemplateFile {
     /// When the template was built (Unix seconds).
     #[serde(default)]
     pub created_unix: u64,
+    /// The sandbox whose disk it was saved from (`sbx template save`), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_sandbox: Option<String>,
+    /// The template that sandbox had booted from, if it was saved from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_template: Option<String>,
 }
 
 fn default_init() -> InitKind {

@@ -2,7 +2,7 @@
 //! [`SbxMcp`](crate::mcp::SbxMcp); [`SbxMcp::new`](crate::mcp::SbxMcp::new) joins the
 //! routers.
 //!
-//! - [`exec`] holds `sandbox_exec`.
+//! - [`exec`] holds `sandbox_exec`; [`run_code`] holds `sandbox_run_code`.
 //! - [`jobs`] holds `sandbox_exec_background`, `sandbox_job_status`, `sandbox_job_kill`
 //!   and `sandbox_job_list`.
 //! - [`files`] holds `sandbox_files_read`, `_write`, `_list`, `_remove`, `_move` and
@@ -14,12 +14,17 @@
 //! - [`sandboxes`] holds `sandbox_create`, `sandbox_list`, `sandbox_pause`,
 //!   `sandbox_resume` and `sandbox_kill`.
 //! - [`snapshots`] holds `sandbox_snapshot_create`, `_list`, `_restore` and `_delete`.
+//! - [`templates`] holds `sandbox_template_list` and `sandbox_template_create`.
+//! - [`metrics`] holds `sandbox_get_metrics`.
 
 pub mod archive;
 pub mod exec;
 pub mod files;
 pub mod jobs;
+pub mod metrics;
 pub mod net;
+pub mod run_code;
 pub mod sandboxes;
 pub mod snapshots;
 pub mod system;
+pub mod templates;
