@@ -1,6 +1,7 @@
-//! [`Terminal`]: a program run on a real pseudo-terminal, as a person at a terminal runs
-//! it: the pty is the controlling terminal of the program's new session, the test types
-//! bytes into it, reads what it shows, resizes it, and reads its settings (`stty -g`).
+//! [`Terminal`]: a real pseudo-terminal that programs run on one after another, as a
+//! person at a terminal runs them: the pty is the controlling terminal of each
+//! program's new session; the test types bytes into it, reads what it shows, resizes
+//! it, and reads its settings (`stty -g`) between programs.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,11 +14,11 @@ use std::time::{Duration, Instant};
 use rustix::pty::OpenptFlags;
 use rustix::termios::Winsize;
 
-/// A program on a pty; killed when dropped.
+/// A pty and the program running on it, if any (killed when dropped).
 pub struct Terminal {
     master: File,
     slave: OwnedFd,
-    child: Child,
+    child: Option<Child>,
     screen: Arc<Mutex<Vec<u8>>>,
     /// How much of `screen` [`Terminal::expect`] has consumed.
     seen: usize,
@@ -36,21 +37,9 @@ fn open(rows: u16, cols: u16) -> (File, OwnedFd) {
 }
 
 impl Terminal {
-    /// Runs `cmd` on a new `rows` x `cols` terminal (its stdin, stdout and stderr).
-    pub fn spawn(mut cmd: Command, rows: u16, cols: u16) -> Terminal {
+    /// A new `rows` x `cols` terminal with nothing running on it.
+    pub fn open(rows: u16, cols: u16) -> Terminal {
         let (master, slave) = open(rows, cols);
-        let fd = |s: &OwnedFd| Stdio::from(s.try_clone().expect("dup the pty's slave"));
-        cmd.stdin(fd(&slave)).stdout(fd(&slave)).stderr(fd(&slave));
-        // SAFETY: setsid and the ioctl are async-signal-safe and touch only the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                rustix::process::setsid()?;
-                rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("spawn the program on the pty");
-        drop(cmd);
         let screen = Arc::new(Mutex::new(Vec::new()));
         let mut reader = master.try_clone().expect("dup the pty's master");
         let sink = screen.clone();
@@ -61,12 +50,29 @@ impl Terminal {
                 sink.lock().unwrap().extend_from_slice(&buf[..n]);
             }
         });
-        Terminal { master, slave, child, screen, seen: 0 }
+        Terminal { master, slave, child: None, screen, seen: 0 }
     }
 
-    /// The program's pid.
+    /// Runs `cmd` on the terminal (its stdin, stdout and stderr), in a new session whose
+    /// controlling terminal this is.
+    pub fn run(&mut self, mut cmd: Command) {
+        assert!(self.child.is_none(), "a program is still running on the terminal");
+        let fd = |s: &OwnedFd| Stdio::from(s.try_clone().expect("dup the pty's slave"));
+        cmd.stdin(fd(&self.slave)).stdout(fd(&self.slave)).stderr(fd(&self.slave));
+        // SAFETY: setsid and the ioctl are async-signal-safe and touch only the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
+                Ok(())
+            });
+        }
+        self.child = Some(cmd.spawn().expect("spawn the program on the pty"));
+    }
+
+    /// The running program's pid.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child.as_ref().expect("a program runs on the terminal").id()
     }
 
     /// Types `keys`.
@@ -78,6 +84,15 @@ impl Terminal {
     /// consumes up to its end; fails after `limit` (a bound on an event, not a timing
     /// check), showing the screen.
     pub fn expect(&mut self, needle: &str, limit: Duration) {
+        assert!(
+            self.shows(needle, limit),
+            "the terminal did not show {needle:?} within {limit:?}; it shows:\n{}",
+            self.screen_text()
+        );
+    }
+
+    /// [`Terminal::expect`] that says whether `needle` came instead of failing.
+    pub fn shows(&mut self, needle: &str, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         loop {
             {
@@ -85,14 +100,12 @@ impl Terminal {
                 let rest = &screen[self.seen..];
                 if let Some(at) = rest.windows(needle.len()).position(|w| w == needle.as_bytes()) {
                     self.seen += at + needle.len();
-                    return;
+                    return true;
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "the terminal did not show {needle:?} within {limit:?}; it shows:\n{}",
-                self.screen_text()
-            );
+            if Instant::now() >= deadline {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -119,12 +132,14 @@ impl Terminal {
     /// Waits for the program to exit, up to `limit`; kills it and fails if it does not.
     pub fn wait(&mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
+        let child = self.child.as_mut().expect("a program runs on the terminal");
         loop {
-            if let Some(status) = self.child.try_wait().expect("wait for the program") {
+            if let Some(status) = child.try_wait().expect("wait for the program") {
+                self.child = None;
                 return status;
             }
             if Instant::now() >= deadline {
-                let _ = self.child.kill();
+                let _ = child.kill();
                 panic!("the program did not exit within {limit:?}; the terminal shows:\n{}", self.screen_text());
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -134,7 +149,9 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
