@@ -140,7 +140,10 @@ impl Terminal {
             }
             if Instant::now() >= deadline {
                 let _ = child.kill();
-                panic!("the program did not exit within {limit:?}; the terminal shows:\n{}", self.screen_text());
+                panic!(
+                    "the program did not exit within {limit:?}; the terminal shows:\n{}",
+                    self.screen_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -60,7 +60,9 @@ async fn exit_of(events: &mut tonic::Streaming<pb::ExecEvent>) -> pb::ExitStatus
 }
 
 async fn keys(tx: &mut Keys, keys: &str) {
-    tx.send(pb::ExecStreamInput { input: Some(Input::Stdin(keys.to_owned().into_bytes().into())) }).await.unwrap();
+    tx.send(pb::ExecStreamInput { input: Some(Input::Stdin(keys.to_owned().into_bytes().into())) })
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

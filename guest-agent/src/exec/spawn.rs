@@ -92,9 +92,7 @@ fn forked(spec: &Spec, tag: &str, stdio: StdioSetup, creds: Option<&Credentials>
     match stdio {
         StdioSetup::Piped => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
         StdioSetup::Files { stdout, stderr } => cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr),
-        StdioSetup::Terminal(slave) => {
-            cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave)
-        }
+        StdioSetup::Terminal(slave) => cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave),
     };
     let switch = creds.map(|creds| {
         let groups: Vec<Gid> = creds.groups.iter().map(|g| Gid::from_raw(*g)).collect();
