@@ -106,5 +106,5 @@ async fn a_terminal_needs_exec_stream() {
     let agent = Agent::start();
     let err = agent.client().await.exec(on_terminal("true", 24, 80)).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("ExecStream"), "{}", err.message());
+    assert!(err.message().contains("needs the streaming call"), "{}", err.message());
 }
