@@ -3,7 +3,8 @@
 //! follows a resize, Ctrl-C and Ctrl-Z reach the guest's programs and not sbx,
 //! full-screen programs (busybox vi, top) work, the exit code passes through, signals
 //! to sbx end the session, and the terminal's settings are the same afterwards. Bad
-//! input: no terminal on stdin, an unknown sandbox, a dead one.
+//! input: no terminal on stdin, an unknown sandbox, a dead one. The shell is bash where
+//! the template has it (`debian`), sh otherwise (`minimal`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -35,6 +36,8 @@ fn vm_shell_on_a_real_terminal() {
     let settings = term.settings();
 
     term.run(shell(&sbx, "dev"));
+    // `minimal` has no bash: its busybox sh, as a login shell.
+    term.expect("built-in shell (ash)", SCREEN);
     // Markers are computed by the guest, so the echo of the typed line never matches.
     term.type_keys("stty size; echo TERM=$TERM; echo M-$((6*7))\r");
     term.expect("30 100\r\n", SCREEN);
@@ -127,4 +130,40 @@ fn vm_shell_on_a_real_terminal() {
     term.expect("`dev` is dead", SCREEN);
     assert_eq!(term.settings(), settings);
     sbx.json(&["kill", "dev"]);
+}
+
+#[test]
+fn vm_shell_is_bash_where_the_template_has_it() {
+    let data = sbx_tests::data_dir();
+    if !data.join("templates/debian/template.json").is_file() {
+        let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
+        assert!(
+            std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
+            "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
+        );
+        eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
+        return;
+    }
+    let sbx = Sbx::new();
+    sbx.json(&[
+        "create",
+        "--template",
+        "debian",
+        "--name",
+        "deb",
+        "--net",
+        "none",
+        "--timeout",
+        BOOT_TIMEOUT,
+    ]);
+    let mut term = Terminal::open(24, 80);
+    let settings = term.settings();
+    term.run(shell(&sbx, "deb"));
+    term.type_keys("echo B-${BASH_VERSION%%.*}-$((2+1)); stty size\r");
+    term.expect("B-5-3", SCREEN);
+    term.expect("24 80\r\n", SCREEN);
+    term.type_keys("exit 3\r");
+    assert_eq!(term.wait(SCREEN).code(), Some(3), "{}", term.screen_text());
+    assert_eq!(term.settings(), settings);
+    sbx.json(&["kill", "deb"]);
 }
