@@ -7,7 +7,7 @@ it to come back: host pty -> sbx (raw mode) -> agent over vsock -> the guest's p
 shell's line editor would) -> back the same way. Floor: the same `cat` on a local pty.
 `sbx exec -- true`: the whole command, from starting the sbx process to its exit.
 
-Usage: bench/shell_echo.py [--sbx PATH] [--keys N] [--execs N]
+Usage: bench/shell_echo.py [--sbx PATH] [--keys N] [--execs N]   (rows for BENCHMARKS.md)
   (default sbx: target/release/sbx if built, else target/debug/sbx; build it with
    `cargo build --release -p sbx`; the `minimal` template must exist: rootfs/setup.sh)
 Prints markdown table rows (p50 and p99).
