@@ -34,6 +34,9 @@ cargo build --workspace
 step "Rust tests (agent, CLI, VMs)"
 cargo nextest run --workspace --no-fail-fast
 
+step "quickstart (installs the sbx just built into ~/.cargo/bin, boots a VM, finds sbx in a new login shell)"
+SBX_QUICKSTART_BIN="$PWD/target/debug/sbx" scripts/quickstart.sh
+
 step "MCP tests (official Python MCP SDK as the client)"
 tests/mcp/run.sh
 

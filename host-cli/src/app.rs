@@ -145,6 +145,9 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
                 _ => (EXIT_USAGE, "usage"),
             };
         }
+        if let Some(crate::tty::TtyError::NotATerminal { .. }) = cause.downcast_ref() {
+            return (EXIT_USAGE, "usage");
+        }
         if cause.downcast_ref::<UsageError>().is_some() {
             return (EXIT_USAGE, "usage");
         }

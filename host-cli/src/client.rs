@@ -17,6 +17,7 @@ mod files;
 mod jobs;
 mod ports;
 mod system;
+mod terminal;
 
 use std::io;
 use std::time::Duration;
@@ -40,6 +41,7 @@ pub use files::{FileEntry, FileKind, ListOpts, Listing, ReadOpts, WriteOpts, Wri
 pub use jobs::{Job, JobOutput, JobState};
 pub use ports::PortTraffic;
 pub use system::AgentInfo;
+pub use terminal::{TerminalInput, WindowSize};
 
 /// Result of a client call.
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
@@ -131,6 +133,14 @@ impl Client {
             .chain(data)
             .chain(stream::once(async { eof }))
             .chain(stream::pending());
+        self.exec_events(body).await
+    }
+
+    /// Opens ExecStream with `body` and maps its events.
+    async fn exec_events(
+        &self,
+        body: impl Stream<Item = pb::ExecStreamInput> + Send + 'static,
+    ) -> Result<BoxStream<'static, Result<ExecEvent>>> {
         let events = self.rpc.clone().exec_stream(body).await.map_err(self.err("ExecStream"))?.into_inner();
         let err = self.err("ExecStream");
         Ok(events

@@ -6,7 +6,8 @@
 //! 1. **Faces**, thin adapters that parse, call one use-case or client method, and print:
 //!    - [`app`] (`main`: runtime, logging, exit codes, the one error report), [`cli`]
 //!      (every clap type; imports nothing from [`cmd`] or [`app`]), [`cmd`] (one module
-//!      per subcommand group), [`output`] (stdout/stderr/JSON/progress);
+//!      per subcommand group), [`output`] (stdout/stderr/JSON/progress), [`tty`] (the
+//!      host terminal of `sbx shell` and `sbx exec -t`: raw mode, size, signals);
 //!    - [`mcp`]: `sbx mcp`, one file per group of tools in `mcp/tools/`.
 //! 2. **Use-cases**, the rules both faces share, written once:
 //!    - [`sandbox`]: which agent a call goes to ([`sandbox::Target`]), the sandbox
@@ -38,4 +39,5 @@ pub mod output;
 pub mod sandbox;
 pub mod signal;
 pub mod template;
+pub mod tty;
 pub mod vmm;

@@ -1,9 +1,10 @@
 //! Helpers shared by the whole-system tests: a real `sbx-agent` process on a Unix
 //! socket in a temp dir, and the generated gRPC client connected to it; [`vm`] runs the
 //! real `sbx` binary against microVMs; [`netns`] builds the test "outside world" for
-//! network tests.
+//! network tests; [`pty`] runs a program on a real pseudo-terminal.
 
 pub mod netns;
+pub mod pty;
 pub mod vm;
 
 use std::path::{Path, PathBuf};

@@ -133,6 +133,18 @@ pub enum ExecError {
     /// ExecStream carried a second `start`.
     #[error("ExecStream got a second `start`; one stream runs one command, open another stream for the next")]
     StreamRestarted,
+    /// A unary Exec asked for a terminal.
+    #[error(
+        "a terminal (`tty`) needs the streaming call, which carries keystrokes and resizes; drop `tty` to run a command to completion"
+    )]
+    TtyNeedsStream,
+    /// The guest could not give the command a pseudo-terminal.
+    #[error("could not open a pseudo-terminal in the guest; is /dev/pts mounted (devpts)?")]
+    NoPty {
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
 }
 
 fn as_user(user: &Option<String>) -> String {

@@ -11,12 +11,14 @@
 //! - [`tree`]: every process a command started, even those that left its group.
 //! - [`capture`]: keeping the head and tail of an output stream in bounded memory.
 //! - [`stream`]: ExecStream, with stdin forwarding and back-pressure.
+//! - [`pty`]: ExecStream on a pseudo-terminal (keystrokes in, screen out, resizes).
 //! - [`error`]: what can go wrong, as [`ExecError`].
 
 pub mod capture;
 pub mod error;
 pub mod oom;
 pub mod process;
+pub mod pty;
 pub mod reaper;
 pub mod request;
 pub mod spawn;
@@ -32,7 +34,7 @@ use tokio::net::unix::pipe;
 pub use error::ExecError;
 pub use process::Outcome;
 pub use reaper::{Ended, start as start_reaper};
-pub use request::{Captured, Command, Event, Finished, Request, StreamInput};
+pub use request::{Captured, Command, Event, Finished, Request, StreamInput, Tty, WindowSize};
 pub use spec::Spec;
 
 use capture::Capture;
@@ -42,6 +44,9 @@ use spawn::StdioSetup;
 ///
 /// Dropping the returned future (the client went away) kills the command's group.
 pub async fn exec(req: Request) -> Result<Finished, ExecError> {
+    if req.tty.is_some() {
+        return Err(ExecError::TtyNeedsStream);
+    }
     let spec = process::spec_placed(req.command).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
     let limit = spec::output_limit(req.output_limit)?;

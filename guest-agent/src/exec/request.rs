@@ -35,6 +35,36 @@ pub struct Request {
     pub timeout_ms: u32,
     /// Bytes kept per stream (unary exec only); 0: the default.
     pub output_limit: u32,
+    /// Run on a pseudo-terminal (streamed exec only).
+    pub tty: Option<Tty>,
+}
+
+/// A pseudo-terminal for a streamed command.
+#[derive(Debug, Clone, Default)]
+pub struct Tty {
+    /// TERM for the command; empty: [`DEFAULT_TERM`].
+    pub term: String,
+    /// Its initial size.
+    pub size: WindowSize,
+}
+
+/// TERM when the client names none.
+pub const DEFAULT_TERM: &str = "xterm-256color";
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSize {
+    /// Lines.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
+}
+
+impl Default for WindowSize {
+    /// 24 by 80, the size of a terminal nobody measured.
+    fn default() -> Self {
+        WindowSize { rows: 24, cols: 80 }
+    }
 }
 
 /// One output stream of a finished command, capped.
@@ -68,6 +98,8 @@ pub enum StreamInput {
     Stdin(Bytes),
     /// No more stdin.
     StdinEof,
+    /// The terminal's new size (ignored without a terminal).
+    Resize(WindowSize),
     /// A message that says nothing (kept so the stream's order is unchanged).
     Nothing,
 }

@@ -7,7 +7,9 @@
 //! 1.1.24) starts the child with a vfork-style
 //! clone instead, about half the cost of an Exec of `true` (BENCHMARKS.md). A command
 //! that runs as another user still forks: the switch (`setgroups`, `setgid`,
-//! `setuid`) has no `posix_spawn` attribute.
+//! `setuid`) has no `posix_spawn` attribute, and neither does making a terminal the
+//! controlling terminal of the new session (`TIOCSCTTY`), so a command on a pty forks
+//! too.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
@@ -38,6 +40,8 @@ pub enum StdioSetup {
         /// Receives stderr.
         stderr: std::fs::File,
     },
+    /// All three on this pty slave, which becomes the session's controlling terminal.
+    Terminal(OwnedFd),
 }
 
 /// A started child: its pid and the agent's ends of its pipes.
@@ -54,9 +58,10 @@ pub struct Started {
 
 /// Starts `spec` in a new session with `tag` in its environment ([`tree::TAG_VAR`]).
 pub fn start(spec: &Spec, tag: &str, stdio: StdioSetup) -> io::Result<Started> {
-    match spec.user.as_ref().filter(|c| needs_switch(c.uid)) {
-        Some(creds) => forked(spec, tag, stdio, creds),
-        None => spawned(spec, tag, stdio),
+    let creds = spec.user.as_ref().filter(|c| needs_switch(c.uid));
+    match (creds, &stdio) {
+        (None, StdioSetup::Piped | StdioSetup::Files { .. }) => spawned(spec, tag, stdio),
+        _ => forked(spec, tag, stdio, creds),
     }
 }
 
@@ -75,29 +80,39 @@ fn needs_switch(uid: u32) -> bool {
     me.is_root() || me.as_raw() != uid
 }
 
-/// `fork`, `setsid`, the user switch, `exec`: through std, whose child side is
-/// async-signal-safe.
-fn forked(spec: &Spec, tag: &str, stdio: StdioSetup, creds: &Credentials) -> io::Result<Started> {
+/// `fork`, `setsid`, the controlling terminal, the user switch, `exec`: through std,
+/// whose child side is async-signal-safe.
+fn forked(spec: &Spec, tag: &str, stdio: StdioSetup, creds: Option<&Credentials>) -> io::Result<Started> {
     let mut cmd = Command::new(spec.program());
     cmd.args(&spec.argv[1..])
         .current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(tree::TAG_VAR, tag);
+    let terminal = matches!(stdio, StdioSetup::Terminal(_));
     match stdio {
         StdioSetup::Piped => cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()),
         StdioSetup::Files { stdout, stderr } => cmd.stdin(Stdio::null()).stdout(stdout).stderr(stderr),
+        StdioSetup::Terminal(slave) => cmd.stdin(slave.try_clone()?).stdout(slave.try_clone()?).stderr(slave),
     };
-    let groups: Vec<Gid> = creds.groups.iter().map(|g| Gid::from_raw(*g)).collect();
-    let (uid, gid) = (Uid::from_raw(creds.uid), Gid::from_raw(creds.gid));
+    let switch = creds.map(|creds| {
+        let groups: Vec<Gid> = creds.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        (groups, Uid::from_raw(creds.uid), Gid::from_raw(creds.gid))
+    });
     // SAFETY: between fork and exec the child is single-threaded and the closure only
     // makes raw syscalls on data prepared before the fork; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            // Groups and gid first: after setuid the right to change them is gone.
-            rustix::thread::set_thread_groups(&groups)?;
-            rustix::thread::set_thread_gid(gid)?;
-            rustix::thread::set_thread_uid(uid)?;
+            if terminal {
+                // std has already put the slave on fd 0; the new session takes it.
+                rustix::process::ioctl_tiocsctty(std::os::fd::BorrowedFd::borrow_raw(0))?;
+            }
+            if let Some((groups, uid, gid)) = &switch {
+                // Groups and gid first: after setuid the right to change them is gone.
+                rustix::thread::set_thread_groups(groups)?;
+                rustix::thread::set_thread_gid(*gid)?;
+                rustix::thread::set_thread_uid(*uid)?;
+            }
             Ok(())
         });
     }
@@ -132,6 +147,7 @@ fn spawned(spec: &Spec, tag: &str, stdio: StdioSetup) -> io::Result<Started> {
     // The child's ends (close-on-exec here; dup2 gives the child copies without it),
     // and the agent's ends.
     let (child_fds, parent_fds) = match stdio {
+        StdioSetup::Terminal(_) => unreachable!("a terminal's command is forked"),
         StdioSetup::Piped => {
             let (in_r, in_w) = pipe()?;
             let (out_r, out_w) = pipe()?;

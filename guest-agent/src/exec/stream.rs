@@ -18,22 +18,26 @@ use super::{Event, ExecError, StreamInput, spec};
 
 /// Events buffered between the command and the client; with chunks of at most
 /// [`CHUNK_SIZE`] this bounds the agent's memory per stream.
-const EVENT_BUFFER: usize = 8;
+pub(super) const EVENT_BUFFER: usize = 8;
 
 /// The events of one command, or the error that ended the stream.
 pub type Events = mpsc::Receiver<Result<Event, ExecError>>;
 
 /// Reads `start` from `input`, starts the command and returns its events: `started`,
-/// output chunks as they come, and `exited` last. `output_limit` is ignored.
+/// output chunks as they come, and `exited` last. `output_limit` is ignored. With a
+/// `tty` the command runs on a pseudo-terminal ([`super::pty`]).
 pub async fn exec_stream<S, E>(mut input: S) -> Result<Events, ExecError>
 where
     S: Stream<Item = Result<StreamInput, E>> + Unpin + Send + 'static,
     E: Send + 'static,
 {
-    let req = match input.next().await {
+    let mut req = match input.next().await {
         Some(Ok(StreamInput::Start(req))) => req,
         _ => return Err(ExecError::StreamNotStarted),
     };
+    if let Some(tty) = req.tty.take() {
+        return super::pty::exec_on_terminal(req, tty, input).await;
+    }
     let spec = process::spec_placed(req.command).await?;
     let timeout = spec::exec_timeout(req.timeout_ms)?;
     let (_, mut run) = process::spawn_placed(spec, StdioSetup::Piped).await?;
@@ -120,7 +124,7 @@ async fn forward_stdin<S, E>(
                 }
             }
             StreamInput::StdinEof => stdin = None,
-            StreamInput::Nothing => {}
+            StreamInput::Nothing | StreamInput::Resize(_) => {}
             StreamInput::Start(_) => {
                 let _ = tx.send(Err(ExecError::StreamRestarted)).await;
                 return;

@@ -46,6 +46,19 @@ fn request(req: pb::ExecRequest) -> exec::Request {
         stdin: req.stdin,
         timeout_ms: req.timeout_ms,
         output_limit: req.output_limit,
+        tty: req.tty.map(|t| {
+            let size = t.size.unwrap_or_default();
+            exec::Tty { term: t.term, size: window_size(&size) }
+        }),
+    }
+}
+
+/// A wire size as the kernel's `u16`s: 0 (or an absurd value) means the default.
+fn window_size(size: &pb::WindowSize) -> exec::WindowSize {
+    let cells = |n: u32| u16::try_from(n).ok().filter(|n| *n > 0);
+    match (cells(size.rows), cells(size.cols)) {
+        (Some(rows), Some(cols)) => exec::WindowSize { rows, cols },
+        _ => exec::WindowSize::default(),
     }
 }
 
@@ -56,6 +69,7 @@ fn stream_input(msg: pb::ExecStreamInput) -> StreamInput {
         Some(Input::Stdin(data)) => StreamInput::Stdin(data),
         Some(Input::StdinEof(true)) => StreamInput::StdinEof,
         Some(Input::StdinEof(false)) | None => StreamInput::Nothing,
+        Some(Input::Resize(size)) => StreamInput::Resize(window_size(&size)),
     }
 }
 
@@ -105,13 +119,16 @@ impl From<ExecError> for Status {
             | E::UnknownUser(_)
             | E::StreamNotStarted
             | E::StreamRestarted
+            | E::TtyNeedsStream
             | E::CommandTooLong { .. } => Code::InvalidArgument,
             E::CwdMissing(_) | E::ProgramNotFound { .. } => Code::NotFound,
             E::StartDenied { .. } => Code::PermissionDenied,
             E::CwdUnusable { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
                 Code::PermissionDenied
             }
-            E::NoShell | E::CwdUnusable { .. } | E::UserDb { .. } => Code::FailedPrecondition,
+            E::NoShell | E::CwdUnusable { .. } | E::UserDb { .. } | E::NoPty { .. } => {
+                Code::FailedPrecondition
+            }
             E::NoResources { .. } => Code::ResourceExhausted,
             E::Spawn { .. } | E::ReaperGone { .. } => Code::Internal,
         };

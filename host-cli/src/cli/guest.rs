@@ -35,9 +35,18 @@ pub struct ExecArgs {
     /// The command.
     #[command(flatten)]
     pub command: CommandArgs,
-    /// Kill the command after this long (default 60s, at most 10m); exit code 124.
+    /// Kill the command after this long (default 60s, at most 10m; with -t: no limit);
+    /// exit code 124.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+    /// Run the command on a pseudo-terminal in the guest, with this terminal in raw mode
+    /// (full-screen programs, Ctrl-C and Ctrl-Z reach the command). stdin must be a
+    /// terminal: without one, sbx refuses (exit 2) rather than guess.
+    #[arg(short = 't', long, conflicts_with_all = ["capture", "output_limit"])]
+    pub tty: bool,
+    /// Forward stdin even when it is a terminal (with -t it always is).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
     /// Wait for the end and print the capped output (head and tail), as MCP tools see it
     /// (implied by --json).
     #[arg(long)]
@@ -45,6 +54,23 @@ pub struct ExecArgs {
     /// With --capture: bytes kept per stream (default 32 KiB).
     #[arg(long, value_name = "BYTES", requires = "capture")]
     pub output_limit: Option<u32>,
+}
+
+/// `sbx shell`.
+#[derive(Debug, Clone, Args)]
+pub struct ShellArgs {
+    /// The sandbox, by name or id (default: --sandbox / SBX_SANDBOX, or --agent).
+    #[arg(value_name = "SANDBOX")]
+    pub name: Option<String>,
+    /// Working directory in the guest (absolute).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Extra environment variable (repeatable).
+    #[arg(short, long = "env", value_name = "K=V", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// User to run as: a name or a numeric uid.
+    #[arg(short, long, value_name = "USER")]
+    pub user: Option<String>,
 }
 
 /// `sbx run`.

@@ -26,7 +26,7 @@ mod template;
 
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
-    JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, WriteArgs,
+    JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, ShellArgs, WriteArgs,
 };
 pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
@@ -48,6 +48,7 @@ Examples:
   sbx --agent unix:///tmp/agent.sock info
   export SBX_AGENT=hvsock:///run/vm/v.sock:1024
   sbx exec -- uname -a
+  sbx shell dev                  sbx exec -it -- top
   sbx exec --cwd /work -e CI=1 --timeout 5m -- make test
   echo 'print(6*7)' | sbx exec -- python3 -
   sbx run -d -- ./server --port 8080 && sbx jobs
@@ -104,9 +105,25 @@ pub enum Command {
     /// Run a command in the guest, streaming its output; exits with its exit code.
     #[command(
         after_help = "Examples:\n  sbx exec -- ls -la /\n  sbx exec --sh 'cd /work && make 2>&1 | tail'\n  \
-                            tar c . | sbx exec --cwd /work -- tar x\n  sbx exec --capture --json -- cat /etc/hostname"
+                            tar c . | sbx exec --cwd /work -- tar x\n  sbx exec --capture --json -- cat /etc/hostname\n  \
+                            sbx exec -it -- top                   (a pseudo-terminal: see `sbx shell --help`)\n\n\
+                            -t without a terminal on stdin is refused (exit 2), as `docker exec -t` does."
     )]
     Exec(ExecArgs),
+    /// Open an interactive shell in a sandbox (bash if it has one, else sh) on a
+    /// pseudo-terminal; exits with the shell's exit code.
+    #[command(after_help = "\
+Examples:
+  sbx shell dev
+  sbx shell -u nobody --cwd /tmp dev
+  sbx -s dev exec -t -- vi /etc/hosts
+
+This terminal is in raw mode while the shell runs: Ctrl-C, Ctrl-Z and Ctrl-D go to the
+guest; the terminal is put back when the shell exits, when sbx gets SIGHUP, SIGTERM or
+SIGINT (then it exits 128+N), and on errors. The window size follows resizes and TERM
+is passed on. stdin must be a terminal: without one sbx refuses with exit code 2; to
+run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec -- sh`.")]
+    Shell(ShellArgs),
     /// Start a background job; with -d print its id and return at once.
     #[command(after_help = "Examples:\n  sbx run -d -- python3 -m http.server 8000\n  sbx run -- sleep 3")]
     Run(RunArgs),

@@ -90,6 +90,7 @@ impl ExecSpec {
     pub(crate) fn request(&self) -> pb::ExecRequest {
         pb::ExecRequest {
             command: Some(self.command()),
+            tty: None,
             stdin: self.stdin.clone(),
             timeout_ms: self.timeout.map(millis).unwrap_or(0),
             output_limit: self.output_limit.unwrap_or(0),

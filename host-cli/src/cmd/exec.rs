@@ -36,7 +36,13 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
     let mut spec = spec(&args.command);
     spec.timeout = args.timeout;
     spec.output_limit = args.output_limit;
-    let forward_stdin = !std::io::stdin().is_terminal();
+    if args.tty {
+        if !crate::tty::stdin_is_terminal() {
+            return Err(crate::tty::TtyError::NotATerminal { what: "`sbx exec -t`" }.into());
+        }
+        return super::shell::session(&ctx.client().await?, &spec).await;
+    }
+    let forward_stdin = args.interactive || !std::io::stdin().is_terminal();
     if args.capture || ctx.out.json {
         if forward_stdin {
             spec.stdin = read_stdin_capped().await?.into();

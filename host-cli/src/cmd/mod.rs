@@ -4,7 +4,8 @@
 //! result through [`crate::output`]. Commands never import [`crate::app`], nor [`crate::mcp`]
 //! (except `mcp`, which only starts that face), nor [`crate::vmm`].
 //!
-//! - `exec` lives in `exec`;
+//! - `exec` lives in `exec`; `shell`, and the terminal session `exec -t` shares, in
+//!   `shell` (the host terminal itself is [`crate::tty`]);
 //! - `run`, `jobs`, `job status|wait|kill|logs` in `jobs`;
 //! - `cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir` in `files` (with `file_sink`,
 //!   where a download lands);
@@ -32,6 +33,7 @@ mod mcp;
 mod net;
 mod port;
 mod sandbox;
+mod shell;
 mod snapshot;
 mod stats;
 mod system;
@@ -84,6 +86,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
     let ctx = Ctx { out: Output { json: cli.global.json }, global: cli.global };
     match cli.command {
         Command::Exec(args) => exec::exec(&ctx, args).await,
+        Command::Shell(args) => shell::shell(&ctx, args).await,
         Command::Run(args) => jobs::run(&ctx, args).await,
         Command::Jobs => jobs::list(&ctx).await,
         Command::Job(cmd) => jobs::job(&ctx, cmd).await,
