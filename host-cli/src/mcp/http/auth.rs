@@ -132,8 +132,13 @@ pub async fn require_bearer(State(token): State<Arc<BearerToken>>, request: Requ
     };
     tracing::warn!(method = %request.method(), uri = %request.uri(), "refused an HTTP request without the right bearer token");
     let (challenge, body) = refusal;
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge))], body)
-        .into_response()
+    // The body is left unread, so the connection cannot carry another request: say so,
+    // or a client reusing it races the close.
+    let headers = [
+        (header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge)),
+        (header::CONNECTION, HeaderValue::from_static("close")),
+    ];
+    (StatusCode::UNAUTHORIZED, headers, body).into_response()
 }
 
 #[cfg(test)]

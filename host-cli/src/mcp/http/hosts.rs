@@ -184,7 +184,8 @@ pub async fn check_host_and_origin(
         None => next.run(request).await,
         Some(why) => {
             tracing::warn!("refused an HTTP request: {}", why.trim_end());
-            (StatusCode::FORBIDDEN, why).into_response()
+            // The body is left unread: the connection closes after this answer.
+            (StatusCode::FORBIDDEN, [(header::CONNECTION, "close")], why).into_response()
         }
     }
 }
