@@ -159,8 +159,11 @@ sys.path.insert(0, sys.argv[1])
 from http_server import session_client, stateless_client
 async def main():
     client = session_client if sys.argv[3] == "session" else stateless_client
+    arguments = {"command": sys.argv[4], "timeout_ms": 600000}
+    if len(sys.argv) > 5:
+        arguments["sandbox_id"] = sys.argv[5]
     async with client(sys.argv[2]) as c:
-        await c.call_tool("sandbox_exec", {"command": sys.argv[4], "timeout_ms": 600000})
+        await c.call_tool("sandbox_exec", arguments)
 anyio.run(main)
 """
 
