@@ -18,8 +18,14 @@ pub mod hosts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Request;
+use axum::middleware::{Next, from_fn};
+use axum::response::Response;
+use axum::serve::ListenerExt;
+use http::{Method, StatusCode};
 use axum::middleware::from_fn_with_state;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -36,6 +42,10 @@ pub const MCP_PATH: &str = "/mcp";
 /// The largest request body accepted: room for the biggest inline argument a tool takes
 /// (an 8 MiB stdin, a 10 MiB zip in base64) with JSON's escaping.
 pub const MAX_REQUEST_BYTES: usize = 32 << 20;
+
+/// How long a session may go without a message before it is dropped: longer than the
+/// longest call (a 10-minute `sandbox_exec` or boot, and the grace after it).
+pub const SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 
 /// How `sbx mcp --http` serves.
 #[derive(Debug)]
@@ -102,6 +112,13 @@ pub async fn serve_http(server: SbxMcp, options: HttpOptions) -> Result<(), Http
     // A fixed line on stderr whatever the log level: scripts and tests read the port here.
     eprintln!("sbx mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})");
     tracing::info!(hosts = ?policy.names(), "accepted Host names (and --allowed-host ones)");
+    // Answers go out as several small writes (headers, SSE events); without NODELAY, Nagle
+    // holds the later ones for the client's delayed ACK, tens of ms per call.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             wait_for_stop_signal().await;
@@ -123,6 +140,9 @@ fn router(
     let mut sessions = LocalSessionManager::default();
     // No resumption: a dropped response stream is an abandoned call (see `disconnect`).
     sessions.session_config.sse_retry = None;
+    // rmcp closes a session after this long without a message either way; a call that
+    // sends no progress (none was asked for) must not outlive its session.
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
     let sessions = Arc::new(sessions);
     let config = policy.apply(
         StreamableHttpServerConfig::default()
@@ -134,6 +154,7 @@ fn router(
     let watch = Arc::new(Watch::new(sessions, MAX_REQUEST_BYTES));
     let mut router = Router::new()
         .route_service(MCP_PATH, service)
+        .layer(from_fn(session_end_no_content))
         .layer(from_fn_with_state(watch, disconnect::cancel_on_disconnect))
         .layer(from_fn_with_state(policy.clone(), hosts::check_host_and_origin));
     if let Some(token) = token {
@@ -157,4 +178,15 @@ async fn wait_for_stop_signal() {
             std::future::pending::<()>().await;
         }
     }
+}
+
+/// Middleware: a `DELETE` that ended a session answers `204 No Content` rather than rmcp's
+/// `202`, which both official SDKs log as a failed termination.
+async fn session_end_no_content(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
