@@ -39,7 +39,9 @@ impl HttpServer {
         let t = Instant::now();
         loop {
             let text = std::fs::read_to_string(log).unwrap_or_default();
-            if let Some(url) = text.split_whitespace().find(|w| w.starts_with("http://") && w.ends_with("/mcp")) {
+            if let Some(url) =
+                text.split_whitespace().find(|w| w.starts_with("http://") && w.ends_with("/mcp"))
+            {
                 return Ok(HttpServer { child, url: url.to_owned() });
             }
             if let Some(status) = child.try_wait()? {
@@ -119,8 +121,11 @@ pub(crate) fn rows(
     let stdio = Samples::from_durations(durations(&report.stdio));
     let session = Samples::from_durations(durations(&report.http_session));
     let name = driver.name;
-    let mut rows =
-        vec![Row::latency(format!("exec `echo hi`, HTTP session, {name}"), &session, Some(("stdio", &stdio)))];
+    let mut rows = vec![Row::latency(
+        format!("exec `echo hi`, HTTP session, {name}"),
+        &session,
+        Some(("stdio", &stdio)),
+    )];
     if let Some(stateless) = report.http_stateless {
         let stateless = Samples::from_durations(durations(&stateless));
         rows.push(Row::latency(

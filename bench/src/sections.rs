@@ -190,12 +190,11 @@ fn http_section(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
     let mut rows = Vec::new();
     for driver in &drivers {
         say(&format!("  {}", driver.name));
-        rows.extend(http::rows(driver, &server, &opts.sbx_bin, &agent.address(), counts).context(driver.name)?);
+        rows.extend(
+            http::rows(driver, &server, &opts.sbx_bin, &agent.address(), counts).context(driver.name)?,
+        );
     }
-    Ok((
-        "MCP over Streamable HTTP (`sbx mcp --http`), the same call over stdio beside it".to_owned(),
-        rows,
-    ))
+    Ok(("MCP over Streamable HTTP (`sbx mcp --http`), the same call over stdio beside it".to_owned(), rows))
 }
 
 /// Rows: per operation, `sbx mcp` then each peer with peer/sbx ratios.

@@ -26,8 +26,8 @@ it as `Authorization: Bearer TOKEN`, and get 401 without it. Requests whose Host
 a loopback name, the bound address, this host's name or an --allowed-host, and browser
 requests from an Origin that is not loopback or an --allowed-origin, get 403.
 Port 0 picks a free port; the URL is printed on stderr. SIGINT or SIGTERM stops the
-server and cancels open calls. See docs/mcp.md for Cursor, VS Code, Windsurf, Codex and
-a systemd user service.";
+server and cancels open calls. Set-up for Cursor, VS Code, Windsurf, Codex and a systemd
+user service: the README's `sbx mcp` section; the details: docs/mcp.md.";
 
 /// `sbx mcp`.
 #[derive(Debug, Clone, Args)]

@@ -22,11 +22,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
+use axum::middleware::from_fn_with_state;
 use axum::middleware::{Next, from_fn};
 use axum::response::Response;
 use axum::serve::ListenerExt;
 use http::{Method, StatusCode};
-use axum::middleware::from_fn_with_state;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
