@@ -16,7 +16,7 @@ from typing import AsyncIterator, Iterator
 
 import pytest
 from mcp import Client, ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import binary, wait_for
@@ -78,10 +78,15 @@ def bearer(token: str | None) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def session_client(url: str, token: str | None = None) -> AsyncIterator[ClientSession]:
+async def session_client(
+    url: str, token: str | None = None, max_sse_event_size: int | None = DEFAULT_MAX_SSE_EVENT_SIZE
+) -> AsyncIterator[ClientSession]:
     """The SDK's streamable HTTP transport with the initialize handshake: a session."""
     async with create_mcp_http_client(headers=bearer(token)) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write):
+        async with streamable_http_client(url, http_client=http, max_sse_event_size=max_sse_event_size) as (
+            read,
+            write,
+        ):
             async with ClientSession(read, write) as session:
                 await session.initialize()
                 yield session
