@@ -122,7 +122,7 @@ async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIte
         from http_server import http_server, session_client
 
         with http_server(*args, env=env) as server:
-            # A 1 MiB sandbox_files_read answers with one ~2.7 MiB SSE event, over the
+            # A 1 MiB sandbox_files_read answers with one SSE event of over 2 MiB, over the
             # Python SDK's default 1 MiB cap per event (docs/mcp.md): lift it, as a
             # client reading whole files must.
             async with session_client(server.url, max_sse_event_size=None) as session:
