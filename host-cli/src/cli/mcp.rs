@@ -48,7 +48,8 @@ pub struct McpArgs {
     /// use to reach a server bound beyond loopback, e.g. sbx.internal.
     #[arg(long, value_name = "HOST", requires = "http")]
     pub allowed_host: Vec<String>,
-    /// Also accept browser requests from ORIGIN (repeatable), e.g. https://app.example.com.
+    /// Also accept browser requests from ORIGIN (repeatable), written as browsers send it,
+    /// e.g. `https://app.example.com` or `http://localhost:5173`.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     pub allowed_origin: Vec<String>,
 }

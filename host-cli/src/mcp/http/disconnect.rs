@@ -40,7 +40,7 @@ impl Watch {
     }
 }
 
-/// Middleware: arms a [`CancelOnDrop`] on the response of every JSON-RPC request sent in
+/// Middleware: arms a cancel-on-drop guard on the response of every JSON-RPC request sent in
 /// a session.
 pub async fn cancel_on_disconnect(State(watch): State<Arc<Watch>>, request: Request, next: Next) -> Response {
     let session = request.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(SessionId::from);
