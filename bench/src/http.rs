@@ -56,6 +56,19 @@ impl HttpServer {
     }
 }
 
+impl HttpServer {
+    /// CPU time the server process has used so far (user + system), from `/proc`.
+    fn cpu(&self) -> Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // Fields after the command name, which ends at the last ')': utime and stime are
+        // the 12th and 13th, in USER_HZ ticks (100 per second on Linux).
+        let fields: Vec<&str> =
+            stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("").split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).context("odd /proc stat");
+        Ok(Duration::from_millis((ticks(11)? + ticks(12)?) * 10))
+    }
+}
+
 impl Drop for HttpServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -112,8 +125,10 @@ pub(crate) fn rows(
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("could not run {}; bench/run.sh installs it", driver.program.display()))?;
+    let cpu_before = server.cpu()?;
     child.stdin.take().context("driver stdin")?.write_all(&serde_json::to_vec(&input)?)?;
     let out = child.wait_with_output()?;
+    let server_cpu = server.cpu()?.saturating_sub(cpu_before);
     if !out.status.success() {
         bail!("{} failed with {}; its stderr is above", driver.script.display(), out.status);
     }
@@ -126,17 +141,29 @@ pub(crate) fn rows(
         &session,
         Some(("stdio", &stdio)),
     )];
-    if let Some(stateless) = report.http_stateless {
-        let stateless = Samples::from_durations(durations(&stateless));
+    if let Some(stateless) = &report.http_stateless {
+        let stateless = Samples::from_durations(durations(stateless));
         rows.push(Row::latency(
             format!("exec `echo hi`, HTTP stateless (2026-07-28), {name}"),
             &stateless,
             Some(("stdio", &stdio)),
         ));
     }
+    let timed_modes = 1 + usize::from(report.http_stateless.is_some());
     let c = report.concurrent;
+    let http_calls = (warmup + n) * timed_modes + c.calls;
     let rate = c.calls as f64 / c.seconds.max(1e-9);
     let one = 1.0 / session.p50().as_secs_f64().max(1e-9);
+    let per_call = server_cpu / u32::try_from(http_calls.max(1)).unwrap_or(u32::MAX);
+    rows.push(Row::plain(
+        format!("  sbx mcp --http CPU per HTTP call, {name} run"),
+        fmt_dur(per_call),
+        format!(
+            "{} of server CPU over {http_calls} HTTP tool calls (and their connects)",
+            fmt_dur(server_cpu)
+        ),
+        "",
+    ));
     rows.push(Row::plain(
         format!("{} HTTP clients at once, {} calls each, {name}", c.clients, c.calls / c.clients.max(1)),
         format!("{rate:.0} calls/s"),
