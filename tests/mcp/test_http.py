@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -290,3 +291,25 @@ async def test_fifty_clients_calling_at_once_are_all_answered(agent: Agent) -> N
                 for i in range(50):
                     group.start_soon(one, i)
     assert answers == {i: f"client-{i}\n" for i in range(50)}
+
+
+async def test_sigterm_stops_the_server_and_kills_open_calls(agent: Agent) -> None:
+    pids = agent.scratch("http-sigterm") / "pids"
+    command = f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
+    with http_server("--agent", agent.address) as server:
+        client = subprocess.Popen(
+            [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, "session", command],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the command to start")
+            server.process.send_signal(signal.SIGTERM)
+            assert server.process.wait(timeout=60) == 0, server.stderr()
+        finally:
+            client.kill()
+            client.wait()
+    child, shell = (int(pid) for pid in pids.read_text().split())
+    await anyio.to_thread.run_sync(
+        lambda: wait_for(lambda: not pid_alive(child) and not pid_alive(shell), "the open call's command to be killed")
+    )
