@@ -6,7 +6,6 @@ clients that go away mid-call."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
