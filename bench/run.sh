@@ -11,7 +11,8 @@
 # then installs the peer MCP servers into target/bench (npm: server-filesystem,
 # desktop-commander, mcp-server-commands; PyPI: mcp-shell-server in its own venv, since it
 # needs the 1.x MCP SDK), the official Python MCP clients (mcp 2.3.0 and mcp 1.30.0) into
-# two more venvs, and the official TypeScript client (bench/ts, npm ci) for Node.js.
+# two more venvs, and the official TypeScript client (bench/ts, npm ci) for Node.js; the
+# `http` group (`--only http`) drives `sbx mcp --http` next to stdio with those clients.
 # Installs are skipped when already there; SBX_BENCH_NO_INSTALL=1 skips them outright.
 set -euo pipefail
 

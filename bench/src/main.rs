@@ -5,7 +5,7 @@
 //! - [`floors`]: the same operations done locally, and bare Unix-socket transfers.
 //! - [`calls`]: agent call latency on a warm connection; concurrent execs.
 //! - [`mcp`]: a bare newline-JSON-RPC MCP client; [`official`]: the official Python
-//!   (2.x, 1.x) and TypeScript ones.
+//!   (2.x, 1.x) and TypeScript ones; [`http`]: `sbx mcp --http` next to stdio with them.
 //! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
 //! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
 //! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
@@ -17,6 +17,7 @@ mod agent;
 mod calls;
 mod floors;
 mod footprint;
+mod http;
 mod mcp;
 mod official;
 mod peers;
@@ -85,8 +86,8 @@ pub(crate) struct Opts {
     /// Scratch directory for sockets, workloads and copies (default: a temp dir).
     #[arg(long)]
     pub(crate) scratch: Option<PathBuf>,
-    /// Run only these groups (comma-separated): agent, mcp, copy, concurrency, footprint, vm.
-    #[arg(long, value_delimiter = ',', value_parser = ["agent", "mcp", "copy", "concurrency", "footprint", "vm"])]
+    /// Run only these groups (comma-separated): agent, mcp, http, copy, concurrency, footprint, vm.
+    #[arg(long, value_delimiter = ',', value_parser = ["agent", "mcp", "http", "copy", "concurrency", "footprint", "vm"])]
     pub(crate) only: Vec<String>,
     /// Also write the table to this file.
     #[arg(long)]

@@ -11,7 +11,7 @@ use crate::mcp::{self, Measured, Op, ServerSpec};
 use crate::peers::{self, PeerInstall, Workload};
 use crate::report::Row;
 use crate::stats::{Samples, fmt_bytes, fmt_dur, fmt_rate, rate_mib};
-use crate::{Opts, agent::Agent, calls, floors, footprint, official, throughput, vm};
+use crate::{Opts, agent::Agent, calls, floors, footprint, http, official, throughput, vm};
 
 /// One table section: a title and its rows.
 pub(crate) type Section = (String, Vec<Row>);
@@ -58,6 +58,10 @@ pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Secti
     if opts.runs("mcp") {
         say("MCP latency");
         out.extend(mcp_sections(opts, &agent, &work)?);
+    }
+    if opts.runs("http") {
+        say("MCP over HTTP");
+        out.push(http_section(opts, scratch, &agent)?);
     }
     if opts.runs("copy") {
         say("throughput");
@@ -161,6 +165,36 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
         out.push(mcp_section(client.title, &servers, &figures, &notes));
     }
     Ok(out)
+}
+
+/// `sbx mcp --http` next to stdio, with the official Python and TypeScript clients.
+fn http_section(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
+    let server = http::HttpServer::start(&opts.sbx_bin, &agent.address(), &scratch.join("mcp-http.log"))?;
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut drivers = Vec::new();
+    if !opts.no_python {
+        drivers.push(http::Driver {
+            name: "Python SDK (mcp 2.3.0)",
+            program: opts.peers_dir.join("venv-client/bin/python"),
+            script: here.join("mcp_http.py"),
+        });
+    }
+    if !opts.no_typescript {
+        drivers.push(http::Driver {
+            name: "TypeScript SDK (1.32.2)",
+            program: "node".into(),
+            script: here.join("ts/mcp_http.mjs"),
+        });
+    }
+    let counts = (opts.mcp_iters() / 10 + 1, opts.mcp_iters(), if opts.quick { 10 } else { 20 });
+    let mut rows = Vec::new();
+    for driver in &drivers {
+        say(&format!("  {}", driver.name));
+        rows.extend(
+            http::rows(driver, &server, &opts.sbx_bin, &agent.address(), counts).context(driver.name)?,
+        );
+    }
+    Ok(("MCP over Streamable HTTP (`sbx mcp --http`), the same call over stdio beside it".to_owned(), rows))
 }
 
 /// Rows: per operation, `sbx mcp` then each peer with peer/sbx ratios.

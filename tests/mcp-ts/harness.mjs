@@ -1,6 +1,6 @@
 // Shared by the TypeScript-client tests: a real sbx-agent on a Unix socket, `sbx mcp`
-// against it through the official TypeScript SDK's stdio client, and the binaries'
-// paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
+// against it through the official TypeScript SDK's stdio client or, with `--http`, its
+// Streamable HTTP client, and the binaries' paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
 
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -73,6 +74,55 @@ export async function mcpClient(address) {
     stderr: "inherit",
   });
   const client = new Client({ name: "sbx-mcp-ts-tests", version: "0" });
+  await client.connect(transport);
+  return client;
+}
+
+/**
+ * `sbx mcp --http 127.0.0.1:0 ARGS` (the server picks a free port and prints its URL on
+ * stderr); `stop()` sends SIGTERM (SIGKILL if it lingers) and waits for the exit.
+ */
+export async function startHttpServer(args = [], extraEnv = {}) {
+  const env = { ...process.env, RUST_LOG: "warn", ...extraEnv };
+  delete env.SBX_AGENT;
+  delete env.SBX_SANDBOX;
+  if (!("SBX_MCP_TOKEN" in extraEnv)) delete env.SBX_MCP_TOKEN;
+  const server = spawn(binary("sbx"), ["mcp", "--http", "127.0.0.1:0", ...args], {
+    env,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let exited = false;
+  let stderr = "";
+  server.on("exit", () => (exited = true));
+  let timer;
+  const url = await new Promise((done, fail) => {
+    server.stderr.on("data", (chunk) => {
+      stderr += chunk;
+      const found = /serving MCP over Streamable HTTP at (http:\/\/\S+\/mcp)/.exec(stderr);
+      if (found) done(found[1]);
+    });
+    server.on("exit", (code) => fail(new Error(`sbx mcp --http exited with ${code}: ${stderr}`)));
+    timer = setTimeout(() => fail(new Error(`gave up waiting for sbx mcp --http: ${stderr}`)), 30_000);
+  }).finally(() => clearTimeout(timer));
+  return {
+    url,
+    alive: () => !exited,
+    stderr: () => stderr,
+    async stop() {
+      if (exited) return;
+      const gone = new Promise((r) => server.once("exit", r));
+      server.kill("SIGTERM");
+      const timer = setTimeout(() => server.kill("SIGKILL"), 30_000);
+      await gone;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** An initialized TypeScript SDK client on the Streamable HTTP transport. */
+export async function httpClient(url, headers = {}) {
+  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+  const client = new Client({ name: "sbx-mcp-ts-http-tests", version: "0" });
   await client.connect(transport);
   return client;
 }

@@ -109,9 +109,25 @@ def server_params(*args: str, env: dict[str, str] | None = None) -> StdioServerP
     return StdioServerParameters(command=str(binary("sbx")), args=["mcp", *args], env=base)
 
 
+# `SBX_MCP_TEST_TRANSPORT=http` runs the same tests through `sbx mcp --http` and the SDK's
+# streamable HTTP client (run.sh does so for the guest tools' files).
+TRANSPORT = os.environ.get("SBX_MCP_TEST_TRANSPORT", "stdio")
+
+
 @asynccontextmanager
 async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
-    """`sbx mcp ARGS` as a subprocess, with an initialized SDK session."""
+    """`sbx mcp ARGS` as a subprocess, with an initialized SDK session (over stdio, or
+    over HTTP when SBX_MCP_TEST_TRANSPORT=http)."""
+    if TRANSPORT == "http":
+        from http_server import http_server, session_client
+
+        with http_server(*args, env=env) as server:
+            # A 1 MiB sandbox_files_read answers with one SSE event of over 2 MiB, over the
+            # Python SDK's default 1 MiB cap per event (docs/mcp.md): lift it, as a
+            # client reading whole files must.
+            async with session_client(server.url, max_sse_event_size=None) as session:
+                yield session
+        return
     async with stdio_client(server_params(*args, env=env)) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the MCP test suite: `sbx mcp` driven by the official MCP Python SDK (stdio
-# client) against a real sbx-agent. Creates the virtual environment at .venv when it
-# is missing or its requirements changed, builds the binaries, then runs pytest.
+# client, and its streamable HTTP client for `sbx mcp --http`) against a real sbx-agent;
+# without arguments, the tools' suites run a second time over HTTP. Creates the virtual
+# environment at .venv when it is missing or its requirements changed, builds the
+# binaries, then runs pytest.
 # Extra arguments go to pytest (e.g. `tests/mcp/run.sh -k exec`).
 set -euo pipefail
 
@@ -36,4 +38,17 @@ if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
 fi
 
 cd "$repo/tests/mcp"
-exec "$venv/bin/python" -m pytest -p no:cacheprovider --timeout=300 "$@"
+pytest=("$venv/bin/python" -m pytest -p no:cacheprovider --timeout=300)
+if [[ $# -gt 0 ]]; then
+    exec "${pytest[@]}" "$@"
+fi
+status=0
+"${pytest[@]}" || status=$?
+# The tools' own suites once more through `sbx mcp --http` and the SDK's streamable HTTP
+# client (conftest.py: SBX_MCP_TEST_TRANSPORT); test_http*.py test HTTP itself above.
+echo "tests/mcp/run.sh: the tools' suites again, over Streamable HTTP" >&2
+SBX_MCP_TEST_TRANSPORT=http "${pytest[@]}" test_exec.py test_files.py test_jobs.py test_archive_info.py \
+    test_tools_list.py test_vocabulary.py test_sandboxes.py test_snapshots.py test_network.py test_faults.py \
+    test_templates_code_metrics.py test_mounts.py \
+    || status=$?
+exit "$status"

@@ -9,7 +9,8 @@
 //! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
 //! - `snapshot`: `sbx snapshot create|ls|rm|restore`;
 //! - `template`: `sbx template build|save|ls|rm`;
-//! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`.
+//! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`;
+//! - `mcp`: `sbx mcp` (stdio, or Streamable HTTP with `--http`).
 //!
 //! A new group adds one file here, one variant of [`Command`], and one match arm in
 //! `cmd::run`.
@@ -19,6 +20,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 mod guest;
+mod mcp;
 mod network;
 mod sandbox;
 mod snapshot;
@@ -28,6 +30,8 @@ pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
     JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, ShellArgs, WriteArgs,
 };
+use mcp::MCP_AFTER_HELP;
+pub use mcp::McpArgs;
 pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
     UnpublishArgs, VerdictArg,
@@ -172,11 +176,9 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
         after_help = "Examples:\n  sbx --agent unix:///tmp/agent.sock info\n  sbx info dev\n  sbx -s dev info --json"
     )]
     Info(InfoArgs),
-    /// Serve the agent's abilities as MCP tools on stdin/stdout (for Claude Code, Cursor, ...).
-    #[command(after_help = "Examples:\n  claude mcp add sbx -- sbx mcp --agent unix:///tmp/agent.sock\n  \
-                            SBX_SANDBOX=dev sbx mcp\n  \
-                            sbx mcp --allow-mount ~/projects   (sandbox_create may mount folders under it)\n\n\
-                            See docs/mcp.md for Cursor, VS Code, Windsurf and Codex.")]
+    /// Serve the agent's abilities as MCP tools on stdin/stdout, or over HTTP with --http
+    /// (for Claude Code, Cursor, VS Code, SDK agents, ...).
+    #[command(after_help = MCP_AFTER_HELP)]
     Mcp(McpArgs),
     /// Print a shell completion script.
     #[command(
@@ -242,13 +244,4 @@ mod tests {
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
         assert!(parse_env("=x").is_err());
     }
-}
-
-/// `sbx mcp`.
-#[derive(Debug, clap::Args)]
-pub struct McpArgs {
-    /// Let `sandbox_create` mount host folders under DIR (repeatable), besides those
-    /// under the roots the MCP client declares.
-    #[arg(long, value_name = "DIR")]
-    pub allow_mount: Vec<std::path::PathBuf>,
 }

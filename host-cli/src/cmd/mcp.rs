@@ -1,19 +1,25 @@
 //! `sbx mcp`: serve the agent's abilities as MCP tools on stdin/stdout, for Claude Code,
-//! Cursor, VS Code, Windsurf, Codex or any MCP client. stdout carries only the
-//! protocol; logs go to stderr.
+//! Cursor, VS Code, Windsurf, Codex or any MCP client, or with `--http ADDR` over
+//! Streamable HTTP for many clients at once. On stdio, stdout carries only the protocol;
+//! logs go to stderr.
 
 use std::io::IsTerminal;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use crate::cli::McpArgs;
 use crate::cmd::{Ctx, UsageError};
+use crate::mcp::http::auth::BearerToken;
+use crate::mcp::http::{HttpOptions, serve_http};
 use crate::mcp::{SbxMcp, serve_stdio};
 use crate::sandbox::Target;
 
-/// Runs the MCP server until the client closes stdin. `--agent` (or `SBX_AGENT`) pins
-/// the agent that guest tools act on when a call names no sandbox; `--sandbox` (or
-/// `SBX_SANDBOX`) pins a sandbox instead.
+/// The environment variable that gives the HTTP bearer token inline.
+const TOKEN_ENV: &str = "SBX_MCP_TOKEN";
+
+/// Runs the MCP server until the client closes stdin (or, over HTTP, until SIGINT or
+/// SIGTERM). `--agent` (or `SBX_AGENT`) pins the agent that guest tools act on when a
+/// call names no sandbox; `--sandbox` (or `SBX_SANDBOX`) pins a sandbox instead.
 pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     let mut allowed = Vec::new();
     for dir in &args.allow_mount {
@@ -25,12 +31,39 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     if let Some(pinned) = &pinned {
         tracing::info!("sbx mcp: guest tools default to {pinned}");
     }
+    let server = SbxMcp::new(pinned, ctx.global.connect_timeout).allow_mounts(allowed);
+    if let Some(bind) = args.http {
+        let options = HttpOptions {
+            bind,
+            token: token(&args)?,
+            allowed_hosts: args.allowed_host,
+            allowed_origins: args.allowed_origin,
+        };
+        serve_http(server, options).await?;
+        return Ok(0);
+    }
     if std::io::stdin().is_terminal() {
         eprintln!(
             "sbx mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts it, \
-             e.g. `claude mcp add sbx -- sbx mcp` (see docs/mcp.md). Waiting for a client; Ctrl-D ends."
+             e.g. `claude mcp add sbx -- sbx mcp` (see docs/mcp.md), or serve it over HTTP with \
+             `sbx mcp --http 127.0.0.1:8765`. Waiting for a client; Ctrl-D ends."
         );
     }
-    serve_stdio(SbxMcp::new(pinned, ctx.global.connect_timeout).allow_mounts(allowed)).await?;
+    serve_stdio(server).await?;
     Ok(0)
+}
+
+/// The token from `--token-file` or `SBX_MCP_TOKEN`, never both.
+fn token(args: &McpArgs) -> Result<Option<BearerToken>> {
+    let inline = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    Ok(match (&args.token_file, inline) {
+        (Some(_), Some(_)) => {
+            bail!(
+                "both --token-file and {TOKEN_ENV} give a token; keep one (unset {TOKEN_ENV}, or drop --token-file)"
+            )
+        }
+        (Some(path), None) => Some(BearerToken::from_file(path)?),
+        (None, Some(text)) => Some(BearerToken::new(&text, TOKEN_ENV)?),
+        (None, None) => None,
+    })
 }

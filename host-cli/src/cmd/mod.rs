@@ -104,7 +104,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
             None => system::info(&ctx).await,
         },
         Command::Completions(args) => system::completions(&ctx, args),
-        Command::Mcp(a) => mcp::mcp(&ctx, a).await,
+        Command::Mcp(args) => mcp::mcp(&ctx, args).await,
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Template(cmd) => template::run(&ctx, cmd).await,

@@ -1,10 +1,13 @@
-//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio. The MCP
+//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio or
+//! Streamable HTTP. The MCP
 //! face: a thin adapter over the use-cases ([`crate::sandbox`]) and the typed client
 //! ([`crate::client`]); it never imports the CLI face ([`crate::cmd`], [`crate::cli`]) or
 //! [`crate::vmm`].
 //!
 //! - [`server`]: the rmcp [`ServerHandler`](rmcp::ServerHandler), the stdio loop, and
 //!   how a tool call finds its agent.
+//! - [`http`]: `--http`: rmcp's Streamable HTTP service behind the bearer token, the
+//!   Host/Origin checks and cancel-on-disconnect.
 //! - [`tools`]: one file per group of tools (commands, jobs, files, archives, system).
 //!   Each tool parses its arguments, makes one call through [`crate::sandbox`] or
 //!   [`crate::client`], and shapes the answer for a model.
@@ -20,9 +23,10 @@
 //! - [`roots`]: the client's declared roots, which bound the folders it may mount.
 //! - [`progress`]: progress notifications while a call runs, and cancellation.
 //!
-//! stdout carries only the protocol; logs go to stderr.
+//! On stdio, stdout carries only the protocol; logs go to stderr.
 
 pub mod error;
+pub mod http;
 pub mod listing;
 pub mod output_schema;
 pub mod progress;

@@ -1,0 +1,100 @@
+"""`sbx mcp --http` as a subprocess on a free port, and the official SDK's streamable
+HTTP clients connected to it: a session (the initialize handshake, 2025-11-25) or a
+stateless 2026-07-28 client."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import tempfile
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import pytest
+from mcp import Client, ClientSession
+from mcp.client.streamable_http import DEFAULT_MAX_SSE_EVENT_SIZE, streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import binary, wait_for
+
+URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp)")
+
+
+@dataclass
+class HttpServer:
+    """A running `sbx mcp --http` and where it logs."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def server_env(env: dict[str, str] | None) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("SBX_AGENT", "SBX_SANDBOX", "SBX_MCP_TOKEN")}
+    base.setdefault("RUST_LOG", "warn")
+    base.update(env or {})
+    return base
+
+
+@contextmanager
+def http_server(*args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> Iterator[HttpServer]:
+    """`sbx mcp --http BIND ARGS`; port 0 lets the server pick a free port, which it
+    prints. Always stopped (SIGTERM, then SIGKILL) on the way out."""
+    log = Path(tempfile.mkstemp(prefix="sbx-mcp-http-", suffix=".log")[1])
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            [str(binary("sbx")), "mcp", "--http", bind, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=server_env(env),
+        )
+    try:
+        wait_for(lambda: URL_LINE.search(log.read_text()) or process.poll() is not None, "sbx mcp --http to listen")
+        match = URL_LINE.search(log.read_text())
+        if match is None:
+            pytest.fail(f"sbx mcp --http exited with {process.returncode}: {log.read_text()}")
+        yield HttpServer(process=process, url=match.group(1), log=log)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.unlink(missing_ok=True)
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@asynccontextmanager
+async def session_client(
+    url: str, token: str | None = None, max_sse_event_size: int | None = DEFAULT_MAX_SSE_EVENT_SIZE
+) -> AsyncIterator[ClientSession]:
+    """The SDK's streamable HTTP transport with the initialize handshake: a session."""
+    async with create_mcp_http_client(headers=bearer(token)) as http:
+        async with streamable_http_client(url, http_client=http, max_sse_event_size=max_sse_event_size) as (
+            read,
+            write,
+        ):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+@asynccontextmanager
+async def stateless_client(url: str, token: str | None = None) -> AsyncIterator[Client]:
+    """The SDK's 2026-07-28 client: no handshake, every request stands alone."""
+    async with create_mcp_http_client(headers=bearer(token)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
+            yield client
