@@ -88,8 +88,13 @@ pub struct CreateArgs {
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub deny_out: Vec<Rule>,
     /// Start from a snapshot instead of booting (a fork: same files and running
-    /// processes, its own disk); its template, memory and vCPUs are the snapshot's.
-    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["template", "memory", "cpus", "mount", "disk"])]
+    /// processes, its own disk and network helper); its template, memory, vCPUs, network
+    /// and egress rules are the snapshot's. Ports are published only with --publish.
+    #[arg(
+        long,
+        value_name = "SNAPSHOT",
+        conflicts_with_all = ["template", "memory", "cpus", "mount", "disk", "net", "allow_out", "deny_out"]
+    )]
     pub from: Option<String>,
     /// Share a host folder (repeatable): HOSTDIR:GUESTDIR, or with `:ro` read-only in the
     /// guest. Changes show on both sides at once; files the guest creates belong to

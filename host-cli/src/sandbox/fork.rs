@@ -3,6 +3,7 @@
 //! Any failure, timeout or cancellation removes everything it started, as a boot does.
 
 use super::create::{Cleanup, CreateOptions};
+use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
 use crate::vmm::now_unix_ms;
@@ -10,8 +11,9 @@ use crate::vmm::process::ProcRef;
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template;
 
-/// Starts a sandbox from snapshot `snap_name`; `opts` gives its name and timeout (the
-/// template, memory and vCPUs are the snapshot's).
+/// Starts a sandbox from snapshot `snap_name`; `opts` gives its name, timeout and
+/// ports to publish (the template, memory, vCPUs, network and egress policy are the
+/// snapshot's).
 pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
@@ -20,7 +22,18 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         return Err(state::StateError::BadName(name.to_string()).into());
     }
     let state_dir = dirs::ensure_state_dir()?;
+    if opts.policy != sbx_net::policy::Policy::default() {
+        return Err(SandboxError::BadResources(
+            "a fork runs under its snapshot's network and egress rules; leave out --allow-out/--deny-out (allow_out/deny_out) and change them afterwards with `sbx net set` (MCP: sandbox_update)".into(),
+        ));
+    }
     let (snap, tpl) = snapshot::open_named(&state_dir, snap_name)?;
+    // Published ports are the host's, not the guest's: a fork gets only those asked for.
+    let net = RestoredNet {
+        ports: opts.publish.clone(),
+        ports_required: true,
+        ..RestoredNet::of(snap.meta.network.as_ref())
+    };
     let lock = StateLock::acquire(&state_dir)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
@@ -57,7 +70,7 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&mut record, &mut persist, &snap, &tpl, opts.timeout).await?
+        machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, opts.timeout).await?
     };
     guard.set(|r| {
         r.ready = true;

@@ -91,6 +91,20 @@ pub struct SnapshotMeta {
     pub memory_bytes: u64,
     /// Whether `disk.qcow2` is part of it.
     pub disk: bool,
+    /// The guest's network when it had a NIC (absent: no NIC, as with `--net none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<SnapshotNet>,
+}
+
+/// A saved guest's network: the egress policy it ran under and the TCP connections it
+/// had open, which are reset in every guest restored from it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotNet {
+    /// The egress policy (rules on top of the built-in default).
+    pub policy: sbx_net::policy::Policy,
+    /// The guest's connections (guest end, remote end) when it was stopped.
+    #[serde(default)]
+    pub open_flows: Vec<sbx_net::stack::FlowKey>,
 }
 
 /// A snapshot that passed [`open`]'s checks.
@@ -290,6 +304,7 @@ mod tests {
             created_unix_ms: 1,
             memory_bytes: 0,
             disk: false,
+            network: None,
         }
     }
 
