@@ -76,7 +76,9 @@ mod secs {
     }
 }
 
-/// Boots a sandbox and returns it once its agent has announced itself.
+/// Starts a sandbox and returns it once its agent answers: from the template's
+/// snapshot for this machine shape when there is a usable one (see `template_snap`),
+/// else by booting it, after which such a snapshot is saved.
 ///
 /// A boot that wedges (see [`watchdog`]) is undone and tried once more, within the
 /// same `timeout`.
@@ -89,6 +91,22 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
         }
         return super::fork::create_from(snapshot, opts).await;
     }
+    check_resources(opts)?;
+    let key = super::template_snap::key(opts);
+    if let Some(key) = &key
+        && let Some(info) = super::template_snap::try_restore(key, opts).await?
+    {
+        return Ok(info);
+    }
+    let info = boot_retrying(opts).await?;
+    if let Some(key) = &key {
+        super::template_snap::save_after_boot(key, &info).await;
+    }
+    Ok(info)
+}
+
+/// Boots, and boots once more if the first wedged.
+async fn boot_retrying(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     let deadline = std::time::Instant::now() + opts.timeout;
     match boot(opts, opts.timeout).await {
         Err(wedged @ SandboxError::BootWedged { .. }) => {
@@ -141,6 +159,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         paused: false,
         parked: false,
         storage: opts.storage.clone(),
+        started_from: None,
         paths: paths.clone(),
     };
     // From here on, dropping `guard` undoes everything.

@@ -135,6 +135,7 @@ pub(super) async fn save_into(
                 cpus: record.cpus,
                 accel: record.accel.clone(),
                 qemu_version,
+                programs: snapfile::programs_fingerprint(),
                 created_unix_ms: now_unix_ms(),
                 memory_bytes: 0,
                 disk: overlay.is_some(),

@@ -85,6 +85,10 @@ pub struct SnapshotMeta {
     pub accel: String,
     /// QEMU's version, which must load the stream.
     pub qemu_version: String,
+    /// Sizes and modification times of the `sbx` and QEMU programs that saved it (see
+    /// [`programs_fingerprint`]); template snapshots are used only under the same ones.
+    #[serde(default)]
+    pub programs: String,
     /// When it was taken (Unix milliseconds).
     pub created_unix_ms: i64,
     /// Length of `memory.bin`, to tell a truncated file.
@@ -203,6 +207,21 @@ pub fn fingerprint(template: &Template) -> String {
         .join(",")
 }
 
+/// The sizes and modification times of this `sbx` and of the QEMU in `PATH`: a restore
+/// builds QEMU's command line anew, so a snapshot saved by other programs may not load.
+pub fn programs_fingerprint() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let qemu = super::process::find_in_path(super::launcher::QEMU).ok();
+    [std::env::current_exe().ok(), qemu]
+        .into_iter()
+        .map(|p| match p.and_then(|p| std::fs::metadata(p).ok()) {
+            Some(m) => format!("{}:{}", m.len(), m.mtime()),
+            None => "missing".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// A snapshot being written: removed when dropped unless committed.
 pub struct Staging {
     dir: PathBuf,
@@ -301,6 +320,7 @@ mod tests {
             cpus: 1,
             accel: "tcg".into(),
             qemu_version: "7.2.0".into(),
+            programs: String::new(),
             created_unix_ms: 1,
             memory_bytes: 0,
             disk: false,
