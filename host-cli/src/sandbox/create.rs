@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{SandboxError, SandboxInfo};
 use crate::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
@@ -22,7 +22,7 @@ pub const MAX_MEMORY_MIB: u32 = 256 * 1024;
 pub const MAX_CPUS: u32 = 64;
 
 /// What to create.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CreateOptions {
     /// Template name.
@@ -68,8 +68,12 @@ impl Default for CreateOptions {
 }
 
 mod secs {
-    use serde::{Deserialize, Deserializer};
+    use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_secs(u64::deserialize(d)?))

@@ -34,9 +34,25 @@ fn enabled() -> bool {
     !matches!(std::env::var("SBX_TEMPLATE_SNAPSHOT").as_deref(), Ok("off" | "0" | "no"))
 }
 
-/// The key of the machine `opts` asks for, or `None` when template snapshots are off.
-/// Everything a restore cannot change is in it.
+/// The options a template snapshot is keyed on or applies itself (the rest of a create's
+/// options must be at their defaults for one to be used).
+const HANDLED: [&str; 8] =
+    ["template", "memory_mib", "cpus", "network", "name", "timeout", "publish", "policy"];
+
+/// The key of the machine `opts` asks for, or `None` when template snapshots are off or
+/// `opts` asks for something a snapshot's machine may not have: any option other than
+/// those in [`HANDLED`] (disks or mounts, say) set away from its default.
 pub(super) fn key(opts: &CreateOptions) -> Option<String> {
+    let given = serde_json::to_value(opts).ok()?;
+    let default = serde_json::to_value(CreateOptions::default()).ok()?;
+    let other = given
+        .as_object()?
+        .iter()
+        .find(|(k, v)| !HANDLED.contains(&k.as_str()) && default.get(k.as_str()) != Some(*v));
+    if let Some((option, _)) = other {
+        tracing::info!("`{option}` is set: booting without a template snapshot");
+        return None;
+    }
     enabled().then(|| {
         format!(
             "{}-{}m-{}c-{}-{}",
@@ -145,4 +161,20 @@ async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
     snapshot::save_into(&mut record, &target, key, &tpl, true, true).await?;
     tracing::info!("saved a snapshot of template `{}`: the next sbx create restores it", record.template);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_the_machine_shape_and_other_options_mean_none() {
+        let opts = CreateOptions { memory_mib: 256, cpus: 2, ..CreateOptions::default() };
+        let key = key(&opts).expect("a key");
+        assert!(key.starts_with("minimal-256m-2c-default-"), "{key}");
+        let named = CreateOptions { name: Some("x".into()), ..opts.clone() };
+        assert_eq!(super::key(&named).as_deref(), Some(key.as_str()), "the name is not part of it");
+        let fork = CreateOptions { from_snapshot: Some("s".into()), ..opts };
+        assert_eq!(super::key(&fork), None, "an option it does not handle");
+    }
 }
