@@ -299,7 +299,6 @@ const EARLY_CLOSE_TRIES: u32 = 5;
 const EARLY_CLOSE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Opens a byte stream to `addr` (no timeout; see [`connect`]).
-
 pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
     let failed = |source: io::Error, path: Option<&Path>| match (source.kind(), path) {
         (io::ErrorKind::NotFound, Some(path)) => {
