@@ -293,6 +293,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// How many times a hybrid-vsock connection closed before `OK` is tried (see [`dial`]).
+const EARLY_CLOSE_TRIES: u32 = 5;
+/// The pause between those tries.
+const EARLY_CLOSE_PAUSE: Duration = Duration::from_millis(20);
+
 /// Opens a byte stream to `addr` (no timeout; see [`connect`]).
 pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
     let failed = |source: io::Error, path: Option<&Path>| match (source.kind(), path) {
@@ -307,13 +312,24 @@ pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
             Ok(AgentStream::Unix(s))
         }
         Address::HybridVsock { path, port } => {
-            let mut s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
-            match handshake(&mut s, *port).await {
-                Ok(_) => Ok(AgentStream::Unix(s)),
-                Err(HandshakeIoError::Refused(why)) => {
-                    Err(ConnectError::NotReady { addr: addr.clone(), port: *port, why })
+            // A guest restored from a snapshot can still hold vsock sockets of connections
+            // that were open when it was saved, on host ports its new backend hands out
+            // again: such a connection is closed before `OK`, and the next one, on the next
+            // port, gets through. So an early close is tried again a few times.
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                let mut s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
+                match handshake(&mut s, *port).await {
+                    Ok(_) => return Ok(AgentStream::Unix(s)),
+                    Err(HandshakeIoError::Refused(HandshakeError::Eof)) if tries < EARLY_CLOSE_TRIES => {
+                        tokio::time::sleep(EARLY_CLOSE_PAUSE).await;
+                    }
+                    Err(HandshakeIoError::Refused(why)) => {
+                        return Err(ConnectError::NotReady { addr: addr.clone(), port: *port, why });
+                    }
+                    Err(HandshakeIoError::Io(e)) => return Err(failed(e, None)),
                 }
-                Err(HandshakeIoError::Io(e)) => Err(failed(e, None)),
             }
         }
         Address::Tcp(hostport) => {

@@ -2,7 +2,8 @@
 //! [`Engine::start`] listens on the NIC socket (QEMU connects to it), serves each
 //! connection with the stack, decides and carries connections and DNS, writes the audit
 //! log; [`EngineHandle::set_policy`] swaps the policy for every connection that starts
-//! afterwards.
+//! afterwards. Each NIC connection is a VM; a later one is a restored VM, in which the
+//! connections the guest had open when saved are reset (`stack::stale`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -16,7 +17,7 @@ use crate::dns::{DnsServer, DnsSetupError};
 use crate::log::{AuditLog, LogError};
 use crate::policy::{Builtins, Policy};
 use crate::shared::Shared;
-use crate::stack::{self, StackControl, StackEvents};
+use crate::stack::{self, FlowKey, StackControl, StackEvents};
 
 /// Where the guest's frames come from.
 #[derive(Debug)]
@@ -41,6 +42,9 @@ pub struct EngineConfig {
     /// The host's own addresses, always denied unless an IP rule names them; `None`
     /// reads them from the host's interfaces at start.
     pub host_addrs: Option<Vec<IpAddr>>,
+    /// Connections the guest had open when it was saved (a restored guest): they are
+    /// reset in the guest once its NIC connects (see [`EngineHandle::open_flows`]).
+    pub stale_flows: Vec<FlowKey>,
 }
 
 impl EngineConfig {
@@ -52,6 +56,7 @@ impl EngineConfig {
             policy,
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             host_addrs: None,
+            stale_flows: Vec::new(),
         }
     }
 }
@@ -109,6 +114,7 @@ impl Engine {
             }
         };
         let shared = Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), log));
+        shared.add_stale_flows(config.stale_flows);
         let dns = Arc::new(DnsServer::new(resolver, shared.clone()));
         let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
         let control = StackControl { cmd: cmd_tx, wake: Arc::new(Notify::new()) };
@@ -164,6 +170,15 @@ impl EngineHandle {
     /// connections already open are left as they are.
     pub fn set_policy(&self, policy: Policy) {
         self.shared.set_policy(policy);
+    }
+
+    /// The guest's TCP connections (guest end, remote end) the stack carries now, or
+    /// carried when the NIC connection ended: what a snapshot of the stopped guest
+    /// records, so that the guest restored from it gets them reset
+    /// ([`EngineConfig::stale_flows`]). A new NIC connection to this same engine resets
+    /// them by itself.
+    pub fn open_flows(&self) -> Vec<FlowKey> {
+        self.shared.open_flows()
     }
 
     /// The policy in force.

@@ -268,3 +268,43 @@ fn bulk_transfers_arrive_whole_both_ways_with_large_frames() {
     let up = rig.wait_record("the upload", |r| r.kind == Kind::Tcp && r.bytes_out > size as u64);
     assert!(up.bytes_in > 0, "{up:?}");
 }
+
+#[test]
+fn a_new_nic_connection_resets_the_connections_the_guest_had_open() {
+    // A restored guest still holds the connections it had open when it was saved; one it
+    // only reads from must end with a reset, not hang.
+    let mut rig = Rig::start(Policy::default());
+    let script = "import socket, sys\n\
+        s = socket.create_connection(('echo.test', 7), 20)\n\
+        s.sendall(b'ping'); assert s.recv(4) == b'ping'\n\
+        print('connected', flush=True)\n\
+        try:\n\
+        \x20   print('read', s.recv(1))\n\
+        except ConnectionResetError:\n\
+        \x20   print('reset')\n";
+    let mut reader = rig
+        .guest
+        .exec("python3")
+        .args(["-c", script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 in the guest");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(reader.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "connected");
+    let open = rig.engine.open_flows();
+    assert!(
+        open.iter().any(|(guest, remote)| guest.ip().to_string() == "10.0.2.15" && remote.port() == 7),
+        "the engine lists the open connection: {open:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(reader.try_wait().unwrap().is_none(), "the reader waits while the connection is up");
+    rig.reconnect();
+    let done = sbx_tests::vm::wait_bounded(reader, std::time::Duration::from_secs(60))
+        .expect("the guest's connection hung after the NIC reconnected");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let _ = done;
+    assert_eq!(rest, ["reset"], "the guest's read ended with a reset");
+    // A new connection works on the new NIC connection.
+    let out = rig.curl(&["http://allowed.test/"]);
+    assert_eq!(ok(&out), "hello from 203.0.113.10 host=allowed.test sni=-\n");
+}

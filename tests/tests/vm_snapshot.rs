@@ -57,12 +57,7 @@ fn snapshot_named<'a>(list: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn vm_snapshot_fork_park_and_restore_minimal() {
     let sbx = Sbx::new();
-    // A sandbox with a network is refused, saying how to make one that is not.
-    sbx.create("netted");
-    let err = sbx.fails(&["snapshot", "create", "netted", "--name", "n1"]);
-    assert!(err.contains("--net none"), "{err}");
-    assert!(snapshot_dirs(&sbx).is_empty(), "{:?}", snapshot_dirs(&sbx));
-    sbx.json(&["kill", "netted"]);
+    // Networked sandboxes are covered by vm_snapshot_net.rs (they need the test world).
     sbx.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
     sh(&sbx, "src", "echo original > /tmp/file");
     let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
@@ -244,4 +239,70 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     wait_until("the killed fork's processes to end", Duration::from_secs(30), || {
         processes_mentioning(sbx.state_dir()).len() == running
     });
+}
+
+/// A tmpfs mounted on a directory, unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("run mount (the VM tests run as root)");
+        assert!(ok.success(), "mount a tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_nothing() {
+    let sbx = Sbx::new();
+    let snaps = sbx.state_dir().join(".snapshots");
+    // Room for the old snapshot and for the new one's up-front check (guest memory).
+    let _tmpfs = Tmpfs::mount(&snaps, "320m");
+    sbx.json(&["create", "--name", "src", "--net", "none", "--memory", "128", "--timeout", "240s"]);
+    sh(&sbx, "src", "echo original > /tmp/file");
+    sbx.json(&["snapshot", "create", "src", "--name", "old"]);
+    let qemu = sbx.json(&["inspect", "src"])["qemu_pid"].as_u64().unwrap().to_string();
+
+    // Once the save has passed its free-space check (its staging directory appears),
+    // QEMU is held while the file system is filled, then let go: the stream hits ENOSPC.
+    let saving = sbx.command(&["snapshot", "create", "src", "--name", "new"]).spawn().unwrap();
+    wait_until("the save to start", Duration::from_secs(60), || {
+        std::fs::read_dir(&snaps)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains("staging"))
+    });
+    let signal = |sig: &str| std::process::Command::new("kill").args([sig, &qemu]).status().unwrap();
+    assert!(signal("-STOP").success());
+    let filler = snaps.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![1u8; 1 << 20];
+        while f.write_all(&chunk).is_ok() {}
+    }
+    assert!(signal("-CONT").success());
+    let out = sbx_tests::vm::wait_bounded(saving, sbx_tests::vm::HANG_GUARD).expect("the save hung");
+    assert!(!out.status.success(), "a save onto a full disk succeeded: {}", text(&out.stdout));
+    std::fs::remove_file(&filler).unwrap();
+    let left: Vec<_> = std::fs::read_dir(&snaps).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, ["old"], "only the old snapshot is left (nothing partial)");
+
+    // The source runs on, and the old snapshot still forks.
+    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+    let list = sbx.json(&["snapshot", "ls"]);
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    sbx.json(&["create", "--from", "old", "--name", "f", "--timeout", "240s"]);
+    assert_eq!(sh(&sbx, "f", "cat /tmp/file; hostname"), "original\nf\n");
 }

@@ -15,12 +15,18 @@ use crate::sandbox::network::{NetworkMode, PortSpec};
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
     /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
+    ///
+    /// The first create of a template (for a given memory, vCPUs and network) boots it
+    /// and saves a snapshot of it once its agent answers; later ones restore that
+    /// snapshot instead of booting (`sbx inspect` shows `started_from`). One that cannot
+    /// be used is replaced, and -v says why; SBX_TEMPLATE_SNAPSHOT=off always boots.
     #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
                             sbx create --template debian --name web --publish 8000\n  \
                             sbx create --net none\n  \
                             sbx create --mount ./src:/work --mount ~/data:/data:ro\n  \
                             sbx create --template debian --disk 8G\n  \
                             sbx create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
+                            sbx create --from clean --name try1   (a fork of snapshot `clean`)\n  \
                             sbx -s dev exec -- uname -a")]
     Create(CreateArgs),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
@@ -88,8 +94,13 @@ pub struct CreateArgs {
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub deny_out: Vec<Rule>,
     /// Start from a snapshot instead of booting (a fork: same files and running
-    /// processes, its own disk); its template, memory and vCPUs are the snapshot's.
-    #[arg(long, value_name = "SNAPSHOT", conflicts_with_all = ["template", "memory", "cpus", "mount", "disk"])]
+    /// processes, its own disk and network helper); its template, memory, vCPUs, network
+    /// and egress rules are the snapshot's. Ports are published only with --publish.
+    #[arg(
+        long,
+        value_name = "SNAPSHOT",
+        conflicts_with_all = ["template", "memory", "cpus", "mount", "disk", "net", "allow_out", "deny_out"]
+    )]
     pub from: Option<String>,
     /// Share a host folder (repeatable): HOSTDIR:GUESTDIR, or with `:ro` read-only in the
     /// guest. Changes show on both sides at once; files the guest creates belong to

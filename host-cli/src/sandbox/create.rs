@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{SandboxError, SandboxInfo};
 use crate::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
@@ -22,7 +22,7 @@ pub const MAX_MEMORY_MIB: u32 = 256 * 1024;
 pub const MAX_CPUS: u32 = 64;
 
 /// What to create.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CreateOptions {
     /// Template name.
@@ -68,15 +68,21 @@ impl Default for CreateOptions {
 }
 
 mod secs {
-    use serde::{Deserialize, Deserializer};
+    use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
+
+    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_secs())
+    }
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         Ok(Duration::from_secs(u64::deserialize(d)?))
     }
 }
 
-/// Boots a sandbox and returns it once its agent has announced itself.
+/// Starts a sandbox and returns it once its agent answers: from the template's
+/// snapshot for this machine shape when there is a usable one (see `template_snap`),
+/// else by booting it, after which such a snapshot is saved.
 ///
 /// A boot that wedges (see [`watchdog`]) is undone and tried once more, within the
 /// same `timeout`.
@@ -89,6 +95,22 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
         }
         return super::fork::create_from(snapshot, opts).await;
     }
+    check_resources(opts)?;
+    let key = super::template_snap::key(opts);
+    if let Some(key) = &key
+        && let Some(info) = super::template_snap::try_restore(key, opts).await?
+    {
+        return Ok(info);
+    }
+    let info = boot_retrying(opts).await?;
+    if let Some(key) = &key {
+        super::template_snap::save_after_boot(key, &info).await;
+    }
+    Ok(info)
+}
+
+/// Boots, and boots once more if the first wedged.
+async fn boot_retrying(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     let deadline = std::time::Instant::now() + opts.timeout;
     match boot(opts, opts.timeout).await {
         Err(wedged @ SandboxError::BootWedged { .. }) => {
@@ -141,6 +163,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
         paused: false,
         parked: false,
         storage: opts.storage.clone(),
+        started_from: None,
         paths: paths.clone(),
     };
     // From here on, dropping `guard` undoes everything.

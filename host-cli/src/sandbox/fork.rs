@@ -1,18 +1,49 @@
 //! `sbx create --from SNAPSHOT`: a new sandbox that continues from a named snapshot,
-//! with its own id, name, guest CID, copy of the disk, clock, hostname and randomness.
-//! Any failure, timeout or cancellation removes everything it started, as a boot does.
+//! with its own id, name, guest CID, copy of the disk, clock, hostname, randomness and
+//! network helper. [`start`] is shared with a plain `sbx create` that restores its
+//! template's snapshot (`template_snap`). Any failure, timeout or cancellation removes
+//! everything it started, as a boot does.
 
 use super::create::{Cleanup, CreateOptions};
+use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
 use crate::vmm::now_unix_ms;
 use crate::vmm::process::ProcRef;
+use crate::vmm::snapfile::Snapshot;
 use crate::vmm::state::{self, Paths, Record, StateLock};
-use crate::vmm::template;
+use crate::vmm::template::{self, Template};
 
-/// Starts a sandbox from snapshot `snap_name`; `opts` gives its name and timeout (the
-/// template, memory and vCPUs are the snapshot's).
+/// Starts a sandbox from snapshot `snap_name`; `opts` gives its name, timeout and
+/// ports to publish (the template, memory, vCPUs, network and egress policy are the
+/// snapshot's).
 pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
+    if opts.policy != sbx_net::policy::Policy::default() {
+        return Err(SandboxError::BadResources(
+            "a fork runs under its snapshot's network and egress rules; leave out --allow-out/--deny-out (allow_out/deny_out) and change them afterwards with `sbx net set` (MCP: sandbox_update)".into(),
+        ));
+    }
+    let state_dir = dirs::ensure_state_dir()?;
+    let (snap, tpl) = snapshot::open_named(&state_dir, snap_name)?;
+    // Published ports are the host's, not the guest's: a fork gets only those asked for.
+    let net = RestoredNet {
+        ports: opts.publish.clone(),
+        ports_required: true,
+        ..RestoredNet::of(snap.meta.network.as_ref())
+    };
+    start(&snap, &tpl, opts, &net, format!("snapshot {snap_name}")).await
+}
+
+/// Starts a sandbox from `snap` (checked usable, with its template `tpl`), named and
+/// timed by `opts`, with the network helper `net`; `started_from` is what `sbx inspect`
+/// shows.
+pub(super) async fn start(
+    snap: &Snapshot,
+    tpl: &Template,
+    opts: &CreateOptions,
+    net: &RestoredNet,
+    started_from: String,
+) -> Result<SandboxInfo, SandboxError> {
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
@@ -20,7 +51,6 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         return Err(state::StateError::BadName(name.to_string()).into());
     }
     let state_dir = dirs::ensure_state_dir()?;
-    let (snap, tpl) = snapshot::open_named(&state_dir, snap_name)?;
     let lock = StateLock::acquire(&state_dir)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
@@ -42,6 +72,7 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         paused: false,
         parked: false,
         storage: Default::default(),
+        started_from: Some(started_from),
         paths,
     };
     // From here on, dropping `guard` undoes everything.
@@ -57,7 +88,7 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&mut record, &mut persist, &snap, &tpl, opts.timeout).await?
+        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout).await?
     };
     guard.set(|r| {
         r.ready = true;

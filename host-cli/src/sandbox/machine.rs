@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::network::lifecycle::{self, RestoredNet};
 use super::{SandboxError, agent_address};
 use crate::client::{Client, ExecSpec};
 use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
@@ -76,13 +77,15 @@ pub(super) async fn run_on(
 /// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
 /// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
 /// the state, the load, the vsock device, the agent, and then the guest is made its
-/// own machine ([`make_own`]). `persist` records each process as it starts, so that
-/// whoever undoes a failure finds them. Returns the agent's version.
+/// own machine ([`make_own`]). Its network helper, which QEMU's NIC connects to, starts
+/// first, as `net` says. `persist` records each process as it starts, so that whoever
+/// undoes a failure finds them. Returns the agent's version.
 pub(super) async fn bring_up(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     snap: &Snapshot,
     template: &Template,
+    net: &RestoredNet,
     limit: Duration,
 ) -> Result<String, SandboxError> {
     let started = Instant::now();
@@ -91,6 +94,12 @@ pub(super) async fn bring_up(
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     start_vhost(record, persist).await?;
     step("vhost-device-vsock up");
+    let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
+    record.net_helper = helper.id().and_then(ProcRef::of);
+    persist(record)?;
+    lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
+    lifecycle::publish_restored(&record.paths.dir, net).await?;
+    step("network helper up");
     let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
     let spec = VmSpec {
         id: &record.id,
@@ -100,8 +109,7 @@ pub(super) async fn bring_up(
         cpus: snap.meta.cpus,
         accel,
         paths: &record.paths,
-        // Snapshots refuse sandboxes with a NIC (see `snapshot::save_into`).
-        network: false,
+        network: snap.meta.network.is_some(),
         storage: &record.storage,
     };
     let args = migrate::restore_args(&launcher::qemu_args(&spec));

@@ -12,7 +12,8 @@
 //! - [`snapshot`]: named snapshots (create, list, remove, restore a sandbox to one);
 //!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
-//!   restore steps they share.
+//!   restore steps they share; `template_snap`: a plain `sbx create` restoring its
+//!   template's snapshot instead of booting.
 //! - [`metrics`]: CPU, memory, disk, network and uptime (`sbx stats`).
 //! - [`run_code`]: a snippet run by python3, node or sh (MCP `sandbox_run_code`).
 //! - [`save_template`]: a sandbox's disk as a new template (`sbx template save`).
@@ -39,6 +40,7 @@ pub mod run_code;
 pub mod save_template;
 pub mod snapshot;
 pub mod target;
+mod template_snap;
 
 use std::path::PathBuf;
 
@@ -277,6 +279,9 @@ pub struct SandboxInfo {
     pub net_helper_pid: Option<u32>,
     /// The agent version it announced.
     pub agent_version: Option<String>,
+    /// What its VM started from: `boot`, `snapshot NAME` (a fork) or `template
+    /// snapshot` (restored from its template's snapshot instead of booting).
+    pub started_from: String,
     /// The sandbox directory (console.log is there).
     pub dir: PathBuf,
     /// Host folders shared into it.
@@ -315,6 +320,7 @@ impl SandboxInfo {
             vhost_pid: alive_pid(record.vhost),
             net_helper_pid: alive_pid(record.net_helper),
             agent_version: record.agent_version.clone(),
+            started_from: record.started_from.clone().unwrap_or_else(|| "boot".into()),
             dir: record.paths.dir.clone(),
             mounts: record.storage.mounts.clone(),
             disk_bytes: record.storage.disk_bytes,
@@ -382,6 +388,7 @@ mod tests {
             paused: false,
             parked: false,
             storage: Default::default(),
+            started_from: None,
             paths: Paths::in_dir(d.path(), false),
         };
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);

@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 use super::control::{live, stop_processes};
+use super::network::config::NetConfig;
+use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::snapfile;
 use crate::vmm::state::{Record, StateLock};
@@ -28,9 +30,11 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let name = record.name.clone();
     // The disk overlay stays where it is: nothing writes it while the VM is gone.
     snapshot::save_into(&mut record, &target, &name, &tpl, false, false).await?;
+    // The network helper goes too (its published ports close until it comes back).
     stop_processes(&record, false).await;
     record.qemu = None;
     record.vhost = None;
+    record.net_helper = None;
     record.paused = false;
     record.parked = true;
     record.save()?;
@@ -42,11 +46,21 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
 pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;
+    // Its own policy and published ports (at the same host ports) come back with it.
+    let mut net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
+    if let Ok(own) = NetConfig::load(&record.paths.dir) {
+        net.config.policy = own.policy;
+    }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(record, &mut persist, &snap, &tpl, UNPARK_LIMIT).await {
+    if let Err(e) = machine::bring_up(record, &mut persist, &snap, &tpl, &net, UNPARK_LIMIT).await {
         stop_processes(record, true).await;
         record.qemu = None;
         record.vhost = None;
+        record.net_helper = None;
+        // The next try publishes the same ports again.
+        if let Err(e) = (NetConfig { ports: own_ports(&net), ..net.config.clone() }).save(&record.paths.dir) {
+            tracing::warn!("{e}");
+        }
         record.save()?;
         return Err(e);
     }
@@ -65,4 +79,15 @@ pub(super) async fn unpark_if_parked(name_or_id: &str) -> Result<Record, Sandbox
         unpark(&mut record).await?;
     }
     Ok(record)
+}
+
+/// The ports `net` publishes again, as `net.json` records them.
+fn own_ports(net: &RestoredNet) -> Vec<super::network::PublishedPort> {
+    net.ports
+        .iter()
+        .map(|p| {
+            let host = std::net::SocketAddr::new(p.bind, p.host_port.unwrap_or(0));
+            super::network::PublishedPort::new(p.guest_port, host)
+        })
+        .collect()
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::control::{live, stop_processes};
+use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine};
 use crate::vmm::snapfile::{self, Snapshot, SnapshotMeta, Staging};
 use crate::vmm::state::{self, Record, StateLock};
@@ -109,17 +110,6 @@ pub(super) async fn save_into(
     copy_disk: bool,
     run_on: bool,
 ) -> Result<Snapshot, SandboxError> {
-    let has_nic = crate::sandbox::network::config::NetConfig::load(&record.paths.dir)
-        .is_ok_and(|c| c.network == crate::sandbox::network::NetworkMode::Default);
-    if has_nic {
-        return Err(SandboxError::Incompatible {
-            snapshot: name.to_string(),
-            why: format!(
-                "sandbox `{}` has a network (a NIC on its network helper), which snapshots and parking do not carry yet; snapshot sandboxes made with `sbx create --net none` (MCP: network \"none\")",
-                record.name
-            ),
-        });
-    }
     super::mounts::refuse_snapshot(record)?;
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
     let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
@@ -132,6 +122,8 @@ pub(super) async fn save_into(
     let saved = machine::save(record, &staging, copy_disk).await;
     let committed = match saved {
         Ok(qemu_version) => {
+            // The guest is stopped: its open connections are what a restore resets.
+            let network = crate::sandbox::network::lifecycle::for_snapshot(&record.paths.dir).await;
             let meta = SnapshotMeta {
                 format: snapfile::FORMAT,
                 name: name.to_string(),
@@ -143,9 +135,11 @@ pub(super) async fn save_into(
                 cpus: record.cpus,
                 accel: record.accel.clone(),
                 qemu_version,
+                programs: snapfile::programs_fingerprint(),
                 created_unix_ms: now_unix_ms(),
                 memory_bytes: 0,
                 disk: overlay.is_some(),
+                network,
             };
             staging.commit(meta, false).map_err(SandboxError::from)
         }
@@ -263,8 +257,12 @@ pub async fn restore(
             ),
         });
     }
+    // The sandbox keeps its published ports (at the same host ports); the network and
+    // the policy are the snapshot's.
+    let net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
     stop_processes(&record, false).await;
     let _ = std::fs::remove_dir_all(record.paths.parked());
+    record.net_helper = None;
     record.qemu = None;
     record.vhost = None;
     record.paused = false;
@@ -277,7 +275,7 @@ pub async fn restore(
         machine::copy_file(&disk, overlay)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, timeout).await {
+    if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
         // Nothing half-running is left: the sandbox shows as dead and `sbx kill` removes it.
         stop_processes(&record, true).await;
         return Err(e);

@@ -65,11 +65,21 @@ pub enum MigrateError {
     BadPath(PathBuf),
 }
 
-/// Unplugs the vsock device and waits until the guest has let go of it.
+/// Unplugs the vsock device and waits until the guest has let go of it and QEMU has
+/// removed it. The `DEVICE_DELETED` event alone is not enough: QEMU sends one for the
+/// device's virtio backend too, and one left over from an earlier unplug on the same
+/// connection would let a replug find the old chardev still in use.
 pub async fn unplug_vsock(qmp: &mut Qmp) -> Result<(), MigrateError> {
     qmp.execute_with("device_del", json!({ "id": VSOCK_DEVICE })).await?;
+    let deadline = tokio::time::Instant::now() + UNPLUG_WAIT;
     if !qmp.wait_event("DEVICE_DELETED", UNPLUG_WAIT).await? {
         return Err(MigrateError::Unplug);
+    }
+    while vsock_plugged(qmp).await? {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MigrateError::Unplug);
+        }
+        tokio::time::sleep(POLL).await;
     }
     Ok(())
 }

@@ -85,12 +85,30 @@ pub struct SnapshotMeta {
     pub accel: String,
     /// QEMU's version, which must load the stream.
     pub qemu_version: String,
+    /// Sizes and modification times of the `sbx` and QEMU programs that saved it (see
+    /// [`programs_fingerprint`]); template snapshots are used only under the same ones.
+    #[serde(default)]
+    pub programs: String,
     /// When it was taken (Unix milliseconds).
     pub created_unix_ms: i64,
     /// Length of `memory.bin`, to tell a truncated file.
     pub memory_bytes: u64,
     /// Whether `disk.qcow2` is part of it.
     pub disk: bool,
+    /// The guest's network when it had a NIC (absent: no NIC, as with `--net none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<SnapshotNet>,
+}
+
+/// A saved guest's network: the egress policy it ran under and the TCP connections it
+/// had open, which are reset in every guest restored from it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotNet {
+    /// The egress policy (rules on top of the built-in default).
+    pub policy: sbx_net::policy::Policy,
+    /// The guest's connections (guest end, remote end) when it was stopped.
+    #[serde(default)]
+    pub open_flows: Vec<sbx_net::stack::FlowKey>,
 }
 
 /// A snapshot that passed [`open`]'s checks.
@@ -184,6 +202,21 @@ pub fn fingerprint(template: &Template) -> String {
         .map(|p| match std::fs::metadata(p) {
             Ok(m) => format!("{}:{}", m.len(), m.mtime()),
             Err(_) => "missing".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The sizes and modification times of this `sbx` and of the QEMU in `PATH`: a restore
+/// builds QEMU's command line anew, so a snapshot saved by other programs may not load.
+pub fn programs_fingerprint() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let qemu = super::process::find_in_path(super::launcher::QEMU).ok();
+    [std::env::current_exe().ok(), qemu]
+        .into_iter()
+        .map(|p| match p.and_then(|p| std::fs::metadata(p).ok()) {
+            Some(m) => format!("{}:{}", m.len(), m.mtime()),
+            None => "missing".into(),
         })
         .collect::<Vec<_>>()
         .join(",")
@@ -287,9 +320,11 @@ mod tests {
             cpus: 1,
             accel: "tcg".into(),
             qemu_version: "7.2.0".into(),
+            programs: String::new(),
             created_unix_ms: 1,
             memory_bytes: 0,
             disk: false,
+            network: None,
         }
     }
 

@@ -160,6 +160,10 @@ pub struct Record {
     /// Host folders and disk size it was created with.
     #[serde(default)]
     pub storage: super::storage::Storage,
+    /// What its VM started from: `None` for a boot, else `snapshot <NAME>` (a fork) or
+    /// `template snapshot` (a plain create that restored its template's snapshot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_from: Option<String>,
     /// Its files.
     pub paths: Paths,
 }
@@ -355,6 +359,7 @@ mod tests {
             paused: false,
             parked: false,
             storage: Default::default(),
+            started_from: None,
             paths: Paths::in_dir(&d, false),
         };
         r.save().unwrap();

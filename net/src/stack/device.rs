@@ -95,6 +95,12 @@ impl FrameDevice {
         self.injected.push_back(frame);
     }
 
+    /// Queues a frame made outside smoltcp for the guest.
+    pub(crate) fn send_frame(&mut self, frame: &[u8]) {
+        self.out.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(u32::MAX).to_be_bytes());
+        self.out.extend_from_slice(frame);
+    }
+
     /// The framed bytes smoltcp produced for the guest since the last [`FrameDevice::sent`].
     pub(crate) fn output(&self) -> &[u8] {
         &self.out

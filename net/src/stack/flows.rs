@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::device::FrameDevice;
 use super::guest::{GuestReader, GuestStream, GuestWriter};
 use super::{FlowId, NewFlow, StackControl};
+use crate::shared::Shared;
 
 /// Receive buffer per connection (guest -> outside); > 64 KiB turns window scaling on.
 const TCP_RX_BUF: usize = 128 * 1024;
@@ -46,6 +47,8 @@ struct Open {
 
 pub(crate) struct Flows {
     control: StackControl,
+    /// Where the keys of open connections are published (for snapshots).
+    shared: std::sync::Arc<Shared>,
     next_id: FlowId,
     by_key: HashMap<Key, FlowId>,
     flows: HashMap<FlowId, Flow>,
@@ -62,9 +65,10 @@ enum Deferred {
 }
 
 impl Flows {
-    pub(crate) fn new(control: StackControl, next_id: FlowId) -> Flows {
+    pub(crate) fn new(control: StackControl, shared: std::sync::Arc<Shared>, next_id: FlowId) -> Flows {
         Flows {
             control,
+            shared,
             next_id,
             by_key: HashMap::new(),
             flows: HashMap::new(),
@@ -99,6 +103,7 @@ impl Flows {
         let id = self.next_id;
         self.next_id += 1;
         self.by_key.insert((guest, dst), id);
+        self.shared.flow_opened((guest, dst));
         self.flows.insert(id, Flow::Held { key: (guest, dst), syn });
         NewFlow { id, guest, dst }
     }
@@ -123,7 +128,7 @@ impl Flows {
         socket.set_nagle_enabled(false);
         let endpoint = IpListenEndpoint { addr: Some((*key.1.ip()).into()), port: key.1.port() };
         if socket.listen(endpoint).is_err() {
-            self.by_key.remove(&key);
+            self.unkey(&key);
             dev.inject(syn);
             return;
         }
@@ -165,7 +170,7 @@ impl Flows {
             return;
         }
         if let Some(Flow::Held { key, syn }) = self.flows.remove(&id) {
-            self.by_key.remove(&key);
+            self.unkey(&key);
             // No socket listens on the endpoint, so smoltcp answers the SYN with RST.
             dev.inject(syn);
         }
@@ -244,7 +249,17 @@ impl Flows {
             Some(Flow::Held { key, .. }) => key,
             None => return,
         };
-        self.by_key.remove(&key);
+        self.unkey(&key);
+    }
+
+    fn unkey(&mut self, key: &Key) {
+        self.by_key.remove(key);
+        self.shared.flow_closed(key);
+    }
+
+    /// Whether the stack carries (or holds the SYN of) the connection `key`.
+    pub(crate) fn has(&self, key: &Key) -> bool {
+        self.by_key.contains_key(key)
     }
 }
 

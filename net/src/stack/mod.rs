@@ -3,6 +3,7 @@
 //! - `device`: the NIC socket's framing as a smoltcp device.
 //! - `guest`: one accepted guest connection as channels of byte chunks.
 //! - `flows`: the per-connection table: held SYNs, sockets, byte pumping.
+//! - `stale`: resetting, in a restored guest, the connections it had open when saved.
 //!
 //! The stack is the gateway 10.0.2.2 (MAC [`GATEWAY_MAC`]) and answers ARP only for it.
 //! Every IPv4 destination is accepted (smoltcp's AnyIP): a guest SYN to any IP:port is
@@ -16,6 +17,9 @@
 pub(crate) mod device;
 pub(crate) mod flows;
 pub(crate) mod guest;
+pub(crate) mod stale;
+
+pub use stale::FlowKey;
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -144,7 +148,8 @@ pub(crate) async fn run(
     iface.set_any_ip(true);
     let mut sockets = SocketSet::new(Vec::new());
     let dns_socket = sockets.add(dns_socket());
-    let mut flows = Flows::new(control.clone(), *next_id);
+    let mut flows = Flows::new(control.clone(), shared.clone(), *next_id);
+    let mut stale = stale::StaleFlows::new(shared.take_stale_flows());
     let mut udp_logged = HashSet::new();
     let mut dns_buf = vec![0u8; 4096];
 
@@ -159,12 +164,16 @@ pub(crate) async fn run(
         pump_dns(&mut sockets, dns_socket, &events.dns, &mut dns_buf);
         iface.poll(now(), &mut dev, &mut sockets);
         flows.reap(&mut sockets);
+        for probe in stale.due(|key| flows.has(key)) {
+            dev.send_frame(&probe);
+        }
         if !dev.output().is_empty() {
             writer.write_all(dev.output()).await.map_err(StackError::Io)?;
             dev.sent();
         }
         *next_id = flows.next_id();
         let delay = iface.poll_delay(now(), &sockets).unwrap_or(Duration::from_secs(3600).into());
+        let delay = stale.next_in().map_or(delay.into(), |d| d.min(delay.into()));
         tokio::select! {
             read = reader.read(dev.read_space()) => {
                 let n = read.map_err(StackError::Io)?;
@@ -176,7 +185,7 @@ pub(crate) async fn run(
             }
             Some(cmd) = cmds.recv() => command(cmd, &mut flows, &mut dev, &mut sockets, dns_socket),
             () = control.wake.notified() => {}
-            () = tokio::time::sleep(Duration::from_micros(delay.total_micros())) => {}
+            () = tokio::time::sleep(delay) => {}
         }
     }
 }

@@ -28,7 +28,8 @@ pub(crate) struct Rig {
     pub(crate) log: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     relay: UnixStream,
-    _tap: File,
+    socket: PathBuf,
+    tap: File,
 }
 
 impl Rig {
@@ -58,6 +59,7 @@ impl Rig {
             policy,
             resolv_conf: world.client.resolv_conf(),
             host_addrs: None,
+            stale_flows: Vec::new(),
         };
         world.client.spawn_in(move || {
             let runtime =
@@ -70,7 +72,15 @@ impl Rig {
         let engine = handle_rx.recv().expect("engine handle");
         let relay = UnixStream::connect(&socket).expect("connect to the NIC socket");
         spawn_relay(&tap, &relay);
-        Rig { world, guest, engine, log, stop: Some(stop), relay, _tap: tap }
+        Rig { world, guest, engine, log, stop: Some(stop), relay, socket, tap }
+    }
+
+    /// Closes the NIC connection and opens a new one to the same engine, as a VM
+    /// restored from a snapshot (a new QEMU) does; the guest's own stack stays as it was.
+    pub(crate) fn reconnect(&mut self) {
+        let _ = self.relay.shutdown(std::net::Shutdown::Both);
+        self.relay = UnixStream::connect(&self.socket).expect("connect to the NIC socket again");
+        spawn_relay(&self.tap, &self.relay);
     }
 
     /// Runs `program ARGS` in the guest namespace.

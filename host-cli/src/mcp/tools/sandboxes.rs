@@ -52,7 +52,8 @@ pub struct CreateArgs {
     #[serde(default)]
     pub deny_out: Option<Vec<String>>,
     /// Start from this snapshot instead of booting (a fork: its files and running
-    /// processes, its own disk); template, memory_mib and cpus then come from it.
+    /// processes, its own disk and network); template, memory_mib, cpus, network and the
+    /// egress rules then come from it.
     #[serde(default)]
     pub from_snapshot: Option<String>,
     /// Host folders to share into the sandbox. Only folders under the roots this client

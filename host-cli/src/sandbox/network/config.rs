@@ -77,6 +77,10 @@ pub struct NetConfig {
     /// The published ports, by guest port.
     #[serde(default)]
     pub ports: Vec<PublishedPort>,
+    /// For a helper starting under a restored guest: the connections the guest had open
+    /// when it was saved, to reset in it (the helper clears this once started).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_flows: Vec<sbx_net::stack::FlowKey>,
 }
 
 impl NetConfig {
@@ -109,6 +113,7 @@ mod tests {
             network: NetworkMode::None,
             policy: sbx_net::policy::Policy::from_lists(&["pypi.org"], &["0.0.0.0/0"]).unwrap(),
             ports: vec![PublishedPort::new(80, "127.0.0.1:4000".parse().unwrap())],
+            stale_flows: vec![("10.0.2.15:4000".parse().unwrap(), "192.0.2.1:80".parse().unwrap())],
         };
         c.save(d.path()).unwrap();
         assert_eq!(NetConfig::load(d.path()).unwrap(), c);

@@ -40,6 +40,9 @@ pub enum Request {
         /// The new policy.
         policy: sbx_net::policy::Policy,
     },
+    /// The guest's TCP connections the network carries (guest end, remote end), for a
+    /// snapshot of the stopped guest.
+    Flows,
 }
 
 /// A reply from the helper.
@@ -100,6 +103,7 @@ impl Request {
             Request::Publish { .. } => "publish",
             Request::Unpublish { .. } => "unpublish",
             Request::SetPolicy { .. } => "set_policy",
+            Request::Flows => "flows",
         }
     }
 }

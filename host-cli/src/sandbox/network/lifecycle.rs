@@ -1,6 +1,9 @@
 //! The helper's part in a sandbox's life: `sbx create` starts it (before QEMU, so the
 //! NIC's socket is there when QEMU connects) and waits until its control socket exists;
-//! `sbx kill` stops it. Its pid is in the sandbox record.
+//! `sbx kill` stops it. Its pid is in the sandbox record. A guest restored from a
+//! snapshot (a fork, a restore, a parked sandbox brought back) gets a new helper the
+//! same way ([`RestoredNet`]), and a snapshot records what it needs
+//! ([`for_snapshot`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -43,7 +46,13 @@ pub fn spawn(
     network: NetworkMode,
     policy: &sbx_net::policy::Policy,
 ) -> Result<tokio::process::Child, HelperStartError> {
-    NetConfig { network, policy: policy.clone(), ports: Vec::new() }.save(dir)?;
+    spawn_with(dir, &NetConfig { network, policy: policy.clone(), ..NetConfig::default() })
+}
+
+/// Writes `config` as `net.json` (its ports are published afterwards, through the
+/// helper) and starts `sbx net-helper` for the sandbox in `dir`.
+pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<tokio::process::Child, HelperStartError> {
+    NetConfig { ports: Vec::new(), ..config.clone() }.save(dir)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
     Ok(spawn_detached(&exe, &args, &config::helper_log_path(dir))?)
@@ -92,4 +101,77 @@ pub async fn publish_at_create(
         })?;
     }
     Ok(())
+}
+
+/// What the helper of a guest restored from a snapshot runs with.
+#[derive(Debug, Clone)]
+pub struct RestoredNet {
+    /// The network, policy and stale connections (see [`NetConfig::stale_flows`]).
+    pub config: NetConfig,
+    /// Ports to publish.
+    pub ports: Vec<super::PortSpec>,
+    /// Whether a port that cannot be published fails the restore (a fork's `--publish`)
+    /// or is only warned about (a sandbox's own ports, put back at their host ports).
+    pub ports_required: bool,
+}
+
+impl RestoredNet {
+    /// The helper of a guest restored from a snapshot taken with `saved` (`None`: the
+    /// guest had no NIC), with no ports.
+    pub fn of(saved: Option<&crate::vmm::snapfile::SnapshotNet>) -> RestoredNet {
+        let config = match saved {
+            Some(s) => NetConfig {
+                network: NetworkMode::Default,
+                policy: s.policy.clone(),
+                stale_flows: s.open_flows.clone(),
+                ..NetConfig::default()
+            },
+            None => NetConfig { network: NetworkMode::None, ..NetConfig::default() },
+        };
+        RestoredNet { config, ports: Vec::new(), ports_required: false }
+    }
+
+    /// The same, publishing again the ports `dir`'s sandbox has now, at their host
+    /// ports (read before its helper is replaced).
+    pub fn with_own_ports(mut self, dir: &Path) -> RestoredNet {
+        let ports = NetConfig::load(dir).map(|c| c.ports).unwrap_or_default();
+        self.ports = ports
+            .iter()
+            .map(|p| super::PortSpec { guest_port: p.guest_port, host_port: Some(p.host_port), bind: p.bind })
+            .collect();
+        self
+    }
+}
+
+/// Publishes `net`'s ports through the helper of the restored guest in `dir`, which
+/// [`spawn_with`] started with `net.config` before its QEMU.
+pub async fn publish_restored(dir: &Path, net: &RestoredNet) -> Result<(), crate::sandbox::SandboxError> {
+    for spec in &net.ports {
+        match publish_at_create(dir, std::slice::from_ref(spec)).await {
+            Ok(()) => {}
+            Err(e) if net.ports_required => return Err(e),
+            Err(e) => tracing::warn!("{e}; the port is no longer published"),
+        }
+    }
+    Ok(())
+}
+
+/// What a snapshot of the sandbox in `dir`, whose guest is stopped, records of its
+/// network: `None` without a NIC; else its policy and the guest's open connections (a
+/// helper that does not answer gives none, with a warning: a restored guest then
+/// resets only the connections it writes to).
+pub async fn for_snapshot(dir: &Path) -> Option<crate::vmm::snapfile::SnapshotNet> {
+    let config = NetConfig::load(dir).ok()?;
+    if config.network != NetworkMode::Default {
+        return None;
+    }
+    let req = super::control::Request::Flows;
+    let open_flows = match super::control::call(&config::ctl_path(dir), &req).await {
+        Ok(flows) => flows,
+        Err(e) => {
+            tracing::warn!("could not list the guest's open connections for the snapshot: {e}");
+            Vec::new()
+        }
+    };
+    Some(crate::vmm::snapfile::SnapshotNet { policy: config.policy, open_flows })
 }

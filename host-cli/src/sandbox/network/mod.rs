@@ -79,8 +79,8 @@ pub struct HelperStatus {
 pub struct NetView {
     /// `default` or `none`.
     pub network: NetworkMode,
-    /// `running`, `dead` (it died: ports and network are gone), or `none` (a sandbox
-    /// made without one).
+    /// `running`, `parked` (it comes back with the sandbox), `dead` (it died: ports and
+    /// network are gone), or `none` (a sandbox made without one).
     pub helper: String,
     /// The helper's pid while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -98,6 +98,7 @@ pub fn view(record: &Record) -> NetView {
     let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
     let (helper, helper_pid) = match record.net_helper {
         Some(p) if p.is_alive() => ("running", Some(p.pid)),
+        None if record.parked => ("parked", None),
         Some(_) => ("dead", None),
         None => ("none", None),
     };
@@ -119,9 +120,10 @@ fn lookup(name_or_id: &str) -> Result<Record, NetError> {
 }
 
 /// The record of a sandbox whose helper can take requests: it exists, is not dead or
-/// still booting, and its helper lives.
-fn with_helper(name_or_id: &str) -> Result<Record, NetError> {
-    let record = lookup(name_or_id)?;
+/// still booting, and its helper lives. A parked sandbox is brought back first, as for
+/// any command aimed at it.
+async fn with_helper(name_or_id: &str) -> Result<Record, NetError> {
+    let record = crate::sandbox::park::unpark_if_parked(name_or_id).await?;
     match SandboxInfo::of(&record).state {
         SandboxState::Dead => return Err(SandboxError::Dead(record.name).into()),
         SandboxState::Starting => return Err(SandboxError::Starting(record.name).into()),
@@ -158,7 +160,7 @@ pub struct Publication {
 
 /// Publishes a guest port of the sandbox on the host.
 pub async fn publish(name_or_id: &str, spec: PortSpec) -> Result<Publication, NetError> {
-    let record = with_helper(name_or_id)?;
+    let record = with_helper(name_or_id).await?;
     let port: PublishedPort = ask(&record, &Request::Publish { spec }).await?;
     let listening = listens(&record, port.guest_port).await;
     Ok(Publication { port, listening })
@@ -167,7 +169,7 @@ pub async fn publish(name_or_id: &str, spec: PortSpec) -> Result<Publication, Ne
 /// The publication of `guest_port`, publishing it on an ephemeral loopback port first if
 /// it is not published (what `sandbox_preview_url` does).
 pub async fn ensure_published(name_or_id: &str, guest_port: u16) -> Result<Publication, NetError> {
-    let record = with_helper(name_or_id)?;
+    let record = with_helper(name_or_id).await?;
     let ports: Vec<PublishedPort> = ask(&record, &Request::Ports).await?;
     let port = match ports.into_iter().find(|p| p.guest_port == guest_port) {
         Some(p) => p,
@@ -182,13 +184,18 @@ pub async fn ensure_published(name_or_id: &str, guest_port: u16) -> Result<Publi
 
 /// Stops publishing a guest port; connections through it are closed.
 pub async fn unpublish(name_or_id: &str, guest_port: u16) -> Result<PublishedPort, NetError> {
-    let record = with_helper(name_or_id)?;
+    let record = with_helper(name_or_id).await?;
     ask(&record, &Request::Unpublish { guest_port }).await
 }
 
 /// The sandbox's published ports.
 pub async fn ports(name_or_id: &str) -> Result<Vec<PublishedPort>, NetError> {
-    let record = with_helper(name_or_id)?;
+    let record = lookup(name_or_id)?;
+    if record.parked {
+        // Listed without waking it: they are published again when it comes back.
+        return Ok(NetConfig::load(&record.paths.dir)?.ports);
+    }
+    let record = with_helper(name_or_id).await?;
     ask(&record, &Request::Ports).await
 }
 

@@ -56,7 +56,7 @@ pub fn show(name_or_id: &str) -> Result<PolicyView, NetError> {
 /// Changes the policy of a running (or paused) sandbox; connections and DNS queries
 /// from now on follow it, connections already open are left alone.
 pub async fn set(name_or_id: &str, update: PolicyUpdate) -> Result<PolicyView, NetError> {
-    let record = with_helper(name_or_id)?;
+    let record = with_helper(name_or_id).await?;
     let config = NetConfig::load(&record.paths.dir)?;
     let mut policy = config.policy;
     if let Some(allow) = update.allow_out {

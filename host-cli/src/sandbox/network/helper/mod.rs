@@ -56,6 +56,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let dir = args.dir.as_path();
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();
+    let stale_flows = std::mem::take(&mut config.stale_flows);
     let record = std::fs::read(dir.join(crate::vmm::state::RECORD_FILE))
         .ok()
         .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok())
@@ -65,7 +66,9 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         NetworkMode::Default => {
             let frames = sbx_net::Frames::Listener(bind(&config::frames_path(dir))?);
             let log = config::audit_log_path(dir);
-            Some(sbx_net::Engine::start(sbx_net::EngineConfig::new(frames, log, config.policy.clone()))?)
+            let mut engine = sbx_net::EngineConfig::new(frames, log, config.policy.clone());
+            engine.stale_flows = stale_flows;
+            Some(sbx_net::Engine::start(engine)?)
         }
         NetworkMode::None => None,
     };

@@ -88,6 +88,10 @@ async fn handle(req: Request, helper: &Helper) -> Reply {
             Reply::ok(&policy)
         }
         Request::Ports => Reply::ok(&forwarder.ports()),
+        Request::Flows => {
+            let flows = helper.engine.as_ref().map(sbx_net::EngineHandle::open_flows).unwrap_or_default();
+            Reply::ok(&flows)
+        }
         Request::Publish { spec } => match forwarder.publish(spec).await {
             Ok(p) => Reply::ok(&p),
             Err(e) => Reply::refused(e),

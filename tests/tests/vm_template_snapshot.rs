@@ -1,0 +1,96 @@
+//! Template snapshots through the `sbx` binary and real microVMs: the first plain
+//! `sbx create` of a template boots and saves a snapshot of it; the next restores it
+//! (`sbx inspect` says so) as a machine of its own; a damaged snapshot is not used (the
+//! create boots, says why with `-v`, and saves a new one); another machine shape
+//! (memory) boots; `debian` restores with a disk of its own.
+
+use std::path::PathBuf;
+
+use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use serde_json::Value;
+
+fn sh(sbx: &Sbx, sandbox: &str, script: &str) -> String {
+    let out = sbx.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
+    assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn create(sbx: &Sbx, args: &[&str]) -> Value {
+    let mut all = vec!["create", "--timeout", BOOT_TIMEOUT];
+    all.extend_from_slice(args);
+    sbx.json(&all)
+}
+
+fn started_from(sbx: &Sbx, name: &str) -> String {
+    sbx.json(&["inspect", name])["started_from"].as_str().unwrap().to_string()
+}
+
+fn template_snapshots(sbx: &Sbx) -> Vec<PathBuf> {
+    match std::fs::read_dir(sbx.state_dir().join(".template-snapshots")) {
+        Ok(d) => d.flatten().map(|e| e.path()).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+#[test]
+fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
+    let sbx = Sbx::new();
+    create(&sbx, &["--name", "a", "--net", "none"]);
+    assert_eq!(started_from(&sbx, "a"), "boot");
+    let saved = template_snapshots(&sbx);
+    assert_eq!(saved.len(), 1, "the first create saves a template snapshot: {saved:?}");
+    sh(&sbx, "a", "echo a > /tmp/mine");
+
+    let b = create(&sbx, &["--name", "b", "--net", "none"]);
+    assert_eq!(b["started_from"], "template snapshot");
+    assert_eq!(sh(&sbx, "b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
+    let random = |s: &str| sh(&sbx, s, "head -c 16 /dev/urandom | od -An -tx1");
+    assert_ne!(random("a"), random("b"));
+    // The egress rules are the create's own, not those of the sandbox that was saved.
+    let c = create(&sbx, &["--name", "c", "--deny-out", "192.0.2.0/24"]);
+    assert_eq!(c["started_from"], "boot", "a machine with a NIC has its own template snapshot");
+    let d = create(&sbx, &["--name", "d", "--deny-out", "198.51.100.0/24"]);
+    assert_eq!(d["started_from"], "template snapshot");
+    assert_eq!(sbx.json(&["net", "show", "d"])["deny_out"], serde_json::json!(["198.51.100.0/24"]));
+    assert_eq!(sh(&sbx, "d", "ls /sys/class/net | grep -c eth0"), "1\n");
+    // Another memory size is another machine: it boots.
+    let small = create(&sbx, &["--name", "small", "--net", "none", "--memory", "256"]);
+    assert_eq!(small["started_from"], "boot");
+    assert_eq!(template_snapshots(&sbx).len(), 3);
+
+    // A damaged snapshot: the create boots, says why with -v, and saves a new one.
+    let dir = sbx.state_dir().join(".template-snapshots/minimal-512m-1c-none-tcg");
+    let memory = dir.join("memory.bin");
+    assert!(memory.is_file(), "the none-network snapshot is where expected");
+    std::fs::write(&memory, b"QEVM").unwrap();
+    let out = sbx.run(&["-v", "--json", "create", "--name", "e", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("is not used") && err.contains("memory.bin"), "-v says why: {err}");
+    assert_eq!(started_from(&sbx, "e"), "boot");
+    assert!(std::fs::metadata(&memory).unwrap().len() > 4, "a new snapshot replaced it");
+    let f = create(&sbx, &["--name", "f", "--net", "none"]);
+    assert_eq!(f["started_from"], "template snapshot");
+    assert_eq!(sh(&sbx, "f", "hostname"), "f\n");
+
+    // Off: always a boot.
+    let out = sbx
+        .command(&["--json", "create", "--name", "g", "--net", "none", "--timeout", BOOT_TIMEOUT])
+        .env("SBX_TEMPLATE_SNAPSHOT", "off")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(started_from(&sbx, "g"), "boot");
+}
+
+#[test]
+fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
+    let sbx = Sbx::new();
+    create(&sbx, &["--template", "debian", "--name", "d1", "--net", "none"]);
+    sh(&sbx, "d1", "echo d1 > /root/on-disk && sync");
+    let d2 = create(&sbx, &["--template", "debian", "--name", "d2", "--net", "none"]);
+    assert_eq!(d2["started_from"], "template snapshot");
+    assert_eq!(sh(&sbx, "d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
+    sh(&sbx, "d2", "echo d2 > /root/on-disk && sync");
+    assert_eq!(sh(&sbx, "d1", "cat /root/on-disk"), "d1\n");
+}
