@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from conftest import binary, call_err, call_ok, connectable, mcp_session, text_of, wait_for
-from test_sandboxes import need_vm, processes_mentioning
+from test_sandboxes import need_vm, processes_mentioning, sandbox_dirs
 
 pytestmark = pytest.mark.anyio
 
@@ -93,7 +93,7 @@ async def test_vm_killed_under_an_open_sandbox_exec_is_a_clear_tool_error(state_
         assert killed["was"] == "dead", killed
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
     wait_for(lambda: not processes_mentioning(str(state_dir)), "the VM's processes to end")
-    assert [p for p in state_dir.iterdir() if p.is_dir()] == []
+    assert sandbox_dirs(state_dir) == []
 
 
 def start_agent(sock: Path, jobs: Path, log) -> subprocess.Popen[bytes]:

@@ -60,6 +60,12 @@ async def test_create_refuses_bad_arguments_before_booting(state_dir: Path) -> N
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
 
 
+def sandbox_dirs(state_dir: Path) -> list[Path]:
+    """The sandboxes' directories in `state_dir`; dot-directories are the caches kept on
+    purpose across sandboxes (`.template-snapshots`, `.snapshots`)."""
+    return [p for p in state_dir.iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+
 def processes_mentioning(text: str) -> list[int]:
     """Processes (QEMU, vhost-device-vsock) whose command line mentions `text`."""
     found = []
@@ -160,7 +166,7 @@ async def test_cancelling_sandbox_create_leaves_nothing_behind(state_dir: Path) 
             pytest.skip("the sandbox booted before the first progress tick; nothing to cancel")
 
         def nothing_left() -> bool:
-            return not [p for p in state_dir.iterdir() if p.is_dir()] and not processes_mentioning(str(state_dir))
+            return not sandbox_dirs(state_dir) and not processes_mentioning(str(state_dir))
 
         await anyio.to_thread.run_sync(lambda: wait_for(nothing_left, "the cancelled sandbox to be cleaned up"))
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
