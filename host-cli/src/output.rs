@@ -79,6 +79,11 @@ impl Output {
         write_stdout(&doc)
     }
 
+    /// Prints `value` as JSON with `--json`, else `text`.
+    pub fn json_or_text<T: Serialize + ?Sized>(&self, value: &T, text: &str) -> io::Result<()> {
+        if self.json { self.json(value) } else { self.text(text) }
+    }
+
     /// Prints text lines on stdout.
     pub fn text(&self, text: &str) -> io::Result<()> {
         if text.is_empty() || text.ends_with('\n') {

@@ -112,3 +112,9 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Net(cmd) => net::run(&ctx, cmd).await,
     }
 }
+
+/// Prints `value` as JSON with `--json`, else `text`; exit code 0.
+fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
+    ctx.out.json_or_text(value, text)?;
+    Ok(0)
+}

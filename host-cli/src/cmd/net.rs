@@ -1,6 +1,7 @@
 //! `sbx net show|set|log`: thin callers of [`crate::sandbox::network::policy`] and
 //! [`crate::sandbox::network::audit`].
 
+use super::print;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -116,13 +117,4 @@ fn policy_text(v: &PolicyView) -> String {
          UDP other than DNS, and ICMP, are blocked; the most specific matching rule decides."
     );
     t
-}
-
-fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
-    if ctx.out.json {
-        ctx.out.json(value)?;
-    } else {
-        ctx.out.text(text)?;
-    }
-    Ok(0)
 }

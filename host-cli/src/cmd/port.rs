@@ -1,5 +1,6 @@
 //! `sbx port publish|ls|unpublish`: thin callers of [`crate::sandbox::network`].
 
+use super::print;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -39,13 +40,4 @@ pub(crate) async fn run(ctx: &Ctx, cmd: PortCommand) -> Result<u8> {
             print(ctx, &p, &format!("{} closed\n", p.url))
         }
     }
-}
-
-fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
-    if ctx.out.json {
-        ctx.out.json(value)?;
-    } else {
-        ctx.out.text(text)?;
-    }
-    Ok(0)
 }

@@ -2,6 +2,7 @@
 //! `sbx resume`, `sbx kill` (`sbx ls` without a path lives with the file commands).
 //! Thin callers of [`crate::sandbox`].
 
+use super::print;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -142,13 +143,4 @@ pub(crate) async fn remove(ctx: &Ctx, names: &[String], all: bool, force: bool) 
     let removed = sandbox::remove(names, RemoveOptions { all, force }).await?;
     let text: String = removed.iter().map(|r| format!("{}\n", r.id)).collect();
     print(ctx, &removed, &text)
-}
-
-fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
-    if ctx.out.json {
-        ctx.out.json(value)?;
-    } else {
-        ctx.out.text(text)?;
-    }
-    Ok(0)
 }

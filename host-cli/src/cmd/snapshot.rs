@@ -1,5 +1,6 @@
 //! `sbx snapshot create|ls|rm|restore`: thin callers of [`crate::sandbox::snapshot`].
 
+use super::print;
 use std::fmt::Write as _;
 
 use anyhow::Result;
@@ -55,13 +56,4 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> Result<u8> {
             print(ctx, &info, &text)
         }
     }
-}
-
-fn print<T: serde::Serialize>(ctx: &Ctx, value: &T, text: &str) -> Result<u8> {
-    if ctx.out.json {
-        ctx.out.json(value)?;
-    } else {
-        ctx.out.text(text)?;
-    }
-    Ok(0)
 }

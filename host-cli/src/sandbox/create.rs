@@ -12,7 +12,7 @@ use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::ready::ReadyListener;
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template::{self, DEFAULT_TEMPLATE};
-use crate::vmm::{dirs, now_unix_ms, watchdog};
+use crate::vmm::{dirs, watchdog};
 
 /// Smallest guest memory accepted.
 pub const MIN_MEMORY_MIB: u32 = 128;
@@ -146,25 +146,15 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
-        id: alloc.id,
-        name: alloc.name,
-        template: template.name.clone(),
-        memory_mib: opts.memory_mib,
-        cpus: opts.cpus,
-        cid: alloc.cid,
-        accel: accel.as_str().into(),
-        created_unix_ms: now_unix_ms(),
-        qemu: None,
-        vhost: None,
-        net_helper: None,
-        creator: ProcRef::of(std::process::id()),
-        ready: false,
-        agent_version: None,
-        paused: false,
-        parked: false,
         storage: opts.storage.clone(),
-        started_from: None,
-        paths: paths.clone(),
+        ..Record::starting(
+            alloc,
+            template.name.clone(),
+            opts.memory_mib,
+            opts.cpus,
+            accel.as_str().into(),
+            paths.clone(),
+        )
     };
     // From here on, dropping `guard` undoes everything.
     let mut guard = Cleanup { record: record.clone(), armed: true };

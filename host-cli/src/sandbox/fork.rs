@@ -8,8 +8,6 @@ use super::create::{Cleanup, CreateOptions};
 use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
-use crate::vmm::now_unix_ms;
-use crate::vmm::process::ProcRef;
 use crate::vmm::snapfile::Snapshot;
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template::{self, Template};
@@ -54,26 +52,17 @@ pub(super) async fn start(
     let lock = StateLock::acquire(&state_dir)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
+    let machine = &snap.meta;
     let record = Record {
-        id: alloc.id,
-        name: alloc.name,
-        template: snap.meta.template.clone(),
-        memory_mib: snap.meta.memory_mib,
-        cpus: snap.meta.cpus,
-        cid: alloc.cid,
-        accel: snap.meta.accel.clone(),
-        created_unix_ms: now_unix_ms(),
-        qemu: None,
-        vhost: None,
-        net_helper: None,
-        creator: ProcRef::of(std::process::id()),
-        ready: false,
-        agent_version: None,
-        paused: false,
-        parked: false,
-        storage: Default::default(),
         started_from: Some(started_from),
-        paths,
+        ..Record::starting(
+            alloc,
+            machine.template.clone(),
+            machine.memory_mib,
+            machine.cpus,
+            machine.accel.clone(),
+            paths,
+        )
     };
     // From here on, dropping `guard` undoes everything.
     let mut guard = Cleanup { record, armed: true };

@@ -169,6 +169,40 @@ pub struct Record {
 }
 
 impl Record {
+    /// The record of a sandbox this process is about to start in `alloc`: no process
+    /// yet, not ready, created now, this process its creator. Storage and where it
+    /// started from are set by struct update where they differ from the default.
+    pub fn starting(
+        alloc: Allocation,
+        template: String,
+        memory_mib: u32,
+        cpus: u32,
+        accel: String,
+        paths: Paths,
+    ) -> Record {
+        Record {
+            id: alloc.id,
+            name: alloc.name,
+            template,
+            memory_mib,
+            cpus,
+            cid: alloc.cid,
+            accel,
+            created_unix_ms: super::now_unix_ms(),
+            qemu: None,
+            vhost: None,
+            net_helper: None,
+            creator: ProcRef::of(std::process::id()),
+            ready: false,
+            agent_version: None,
+            paused: false,
+            parked: false,
+            storage: Default::default(),
+            started_from: None,
+            paths,
+        }
+    }
+
     /// True when its `sbx create` died before the agent announced itself: nobody will
     /// finish this boot.
     pub fn is_abandoned(&self) -> bool {
