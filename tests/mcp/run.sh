@@ -8,30 +8,9 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$repo/tests/lib/venv.sh"
 venv="$repo/.venv"
-requirements="$repo/tests/mcp/requirements.txt"
-stamp="$venv/.sbx-mcp-requirements"
-
-make_venv() {
-    rm -rf "$venv"
-    "$1" -m venv "$venv"
-}
-if [[ ! -x "$venv/bin/python" ]]; then
-    if ! make_venv python3; then
-        # Debian's python3 lacks ensurepip until python3-venv is installed.
-        if command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
-            apt-get install -y --no-install-recommends python3-venv
-            make_venv /usr/bin/python3
-        else
-            echo "tests/mcp/run.sh: could not create $venv; install python3-venv" >&2
-            exit 1
-        fi
-    fi
-fi
-if ! cmp -s "$requirements" "$stamp" 2>/dev/null; then
-    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
-    cp "$requirements" "$stamp"
-fi
+ensure_venv "$venv" "$repo/tests/mcp/requirements.txt"
 
 if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
     (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent && cargo build --quiet -p sbx-tests --bin netns-world)
