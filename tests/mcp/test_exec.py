@@ -122,27 +122,34 @@ def pid_alive(pid: int) -> bool:
     return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
 
 
+async def start_and_cancel_a_sleeper(session, pids: Path) -> tuple[int, int]:
+    """Calls sandbox_exec with a shell that starts `sleep 300` and waits for it, and
+    cancels the call once both have written their pids to `pids`; returns (sleep, shell)."""
+    async with anyio.create_task_group() as group:
+
+        async def call() -> None:
+            await session.call_tool(
+                "sandbox_exec",
+                {"command": f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait", "timeout_ms": 600000},
+            )
+
+        group.start_soon(call)
+        await anyio.to_thread.run_sync(
+            lambda: wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the command to start")
+        )
+        group.cancel_scope.cancel()
+    child, shell = (int(pid) for pid in pids.read_text().split())
+    return child, shell
+
+
 async def test_cancellation_kills_the_command_process_group(agent: Agent) -> None:
     work = agent.scratch("exec-cancel")
     pids = work / "pids"
     async with agent_session(agent) as session:
-        async with anyio.create_task_group() as group:
-
-            async def call() -> None:
-                await session.call_tool(
-                    "sandbox_exec",
-                    {"command": f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait", "timeout_ms": 600000},
-                )
-
-            group.start_soon(call)
-            await anyio.to_thread.run_sync(
-                lambda: wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the command to start")
-            )
-            group.cancel_scope.cancel()
+        child, shell = await start_and_cancel_a_sleeper(session, pids)
         # The session goes on after a cancellation.
         info = await call_ok(session, "sandbox_info")
         assert info["agent"]["agent_version"]
-    child, shell = (int(pid) for pid in pids.read_text().split())
     await anyio.to_thread.run_sync(
         lambda: wait_for(lambda: not pid_alive(child) and not pid_alive(shell), "the cancelled command to be killed")
     )

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import Agent, agent_session, binary, call_ok, text_of, wait_for
 from http_server import bearer, http_server, server_env, session_client, stateless_client
-from test_exec import pid_alive
+from test_exec import pid_alive, start_and_cancel_a_sleeper
 
 pytestmark = pytest.mark.anyio
 
@@ -129,23 +129,10 @@ async def test_cancelling_a_call_kills_the_command_in_either_mode(agent: Agent) 
         for mode, client in (("session", session_client), ("stateless", stateless_client)):
             pids = agent.scratch(f"http-cancel-{mode}") / "pids"
             async with client(server.url) as session:
-                async with anyio.create_task_group() as group:
-
-                    async def call() -> None:
-                        await session.call_tool(
-                            "sandbox_exec",
-                            {"command": f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait", "timeout_ms": 600000},
-                        )
-
-                    group.start_soon(call)
-                    await anyio.to_thread.run_sync(
-                        lambda: wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the command to start")
-                    )
-                    group.cancel_scope.cancel()
+                child, shell = await start_and_cancel_a_sleeper(session, pids)
                 # The client goes on after a cancellation.
                 again = await session.call_tool("sandbox_exec", {"command": "echo still here"})
                 assert again.structured_content["stdout"] == "still here\n"
-            child, shell = (int(pid) for pid in pids.read_text().split())
             await anyio.to_thread.run_sync(
                 lambda: wait_for(lambda: not pid_alive(child) and not pid_alive(shell), f"the {mode} call's command to be killed")
             )
