@@ -38,7 +38,7 @@ pub use network::{
 };
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
-pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs};
+pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs, TemplateSnapshotArgs};
 
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
 pub const EXIT_UNREACHABLE: u8 = 69;
