@@ -192,7 +192,8 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     /// `sbx create --from SNAPSHOT` forks one.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
-    /// Templates: bake the agent into your own root filesystem, save a sandbox's disk, list, remove.
+    /// Templates: bake the agent into your own root filesystem, snapshot one, save a
+    /// sandbox's disk, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
     /// A sandbox's network: its egress policy (show, set) and audit log.

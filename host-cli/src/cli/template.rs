@@ -20,10 +20,9 @@ pub enum TemplateCommand {
         sudo it does not (it would land in root's state directory, not yours): run\n\
         `sbx template snapshot NAME` as yourself afterwards.")]
     Build(BuildArgs),
-    /// Make a template's snapshot, which a plain `sbx create` of that machine shape then
-    /// restores instead of booting: boots a sandbox, saves it, removes it.
+    /// Make a template's snapshot, which plain `sbx create` restores instead of booting.
     ///
-    /// One is kept per template and machine shape (--memory, --cpus, --net, and the
+    /// It boots a sandbox of the machine shape, saves it, and removes it. One is kept per template and machine shape (--memory, --cpus, --net, and the
     /// accelerator) in $SBX_STATE_DIR/.template-snapshots/. An up-to-date one is kept; one
     /// that cannot be used (the template rebuilt, sbx or QEMU changed, damaged) is
     /// replaced. Without it, the first `sbx create` of a shape boots and saves one.

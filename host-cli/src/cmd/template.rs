@@ -47,35 +47,11 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         human_bytes(built.image_bytes),
         init_name(built.template.init),
     );
-    let snapshot = if a.no_snapshot || !template_snap::enabled() {
-        None
-    } else if under_sudo() {
-        eprintln!(
-            "sbx: not making the template's snapshot under sudo (it would go to root's state \
-             directory); run `sbx template snapshot {name}` as yourself, or let the first \
-             `sbx create --template {name}` make it"
-        );
-        None
-    } else {
-        eprintln!("sbx: making the snapshot of template `{name}` (boots it once)");
-        let opts = CreateOptions { template: name.clone(), ..CreateOptions::default() };
-        // The template is built either way; without a snapshot `sbx create` boots.
-        match interruptible(template_snap::make(&opts)).await {
-            Ok(made) => {
-                text.push('\n');
-                text.push_str(&snapshot_line(&made));
-                Some(made)
-            }
-            Err(e) => {
-                eprintln!(
-                    "sbx: warning: the template was built, but its snapshot could not be made: {:#}\n\
-                     sbx: `sbx create --template {name}` boots it and makes one, or run `sbx template snapshot {name}`",
-                    anyhow::Error::from(e)
-                );
-                None
-            }
-        }
-    };
+    let snapshot = if a.no_snapshot { None } else { snapshot_after_build(&name).await };
+    if let Some(made) = &snapshot {
+        text.push('\n');
+        text.push_str(&snapshot_line(made));
+    }
     #[derive(serde::Serialize)]
     struct BuildOutput {
         #[serde(flatten)]
@@ -83,6 +59,36 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         snapshot: Option<TemplateSnapshotInfo>,
     }
     print(ctx, &BuildOutput { built, snapshot }, &format!("{text}\n"))
+}
+
+/// The snapshot of template `name` just built, for the default machine shape; `None`
+/// when template snapshots are off, under sudo, or when it could not be made (said on
+/// stderr: the template is built either way, and `sbx create` boots without one).
+async fn snapshot_after_build(name: &str) -> Option<TemplateSnapshotInfo> {
+    if !template_snap::enabled() {
+        return None;
+    }
+    if under_sudo() {
+        eprintln!(
+            "sbx: not making the template's snapshot under sudo (it would go to root's state \
+             directory); run `sbx template snapshot {name}` as yourself, or let the first \
+             `sbx create --template {name}` make it"
+        );
+        return None;
+    }
+    eprintln!("sbx: making the snapshot of template `{name}` (boots it once)");
+    let opts = CreateOptions { template: name.to_owned(), ..CreateOptions::default() };
+    match interruptible(template_snap::make(&opts)).await {
+        Ok(made) => Some(made),
+        Err(e) => {
+            eprintln!(
+                "sbx: warning: the template was built, but its snapshot could not be made: {:#}\n\
+                 sbx: `sbx create --template {name}` boots it and makes one, or run `sbx template snapshot {name}`",
+                anyhow::Error::from(e)
+            );
+            None
+        }
+    }
 }
 
 async fn snapshot(ctx: &Ctx, a: TemplateSnapshotArgs) -> Result<u8> {
