@@ -8,6 +8,11 @@
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
 #   5. with --with-debian (or SBX_WITH_DEBIAN=1): the `debian` template, rebuilt only
 #      when the agent changed (about a minute)
+#   6. the snapshots of those templates, which a plain `sbx create` restores instead of
+#      booting (`sbx template snapshot`, a few seconds each), made by the `sbx` on PATH
+#      (or $SBX_BIN) in the state directory it uses; skipped when there is no `sbx` yet
+#      (the first `sbx create` of a template then makes its snapshot) or with
+#      SBX_TEMPLATE_SNAPSHOT=off. One that cannot be made is warned about, not fatal.
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
 #   openssl and python3.
@@ -23,7 +28,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --with-debian) with_debian=1 ;;
         --with-test-tools) test_tools=1 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) die "unknown argument \`$1\`; see --help" ;;
     esac
     shift
@@ -102,5 +107,24 @@ if [ "$with_debian" = 1 ]; then
     else
         log "template debian is up to date"
     fi
+fi
+
+# 6. Template snapshots. A snapshot records the `sbx` that made it and is used only by
+# that one, so they are made by the `sbx` you run (not one built here), as you, in the
+# state directory your `sbx create` uses. A failure leaves sbx working: create boots.
+templates_made="minimal"
+[ "$with_debian" = 1 ] && templates_made="$templates_made debian"
+sbx_bin="${SBX_BIN:-$(command -v sbx || true)}"
+if [[ "${SBX_TEMPLATE_SNAPSHOT:-}" =~ ^(off|0|no)$ ]]; then
+    log "not making template snapshots (SBX_TEMPLATE_SNAPSHOT=$SBX_TEMPLATE_SNAPSHOT)"
+elif [ -z "$sbx_bin" ]; then
+    log "no \`sbx\` on PATH yet: the first \`sbx create\` of each template makes its snapshot (or run \`sbx template snapshot minimal\` once sbx is installed)"
+else
+    for t in $templates_made; do
+        log "making the snapshot of template $t with $sbx_bin"
+        if ! SBX_DATA_DIR="$data" "$sbx_bin" template snapshot "$t"; then
+            log "warning: could not make the snapshot of template $t (see above); \`sbx create --template $t\` boots it and makes one"
+        fi
+    done
 fi
 log "ready: templates in $data/templates; try \`sbx create\`"

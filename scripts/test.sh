@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
 step "set-up (packages and strace, musl target, vhost-device-vsock, kernel, minimal and debian templates)"
-rootfs/setup.sh --with-debian --with-test-tools
+# The tests use state directories of their own, not the default one setup.sh would make
+# template snapshots in (the quickstart below makes its own).
+SBX_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"

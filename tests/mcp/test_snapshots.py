@@ -1,6 +1,7 @@
 """Snapshots through MCP: sandbox_snapshot_create, _list, _restore and _delete,
 sandbox_create from_snapshot (a fork) and sandbox_pause to_disk (parking), on one real
-microVM and its fork."""
+microVM and its fork; and started_from, which says whether a sandbox booted, restored
+its template's snapshot, or forked a snapshot."""
 
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
             session, "sandbox_create", template="minimal", name="src", network="none", boot_timeout_s=300
         )
         try:
+            # The first of its shape boots (and saves the template's snapshot); the next
+            # restores that snapshot.
+            assert src["started_from"] == "boot", src
+            twin = await call_ok(
+                session, "sandbox_create", template="minimal", name="twin", network="none", boot_timeout_s=300
+            )
+            assert twin["started_from"] == "template snapshot", twin
+            await call_ok(session, "sandbox_kill", sandbox_id="twin")
             await call_ok(session, "sandbox_files_write", path="/tmp/file", content="original", sandbox_id="src")
             snap = await call_ok(session, "sandbox_snapshot_create", sandbox_id="src", name="base")
             assert snap["name"] == "base" and snap["source_sandbox"] == "src" and snap["size_bytes"] > 0
@@ -44,6 +53,12 @@ async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
 
             fork = await call_ok(session, "sandbox_create", from_snapshot="base", name="fork", boot_timeout_s=300)
             assert fork["state"] == "running" and fork["id"] != src["id"]
+            assert fork["started_from"] == "snapshot base", fork
+            listed = await call_ok(session, "sandbox_list")
+            origins = {s["name"]: s["started_from"] for s in listed["sandboxes"]}
+            assert origins == {"src": "boot", "fork": "snapshot base"}, origins
+            info = await call_ok(session, "sandbox_info", sandbox_id="fork")
+            assert info["sandbox"]["started_from"] == "snapshot base", info
             out = await call_ok(session, "sandbox_exec", command="cat /tmp/file; echo; hostname", sandbox_id="fork")
             assert out["stdout"] == "original\nfork\n"
             await call_ok(session, "sandbox_files_write", path="/tmp/file", content="changed", sandbox_id="fork")
@@ -67,7 +82,7 @@ async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
             assert "no snapshot is called `base`" in text
             assert (await call_ok(session, "sandbox_snapshot_list"))["snapshots"] == []
         finally:
-            for name in ("fork", "src"):
+            for name in ("fork", "twin", "src"):
                 await session.call_tool("sandbox_kill", {"sandbox_id": name})
         await anyio.to_thread.run_sync(
             lambda: wait_for(lambda: not processes_mentioning(str(state_dir)), "the VMs' processes to end")

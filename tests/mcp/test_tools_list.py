@@ -157,3 +157,17 @@ async def test_output_schemas_have_no_refs(agent: Agent) -> None:
         tools = (await session.list_tools()).tools
     for tool in tools:
         assert "$ref" not in str(tool.output_schema), f"{tool.name} output schema has a $ref"
+
+
+async def test_sandbox_results_say_what_a_sandbox_started_from(agent: Agent) -> None:
+    # started_from is in every result that is a sandbox: a typed, always-present field
+    # (described in the schema's description, as every field is).
+    async with agent_session(agent) as session:
+        listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+    for name in ("sandbox_create", "sandbox_pause", "sandbox_snapshot_restore"):
+        schema = listed[name].output_schema
+        assert schema["properties"]["started_from"] == {"type": "string"}, name
+        text = schema["description"]
+        assert "started_from (string): What its VM started from" in text, name
+        for origin in ('"boot"', '"template snapshot"', '"snapshot NAME"'):
+            assert origin in text, (name, origin)

@@ -5,7 +5,8 @@
 //! directory. `minimal` is required; `debian` (`rootfs/setup.sh --with-debian`) is
 //! optional and its tests say so and pass when it is not built. Templates baked with
 //! `sbx template build` (which runs as root, like the suite) go to a scratch data
-//! directory that shares the real kernel. Each test boots its own VM; the test's
+//! directory that shares the real kernel, and the snapshot a build makes to a state
+//! directory inside it. Each test boots its own VM; the test's
 //! QEMU is started by the test itself, independently of `sbx create`.
 
 use std::path::{Path, PathBuf};
@@ -414,11 +415,13 @@ fn scratch_data_dir() -> tempfile::TempDir {
     data
 }
 
-/// Runs `sbx ARGS` with `SBX_DATA_DIR=data`; returns stdout, panics with stderr on failure.
+/// Runs `sbx ARGS` with `SBX_DATA_DIR=data` and `SBX_STATE_DIR=data/state` (where a
+/// build makes the template's snapshot); returns stdout, panics with stderr on failure.
 fn sbx(data: &Path, args: &[&str]) -> String {
     let out = Command::new(sbx_tests::workspace_bin("sbx"))
         .args(args)
         .env("SBX_DATA_DIR", data)
+        .env("SBX_STATE_DIR", data.join("state"))
         .output()
         .expect("run sbx");
     assert!(
@@ -448,8 +451,24 @@ async fn vm_custom_template_from_a_directory_boots_with_the_agent_as_init() {
     std::fs::write(t.join("etc/marker"), "from the user's tree\n").unwrap();
 
     let tree_arg = t.to_str().unwrap();
-    sbx(data.path(), &["template", "build", "--from", tree_arg, "--name", "custom"]);
+    let built = sbx(data.path(), &["--json", "template", "build", "--from", tree_arg, "--name", "custom"]);
     assert!(!t.join("bin/sbx-agent").exists(), "the user's tree must not be modified");
+    // The build ends by making the template's snapshot (booted, saved, removed).
+    let built: serde_json::Value = serde_json::from_str(&built).expect("build --json");
+    assert_eq!(built["snapshot"]["outcome"], "made", "{built}");
+    let state = data.path().join("state");
+    let snapshots = || -> Vec<String> {
+        std::fs::read_dir(state.join(".template-snapshots"))
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    };
+    assert!(matches!(snapshots().as_slice(), [one] if one.starts_with("custom-512m-1c-default-")));
+    assert!(sbx_tests::processes_mentioning(&state).is_empty(), "its sandbox is gone");
+    let no_sandbox = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .all(|e| e.file_name().to_string_lossy().starts_with('.'));
+    assert!(no_sandbox, "no sandbox directory is left");
     let listed = sbx(data.path(), &["--json", "template", "ls"]);
     assert!(listed.contains("\"custom\""), "template ls: {listed}");
 
@@ -464,6 +483,7 @@ async fn vm_custom_template_from_a_directory_boots_with_the_agent_as_init() {
 
     sbx(data.path(), &["template", "rm", "custom"]);
     assert!(!data.path().join("templates/custom").exists());
+    assert_eq!(snapshots(), Vec::<String>::new(), "its snapshot went with it");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -495,7 +515,10 @@ async fn vm_debian_tree_rebaked_with_systemd_as_init_boots() {
     std::fs::remove_dir_all(&tree).unwrap();
 
     let from = tarball.to_str().unwrap();
-    sbx(data.path(), &["template", "build", "--from", from, "--name", "deb-systemd", "--init", "systemd"]);
+    let args =
+        ["template", "build", "--from", from, "--name", "deb-systemd", "--init", "systemd", "--no-snapshot"];
+    sbx(data.path(), &args);
+    assert!(!data.path().join("state/.template-snapshots").exists(), "--no-snapshot makes none");
     let template = Template::load_from(data.path(), "deb-systemd").expect("template.json written");
     assert!(template.cmdline.contains("sbx.init=/usr/lib/systemd/systemd"), "{}", template.cmdline);
 

@@ -1,11 +1,14 @@
-//! Template snapshots through the `sbx` binary and real microVMs: the first plain
-//! `sbx create` of a template boots and saves a snapshot of it; the next restores it
+//! Template snapshots through the `sbx` binary and real microVMs: `sbx template
+//! snapshot` makes one ahead (boots, saves, removes its sandbox: no sandbox directory or
+//! process is left), keeps an up-to-date one and replaces a damaged one; the first plain
+//! `sbx create` of a shape that has none boots and saves one; the next restores it
 //! (`sbx inspect` says so) as a machine of its own; a damaged snapshot is not used (the
 //! create boots, says why with `-v`, and saves a new one); another machine shape
 //! (memory) boots; `debian` restores with a disk of its own.
 
 use std::path::PathBuf;
 
+use sbx_tests::processes_mentioning;
 use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
 use serde_json::Value;
 
@@ -32,13 +35,52 @@ fn template_snapshots(sbx: &Sbx) -> Vec<PathBuf> {
     }
 }
 
+/// `sbx template snapshot TEMPLATE ARGS` (made, kept or replaced), checking it leaves
+/// no sandbox behind: no new sandbox directory, nothing new in `sbx ls`.
+fn make_snapshot(sbx: &Sbx, template: &str, args: &[&str]) -> Value {
+    let before = sbx.sandbox_dirs();
+    let mut all = vec!["template", "snapshot", template, "--timeout", BOOT_TIMEOUT];
+    all.extend_from_slice(args);
+    let made = sbx.json(&all);
+    assert_eq!(sbx.sandbox_dirs(), before, "the sandbox it booted is gone");
+    let listed = sbx.states().len();
+    assert_eq!(listed, before.len(), "sbx ls shows only the sandboxes there were");
+    made
+}
+
 #[test]
 fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     let sbx = Sbx::new();
-    create(&sbx, &["--name", "a", "--net", "none"]);
-    assert_eq!(started_from(&sbx, "a"), "boot");
+    // Bad input: a clear error, nothing made.
+    let err = sbx.fails(&["template", "snapshot", "nope"]);
+    assert!(err.contains("template `nope` is not installed"), "{err}");
+    let err = sbx.fails(&["template", "snapshot", "minimal", "--memory", "16"]);
+    assert!(err.contains("--memory 16 MiB is out of range"), "{err}");
+    let off = sbx
+        .command(&["template", "snapshot", "minimal"])
+        .env("SBX_TEMPLATE_SNAPSHOT", "off")
+        .output()
+        .unwrap();
+    assert!(!off.status.success() && text(&off.stderr).contains("SBX_TEMPLATE_SNAPSHOT=off"), "{off:?}");
+    assert!(template_snapshots(&sbx).is_empty());
+
+    // Made ahead, with no sandbox or process left; made again, an up-to-date one is kept.
+    let made = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    assert_eq!(made["outcome"], "made", "{made}");
+    assert_eq!((made["memory_mib"].as_u64(), made["cpus"].as_u64()), (Some(512), Some(1)));
     let saved = template_snapshots(&sbx);
-    assert_eq!(saved.len(), 1, "the first create saves a template snapshot: {saved:?}");
+    assert_eq!(saved, [PathBuf::from(made["path"].as_str().unwrap())]);
+    let no_processes = processes_mentioning(sbx.state_dir());
+    assert!(no_processes.is_empty(), "nothing runs after it: {no_processes:?}");
+    let memory = saved[0].join("memory.bin");
+    let written = std::fs::metadata(&memory).unwrap().modified().unwrap();
+    let again = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    assert_eq!(again["outcome"], "kept", "{again}");
+    assert_eq!(std::fs::metadata(&memory).unwrap().modified().unwrap(), written, "left as it was");
+
+    // The next plain create of that shape restores it.
+    create(&sbx, &["--name", "a", "--net", "none"]);
+    assert_eq!(started_from(&sbx, "a"), "template snapshot");
     sh(&sbx, "a", "echo a > /tmp/mine");
 
     let b = create(&sbx, &["--name", "b", "--net", "none"]);
@@ -46,7 +88,8 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     assert_eq!(sh(&sbx, "b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
     let random = |s: &str| sh(&sbx, s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("a"), random("b"));
-    // The egress rules are the create's own, not those of the sandbox that was saved.
+    // A shape that has none: the first create boots and saves one. The egress rules are
+    // the create's own, not those of the sandbox that was saved.
     let c = create(&sbx, &["--name", "c", "--deny-out", "192.0.2.0/24"]);
     assert_eq!(c["started_from"], "boot", "a machine with a NIC has its own template snapshot");
     let d = create(&sbx, &["--name", "d", "--deny-out", "198.51.100.0/24"]);
@@ -73,6 +116,14 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     assert_eq!(f["started_from"], "template snapshot");
     assert_eq!(sh(&sbx, "f", "hostname"), "f\n");
 
+    // `sbx template snapshot` replaces a damaged one too, and leaves no sandbox.
+    sbx.json(&["kill", "a", "b", "c", "d", "e", "f", "small"]);
+    std::fs::write(&memory, b"QEVM").unwrap();
+    let replaced = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    assert_eq!(replaced["outcome"], "replaced", "{replaced}");
+    assert!(replaced["replaced_because"].as_str().unwrap().contains("memory.bin"), "{replaced}");
+    assert_eq!(create(&sbx, &["--name", "h", "--net", "none"])["started_from"], "template snapshot");
+
     // Off: always a boot.
     let out = sbx
         .command(&["--json", "create", "--name", "g", "--net", "none", "--timeout", BOOT_TIMEOUT])
@@ -86,7 +137,11 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
 #[test]
 fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
     let sbx = Sbx::new();
-    create(&sbx, &["--template", "debian", "--name", "d1", "--net", "none"]);
+    let made = make_snapshot(&sbx, "debian", &["--net", "none"]);
+    assert_eq!(made["outcome"], "made", "{made}");
+    assert!(processes_mentioning(sbx.state_dir()).is_empty(), "nothing runs after it");
+    let d1 = create(&sbx, &["--template", "debian", "--name", "d1", "--net", "none"]);
+    assert_eq!(d1["started_from"], "template snapshot");
     sh(&sbx, "d1", "echo d1 > /root/on-disk && sync");
     let d2 = create(&sbx, &["--template", "debian", "--name", "d2", "--net", "none"]);
     assert_eq!(d2["started_from"], "template snapshot");

@@ -38,7 +38,7 @@ pub use network::{
 };
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
-pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs};
+pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs, TemplateSnapshotArgs};
 
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
 pub const EXIT_UNREACHABLE: u8 = 69;
@@ -192,7 +192,8 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     /// `sbx create --from SNAPSHOT` forks one.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
-    /// Templates: bake the agent into your own root filesystem, save a sandbox's disk, list, remove.
+    /// Templates: bake the agent into your own root filesystem, snapshot one, save a
+    /// sandbox's disk, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
     /// A sandbox's network: its egress policy (show, set) and audit log.

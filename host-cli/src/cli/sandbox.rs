@@ -16,10 +16,11 @@ use crate::sandbox::network::{NetworkMode, PortSpec};
 pub enum SandboxCommand {
     /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
     ///
-    /// The first create of a template (for a given memory, vCPUs and network) boots it
-    /// and saves a snapshot of it once its agent answers; later ones restore that
-    /// snapshot instead of booting (`sbx inspect` shows `started_from`). One that cannot
-    /// be used is replaced, and -v says why; SBX_TEMPLATE_SNAPSHOT=off always boots.
+    /// A create restores its template's snapshot for its memory, vCPUs and network
+    /// instead of booting when there is one (`sbx inspect` shows `started_from`): `sbx
+    /// template snapshot` makes one ahead, else the first create of that shape boots and
+    /// saves it once its agent answers. One that cannot be used is replaced, and -v says
+    /// why; SBX_TEMPLATE_SNAPSHOT=off always boots.
     #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
                             sbx create --template debian --name web --publish 8000\n  \
                             sbx create --net none\n  \

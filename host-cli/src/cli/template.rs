@@ -1,6 +1,7 @@
-//! The arguments of `sbx template build|save|ls|rm`.
+//! The arguments of `sbx template build|snapshot|save|ls|rm`.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -13,8 +14,23 @@ pub enum TemplateCommand {
         docker export $(docker create ubuntu:24.04) > ubuntu.tar\n  \
         sudo sbx template build --from ubuntu.tar --name ubuntu\n  \
         sudo sbx template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
-        sbx create --template mine")]
+        sbx create --template mine\n\n\
+        At the end it makes the template's snapshot for the default machine shape (see\n\
+        `sbx template snapshot`) unless --no-snapshot or SBX_TEMPLATE_SNAPSHOT=off. Under\n\
+        sudo it does not (it would land in root's state directory, not yours): run\n\
+        `sbx template snapshot NAME` as yourself afterwards.")]
     Build(BuildArgs),
+    /// Make a template's snapshot, which plain `sbx create` restores instead of booting.
+    ///
+    /// It boots a sandbox of the machine shape, saves it, and removes it. One is kept per template and machine shape (--memory, --cpus, --net, and the
+    /// accelerator) in $SBX_STATE_DIR/.template-snapshots/. An up-to-date one is kept; one
+    /// that cannot be used (the template rebuilt, sbx or QEMU changed, damaged) is
+    /// replaced. Without it, the first `sbx create` of a shape boots and saves one.
+    #[command(after_help = "Examples:\n  \
+        sbx template snapshot minimal\n  \
+        sbx template snapshot debian --memory 1024 --cpus 2\n  \
+        sbx create --template debian --memory 1024 --cpus 2   (restores it; sbx inspect: started_from)")]
+    Snapshot(TemplateSnapshotArgs),
     /// Save a sandbox's current disk as a new template (disk templates such as `debian`).
     #[command(after_help = "Examples:\n  \
         sbx create --template debian --name setup\n  \
@@ -27,7 +43,7 @@ pub enum TemplateCommand {
     Save(SaveArgs),
     /// List the installed templates.
     Ls,
-    /// Remove templates (refused while a sandbox made from one exists).
+    /// Remove templates and their snapshots (refused while a sandbox made from one exists).
     Rm(TemplateRmArgs),
 }
 
@@ -72,6 +88,29 @@ pub struct BuildArgs {
     /// Replace a template of the same name.
     #[arg(long, short = 'f')]
     pub force: bool,
+    /// Do not make the template's snapshot (the first `sbx create` of it then does).
+    #[arg(long)]
+    pub no_snapshot: bool,
+}
+
+/// `sbx template snapshot`.
+#[derive(Debug, Args)]
+pub struct TemplateSnapshotArgs {
+    /// The template.
+    #[arg(value_name = "TEMPLATE")]
+    pub template: String,
+    /// Guest memory in MiB of the machine shape (as `sbx create --memory`).
+    #[arg(long, short = 'm', default_value_t = 512, value_name = "MiB")]
+    pub memory: u32,
+    /// Guest vCPUs of the machine shape (as `sbx create --cpus`).
+    #[arg(long, default_value_t = 1)]
+    pub cpus: u32,
+    /// `default` (with a NIC) or `none` (as `sbx create --net`).
+    #[arg(long, default_value = "default", value_name = "NET")]
+    pub net: crate::sandbox::network::NetworkMode,
+    /// How long to wait for the agent to come up, e.g. 120s, 5m.
+    #[arg(long, default_value = "120s", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
 }
 
 /// `sbx template rm`.

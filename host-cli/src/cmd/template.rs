@@ -1,14 +1,17 @@
-//! `sbx template build|save|ls|rm`: thin callers of [`crate::template`] (and of
-//! [`crate::sandbox::save_template`] for `save`).
+//! `sbx template build|snapshot|save|ls|rm`: thin callers of [`crate::template`] (and
+//! of [`crate::sandbox::save_template`] for `save`, [`crate::sandbox::template_snap`]
+//! for `snapshot` and the end of `build`).
 
 use std::fmt::Write as _;
 
 use anyhow::Result;
 
-use super::Ctx;
-use crate::cli::{BuildArgs, InitArg, SaveArgs, TemplateCommand};
+use super::{Ctx, print};
+use crate::cli::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateSnapshotArgs};
 use crate::output::human_bytes;
 use crate::sandbox::save_template::{SaveOptions, save_template};
+use crate::sandbox::template_snap::{self, TemplateSnapshotInfo};
+use crate::sandbox::{CreateOptions, SandboxError};
 use crate::template::InitKind;
 use crate::template::{self, BuildOptions, Source};
 
@@ -16,6 +19,7 @@ use crate::template::{self, BuildOptions, Source};
 pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
     match cmd {
         TemplateCommand::Build(a) => build(ctx, a).await,
+        TemplateCommand::Snapshot(a) => snapshot(ctx, a).await,
         TemplateCommand::Save(a) => save(ctx, a).await,
         TemplateCommand::Ls => ls(ctx),
         TemplateCommand::Rm(a) => rm(ctx, &a.names),
@@ -36,19 +40,106 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     };
     eprintln!("sbx: building template `{}` from {}", opts.name, a.from.display());
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
-    if ctx.out.json {
-        ctx.out.json(&built)?;
-    } else {
-        ctx.out.text(&format!(
-            "template `{}` built at {} ({} image, init: {})\nboot it with: sbx create --template {}",
-            built.template.name,
-            built.path.display(),
-            human_bytes(built.image_bytes),
-            init_name(built.template.init),
-            built.template.name
-        ))?;
+    let name = built.template.name.clone();
+    let mut text = format!(
+        "template `{name}` built at {} ({} image, init: {})\nboot it with: sbx create --template {name}",
+        built.path.display(),
+        human_bytes(built.image_bytes),
+        init_name(built.template.init),
+    );
+    let snapshot = if a.no_snapshot { None } else { snapshot_after_build(&name).await };
+    if let Some(made) = &snapshot {
+        text.push('\n');
+        text.push_str(&snapshot_line(made));
     }
-    Ok(0)
+    #[derive(serde::Serialize)]
+    struct BuildOutput {
+        #[serde(flatten)]
+        built: template::bake::Built,
+        snapshot: Option<TemplateSnapshotInfo>,
+    }
+    print(ctx, &BuildOutput { built, snapshot }, &format!("{text}\n"))
+}
+
+/// The snapshot of template `name` just built, for the default machine shape; `None`
+/// when template snapshots are off, under sudo, or when it could not be made (said on
+/// stderr: the template is built either way, and `sbx create` boots without one).
+async fn snapshot_after_build(name: &str) -> Option<TemplateSnapshotInfo> {
+    if !template_snap::enabled() {
+        return None;
+    }
+    if under_sudo() {
+        eprintln!(
+            "sbx: not making the template's snapshot under sudo (it would go to root's state \
+             directory); run `sbx template snapshot {name}` as yourself, or let the first \
+             `sbx create --template {name}` make it"
+        );
+        return None;
+    }
+    eprintln!("sbx: making the snapshot of template `{name}` (boots it once)");
+    let opts = CreateOptions { template: name.to_owned(), ..CreateOptions::default() };
+    match interruptible(template_snap::make(&opts)).await {
+        Ok(made) => Some(made),
+        Err(e) => {
+            eprintln!(
+                "sbx: warning: the template was built, but its snapshot could not be made: {:#}\n\
+                 sbx: `sbx create --template {name}` boots it and makes one, or run `sbx template snapshot {name}`",
+                anyhow::Error::from(e)
+            );
+            None
+        }
+    }
+}
+
+async fn snapshot(ctx: &Ctx, a: TemplateSnapshotArgs) -> Result<u8> {
+    let opts = CreateOptions {
+        template: a.template,
+        memory_mib: a.memory,
+        cpus: a.cpus,
+        network: a.net,
+        timeout: a.timeout,
+        ..CreateOptions::default()
+    };
+    let made = interruptible(template_snap::make(&opts)).await?;
+    print(ctx, &made, &format!("{}\n", snapshot_line(&made)))
+}
+
+/// Runs `work`; Ctrl-C drops it, which undoes what it started.
+async fn interruptible<T>(
+    work: impl std::future::Future<Output = Result<T, SandboxError>>,
+) -> Result<T, SandboxError> {
+    tokio::select! {
+        r = work => r,
+        _ = tokio::signal::ctrl_c() => Err(SandboxError::Interrupted),
+    }
+}
+
+/// One line saying what became of a template snapshot.
+fn snapshot_line(s: &TemplateSnapshotInfo) -> String {
+    let what = match (s.outcome, &s.replaced_because) {
+        (template_snap::Outcome::Replaced, Some(why)) => format!("replaced ({why})"),
+        (outcome, _) => outcome.as_str().to_owned(),
+    };
+    let net = if s.network == crate::sandbox::network::NetworkMode::None { " --net none" } else { "" };
+    format!(
+        "snapshot of template `{}` ({} MiB, {} vCPU, network {}, {}): {what}, {} at {}\n\
+         `sbx create --template {} --memory {} --cpus {}{net}` restores it",
+        s.template,
+        s.memory_mib,
+        s.cpus,
+        s.network.as_str(),
+        s.accel,
+        human_bytes(s.size_bytes),
+        s.path.display(),
+        s.template,
+        s.memory_mib,
+        s.cpus,
+    )
+}
+
+/// Root by way of sudo: `$HOME` (so the state directory) may be root's, not the user's.
+fn under_sudo() -> bool {
+    rustix::process::geteuid().is_root() && std::env::var_os("SUDO_USER").is_some()
 }
 
 async fn save(ctx: &Ctx, a: SaveArgs) -> Result<u8> {
@@ -105,6 +196,13 @@ fn rm(ctx: &Ctx, names: &[String]) -> Result<u8> {
     let mut removed = Vec::new();
     for name in names {
         template::remove(name)?;
+        // Its snapshots (in this state directory) could never be used again.
+        if let Err(e) = template_snap::forget(name) {
+            eprintln!(
+                "sbx: warning: template `{name}` was removed, but not its snapshots: {:#}",
+                anyhow::Error::from(e)
+            );
+        }
         removed.push(name.clone());
     }
     if ctx.out.json {

@@ -102,15 +102,15 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     {
         return Ok(info);
     }
-    let info = boot_retrying(opts).await?;
+    let info = SandboxInfo::of(&boot_retrying(opts).await?);
     if let Some(key) = &key {
         super::template_snap::save_after_boot(key, &info).await;
     }
     Ok(info)
 }
 
-/// Boots, and boots once more if the first wedged.
-async fn boot_retrying(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
+/// Boots, and boots once more if the first wedged; returns the ready sandbox's record.
+pub(super) async fn boot_retrying(opts: &CreateOptions) -> Result<Record, SandboxError> {
     let deadline = std::time::Instant::now() + opts.timeout;
     match boot(opts, opts.timeout).await {
         Err(wedged @ SandboxError::BootWedged { .. }) => {
@@ -126,7 +126,7 @@ async fn boot_retrying(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError
 }
 
 /// One boot, given `timeout` to become ready.
-async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, SandboxError> {
+async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, SandboxError> {
     let started = std::time::Instant::now();
     let step =
         |what: &str| tracing::debug!("create: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -233,7 +233,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<SandboxInfo, Sa
     });
     guard.save()?;
     step("ready state saved");
-    Ok(SandboxInfo::of(&guard.disarm()))
+    Ok(guard.disarm())
 }
 
 pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> {

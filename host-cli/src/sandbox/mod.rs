@@ -12,8 +12,9 @@
 //! - [`snapshot`]: named snapshots (create, list, remove, restore a sandbox to one);
 //!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
-//!   restore steps they share; `template_snap`: a plain `sbx create` restoring its
-//!   template's snapshot instead of booting.
+//!   restore steps they share; [`template_snap`]: a plain `sbx create` restoring its
+//!   template's snapshot instead of booting, and making one ahead (`sbx template
+//!   snapshot`).
 //! - [`metrics`]: CPU, memory, disk, network and uptime (`sbx stats`).
 //! - [`run_code`]: a snippet run by python3, node or sh (MCP `sandbox_run_code`).
 //! - [`save_template`]: a sandbox's disk as a new template (`sbx template save`).
@@ -40,7 +41,7 @@ pub mod run_code;
 pub mod save_template;
 pub mod snapshot;
 pub mod target;
-mod template_snap;
+pub mod template_snap;
 
 use std::path::PathBuf;
 
@@ -202,6 +203,11 @@ pub enum SandboxError {
         "a snapshot named `{0}` already exists; pick another name or remove it with `sbx snapshot rm {0}`"
     )]
     SnapshotExists(String),
+    /// `sbx template snapshot` while template snapshots are turned off.
+    #[error(
+        "template snapshots are turned off (SBX_TEMPLATE_SNAPSHOT=off): nothing was made; unset SBX_TEMPLATE_SNAPSHOT to make one"
+    )]
+    TemplateSnapshotsOff,
     /// The operation was interrupted (Ctrl-C) and undone.
     #[error("interrupted; everything started was cleaned up")]
     Interrupted,

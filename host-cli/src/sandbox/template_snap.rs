@@ -9,10 +9,18 @@
 //! `sbx` or QEMU changed, or its restore failed) is removed: that create boots, says
 //! why with `-v`, and saves a new one. `SBX_TEMPLATE_SNAPSHOT=off` turns all of this
 //! off (always boot, save nothing).
+//!
+//! [`make`] (`sbx template snapshot`, also run by `sbx template build` and
+//! `rootfs/setup.sh`) makes one ahead of any create: it boots a sandbox of the shape,
+//! saves it, and removes it, leaving only the snapshot.
 
 use std::path::{Path, PathBuf};
 
-use super::create::CreateOptions;
+use serde::Serialize;
+
+use super::control::{remove_dir, stop_processes};
+use super::create::{Cleanup, CreateOptions};
+use super::network::NetworkMode;
 use super::network::config::NetConfig;
 use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, fork, snapshot};
@@ -30,7 +38,7 @@ fn root(state: &Path) -> PathBuf {
 }
 
 /// Whether template snapshots are used (`SBX_TEMPLATE_SNAPSHOT=off` says no).
-fn enabled() -> bool {
+pub fn enabled() -> bool {
     !matches!(std::env::var("SBX_TEMPLATE_SNAPSHOT").as_deref(), Ok("off" | "0" | "no"))
 }
 
@@ -53,16 +61,20 @@ pub(super) fn key(opts: &CreateOptions) -> Option<String> {
         tracing::info!("`{option}` is set: booting without a template snapshot");
         return None;
     }
-    enabled().then(|| {
-        format!(
-            "{}-{}m-{}c-{}-{}",
-            opts.template,
-            opts.memory_mib,
-            opts.cpus,
-            opts.network.as_str(),
-            launcher::probe_accel().as_str()
-        )
-    })
+    enabled().then(|| shape_key(opts))
+}
+
+/// The directory name of `opts`'s machine shape: template, memory, vCPUs, network and
+/// accelerator.
+fn shape_key(opts: &CreateOptions) -> String {
+    format!(
+        "{}-{}m-{}c-{}-{}",
+        opts.template,
+        opts.memory_mib,
+        opts.cpus,
+        opts.network.as_str(),
+        launcher::probe_accel().as_str()
+    )
 }
 
 /// Starts the sandbox `opts` asks for from the template snapshot `key`: `Ok(Some)`
@@ -77,7 +89,8 @@ pub(super) async fn try_restore(
     let dir = root(&state).join(key);
     if !dir.is_dir() {
         tracing::info!(
-            "template `{}` has no snapshot for this machine shape yet; booting, then saving one",
+            "template `{}` has no snapshot for this machine shape yet; booting, then saving one \
+             (`sbx template snapshot` makes one ahead)",
             opts.template
         );
         return Ok(None);
@@ -163,6 +176,161 @@ async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// What [`make`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// There was none: one was made.
+    Made,
+    /// The one there is up to date: kept as it was.
+    Kept,
+    /// The one there could not be used (see `replaced_because`): a new one replaced it.
+    Replaced,
+}
+
+impl Outcome {
+    /// `made`, `kept` or `replaced`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Made => "made",
+            Outcome::Kept => "kept",
+            Outcome::Replaced => "replaced",
+        }
+    }
+}
+
+/// A template snapshot, as `sbx template snapshot` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateSnapshotInfo {
+    /// The template.
+    pub template: String,
+    /// Guest memory of the machine shape.
+    pub memory_mib: u32,
+    /// Guest vCPUs of the machine shape.
+    pub cpus: u32,
+    /// With a NIC (`default`) or without (`none`).
+    pub network: NetworkMode,
+    /// `kvm` or `tcg`.
+    pub accel: String,
+    /// Its directory.
+    pub path: PathBuf,
+    /// Bytes on disk (memory stream and disk).
+    pub size_bytes: u64,
+    /// Whether it was made, kept or replaced.
+    pub outcome: Outcome,
+    /// Why the one there before could not be used, when it was replaced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced_because: Option<String>,
+}
+
+/// Makes the snapshot of template `opts.template` for the machine shape `opts` gives
+/// (memory, vCPUs, network; its timeout bounds the boot), the one a plain `sbx create`
+/// of that shape restores: boots a sandbox, saves it, and removes it. An up-to-date one
+/// is kept; one that cannot be used is replaced. Any failure, or the future dropped,
+/// leaves no sandbox, process or partial snapshot (a replaced one is gone, as a create
+/// would have removed it).
+pub async fn make(opts: &CreateOptions) -> Result<TemplateSnapshotInfo, SandboxError> {
+    if !enabled() {
+        return Err(SandboxError::TemplateSnapshotsOff);
+    }
+    let opts = CreateOptions {
+        template: opts.template.clone(),
+        memory_mib: opts.memory_mib,
+        cpus: opts.cpus,
+        network: opts.network,
+        timeout: opts.timeout,
+        ..CreateOptions::default()
+    };
+    super::create::check_resources(&opts)?;
+    let tpl = template::load(&dirs::templates_dir()?, &opts.template)?;
+    let key = shape_key(&opts);
+    let state = dirs::ensure_state_dir()?;
+    let dir = root(&state).join(&key);
+    let mut replaced_because = None;
+    if dir.is_dir() {
+        match open(&dir) {
+            Ok((snap, _)) => return Ok(describe(&opts, &snap, Outcome::Kept, None)),
+            Err(why) => {
+                remove_dir(&dir)?;
+                replaced_because = Some(why);
+            }
+        }
+    }
+    tracing::info!("booting template `{}` to save its snapshot", opts.template);
+    // From here on, dropping `guard` kills the sandbox and removes its directory.
+    let mut guard = Cleanup { record: super::create::boot_retrying(&opts).await?, armed: true };
+    let lock = StateLock::acquire(&state)?;
+    let snap = match open(&dir) {
+        // A create of the same shape saved one meanwhile.
+        Ok((snap, _)) => snap,
+        Err(_) => {
+            if dir.exists() {
+                remove_dir(&dir)?;
+            }
+            snapshot::save_into(&mut guard.record, &dir, &key, &tpl, true, false).await?
+        }
+    };
+    stop_processes(&guard.record, false).await;
+    remove_dir(&guard.record.paths.dir)?;
+    guard.disarm();
+    drop(lock);
+    let outcome = if replaced_because.is_some() { Outcome::Replaced } else { Outcome::Made };
+    Ok(describe(&opts, &snap, outcome, replaced_because))
+}
+
+fn describe(
+    opts: &CreateOptions,
+    snap: &Snapshot,
+    outcome: Outcome,
+    replaced_because: Option<String>,
+) -> TemplateSnapshotInfo {
+    TemplateSnapshotInfo {
+        template: snap.meta.template.clone(),
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        network: opts.network,
+        accel: snap.meta.accel.clone(),
+        path: snap.dir.clone(),
+        size_bytes: snap.size_on_disk(),
+        outcome,
+        replaced_because,
+    }
+}
+
+/// Removes every snapshot of template `name`, for `sbx template rm`: no create could
+/// use them again. Returns how many there were.
+pub fn forget(name: &str) -> Result<usize, SandboxError> {
+    let state = dirs::state_dir()?;
+    let Ok(entries) = std::fs::read_dir(root(&state)) else {
+        return Ok(0);
+    };
+    let _lock = StateLock::acquire(&state)?;
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        if is_key_of(&entry.file_name().to_string_lossy(), name) {
+            remove_dir(&entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Whether `key` is a [`shape_key`] of template `name` (names may hold `-`, so the rest
+/// must be exactly a shape: `<n>m-<n>c-<network>-<accel>`).
+fn is_key_of(key: &str, name: &str) -> bool {
+    let Some(shape) = key.strip_prefix(name).and_then(|rest| rest.strip_prefix('-')) else {
+        return false;
+    };
+    let number_then = |part: &str, unit: char| {
+        part.strip_suffix(unit).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    matches!(
+        shape.split('-').collect::<Vec<_>>().as_slice(),
+        [memory, cpus, network, accel]
+            if number_then(memory, 'm') && number_then(cpus, 'c') && !network.is_empty() && !accel.is_empty()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,5 +344,15 @@ mod tests {
         assert_eq!(super::key(&named).as_deref(), Some(key.as_str()), "the name is not part of it");
         let fork = CreateOptions { from_snapshot: Some("s".into()), ..opts };
         assert_eq!(super::key(&fork), None, "an option it does not handle");
+    }
+
+    #[test]
+    fn keys_are_told_apart_from_those_of_templates_with_longer_names() {
+        assert!(is_key_of("minimal-512m-1c-none-tcg", "minimal"));
+        assert!(is_key_of("my-tpl-1024m-2c-default-kvm", "my-tpl"));
+        assert!(!is_key_of("my-tpl-1024m-2c-default-kvm", "my"), "template `my-tpl`, not `my`");
+        assert!(!is_key_of("minimal2-512m-1c-none-tcg", "minimal"));
+        assert!(!is_key_of(".minimal-512m-1c-none-tcg.staging-7", "minimal"));
+        assert!(!is_key_of("minimal-512m-1c-none-tcg.staging-7-x", "minimal"));
     }
 }

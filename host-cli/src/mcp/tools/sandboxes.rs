@@ -112,7 +112,8 @@ pub struct SandboxView {
     pub id: String,
     /// Unique name.
     pub name: String,
-    /// "starting", "running", "paused" or "dead".
+    /// "starting", "running", "paused", "parked" (saved to disk; guest tools bring it
+    /// back) or "dead".
     pub state: String,
     /// Template it booted from.
     pub template: String,
@@ -126,6 +127,9 @@ pub struct SandboxView {
     pub created_at: String,
     /// The agent's address, for `sbx --agent`.
     pub address: String,
+    /// What its VM started from: "boot", "template snapshot" (its template's snapshot,
+    /// restored instead of booting) or "snapshot NAME" (a fork of snapshot NAME).
+    pub started_from: String,
     /// The agent version it announced at boot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_version: Option<String>,
@@ -188,6 +192,7 @@ impl From<SandboxInfo> for SandboxView {
             accel: info.accel,
             created_at: rfc3339_ms(info.created_unix_ms),
             address: info.address,
+            started_from: info.started_from,
             agent_version: info.agent_version,
             mounts: info
                 .mounts
@@ -261,7 +266,10 @@ impl SbxMcp {
             with KVM and up to a minute or two under software emulation; progress is sent \
             meanwhile. It reaches the public internet over TCP (and DNS) unless network is \
             \"none\"; allow_out and deny_out shape that (sandbox_update changes them later), \
-            and every attempt is logged (sandbox_network_log). Remove it with sandbox_kill when done.",
+            and every attempt is logged (sandbox_network_log). A template's first sandbox of a \
+            given memory, cpus and network boots and saves a snapshot of it; later ones restore \
+            that snapshot instead (faster; started_from in the result says which). Remove \
+            it with sandbox_kill when done.",
         annotations(
             title = "Create a sandbox",
             read_only_hint = false,
