@@ -14,6 +14,8 @@
 //! - [`allocator`]: mimalloc as the allocator, tuned for a small resident set.
 //! - [`archive`]: directories as streamed zips, and extraction of uploaded zips.
 //! - [`system`]: Info and SetTime.
+//! - [`restored`]: Restored, which makes a guest restored from a snapshot a machine of
+//!   its own (clock, hostname, randomness) without a process.
 //! - [`ports`]: ConnectPort, a TCP connection to a port of the guest's loopback (published
 //!   ports).
 //! - [`net`]: configuring the guest's NIC from `sbx.net=` on the kernel command line.
@@ -38,6 +40,7 @@ pub mod net;
 pub mod placement;
 pub mod ports;
 pub mod report;
+pub mod restored;
 pub mod service;
 pub mod storage;
 pub mod system;

@@ -13,6 +13,8 @@
 mod archive;
 mod error;
 mod exec;
+#[cfg(test)]
+pub(crate) mod fake;
 mod files;
 mod jobs;
 mod ports;
@@ -40,7 +42,7 @@ pub use exec::{Captured, ExecEvent, ExecResult, ExecSpec, ExitStatus, Program, T
 pub use files::{FileEntry, FileKind, ListOpts, Listing, ReadOpts, WriteOpts, WriteResult};
 pub use jobs::{Job, JobOutput, JobState};
 pub use ports::PortTraffic;
-pub use system::AgentInfo;
+pub use system::{AgentInfo, Restored};
 pub use terminal::{TerminalInput, WindowSize};
 
 /// Result of a client call.
@@ -356,6 +358,14 @@ impl Client {
     pub async fn set_time(&self, unix_ms: i64) -> Result<i64> {
         let req = pb::SetTimeRequest { unix_ms };
         Ok(self.rpc.clone().set_time(req).await.map_err(self.err("SetTime"))?.into_inner().adjusted_by_ms)
+    }
+
+    /// Tells a guest restored from a snapshot that it is a new machine: its clock set to
+    /// `unix_ms`, its hostname to `hostname`, `entropy` mixed into its random pool. An
+    /// agent older than the call gives [`ClientError::Unsupported`].
+    pub async fn restored(&self, unix_ms: i64, hostname: &str, entropy: Bytes) -> Result<Restored> {
+        let req = pb::RestoredRequest { unix_ms, hostname: hostname.to_string(), entropy };
+        Ok(self.rpc.clone().restored(req).await.map_err(self.err("Restored"))?.into_inner().into())
     }
 }
 

@@ -70,6 +70,19 @@ pub enum ConnectError {
         /// What the VMM answered instead of `OK`.
         why: HandshakeError,
     },
+    /// The VMM's socket took the connection but nothing ever read the request.
+    #[error(
+        "the VM socket at {addr} took the connection but its vsock backend did not read the request \
+         within {secs}: the backend (vhost-device-vsock) has stopped serving it; restart the backend \
+         (for an sbx sandbox, `sbx pause --to-disk NAME` then `sbx resume NAME` gives it a new one)",
+        secs = seconds(*after)
+    )]
+    Stalled {
+        /// Where we looked.
+        addr: Address,
+        /// How long the request lay unread.
+        after: Duration,
+    },
     /// The HTTP/2 layer failed on an established connection.
     #[error(
         "connected to {addr} but could not start a gRPC session: is sbx-agent the program listening there?"
@@ -91,6 +104,7 @@ impl ConnectError {
             | ConnectError::NoSocket { addr, .. }
             | ConnectError::Refused { addr, .. }
             | ConnectError::NotReady { addr, .. }
+            | ConnectError::Stalled { addr, .. }
             | ConnectError::Protocol { addr, .. } => addr,
         }
     }
@@ -293,6 +307,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// How long a hybrid-vsock VMM gets to read the `CONNECT` line. vhost-device-vsock reads
+/// it as soon as it accepts the connection, whatever the guest is doing, so one that has
+/// not after this long has stopped serving its socket: 0.3.0 now and then loses the
+/// worker thread that accepts and reads, and the kernel goes on queueing connections
+/// for it that nothing will ever answer. A busy host delays the read by milliseconds.
+pub const UNREAD_LIMIT: Duration = Duration::from_millis(1500);
+
 /// How many times a hybrid-vsock connection closed before `OK` is tried (see [`dial`]).
 const EARLY_CLOSE_TRIES: u32 = 5;
 /// The pause between those tries.
@@ -320,7 +341,14 @@ pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
             loop {
                 tries += 1;
                 let mut s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
-                match handshake(&mut s, *port).await {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+                let reply = tokio::select! {
+                    reply = handshake(&mut s, *port) => reply,
+                    () = left_unread(fd, UNREAD_LIMIT) => {
+                        return Err(ConnectError::Stalled { addr: addr.clone(), after: UNREAD_LIMIT });
+                    }
+                };
+                match reply {
                     Ok(_) => return Ok(AgentStream::Unix(s)),
                     Err(HandshakeIoError::Refused(HandshakeError::Eof)) if tries < EARLY_CLOSE_TRIES => {
                         tokio::time::sleep(EARLY_CLOSE_PAUSE).await;
@@ -344,6 +372,21 @@ pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
             Ok(AgentStream::Vsock(s))
         }
     }
+}
+
+/// Completes when the bytes written to the Unix stream `fd` still lie unread by its
+/// peer `after` that long; otherwise never. `fd` must stay open while this is polled.
+async fn left_unread(fd: std::os::fd::RawFd, after: Duration) {
+    tokio::time::sleep(after).await;
+    let mut unread: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ (TIOCOUTQ's number on Linux) writes one int, the bytes of the
+    // socket's sent data its peer has not read yet, to a pointer to a live c_int; the
+    // caller keeps `fd` open.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut unread) };
+    if rc == 0 && unread > 0 {
+        return;
+    }
+    std::future::pending().await
 }
 
 /// Connects a gRPC channel to the agent at `addr`, giving up after `timeout`.
@@ -468,6 +511,47 @@ mod tests {
         drop(b);
         let got = handshake(&mut a, 1024).await;
         assert!(matches!(got, Err(HandshakeIoError::Refused(HandshakeError::Eof))), "{got:?}");
+    }
+
+    /// A hybrid-vsock socket: `serve` gets each accepted stream (none when `None`).
+    fn vmm_socket(
+        serve: Option<fn(std::os::unix::net::UnixStream)>,
+    ) -> (tempfile::TempDir, Address, std::os::unix::net::UnixListener) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        if let Some(serve) = serve {
+            let l = listener.try_clone().unwrap();
+            std::thread::spawn(move || {
+                for s in l.incoming() {
+                    serve(s.unwrap());
+                }
+            });
+        }
+        let addr = format!("hvsock://{}:1024", path.display()).parse().unwrap();
+        (dir, addr, listener)
+    }
+
+    #[tokio::test]
+    async fn a_vmm_that_never_reads_the_request_is_stalled() {
+        // The kernel queues the connection; nothing accepts or reads it.
+        let (_dir, addr, _listener) = vmm_socket(None);
+        let got = tokio::time::timeout(UNREAD_LIMIT * 4, dial(&addr)).await.expect("gives up by itself");
+        let Err(e @ ConnectError::Stalled { .. }) = got else { panic!("{:?}", got.err()) };
+        assert!(e.to_string().contains("did not read the request"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_vmm_that_read_the_request_is_waited_for() {
+        // A live backend whose guest is slow: the line is read, no answer comes yet.
+        let (_dir, addr, _listener) = vmm_socket(Some(|mut s| {
+            use std::io::Read as _;
+            let mut line = [0u8; 13];
+            s.read_exact(&mut line).unwrap();
+            std::thread::sleep(Duration::from_secs(60));
+        }));
+        let got = tokio::time::timeout(UNREAD_LIMIT * 2, dial(&addr)).await;
+        assert!(got.is_err(), "still waiting for the guest: {:?}", got.map(|r| r.err()));
     }
 
     #[tokio::test]

@@ -60,6 +60,26 @@ impl Agent {
         Self::spawn(&[], cmd)
     }
 
+    /// Starts the agent in a UTS namespace of its own, so that setting its hostname
+    /// leaves this machine's alone. Needs root (CAP_SYS_ADMIN); `None` without it.
+    pub fn start_with_own_hostname() -> Option<Agent> {
+        if rustix::process::geteuid().as_raw() != 0 {
+            return None;
+        }
+        let mut cmd = Command::new(workspace_bin("sbx-agent"));
+        // SAFETY: unshare is async-signal-safe and changes only the child's namespaces.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                if libc::unshare(libc::CLONE_NEWUTS) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        Some(Self::spawn(&[], cmd))
+    }
+
     fn spawn(extra: &[&str], mut cmd: Command) -> Agent {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agent.sock");

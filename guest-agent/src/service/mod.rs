@@ -201,6 +201,13 @@ impl Agent for AgentService {
         system::set_time(req.into_inner()).await.map(Response::new)
     }
 
+    async fn restored(
+        &self,
+        req: Request<pb::RestoredRequest>,
+    ) -> Result<Response<pb::RestoredResponse>, Status> {
+        system::restored(req.into_inner()).await.map(Response::new)
+    }
+
     type ConnectPortStream = BoxStream<pb::PortData>;
     async fn connect_port(
         &self,

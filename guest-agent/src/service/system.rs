@@ -1,11 +1,13 @@
-//! Info and SetTime: the wire messages to and from [`crate::system`]'s own types; and
-//! the one mapping of [`SystemError`] to a gRPC status.
+//! Info, SetTime and Restored: the wire messages to and from [`crate::system`]'s and
+//! [`crate::restored`]'s own types; and the one mapping of [`SystemError`] and of
+//! [`RestoredError`] to a gRPC status.
 
 use sbx_proto::agent::v1 as pb;
 use tonic::Status;
 
 use super::AgentService;
 use crate::report::error_chain;
+use crate::restored::{self, RestoredError};
 use crate::system::{self, SystemError};
 
 /// Info runs on the runtime thread: it is a handful of syscalls on kernel file systems
@@ -30,6 +32,28 @@ pub(super) async fn info(svc: &AgentService, _req: pb::InfoRequest) -> Result<pb
 
 pub(super) async fn set_time(req: pb::SetTimeRequest) -> Result<pb::SetTimeResponse, Status> {
     Ok(pb::SetTimeResponse { adjusted_by_ms: system::set_time(req.unix_ms)? })
+}
+
+/// Restored runs on the runtime thread too: a clock_settime, a sethostname and one small
+/// write to /dev/urandom.
+pub(super) async fn restored(req: pb::RestoredRequest) -> Result<pb::RestoredResponse, Status> {
+    let adjusted_by_ms = restored::restored(req.unix_ms, &req.hostname, &req.entropy)?;
+    Ok(pb::RestoredResponse { adjusted_by_ms, agent_version: env!("CARGO_PKG_VERSION").to_owned() })
+}
+
+impl From<RestoredError> for Status {
+    fn from(e: RestoredError) -> Status {
+        match e {
+            RestoredError::Clock(e) => e.into(),
+            RestoredError::BadHostname(_) | RestoredError::TooMuchEntropy(_) => {
+                Status::invalid_argument(error_chain(&e))
+            }
+            RestoredError::HostnameNotPermitted => Status::permission_denied(error_chain(&e)),
+            RestoredError::Hostname { .. } | RestoredError::Entropy(_) => {
+                Status::failed_precondition(error_chain(&e))
+            }
+        }
+    }
 }
 
 impl From<SystemError> for Status {

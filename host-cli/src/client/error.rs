@@ -115,6 +115,12 @@ impl ClientError {
         matches!(self, ClientError::Unreachable(_) | ClientError::Disconnected { .. })
     }
 
+    /// True when the VM's vsock backend took the connection but stopped serving it:
+    /// retrying through the same backend cannot help.
+    pub fn is_stalled(&self) -> bool {
+        matches!(self, ClientError::Unreachable(ConnectError::Stalled { .. }))
+    }
+
     /// Turns a status from `rpc` on the agent at `addr` into a client error.
     ///
     /// Decided by where the status came from, not by its words: tonic makes a status

@@ -1,4 +1,5 @@
-//! [`AgentInfo`]: what an agent reports about itself and its machine.
+//! [`AgentInfo`]: what an agent reports about itself and its machine; [`Restored`]: its
+//! answer when told it was restored from a snapshot.
 
 use sbx_proto::agent::v1 as pb;
 use schemars::JsonSchema;
@@ -47,5 +48,20 @@ impl From<pb::InfoResponse> for AgentInfo {
             pid1: i.pid1,
             time_unix_ms: i.time_unix_ms,
         }
+    }
+}
+
+/// What an agent answers when told it was restored from a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// How far its clock moved (new minus old), in milliseconds.
+    pub adjusted_by_ms: i64,
+    /// sbx-agent's version.
+    pub agent_version: String,
+}
+
+impl From<pb::RestoredResponse> for Restored {
+    fn from(r: pb::RestoredResponse) -> Self {
+        Restored { adjusted_by_ms: r.adjusted_by_ms, agent_version: r.agent_version }
     }
 }

@@ -1,17 +1,14 @@
 //! The steps snapshots, forks and parking share: saving a sandbox's VM into a
 //! snapshot, letting the saved VM run on, and bringing a VM up from a snapshot as a
-//! machine of its own (clock, hostname, randomness).
+//! machine of its own (clock, hostname, randomness: [`own`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::network::lifecycle::{self, RestoredNet};
-use super::{SandboxError, agent_address};
-use crate::client::{Client, ExecSpec};
+use super::{SandboxError, agent_address, own};
+use crate::client::{Client, ClientError};
 use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
-use crate::vmm::now_unix_ms;
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
@@ -26,6 +23,8 @@ const AGENT_TRY: Duration = Duration::from_secs(2);
 /// How long the agent gets to answer once its vsock device is up, before the device is
 /// plugged in again (see `plug_and_reach`).
 const REACH_TRY: Duration = Duration::from_secs(15);
+/// The pause before connecting again to an agent that refused a connection.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
 /// How many times the vsock device is plugged in before giving up.
 const PLUG_TRIES: u32 = 3;
 /// How long vhost-device-vsock gets after SIGTERM.
@@ -69,15 +68,14 @@ pub(super) async fn run_on(
         old.terminate(VHOST_GRACE).await;
     }
     start_vhost(record, persist).await?;
-    qmp.execute("cont").await?;
-    plug_and_reach(record, persist, &mut qmp, limit).await?;
+    plug_and_reach(record, persist, &mut qmp, limit, Hello::Info, Stopped::Yes).await?;
     Ok(())
 }
 
 /// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
 /// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
 /// the state, the load, the vsock device, the agent, and then the guest is made its
-/// own machine ([`make_own`]). Its network helper, which QEMU's NIC connects to, starts
+/// own machine ([`own`]). Its network helper, which QEMU's NIC connects to, starts
 /// first, as `net` says. `persist` records each process as it starts, so that whoever
 /// undoes a failure finds them. Returns the agent's version.
 pub(super) async fn bring_up(
@@ -140,13 +138,16 @@ pub(super) async fn bring_up(
             Err(e) => tracing::warn!("{e}; the restored guest holds all its memory"),
         }
     }
-    qmp.execute("cont").await?;
-    step("zero pages released, guest running");
-    let (client, version) = plug_and_reach(record, persist, &mut qmp, limit).await?;
+    step("zero pages released");
+    let name = record.name.clone();
+    let reached =
+        plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name), Stopped::Yes).await?;
     step("agent answers");
-    make_own(&client, &record.name).await.map_err(|e| revive(record, e))?;
+    if !reached.made_own {
+        own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;
+    }
     step("clock, hostname and randomness set");
-    Ok(version)
+    Ok(reached.version)
 }
 
 /// Starts vhost-device-vsock for `record` on its usual sockets (stale ones removed)
@@ -166,28 +167,74 @@ async fn start_vhost(
     Ok(())
 }
 
-/// Plugs the vsock device in, waits for the guest driver, then for the agent.
+/// Whether the VM is stopped when [`plug_and_reach`] starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stopped {
+    /// Stopped (after a save or a load): `cont` comes right after the first plug, so the
+    /// guest finds the device the moment it runs.
+    Yes,
+    /// Already running.
+    No,
+}
+
+/// The first call on a reached agent, which shows it answers.
+#[derive(Clone, Copy)]
+enum Hello<'a> {
+    /// Info: the VM is the one that was saved, running on.
+    Info,
+    /// Restored: the VM was brought up from a snapshot and becomes the machine named so
+    /// ([`own::greet`]).
+    Restored(&'a str),
+}
+
+/// A reached agent.
+struct Reached {
+    client: Client,
+    version: String,
+    /// False when [`own::by_hand`] is still to be done (see [`own::Greeted`]).
+    made_own: bool,
+}
+
+/// Plugs the vsock device in, lets the VM run if it is `stopped`, waits for the guest
+/// driver, then for the agent.
 ///
 /// vhost-device-vsock 0.3.0 now and then loses its worker thread while the guest sets
-/// the device up, and then no connection ever gets through; so when the agent does not
-/// answer within [`REACH_TRY`], the device is unplugged and plugged in again on a fresh
-/// backend, up to [`PLUG_TRIES`] times within `limit`.
+/// the device up, and then no connection ever gets through; so when the backend stops
+/// reading connections (see [`crate::connect`]) or the agent does not answer within
+/// [`REACH_TRY`], the device is unplugged and plugged in again on a fresh backend, up to
+/// [`PLUG_TRIES`] times within `limit`.
 async fn plug_and_reach(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     qmp: &mut Qmp,
     limit: Duration,
-) -> Result<(Client, String), SandboxError> {
+    hello: Hello<'_>,
+    mut stopped: Stopped,
+) -> Result<Reached, SandboxError> {
     let deadline = Instant::now() + limit;
     let mut tries = 0;
     loop {
         tries += 1;
         let left = deadline.saturating_duration_since(Instant::now());
         let this_try = if tries < PLUG_TRIES { left.min(REACH_TRY) } else { left };
+        let started = Instant::now();
+        let step = |what: &str| {
+            tracing::debug!("vsock try {tries}: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+        };
         migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
+        step("device plugged in");
+        if stopped == Stopped::Yes {
+            qmp.execute("cont").await?;
+            stopped = Stopped::No;
+            step("guest running");
+        }
         migrate::wait_vsock_driver(qmp, left).await?;
-        match reach_agent(record, this_try).await {
-            Ok(reached) => return Ok(reached),
+        step("guest driver up");
+        match reach_agent(record, this_try, hello).await {
+            Ok(reached) => {
+                step("agent answers");
+                return Ok(reached);
+            }
             Err(e) if tries >= PLUG_TRIES || Instant::now() >= deadline => return Err(e),
             Err(e) => {
                 tracing::warn!("{e}; plugging the vsock device in again on a fresh vhost-device-vsock");
@@ -201,55 +248,37 @@ async fn plug_and_reach(
     }
 }
 
-/// Connects to the agent until its Info answers: right after the device comes back the
-/// guest may still refuse a connection or two.
-async fn reach_agent(record: &Record, limit: Duration) -> Result<(Client, String), SandboxError> {
+/// Connects to the agent until its first call ([`Hello`]) answers: right after the
+/// device comes back the guest may still refuse a connection or two. Gives up at once,
+/// without waiting out `limit`, when the agent answered with an error (no retry would
+/// change it) or when the vsock backend stopped reading connections.
+async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Result<Reached, SandboxError> {
     let deadline = Instant::now() + limit;
     let addr = agent_address(record);
     loop {
         let tried = async {
             let client = Client::connect(&addr, AGENT_TRY).await?;
-            let info = client.info().await?;
-            Ok::<_, crate::client::ClientError>((client, info.agent_version))
+            let (version, made_own) = match hello {
+                Hello::Info => (client.info().await?.agent_version, true),
+                Hello::Restored(name) => {
+                    let greeted = own::greet(&client, name).await?;
+                    (greeted.version, greeted.made_own)
+                }
+            };
+            Ok::<_, ClientError>(Reached { client, version, made_own })
         };
         match tokio::time::timeout(AGENT_TRY, tried).await {
             Ok(Ok(reached)) => return Ok(reached),
-            Ok(Err(e)) if Instant::now() >= deadline => {
+            Ok(Err(e)) if !e.is_unreachable() || e.is_stalled() || Instant::now() >= deadline => {
                 let log = launcher::tail(&record.paths.vhost_log, 3);
                 return Err(revive(record, format!("{e} (vhost-device-vsock said: {log})")));
             }
             Err(_) if Instant::now() >= deadline => {
                 return Err(revive(record, "no answer"));
             }
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => tokio::time::sleep(RETRY_PAUSE).await,
         }
     }
-}
-
-/// Makes a restored guest its own machine: the host's clock, its own hostname, and
-/// randomness of its own. The VM generation id changed with the restore, so Linux has
-/// reseeded its generator already (`vmgenid`); host randomness is mixed in on top.
-async fn make_own(client: &Client, name: &str) -> Result<(), crate::client::ClientError> {
-    client.set_time(now_unix_ms()).await?;
-    let script = "echo \"$0\" > /proc/sys/kernel/hostname && cat > /dev/urandom";
-    let mut spec = ExecSpec::argv(["sh", "-c", script, name]);
-    spec.stdin = Bytes::from(host_random(64));
-    spec.timeout = Some(Duration::from_secs(10));
-    let result = client.exec(&spec).await?;
-    if !result.status.success() {
-        tracing::warn!(
-            "setting the hostname of `{name}` failed: {}",
-            String::from_utf8_lossy(&result.stderr.data).trim()
-        );
-    }
-    Ok(())
-}
-
-fn host_random(n: usize) -> Vec<u8> {
-    use std::io::Read;
-    let mut buf = vec![0u8; n];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
-    buf
 }
 
 fn revive(record: &Record, e: impl std::fmt::Display) -> SandboxError {

@@ -12,7 +12,8 @@
 //! - [`snapshot`]: named snapshots (create, list, remove, restore a sandbox to one);
 //!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
-//!   restore steps they share; [`template_snap`]: a plain `sbx create` restoring its
+//!   restore steps they share; `own`: a restored guest made a machine of its own
+//!   (clock, hostname, randomness); [`template_snap`]: a plain `sbx create` restoring its
 //!   template's snapshot instead of booting, and making one ahead (`sbx template
 //!   snapshot`).
 //! - [`metrics`]: CPU, memory, disk, network and uptime (`sbx stats`).
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod mode;
 pub mod mounts;
 pub mod network;
+mod own;
 pub mod park;
 pub mod run_code;
 pub mod save_template;
