@@ -51,7 +51,7 @@ pub(super) async fn save(
 }
 
 /// Lets a VM that was saved run on: a fresh vhost-device-vsock (the old one served the
-/// unplugged device), `cont`, the vsock device plugged in again, the agent reached.
+/// unplugged device), the vsock device plugged in again, `cont`, the agent reached.
 /// `persist` records each new process as it starts.
 pub(super) async fn run_on(
     record: &mut Record,
@@ -68,7 +68,7 @@ pub(super) async fn run_on(
         old.terminate(VHOST_GRACE).await;
     }
     start_vhost(record, persist).await?;
-    plug_and_reach(record, persist, &mut qmp, limit, Hello::Info, Stopped::Yes).await?;
+    plug_and_reach(record, persist, &mut qmp, limit, Hello::Info).await?;
     Ok(())
 }
 
@@ -141,7 +141,7 @@ pub(super) async fn bring_up(
     step("zero pages released");
     let name = record.name.clone();
     let reached =
-        plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name), Stopped::Yes).await?;
+        plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");
     if !reached.made_own {
         own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;
@@ -167,16 +167,6 @@ async fn start_vhost(
     Ok(())
 }
 
-/// Whether the VM is stopped when [`plug_and_reach`] starts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Stopped {
-    /// Stopped (after a save or a load): `cont` comes right after the first plug, so the
-    /// guest finds the device the moment it runs.
-    Yes,
-    /// Already running.
-    No,
-}
-
 /// The first call on a reached agent, which shows it answers.
 #[derive(Clone, Copy)]
 enum Hello<'a> {
@@ -195,8 +185,8 @@ struct Reached {
     made_own: bool,
 }
 
-/// Plugs the vsock device in, lets the VM run if it is `stopped`, waits for the guest
-/// driver, then for the agent.
+/// Plugs the vsock device into the stopped VM, lets the VM run (so the guest finds the
+/// device the moment it runs), waits for the guest driver, then for the agent.
 ///
 /// vhost-device-vsock 0.3.0 now and then loses its worker thread while the guest sets
 /// the device up, and then no connection ever gets through; so when the backend stops
@@ -209,7 +199,6 @@ async fn plug_and_reach(
     qmp: &mut Qmp,
     limit: Duration,
     hello: Hello<'_>,
-    mut stopped: Stopped,
 ) -> Result<Reached, SandboxError> {
     let deadline = Instant::now() + limit;
     let mut tries = 0;
@@ -223,9 +212,8 @@ async fn plug_and_reach(
         };
         migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
         step("device plugged in");
-        if stopped == Stopped::Yes {
+        if tries == 1 {
             qmp.execute("cont").await?;
-            stopped = Stopped::No;
             step("guest running");
         }
         migrate::wait_vsock_driver(qmp, left).await?;
@@ -276,7 +264,14 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
             Err(_) if Instant::now() >= deadline => {
                 return Err(revive(record, "no answer"));
             }
-            _ => tokio::time::sleep(RETRY_PAUSE).await,
+            Ok(Err(e)) => {
+                tracing::debug!("the agent did not answer yet: {e}");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(_) => {
+                tracing::debug!("the agent did not answer within {} s", AGENT_TRY.as_secs());
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
         }
     }
 }
