@@ -140,8 +140,7 @@ pub(super) async fn bring_up(
     }
     step("zero pages released");
     let name = record.name.clone();
-    let reached =
-        plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name)).await?;
+    let reached = plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");
     if !reached.made_own {
         own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;
