@@ -222,8 +222,9 @@ async fn plug_and_reach(
                 step("agent answers");
                 return Ok(reached);
             }
-            Err(e) if tries >= PLUG_TRIES || Instant::now() >= deadline => return Err(e),
-            Err(e) => {
+            Err(Unreached::Agent(e)) => return Err(e),
+            Err(Unreached::Backend(e)) if tries >= PLUG_TRIES || Instant::now() >= deadline => return Err(e),
+            Err(Unreached::Backend(e)) => {
                 tracing::warn!("{e}; plugging the vsock device in again on a fresh vhost-device-vsock");
                 migrate::unplug_vsock(qmp).await?;
                 if let Some(old) = record.vhost.take() {
@@ -235,11 +236,19 @@ async fn plug_and_reach(
     }
 }
 
+/// Why [`reach_agent`] gave up.
+enum Unreached {
+    /// Not through this vsock backend: plugging the device in on a fresh one may help.
+    Backend(SandboxError),
+    /// The agent answered with an error, which no new backend changes.
+    Agent(SandboxError),
+}
+
 /// Connects to the agent until its first call ([`Hello`]) answers: right after the
 /// device comes back the guest may still refuse a connection or two. Gives up at once,
 /// without waiting out `limit`, when the agent answered with an error (no retry would
 /// change it) or when the vsock backend stopped reading connections.
-async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Result<Reached, SandboxError> {
+async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Result<Reached, Unreached> {
     let deadline = Instant::now() + limit;
     let addr = agent_address(record);
     loop {
@@ -256,12 +265,16 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
         };
         match tokio::time::timeout(AGENT_TRY, tried).await {
             Ok(Ok(reached)) => return Ok(reached),
-            Ok(Err(e)) if !e.is_unreachable() || e.is_stalled() || Instant::now() >= deadline => {
+            Ok(Err(e)) if !e.is_unreachable() => return Err(Unreached::Agent(revive(record, e))),
+            Ok(Err(e)) if e.is_stalled() || Instant::now() >= deadline => {
                 let log = launcher::tail(&record.paths.vhost_log, 3);
-                return Err(revive(record, format!("{e} (vhost-device-vsock said: {log})")));
+                return Err(Unreached::Backend(revive(
+                    record,
+                    format!("{e} (vhost-device-vsock said: {log})"),
+                )));
             }
             Err(_) if Instant::now() >= deadline => {
-                return Err(revive(record, "no answer"));
+                return Err(Unreached::Backend(revive(record, "no answer")));
             }
             Ok(Err(e)) => {
                 tracing::debug!("the agent did not answer yet: {e}");
