@@ -31,6 +31,13 @@ fn counting(sbx: &Sbx, sandbox: &str) -> u64 {
     last
 }
 
+/// `RssShmem` of process `pid` (its guest RAM, a shared memfd), in KiB.
+fn rss_shmem_kib(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssShmem:")).expect("RssShmem in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
 fn snapshot_dirs(sbx: &Sbx) -> Vec<PathBuf> {
     match std::fs::read_dir(sbx.state_dir().join(".snapshots")) {
         Ok(d) => d.flatten().map(|e| e.path()).collect(),
@@ -87,6 +94,16 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert_eq!(s1["memory_mib"], 512);
     let size = s1["size_bytes"].as_u64().unwrap();
     assert!(size > 0 && size < 512 << 20, "size on disk {size}");
+    // Guest RAM is a sparse file of the guest's size beside a small stream, and the
+    // save handed the source's zero pages back (it held all 512 MiB before).
+    let s1_dir = sbx.state_dir().join(".snapshots/s1");
+    let ram = std::fs::metadata(s1_dir.join("ram.bin")).unwrap();
+    assert_eq!(ram.len(), 512 << 20);
+    assert!(std::os::unix::fs::MetadataExt::blocks(&ram) * 512 < 256 << 20, "ram.bin is sparse");
+    assert!(std::fs::metadata(s1_dir.join("memory.bin")).unwrap().len() < 16 << 20, "RAM left the stream");
+    let src_qemu = sbx.json(&["inspect", "src"])["qemu_pid"].as_u64().unwrap();
+    let shmem = rss_shmem_kib(src_qemu);
+    assert!(shmem < 256 << 10, "the source's QEMU holds {shmem} KiB of guest RAM after the save");
 
     // Bad input changes nothing.
     let err = sbx.fails(&["snapshot", "create", "src", "--name", "s1"]);
@@ -116,6 +133,29 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     sh(&sbx, "f1", "echo mine > /tmp/file");
     assert_eq!(sh(&sbx, "f2", "cat /tmp/file"), "original\n");
     assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+
+    // Guest RAM in the stream, as a QEMU that cannot leave it out saves it, in a
+    // snapshot of the layout before ram.bin (format 1): it still forks.
+    let out = sbx
+        .command(&["snapshot", "create", "src", "--name", "old"])
+        .env("SBX_SNAPSHOT_RAM", "stream")
+        .output();
+    let out = out.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let old = sbx.state_dir().join(".snapshots/old");
+    assert!(!old.join("ram.bin").exists());
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(old.join("snapshot.json")).unwrap()).unwrap();
+    assert_eq!((meta["ram_file"].as_bool(), meta["ignore_shared"].as_bool()), (Some(false), Some(false)));
+    let fields = meta.as_object_mut().unwrap();
+    fields.remove("ram_file");
+    fields.remove("ignore_shared");
+    fields.insert("format".into(), 1.into());
+    std::fs::write(old.join("snapshot.json"), meta.to_string()).unwrap();
+    sbx.json(&["create", "--from", "old", "--name", "f0", "--timeout", "240s"]);
+    assert_eq!(sh(&sbx, "f0", "cat /tmp/file; hostname"), "original\nf0\n");
+    counting(&sbx, "f0");
+    sbx.json(&["kill", "f0"]);
+    sbx.json(&["snapshot", "rm", "old"]);
 
     // Parking: no process left; any command brings it back with its files and job.
     let f2_dir = dir_of(&sbx, "f2");
@@ -173,6 +213,16 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert_eq!(sbx.sandbox_dirs().len(), before);
     assert!(sbx.state_of("bad").is_none());
     assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a failed fork left a process");
+    // Guest RAM truncated, or of another size: refused before anything starts.
+    std::fs::write(&memory, &full).unwrap();
+    let ram = std::fs::OpenOptions::new().write(true).open(memory.with_file_name("ram.bin")).unwrap();
+    for len in [100 << 20, 600 << 20] {
+        ram.set_len(len).unwrap();
+        let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+        assert!(err.contains("unusable") && err.contains(&format!("ram.bin has {len} bytes")), "{err}");
+    }
+    assert_eq!(sbx.sandbox_dirs().len(), before);
+    assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a refused fork left a process");
 
     // A dead sandbox is refused, and nothing is written.
     let pid = sbx.json(&["inspect", "f1"])["qemu_pid"].as_u64().unwrap().to_string();
@@ -275,10 +325,15 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
     sbx.json(&["create", "--name", "src", "--net", "none", "--memory", "128", "--timeout", "240s"]);
     sh(&sbx, "src", "echo original > /tmp/file");
     sbx.json(&["snapshot", "create", "src", "--name", "old"]);
-    let qemu = sbx.json(&["inspect", "src"])["qemu_pid"].as_u64().unwrap().to_string();
 
-    // Once the save has passed its free-space check (its staging directory appears),
-    // QEMU is held while the file system is filled, then let go: the stream hits ENOSPC.
+    // QEMU's QMP monitor serves one client at a time: while this test holds it, the
+    // save waits for QEMU's greeting right after its free-space check (its staging
+    // directory appears). The file system is filled meanwhile but for 2 MiB, room for
+    // the stream of device state and not for guest RAM, then the monitor let go.
+    let monitor = std::os::unix::net::UnixStream::connect(dir_of(&sbx, "src").join("qmp.sock")).unwrap();
+    let mut greeting = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&monitor), &mut greeting).unwrap();
+    assert!(greeting.contains("QMP"), "{greeting}");
     let saving = sbx.command(&["snapshot", "create", "src", "--name", "new"]).spawn().unwrap();
     wait_until("the save to start", Duration::from_secs(60), || {
         std::fs::read_dir(&snaps)
@@ -286,18 +341,20 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
             .flatten()
             .any(|e| e.file_name().to_string_lossy().contains("staging"))
     });
-    let signal = |sig: &str| std::process::Command::new("kill").args([sig, &qemu]).status().unwrap();
-    assert!(signal("-STOP").success());
     let filler = snaps.join("filler");
     {
         use std::io::Write;
         let mut f = std::fs::File::create(&filler).unwrap();
         let chunk = vec![1u8; 1 << 20];
         while f.write_all(&chunk).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len - (2 << 20)).unwrap();
     }
-    assert!(signal("-CONT").success());
+    drop(monitor);
     let out = sbx_tests::vm::wait_bounded(saving, sbx_tests::vm::HANG_GUARD).expect("the save hung");
     assert!(!out.status.success(), "a save onto a full disk succeeded: {}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains("could not copy guest RAM") && err.contains("free space"), "{err}");
     std::fs::remove_file(&filler).unwrap();
     let left: Vec<_> = std::fs::read_dir(&snaps).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, ["old"], "only the old snapshot is left (nothing partial)");

@@ -14,7 +14,7 @@ use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
-use crate::vmm::{migrate, zeropages};
+use crate::vmm::{guest_ram, migrate};
 
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
@@ -30,24 +30,59 @@ const PLUG_TRIES: u32 = 3;
 /// How long vhost-device-vsock gets after SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
 
+/// What [`save`] wrote, for the snapshot's description.
+pub(super) struct SavedVm {
+    /// QEMU's version.
+    pub qemu_version: String,
+    /// Guest RAM is in `ram.bin`, not in the stream.
+    pub ram_file: bool,
+    /// The stream was saved with `x-ignore-shared`.
+    pub ignore_shared: bool,
+}
+
+/// Whether guest RAM is kept out of the stream; `SBX_SNAPSHOT_RAM=stream` keeps it in,
+/// as a QEMU that cannot leave it out does (tests use it for that path).
+fn ram_outside_stream() -> bool {
+    std::env::var("SBX_SNAPSHOT_RAM").as_deref() != Ok("stream")
+}
+
 /// Saves the VM of `record` (running, not frozen) into `staging`: the vsock device is
-/// unplugged, the guest stopped, its state written, and its disk overlay copied when
-/// `copy_disk`. QEMU is left stopped; [`run_on`] lets it continue. Returns QEMU's
-/// version.
+/// unplugged, the guest stopped, its device state written, its RAM copied into
+/// `ram.bin` (see [`guest_ram`]; the source's zero pages are handed back on the way),
+/// and its disk overlay copied when `copy_disk`. QEMU is left stopped; [`run_on`] lets
+/// it continue.
 pub(super) async fn save(
     record: &Record,
     staging: &Staging,
     copy_disk: bool,
-) -> Result<String, SandboxError> {
+) -> Result<SavedVm, SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
-    let version = qemu_version(&mut qmp).await?;
+    let qemu_version = qemu_version(&mut qmp).await?;
     migrate::unplug_vsock(&mut qmp).await?;
-    migrate::save(&mut qmp, &staging.memory(), SAVE_LIMIT).await?;
+    let ignore_shared = ram_outside_stream();
+    let guest_bytes = u64::from(record.memory_mib) << 20;
+    let saved = migrate::save(&mut qmp, &staging.memory(), ignore_shared, guest_bytes, SAVE_LIMIT).await?;
+    if !saved.ram_in_stream {
+        let pid = record.qemu.map_or(0, |p| p.pid);
+        let ram = staging.ram();
+        let pages = tokio::task::spawn_blocking(move || guest_ram::save(pid, &ram))
+            .await
+            .expect("the RAM copy does not panic")?;
+        tracing::debug!(
+            "save: {} MiB of guest RAM copied, {} MiB of zero pages handed back",
+            pages.data >> 20,
+            pages.zero >> 20
+        );
+    } else if ignore_shared {
+        tracing::info!(
+            "QEMU {qemu_version} kept guest RAM in the migration stream (x-ignore-shared leaves out only RAM in a named file there): restores of this snapshot load it from the stream, which is slower"
+        );
+    }
     if let (true, Some(overlay)) = (copy_disk, &record.paths.overlay) {
         // QEMU flushed and released the disk when the save completed.
         copy_file(overlay, &staging.disk())?;
     }
-    Ok(version)
+    Ok(SavedVm { qemu_version, ram_file: !saved.ram_in_stream, ignore_shared })
 }
 
 /// Lets a VM that was saved run on: a fresh vhost-device-vsock (the old one served the
@@ -74,10 +109,12 @@ pub(super) async fn run_on(
 
 /// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
 /// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
-/// the state, the load, the vsock device, the agent, and then the guest is made its
-/// own machine ([`own`]). Its network helper, which QEMU's NIC connects to, starts
-/// first, as `net` says. `persist` records each process as it starts, so that whoever
-/// undoes a failure finds them. Returns the agent's version.
+/// the state, guest RAM written from `ram.bin` (or, for a stream that holds it, the
+/// zero pages its load allocated handed back), the load, the vsock device, the agent,
+/// and then the guest is made its own machine ([`own`]). Its network helper, which
+/// QEMU's NIC connects to, starts first, as `net` says. `persist` records each process
+/// as it starts, so that whoever undoes a failure finds them. Returns the agent's
+/// version.
 pub(super) async fn bring_up(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
@@ -118,6 +155,15 @@ pub(super) async fn bring_up(
     persist(record)?;
     let mut qmp = connect_new(record, &mut child, limit).await?;
     step("QEMU answers");
+    let pid = record.qemu.map_or(0, |p| p.pid);
+    migrate::prepare_load(&mut qmp, snap.meta.ignore_shared).await?;
+    if let Some(ram) = snap.ram() {
+        // Before the load: loading virtio devices reads their rings in guest RAM.
+        let bytes = tokio::task::spawn_blocking(move || guest_ram::load(&ram, pid))
+            .await
+            .expect("the RAM copy does not panic")?;
+        step(&format!("{} MiB of guest RAM written", bytes >> 20));
+    }
     match migrate::load(&mut qmp, &snap.memory(), limit).await {
         // QEMU ends on a stream it cannot read; its log says why.
         Err(migrate::MigrateError::Qmp(e)) => {
@@ -132,13 +178,14 @@ pub(super) async fn bring_up(
         other => other?,
     }
     step("state loaded");
-    if let Some(pid) = record.qemu.map(|p| p.pid) {
-        match zeropages::release(pid) {
-            Ok(bytes) => tracing::debug!("restore: released {} MiB of zero pages", bytes >> 20),
-            Err(e) => tracing::warn!("{e}; the restored guest holds all its memory"),
+    if snap.ram().is_none() {
+        // QEMU's load of RAM from the stream allocated every zero page.
+        match tokio::task::spawn_blocking(move || guest_ram::release(pid)).await {
+            Ok(Ok(pages)) => step(&format!("{} MiB of zero pages released", pages.zero >> 20)),
+            Ok(Err(e)) => tracing::warn!("{e}; the restored guest holds all its memory"),
+            Err(e) => tracing::warn!("releasing zero pages failed: {e}"),
         }
     }
-    step("zero pages released");
     let name = record.name.clone();
     let reached = plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");

@@ -167,6 +167,9 @@ pub enum SandboxError {
     /// Saving or loading a VM's state.
     #[error(transparent)]
     Migrate(#[from] crate::vmm::migrate::MigrateError),
+    /// Copying guest RAM to or from a snapshot.
+    #[error(transparent)]
+    GuestRam(#[from] crate::vmm::guest_ram::GuestRamError),
     /// A snapshot on disk.
     #[error(transparent)]
     SnapFile(#[from] crate::vmm::snapfile::SnapFileError),

@@ -36,7 +36,8 @@ pub struct SnapshotInfo {
     pub memory_mib: u32,
     /// Guest vCPUs.
     pub cpus: u32,
-    /// Bytes on disk (memory stream and disk overlay).
+    /// Bytes on disk: the blocks its files take (device state, guest RAM without its
+    /// zero pages, disk overlay).
     pub size_bytes: u64,
     /// When it was taken (Unix milliseconds).
     pub created_unix_ms: i64,
@@ -121,7 +122,7 @@ pub(super) async fn save_into(
     }
     let saved = machine::save(record, &staging, copy_disk).await;
     let committed = match saved {
-        Ok(qemu_version) => {
+        Ok(saved) => {
             // The guest is stopped: its open connections are what a restore resets.
             let network = crate::sandbox::network::lifecycle::for_snapshot(&record.paths.dir).await;
             let meta = SnapshotMeta {
@@ -134,11 +135,13 @@ pub(super) async fn save_into(
                 memory_mib: record.memory_mib,
                 cpus: record.cpus,
                 accel: record.accel.clone(),
-                qemu_version,
+                qemu_version: saved.qemu_version,
                 programs: snapfile::programs_fingerprint(),
                 created_unix_ms: now_unix_ms(),
                 memory_bytes: 0,
                 disk: overlay.is_some(),
+                ram_file: saved.ram_file,
+                ignore_shared: saved.ignore_shared,
                 network,
             };
             staging.commit(meta, false).map_err(SandboxError::from)

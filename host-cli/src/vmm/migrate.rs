@@ -6,10 +6,17 @@
 //! after a load or once the save is done. The guest agent's listening socket outlives
 //! the device; connections open at the time are reset by the guest's vsock driver.
 //!
-//! The file is QEMU's own migration stream (`migrate` to `exec:cat > FILE`), which
-//! holds only the pages in use. Guest RAM stays a shared memfd: vhost-user needs it
-//! shared, so Kata's templating (RAM in a file mapped privately on restore) does not
-//! apply here; rootfs/README.md has the measurements.
+//! The file is QEMU's own migration stream (`migrate` to `exec:cat > FILE`). A save
+//! sets the `x-ignore-shared` capability, under which QEMU 7.2 leaves every shared RAM
+//! block out of the stream (`ramblock_is_ignored`): guest RAM is a shared memfd
+//! (vhost-user needs it shared), so the stream holds only device state and the small
+//! firmware blocks, and sbx copies guest RAM itself ([`super::guest_ram`]), which costs
+//! nothing per zero page where QEMU's own load allocated all of guest memory. QEMU >=
+//! 8.2 ignores only RAM in a *named file*, not a memfd: [`Saved::ram_in_stream`] tells,
+//! from the RAM total of `query-migrate`, and such a snapshot keeps RAM in its stream.
+//! The load must set the capability as the save did (the stream's layout depends on
+//! it). Kata's templating (RAM in a file mapped privately on restore) does not apply:
+//! vhost-user needs the memory shared; rootfs/README.md has the measurements.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,12 +28,15 @@ use super::qmp::{Qmp, QmpError};
 
 /// How long the guest gets to release the vsock device.
 const UNPLUG_WAIT: Duration = Duration::from_secs(10);
-/// How often migration progress is polled.
-const POLL: Duration = Duration::from_millis(20);
+/// How often QEMU is asked whether the vsock device is gone after an unplug (a QMP
+/// round trip costs well under a millisecond).
+const POLL: Duration = Duration::from_millis(5);
 /// How often the guest driver's progress with a plugged-in vsock device is polled: it
 /// takes the guest 20 to 120 ms under TCG, and the agent is reached right after, so a
 /// 20 ms poll cost 10 ms on average. A query is one QMP round trip.
 const DRIVER_POLL: Duration = Duration::from_millis(5);
+/// How long to wait for a `MIGRATION` event before asking for the status anyway.
+const EVENT_WAIT: Duration = Duration::from_millis(200);
 /// The first bytes of a QEMU migration stream: "QEVM" and version 3.
 pub const STREAM_MAGIC: [u8; 8] = [b'Q', b'E', b'V', b'M', 0, 0, 0, 3];
 
@@ -143,32 +153,69 @@ fn driver_ok(status: &Value) -> bool {
     started && ok
 }
 
-/// Stops the guest and writes its whole state to `file` (created or truncated). The
-/// vsock device must be unplugged. The VM is left stopped, its disks flushed and
-/// released: `cont` lets it run on.
-pub async fn save(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
+/// What a save wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Saved {
+    /// Whether the stream holds guest RAM: the save did not ask to leave it out, or
+    /// this QEMU did not (the RAM it sent is at least the guest's memory).
+    pub ram_in_stream: bool,
+}
+
+/// Stops the guest and writes its state to `file` (created or truncated), guest RAM
+/// left out when `ignore_shared` and QEMU agrees (see [`Saved`]). The vsock device
+/// must be unplugged. The VM is left stopped, its disks flushed and released: `cont`
+/// lets it run on.
+pub async fn save(
+    qmp: &mut Qmp,
+    file: &Path,
+    ignore_shared: bool,
+    guest_bytes: u64,
+    limit: Duration,
+) -> Result<Saved, MigrateError> {
     let quoted = shell_quote(file)?;
     qmp.execute("stop").await?;
+    set_capabilities(qmp, ignore_shared).await?;
     // The default is 128 MiB/s; a local file takes what the disk gives.
     qmp.execute_with("migrate-set-parameters", json!({ "max-bandwidth": 64_i64 << 30 })).await?;
     qmp.execute_with("migrate", json!({ "uri": format!("exec:cat > {quoted}") })).await?;
-    wait_migration(qmp, "save", limit).await
+    let info = wait_migration(qmp, "save", limit).await?;
+    let sent = info.pointer("/ram/total").and_then(Value::as_u64).unwrap_or(u64::MAX);
+    Ok(Saved { ram_in_stream: !ignore_shared || sent >= guest_bytes })
 }
 
-/// Loads `file` into a QEMU started with `-incoming defer` and `-S` (see
-/// [`restore_args`]); the guest stays stopped until `cont`.
+/// Makes a QEMU started with `-incoming defer` (see [`restore_args`]) ready for a
+/// stream saved with `ignore_shared` as given: call before [`load`], and before
+/// filling guest RAM when the stream leaves it out.
+pub async fn prepare_load(qmp: &mut Qmp, ignore_shared: bool) -> Result<(), MigrateError> {
+    set_capabilities(qmp, ignore_shared).await
+}
+
+/// Loads `file` into a QEMU made ready by [`prepare_load`]; the guest stays stopped
+/// until `cont`.
 pub async fn load(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
     let quoted = shell_quote(file)?;
     qmp.execute_with("migrate-incoming", json!({ "uri": format!("exec:cat {quoted}") })).await?;
-    wait_migration(qmp, "load", limit).await
+    wait_migration(qmp, "load", limit).await.map(drop)
 }
 
-async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> Result<(), MigrateError> {
+/// `events`: QEMU announces each change of the migration's status, so the wait ends
+/// when it does instead of at the next poll.
+async fn set_capabilities(qmp: &mut Qmp, ignore_shared: bool) -> Result<(), MigrateError> {
+    let caps = json!([
+        { "capability": "events", "state": true },
+        { "capability": "x-ignore-shared", "state": ignore_shared },
+    ]);
+    qmp.execute_with("migrate-set-capabilities", json!({ "capabilities": caps })).await?;
+    Ok(())
+}
+
+/// Waits until the migration completed; returns `query-migrate`'s answer then.
+async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> Result<Value, MigrateError> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let info = qmp.execute("query-migrate").await?;
         match info.get("status").and_then(Value::as_str) {
-            Some("completed") => return Ok(()),
+            Some("completed") => return Ok(info),
             Some("failed" | "cancelled") => {
                 let reason =
                     info.get("error-desc").and_then(Value::as_str).unwrap_or("no reason given").to_string();
@@ -176,11 +223,12 @@ async fn wait_migration(qmp: &mut Qmp, what: &'static str, limit: Duration) -> R
             }
             _ => {}
         }
-        if tokio::time::Instant::now() >= deadline {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
             let _ = qmp.execute("migrate_cancel").await;
             return Err(MigrateError::Timeout { what, secs: limit.as_secs() });
         }
-        tokio::time::sleep(POLL).await;
+        qmp.wait_event("MIGRATION", left.min(EVENT_WAIT)).await?;
     }
 }
 

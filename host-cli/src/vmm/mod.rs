@@ -15,13 +15,15 @@
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, the vsock device
 //!   unplugged and plugged around it.
-//! - [`zeropages`]: handing a restored guest's all-zero pages back to the host.
+//! - [`guest_ram`]: guest RAM kept outside the migration stream (`ram.bin`), copied
+//!   sparsely, and all-zero pages handed back to the host.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`storage`]: host folders (virtio-9p) and the disk size, as QEMU arguments and
 //!   kernel command line words.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 
 pub mod dirs;
+pub mod guest_ram;
 pub mod launcher;
 pub mod migrate;
 pub mod process;
@@ -32,7 +34,6 @@ pub mod state;
 pub mod storage;
 pub mod template;
 pub mod watchdog;
-pub mod zeropages;
 
 /// Now, in Unix milliseconds.
 pub(crate) fn now_unix_ms() -> i64 {

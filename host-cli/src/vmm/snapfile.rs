@@ -1,6 +1,11 @@
 //! A snapshot on disk: a directory holding `snapshot.json` (what it is), `memory.bin`
-//! (QEMU's migration stream: RAM and device state) and, for a template with a disk,
-//! `disk.qcow2` (the sandbox's copy-on-write overlay as it was).
+//! (QEMU's migration stream: device state), `ram.bin` (guest RAM as a sparse file of
+//! its size: all-zero pages are holes; see [`super::guest_ram`]) and, for a template
+//! with a disk, `disk.qcow2` (the sandbox's copy-on-write overlay as it was).
+//!
+//! Format 2 added `ram.bin`. A snapshot whose QEMU kept guest RAM in the stream (from
+//! QEMU 8.2 on, see [`super::migrate`]) has none, and neither has one of format 1,
+//! which still opens and restores.
 //!
 //! Named snapshots live in `<state>/.snapshots/<name>/`; a parked sandbox keeps its
 //! own in `<sandbox dir>/parked/`. A snapshot is written into a staging directory
@@ -18,10 +23,16 @@ use super::template::Template;
 pub const META_FILE: &str = "snapshot.json";
 /// The migration stream.
 pub const MEMORY_FILE: &str = "memory.bin";
+/// Guest RAM, when not in the stream.
+pub const RAM_FILE: &str = "ram.bin";
 /// The disk overlay.
 pub const DISK_FILE: &str = "disk.qcow2";
 /// The version of this layout.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
+/// The oldest layout this sbx still restores (format 1: RAM always in the stream).
+const OLDEST_FORMAT: u32 = 1;
+/// The files a snapshot may hold.
+const FILES: [&str; 4] = [META_FILE, MEMORY_FILE, RAM_FILE, DISK_FILE];
 
 /// Why a snapshot cannot be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +106,13 @@ pub struct SnapshotMeta {
     pub memory_bytes: u64,
     /// Whether `disk.qcow2` is part of it.
     pub disk: bool,
+    /// Whether guest RAM is in `ram.bin` rather than in the stream (format 1 never).
+    #[serde(default)]
+    pub ram_file: bool,
+    /// Whether the stream was saved with QEMU's `x-ignore-shared` capability, which its
+    /// load must set too (format 1 never).
+    #[serde(default)]
+    pub ignore_shared: bool,
     /// The guest's network when it had a NIC (absent: no NIC, as with `--net none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<SnapshotNet>,
@@ -126,19 +144,21 @@ impl Snapshot {
         self.dir.join(MEMORY_FILE)
     }
 
+    /// Guest RAM, if it is kept outside the stream.
+    pub fn ram(&self) -> Option<PathBuf> {
+        self.meta.ram_file.then(|| self.dir.join(RAM_FILE))
+    }
+
     /// The disk overlay, if it has one.
     pub fn disk(&self) -> Option<PathBuf> {
         self.meta.disk.then(|| self.dir.join(DISK_FILE))
     }
 
-    /// Bytes it takes on disk.
+    /// Bytes it takes on disk: the blocks its files have allocated (`ram.bin`'s
+    /// holes take none).
     pub fn size_on_disk(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;
-        [META_FILE, MEMORY_FILE, DISK_FILE]
-            .iter()
-            .filter_map(|f| std::fs::metadata(self.dir.join(f)).ok())
-            .map(|m| m.blocks() * 512)
-            .sum()
+        FILES.iter().filter_map(|f| std::fs::metadata(self.dir.join(f)).ok()).map(|m| m.blocks() * 512).sum()
     }
 }
 
@@ -155,8 +175,11 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
         std::fs::read(dir.join(META_FILE)).map_err(|e| damaged(format!("no readable {META_FILE} ({e})")))?;
     let meta: SnapshotMeta =
         serde_json::from_slice(&text).map_err(|e| damaged(format!("{META_FILE} is malformed ({e})")))?;
-    if meta.format != FORMAT {
-        return Err(damaged(format!("it has layout {}, this sbx reads {FORMAT}", meta.format)));
+    if !(OLDEST_FORMAT..=FORMAT).contains(&meta.format) {
+        return Err(damaged(format!(
+            "it has layout {}, this sbx reads {OLDEST_FORMAT} to {FORMAT}",
+            meta.format
+        )));
     }
     let memory = dir.join(MEMORY_FILE);
     let len = std::fs::metadata(&memory)
@@ -167,6 +190,15 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     }
     if !looks_like_stream(&memory) {
         return Err(damaged(format!("{MEMORY_FILE} is not a QEMU migration stream")));
+    }
+    if meta.ram_file {
+        let ram = u64::from(meta.memory_mib) << 20;
+        let len = std::fs::metadata(dir.join(RAM_FILE))
+            .map(|m| m.len())
+            .map_err(|e| damaged(format!("no {RAM_FILE} ({e})")))?;
+        if len != ram {
+            return Err(damaged(format!("{RAM_FILE} has {len} bytes, the guest's memory {ram}")));
+        }
     }
     if meta.disk && !dir.join(DISK_FILE).is_file() {
         return Err(damaged(format!("{DISK_FILE} is missing")));
@@ -256,6 +288,11 @@ impl Staging {
         self.dir.join(MEMORY_FILE)
     }
 
+    /// Where guest RAM goes, when not in the stream.
+    pub fn ram(&self) -> PathBuf {
+        self.dir.join(RAM_FILE)
+    }
+
     /// Where the disk overlay goes.
     pub fn disk(&self) -> PathBuf {
         self.dir.join(DISK_FILE)
@@ -270,7 +307,7 @@ impl Staging {
         let meta_path = self.dir.join(META_FILE);
         let json = serde_json::to_vec_pretty(&meta).expect("a snapshot description always serializes");
         std::fs::write(&meta_path, json).map_err(|e| write(&meta_path, e))?;
-        for f in [META_FILE, MEMORY_FILE, DISK_FILE] {
+        for f in FILES {
             if let Ok(file) = std::fs::File::open(self.dir.join(f)) {
                 file.sync_all().map_err(|e| write(&self.dir.join(f), e))?;
             }
@@ -324,6 +361,8 @@ mod tests {
             created_unix_ms: 1,
             memory_bytes: 0,
             disk: false,
+            ram_file: false,
+            ignore_shared: false,
             network: None,
         }
     }
@@ -350,6 +389,41 @@ mod tests {
         assert!(err.contains("50 bytes") && err.contains("sbx snapshot rm"), "{err}");
         std::fs::write(snap.memory(), [0u8; 108]).unwrap();
         assert!(open(&target).unwrap_err().to_string().contains("not a QEMU migration stream"));
+    }
+
+    #[test]
+    fn ram_file_length_and_layout_versions_are_checked() {
+        let d = tempfile::tempdir().unwrap();
+        let target = named_dir(d.path()).join("s");
+        let staging = Staging::new(&target, 0).unwrap();
+        std::fs::write(staging.memory(), STREAM).unwrap();
+        let ram = std::fs::File::create(staging.ram()).unwrap();
+        ram.set_len(4 << 20).unwrap();
+        let m = SnapshotMeta { memory_mib: 4, ram_file: true, ignore_shared: true, ..meta("s") };
+        let snap = staging.commit(m, false).unwrap();
+        assert_eq!(open(&target).unwrap().ram(), Some(target.join(RAM_FILE)));
+        assert!(snap.size_on_disk() < 1 << 20, "ram.bin's holes take no room");
+        // Truncated, then grown: refused before anything starts.
+        ram.set_len(1 << 20).unwrap();
+        let err = open(&target).unwrap_err().to_string();
+        assert!(err.contains("ram.bin has 1048576 bytes") && err.contains("sbx snapshot rm"), "{err}");
+        ram.set_len(5 << 20).unwrap();
+        assert!(open(&target).unwrap_err().to_string().contains("ram.bin has 5242880 bytes"));
+        std::fs::remove_file(target.join(RAM_FILE)).unwrap();
+        assert!(open(&target).unwrap_err().to_string().contains("no ram.bin"));
+        // Format 1 (RAM in the stream, no new fields) still opens; a newer one does not.
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(target.join(META_FILE)).unwrap()).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        fields.remove("ram_file");
+        fields.remove("ignore_shared");
+        fields.insert("format".into(), 1.into());
+        std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
+        let old = open(&target).unwrap();
+        assert!(!old.meta.ram_file && !old.meta.ignore_shared && old.ram().is_none());
+        json["format"] = (FORMAT + 1).into();
+        std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
+        assert!(open(&target).unwrap_err().to_string().contains("this sbx reads 1 to 2"));
     }
 
     #[test]
