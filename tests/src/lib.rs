@@ -155,6 +155,22 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Whether the `debian` template is built. Missing, it fails the calling test (a skipped
+/// proof is no proof), unless SBX_TEST_SKIP_DEBIAN=1 asks to skip it on purpose: then
+/// this says so and returns false.
+pub fn debian_or_skip() -> bool {
+    if data_dir().join("templates/debian/template.json").is_file() {
+        return true;
+    }
+    let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
+    assert!(
+        std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
+        "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
+    );
+    eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
+    false
+}
+
 /// sbx's data directory, where rootfs/setup.sh puts the kernel and templates:
 /// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
 pub fn data_dir() -> PathBuf {

@@ -374,19 +374,9 @@ async fn vm_minimal_powers_off_on_sigterm_to_pid1() {
     );
 }
 
-/// The `debian` template. Missing, it fails the test (a skipped proof is no proof),
-/// unless SBX_TEST_SKIP_DEBIAN=1 asks to skip it on purpose.
+/// The `debian` template, if built (see [`sbx_tests::debian_or_skip`]).
 fn debian_template() -> Option<Template> {
-    if let Some(t) = Template::load("debian") {
-        return Some(t);
-    }
-    let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
-    assert!(
-        std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
-        "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
-    );
-    eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
-    None
+    sbx_tests::debian_or_skip().then(|| Template::load("debian").expect("the debian template.json reads"))
 }
 
 #[tokio::test(flavor = "multi_thread")]

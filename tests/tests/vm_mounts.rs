@@ -169,13 +169,7 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
 
 #[test]
 fn vm_debian_disk_grows_to_the_size_asked_and_shares_mount_there_too() {
-    if !sbx_tests::data_dir().join("templates/debian/template.json").is_file() {
-        let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
-        assert!(
-            std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
-            "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
-        );
-        eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
+    if !sbx_tests::debian_or_skip() {
         return;
     }
     let host = tempfile::tempdir().unwrap();

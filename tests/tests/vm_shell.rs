@@ -134,14 +134,7 @@ fn vm_shell_on_a_real_terminal() {
 
 #[test]
 fn vm_shell_is_bash_where_the_template_has_it() {
-    let data = sbx_tests::data_dir();
-    if !data.join("templates/debian/template.json").is_file() {
-        let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
-        assert!(
-            std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
-            "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
-        );
-        eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
+    if !sbx_tests::debian_or_skip() {
         return;
     }
     let sbx = Sbx::new();

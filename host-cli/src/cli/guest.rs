@@ -9,9 +9,9 @@ use clap::{Args, Subcommand};
 use super::{parse_duration, parse_env};
 use crate::sandbox::mode::parse_mode;
 
-/// How a command runs (shared by exec and run).
+/// Where, with what environment and as whom a command runs (shared by exec, run and shell).
 #[derive(Debug, Clone, Args)]
-pub struct CommandArgs {
+pub struct ProcessArgs {
     /// Working directory in the guest (absolute).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
@@ -21,6 +21,14 @@ pub struct CommandArgs {
     /// User to run as: a name or a numeric uid.
     #[arg(short, long, value_name = "USER")]
     pub user: Option<String>,
+}
+
+/// How a command runs (shared by exec and run).
+#[derive(Debug, Clone, Args)]
+pub struct CommandArgs {
+    /// Where and as whom.
+    #[command(flatten)]
+    pub process: ProcessArgs,
     /// Run a shell command line with /bin/sh -c instead of an argv.
     #[arg(long = "sh", value_name = "LINE", conflicts_with = "argv")]
     pub shell: Option<String>,
@@ -62,15 +70,9 @@ pub struct ShellArgs {
     /// The sandbox, by name or id (default: --sandbox / SBX_SANDBOX, or --agent).
     #[arg(value_name = "SANDBOX")]
     pub name: Option<String>,
-    /// Working directory in the guest (absolute).
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<String>,
-    /// Extra environment variable (repeatable).
-    #[arg(short, long = "env", value_name = "K=V", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
-    /// User to run as: a name or a numeric uid.
-    #[arg(short, long, value_name = "USER")]
-    pub user: Option<String>,
+    /// Where and as whom.
+    #[command(flatten)]
+    pub process: ProcessArgs,
 }
 
 /// `sbx run`.

@@ -28,7 +28,7 @@ mod template;
 
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
-    JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, RunArgs, ShellArgs, WriteArgs,
+    JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, ProcessArgs, RmArgs, RunArgs, ShellArgs, WriteArgs,
 };
 use mcp::MCP_AFTER_HELP;
 pub use mcp::McpArgs;

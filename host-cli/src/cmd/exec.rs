@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Ctx;
 use super::UsageError;
-use crate::cli::{CommandArgs, ExecArgs};
+use crate::cli::{CommandArgs, ExecArgs, ProcessArgs};
 use crate::client::{ClientError, ExecEvent, ExecSpec};
 
 /// Stdin bytes `--capture` accepts: one gRPC message, minus room for the rest.
@@ -22,10 +22,15 @@ pub(super) fn spec(args: &CommandArgs) -> ExecSpec {
         Some(line) => ExecSpec::shell(line.clone()),
         None => ExecSpec::argv(args.argv.iter().cloned()),
     };
-    spec.cwd = args.cwd.clone();
-    spec.env = args.env.iter().cloned().collect();
-    spec.user = args.user.clone();
+    set_process(&mut spec, &args.process);
     spec
+}
+
+/// Sets where, with what environment and as whom `spec` runs (exec, run and shell).
+pub(super) fn set_process(spec: &mut ExecSpec, process: &ProcessArgs) {
+    spec.cwd = process.cwd.clone();
+    spec.env = process.env.iter().cloned().collect();
+    spec.user = process.user.clone();
 }
 
 /// How a CLI user gives a sandbox more memory.

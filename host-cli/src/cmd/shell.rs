@@ -29,9 +29,7 @@ pub(super) async fn shell(ctx: &Ctx, args: ShellArgs) -> Result<u8> {
     }
     let client = ctx.client_for(args.name.as_deref()).await?;
     let mut spec = ExecSpec::shell(SHELL);
-    spec.cwd = args.cwd;
-    spec.env = args.env.into_iter().collect();
-    spec.user = args.user;
+    super::exec::set_process(&mut spec, &args.process);
     session(&client, &spec).await
 }
 

@@ -375,33 +375,17 @@ pub fn get(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
 mod tests {
     use super::*;
     use crate::vmm::process::ProcRef;
-    use crate::vmm::state::{Paths, Record};
+    use crate::vmm::state::{Allocation, Paths, Record};
 
     #[test]
     fn a_boot_whose_creator_died_shows_dead_and_is_stopped() {
         let d = tempfile::tempdir().unwrap();
         let mut vm = std::process::Command::new("sleep").arg("60").spawn().unwrap();
-        let mut r = Record {
-            id: "cc000001".into(),
-            name: "booting".into(),
-            template: "minimal".into(),
-            memory_mib: 512,
-            cpus: 1,
-            cid: 3,
-            accel: "tcg".into(),
-            created_unix_ms: 1,
-            qemu: ProcRef::of(vm.id()),
-            vhost: None,
-            net_helper: None,
-            creator: ProcRef::of(std::process::id()),
-            ready: false,
-            agent_version: None,
-            paused: false,
-            parked: false,
-            storage: Default::default(),
-            started_from: None,
-            paths: Paths::in_dir(d.path(), false),
-        };
+        let alloc =
+            Allocation { id: "cc000001".into(), name: "booting".into(), cid: 3, dir: d.path().into() };
+        let paths = Paths::in_dir(d.path(), false);
+        let mut r = Record::starting(alloc, "minimal".into(), 512, 1, "tcg".into(), paths);
+        r.qemu = ProcRef::of(vm.id());
         assert_eq!(SandboxInfo::of(&r).state, SandboxState::Starting);
         assert!(r.qemu.unwrap().is_alive(), "a boot whose creator lives is left alone");
         // The creator is gone (a pid now running something else counts as gone).
