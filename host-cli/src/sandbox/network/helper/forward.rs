@@ -134,8 +134,9 @@ impl Forwarder {
         Ok(published)
     }
 
-    /// Closes the listener of `guest_port` and every connection it carries.
-    pub(super) fn unpublish(&self, guest_port: u16) -> Result<PublishedPort, ForwardError> {
+    /// Closes the listener of `guest_port` and every connection it carries; when this
+    /// returns, the host port refuses connections.
+    pub(super) async fn unpublish(&self, guest_port: u16) -> Result<PublishedPort, ForwardError> {
         let gone = self
             .config()
             .ports
@@ -143,8 +144,12 @@ impl Forwarder {
             .find(|p| p.guest_port == guest_port)
             .cloned()
             .ok_or(ForwardError::NotPublished(guest_port))?;
-        if let Some(task) = self.listening().remove(&guest_port) {
+        let task = self.listening().remove(&guest_port);
+        if let Some(task) = task {
+            // `abort` only asks: the listener closes when the task is next polled and
+            // dropped, which awaiting the handle waits for.
             task.abort();
+            let _ = task.await;
         }
         self.update(|c| c.ports.retain(|p| p.guest_port != guest_port))?;
         Ok(gone)
@@ -209,5 +214,33 @@ impl Forwarder {
         {
             tracing::warn!("could not resume the paused sandbox for a published port: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forwarder(dir: &std::path::Path) -> Arc<Forwarder> {
+        let agent = Address::Unix(dir.join("no-agent.sock"));
+        Forwarder::new(dir.to_path_buf(), agent, NetConfig::default())
+    }
+
+    // On one thread the listener task is not polled between `abort` and the reply, so a
+    // reply sent before the task is dropped leaves the port accepting.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_unpublished_port_refuses_as_soon_as_unpublish_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let fw = forwarder(dir.path());
+        let spec = PortSpec { guest_port: 8000, host_port: None, bind: std::net::Ipv4Addr::LOCALHOST.into() };
+        let published = fw.publish(spec).await.unwrap();
+        let addr = std::net::SocketAddr::new(published.bind, published.host_port);
+        tokio::task::yield_now().await;
+        assert!(std::net::TcpStream::connect(addr).is_ok(), "{addr} is not listening");
+
+        fw.unpublish(8000).await.unwrap();
+        assert!(std::net::TcpStream::connect(addr).is_err(), "{addr} still accepts after unpublish");
+        assert!(fw.ports().is_empty());
+        assert!(matches!(fw.unpublish(8000).await, Err(ForwardError::NotPublished(8000))));
     }
 }

@@ -96,7 +96,7 @@ async fn handle(req: Request, helper: &Helper) -> Reply {
             Ok(p) => Reply::ok(&p),
             Err(e) => Reply::refused(e),
         },
-        Request::Unpublish { guest_port } => match forwarder.unpublish(guest_port) {
+        Request::Unpublish { guest_port } => match forwarder.unpublish(guest_port).await {
             Ok(p) => Reply::ok(&p),
             Err(e) => Reply::refused(e),
         },
