@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the `debian` template: Debian bookworm (debootstrap minbase, python3, systemd) with
-# sbx-agent baked in as /sbin/sbx-agent, as an ext4 image made with `mkfs.ext4 -d` (no
-# loop mounts), booted from virtio-blk through the shared initramfs, which loads
-# virtio_blk and ext4, mounts /dev/vda and switch_roots to the agent (PID 1).
+# Builds the `debian` template: Debian bookworm (debootstrap minbase, python3, nodejs,
+# systemd) with sbx-agent baked in as /sbin/sbx-agent, as an ext4 image made with
+# `mkfs.ext4 -d` (no loop mounts), booted from virtio-blk through the shared initramfs,
+# which loads virtio_blk and ext4, mounts /dev/vda and switch_roots to the agent (PID 1).
 #
 # Writes $DATA/templates/debian/{vmlinux,initrd.cpio,rootfs.ext4,template.json}; an
 # existing template is replaced only once the new one is complete. Needs root
@@ -11,7 +11,8 @@
 # Usage: rootfs/build-debian.sh [--mirror URL] [--size 4G] [--packages a,b,c]
 #   --mirror    default: $SBX_DEBIAN_MIRROR, else the first Debian mirror apt uses here
 #   --size      the image's size (sparse; sandboxes write into a copy-on-write overlay)
-#   --packages  extra packages, added to python3 and systemd-sysv (systemd is not PID 1
+#   --packages  extra packages, added to python3, nodejs and systemd-sysv (the two
+#               interpreters `sandbox_run_code` offers besides sh; systemd is not PID 1
 #               here, the agent is; it is in the image so that the tree can be re-baked
 #               with `sbx template build --init systemd`)
 
@@ -19,7 +20,7 @@ source "$(dirname "$0")/lib.sh"
 
 mirror="${SBX_DEBIAN_MIRROR:-}"
 size=4G
-packages=python3,systemd-sysv
+packages=python3,nodejs,systemd-sysv
 while [ $# -gt 0 ]; do
     case "$1" in
         --mirror) mirror="$2"; shift ;;

@@ -1,6 +1,6 @@
-"""Templates, code and metrics through MCP on real microVMs: sandbox_run_code (python
-and sh, node missing named as such, python missing from `minimal` naming the templates
-that have it), sandbox_get_metrics (one sandbox and all), sandbox_template_list,
+"""Templates, code and metrics through MCP on real microVMs: sandbox_run_code (python,
+node and sh on `debian`; python and node missing from `minimal` naming the templates
+that have them), sandbox_get_metrics (one sandbox and all), sandbox_template_list,
 sandbox_template_create from a debian sandbox and sandbox_create {template} from it.
 
 Templates are saved into a scratch data directory whose `minimal`, `debian` and kernel
@@ -61,14 +61,31 @@ async def test_run_code_metrics_and_templates_from_a_sandbox(dirs) -> None:
             sh = "x='it''s $HOME'; echo \"$x\"\nread line || echo no-stdin\necho last\n"
             out = await call_ok(session, "sandbox_run_code", sandbox_id="deb", language="sh", code=sh)
             assert out["stdout"] == "its $HOME\nno-stdin\nlast\n" and out["exit_code"] == 0, out
+            # Node.js (Debian's nodejs, v18): a computation, stdin empty, stderr, exit code; the
+            # same snippet through sandbox_exec (`node -` with it on stdin) returns the same.
+            js = (
+                'const input = require("fs").readFileSync(0, "utf8");\n'
+                "const sum = [1, 2, 3].reduce((a, n) => a + n * n, 0);\n"
+                'console.log(process.version.split(".")[0], sum, input === "");\n'
+                'console.error("to stderr");\n'
+                "process.exitCode = 4;\n"
+            )
+            out = await call_ok(session, "sandbox_run_code", sandbox_id="deb", language="node", code=js)
+            assert (out["exit_code"], out["stdout"], out["stderr"]) == (4, "v18 14 true\n", "to stderr\n"), out
+            assert not out["timed_out"], out
+            same = await call_ok(session, "sandbox_exec", sandbox_id="deb", command="node -", stdin=js)
+            del out["duration_ms"], same["duration_ms"]  # timings differ, all else is the same
+            assert same == out, (same, out)
+            throw = 'throw new Error("boom " + 6 * 7);\n'
+            out = await call_ok(session, "sandbox_run_code", sandbox_id="deb", language="node", code=throw)
+            assert out["exit_code"] == 1 and out["stdout"] == "", out
+            assert "Error: boom 42" in out["stderr"] and "Node.js v18" in out["stderr"], out
             out = await call_ok(session, "sandbox_exec", sandbox_id="deb", command="ls /tmp")
             assert out["stdout"] == "", f"run_code left files in /tmp: {out['stdout']!r}"
             out = await call_ok(
                 session, "sandbox_run_code", sandbox_id="deb", language="python", code="while True: pass", timeout_ms=2000
             )
             assert out["timed_out"], out
-            text = await call_err(session, "sandbox_run_code", sandbox_id="deb", language="node", code="1")
-            assert "`node` is not installed" in text and "no installed template has it" in text, text
             text = await call_err(session, "sandbox_run_code", sandbox_id="deb", language="ruby", code="1")
             assert "language" in text, text
 
@@ -95,6 +112,8 @@ async def test_run_code_metrics_and_templates_from_a_sandbox(dirs) -> None:
             await call_ok(session, "sandbox_create", template="minimal", name="mini", network="none", boot_timeout_s=300)
             text = await call_err(session, "sandbox_run_code", sandbox_id="mini", language="python", code="print(1)")
             assert "`python3` is not installed" in text and "deb2, debian" in text, text
+            text = await call_err(session, "sandbox_run_code", sandbox_id="mini", language="node", code="1")
+            assert "`node` is not installed" in text and "templates that have it: deb2, debian" in text, text
             out = await call_ok(session, "sandbox_run_code", sandbox_id="mini", language="sh", code="echo $((6*7))")
             assert out["stdout"] == "42\n", out
             text = await call_err(session, "sandbox_template_create", from_sandbox="mini", name="m2")

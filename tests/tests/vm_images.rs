@@ -380,11 +380,15 @@ fn debian_template() -> Option<Template> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn vm_debian_runs_python3() {
+async fn vm_debian_runs_python3_and_node() {
     let Some(t) = debian_template() else { return };
     let vm = Vm::boot(&t, "").await;
     let (code, out) = vm.sh("python3 -c 'import sys, os; print(sys.version_info[0], os.getpid() > 1)'").await;
     assert_eq!((code, out.trim()), (0, "3 True"));
+    // Debian bookworm's Node.js is 18; JSON and a computation show it runs, not just exists.
+    let js = r#"console.log(process.version.split(".")[0], JSON.stringify([1, 2, 3].map((n) => n * n)))"#;
+    let (code, out) = vm.sh(&format!("node -e '{js}'")).await;
+    assert_eq!((code, out.trim()), (0, "v18 [1,4,9]"));
     let (code, out) = vm.sh("echo persisted > /root/f && cat /root/f && cat /etc/debian_version").await;
     assert_eq!(code, 0);
     assert!(out.starts_with("persisted\n12"), "{out}");

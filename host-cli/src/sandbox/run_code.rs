@@ -109,3 +109,33 @@ impl Language {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The branch with no template having the interpreter is not reached end to end
+    /// (`debian` has python3 and node, every template has sh), so its text is checked here.
+    #[test]
+    fn a_missing_interpreter_names_the_templates_that_have_it_or_how_to_get_one() {
+        let missing = |templates: &[&str]| {
+            RunCodeError::Missing {
+                language: "node",
+                interpreter: "node",
+                templates: templates.iter().map(|t| (*t).to_owned()).collect(),
+            }
+            .to_string()
+        };
+        let named = missing(&["deb2", "debian"]);
+        assert!(named.starts_with("`node` is not installed in this sandbox, so node code cannot run here; "));
+        assert!(
+            named.ends_with("templates that have it: deb2, debian (sandbox_create with template)"),
+            "{named}"
+        );
+        let none = missing(&[]);
+        assert!(
+            none.contains("no installed template has it either") && none.contains("apt-get install"),
+            "{none}"
+        );
+    }
+}
