@@ -24,9 +24,11 @@ pub fn lossy_text(bytes: &[u8]) -> Text {
     }
 }
 
-/// The note attached to a result whose named streams were not valid UTF-8.
-pub fn lossy_note(streams: &[&str]) -> Option<String> {
-    match streams {
+/// The note attached to a result when any of its streams, each named with whether it
+/// was rendered lossily ([`Text::lossy`]), was not valid UTF-8.
+pub fn lossy_note(streams: &[(&str, bool)]) -> Option<String> {
+    let lossy: Vec<&str> = streams.iter().filter_map(|&(name, lossy)| lossy.then_some(name)).collect();
+    match lossy.as_slice() {
         [] => None,
         [one] => Some(format!(
             "{one} was not valid UTF-8; invalid bytes are shown as U+FFFD. To see the exact \
@@ -242,6 +244,15 @@ mod tests {
         let text = lossy_text("héllo".as_bytes());
         assert!(!text.lossy);
         assert_eq!(text.text, "héllo");
+    }
+
+    #[test]
+    fn the_lossy_note_names_only_the_lossy_streams() {
+        assert_eq!(lossy_note(&[("stdout", false), ("stderr", false)]), None);
+        let one = lossy_note(&[("stdout", false), ("stderr", true)]).unwrap();
+        assert!(one.starts_with("stderr was not valid UTF-8"), "{one}");
+        let both = lossy_note(&[("stdout", true), ("stderr", true)]).unwrap();
+        assert!(both.starts_with("stdout and stderr were not valid UTF-8"), "{both}");
     }
 
     #[test]

@@ -82,18 +82,13 @@ pub struct ExecOutput {
 impl ExecArgs {
     /// The spec to run, or why these arguments cannot run.
     fn spec(self) -> Result<(ExecSpec, Duration), ToolError> {
-        if self.command.trim().is_empty() {
-            return Err(ToolError::EmptyCommand);
-        }
+        let mut spec = shell_spec(self.command, self.cwd, self.env)?;
         let stdin_bytes = self.stdin.as_ref().map_or(0, |stdin| stdin.len() as u64);
         if stdin_bytes > MAX_INLINE_WRITE {
             return Err(ToolError::StdinTooLarge { bytes: stdin_bytes });
         }
         let timeout_ms = checked_timeout(self.timeout_ms)?;
         let timeout = Duration::from_millis(u64::from(timeout_ms));
-        let mut spec = ExecSpec::shell(self.command);
-        spec.cwd = self.cwd.filter(|cwd| !cwd.is_empty());
-        spec.env = self.env.unwrap_or_default();
         spec.timeout = Some(timeout);
         spec.output_limit = Some(DEFAULT_OUTPUT_LIMIT);
         spec.stdin = self.stdin.map(Bytes::from).unwrap_or_default();
@@ -101,13 +96,35 @@ impl ExecArgs {
     }
 }
 
+/// The `/bin/sh -c COMMAND` spec of a tool's `command`, `cwd` (empty is the default) and
+/// `env`, or [`ToolError::EmptyCommand`]: sandbox_exec and sandbox_exec_background both
+/// start here.
+pub(crate) fn shell_spec(
+    command: String,
+    cwd: Option<String>,
+    env: Option<BTreeMap<String, String>>,
+) -> Result<ExecSpec, ToolError> {
+    if command.trim().is_empty() {
+        return Err(ToolError::EmptyCommand);
+    }
+    let mut spec = ExecSpec::shell(command);
+    spec.cwd = cwd.filter(|cwd| !cwd.is_empty());
+    spec.env = env.unwrap_or_default();
+    Ok(spec)
+}
+
 /// `timeout_ms` checked against the agent's range; `None` is the default.
 pub(crate) fn checked_timeout(timeout_ms: Option<u64>) -> Result<u32, ToolError> {
-    let Some(got) = timeout_ms else { return Ok(DEFAULT_TIMEOUT_MS) };
+    timeout_ms.map_or(Ok(DEFAULT_TIMEOUT_MS), |got| checked_ms("timeout_ms", got))
+}
+
+/// `got` milliseconds checked against the agent's range (1 to [`MAX_TIMEOUT_MS`]); out
+/// of it, the error names the argument `field`.
+pub(crate) fn checked_ms(field: &'static str, got: u64) -> Result<u32, ToolError> {
     u32::try_from(got)
         .ok()
         .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
-        .ok_or(ToolError::TimeoutOutOfRange { field: "timeout_ms", got, max: u64::from(MAX_TIMEOUT_MS) })
+        .ok_or(ToolError::TimeoutOutOfRange { field, got, max: u64::from(MAX_TIMEOUT_MS) })
 }
 
 impl From<ExecResult> for ExecOutput {
@@ -115,11 +132,7 @@ impl From<ExecResult> for ExecOutput {
         let stdout = lossy_text(&result.stdout.data);
         let stderr = lossy_text(&result.stderr.data);
         let mut notes = Vec::new();
-        let lossy: Vec<&str> = [("stdout", stdout.lossy), ("stderr", stderr.lossy)]
-            .into_iter()
-            .filter_map(|(name, lossy)| lossy.then_some(name))
-            .collect();
-        notes.extend(lossy_note(&lossy));
+        notes.extend(lossy_note(&[("stdout", stdout.lossy), ("stderr", stderr.lossy)]));
         notes.extend(truncation_note("stdout", &result.stdout));
         notes.extend(truncation_note("stderr", &result.stderr));
         if result.status.timed_out {

@@ -7,16 +7,16 @@ use std::time::Duration;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{Json, RoleServer, tool, tool_router};
-use sbx_proto::limits::MAX_TIMEOUT_MS;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::client::{ClientError, ExecSpec, Job, JobOutput, JobState};
+use crate::client::{ClientError, Job, JobOutput, JobState};
 use crate::mcp::error::{ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::sandbox_arg::SandboxArg;
 use crate::mcp::server::SbxMcp;
 use crate::mcp::shape::{lossy_note, lossy_text, parse_signal, rfc3339_ms};
+use crate::mcp::tools::exec::{checked_ms, shell_spec};
 
 /// Arguments of `sandbox_exec_background`.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -147,11 +147,7 @@ impl From<Job> for JobView {
         let stdout = lossy_text(&job.stdout.tail);
         let stderr = lossy_text(&job.stderr.tail);
         let mut notes = Vec::new();
-        let lossy: Vec<&str> = [("stdout_tail", stdout.lossy), ("stderr_tail", stderr.lossy)]
-            .into_iter()
-            .filter_map(|(name, lossy)| lossy.then_some(name))
-            .collect();
-        notes.extend(lossy_note(&lossy));
+        notes.extend(lossy_note(&[("stdout_tail", stdout.lossy), ("stderr_tail", stderr.lossy)]));
         notes.extend(partial_tail_note("stdout", &job.stdout));
         notes.extend(partial_tail_note("stderr", &job.stderr));
         let state = match job.state {
@@ -224,12 +220,7 @@ impl SbxMcp {
         &self,
         Parameters(args): Parameters<BackgroundArgs>,
     ) -> Result<Json<JobView>, ToolError> {
-        if args.command.trim().is_empty() {
-            return Err(ToolError::EmptyCommand);
-        }
-        let mut spec = ExecSpec::shell(args.command);
-        spec.cwd = args.cwd.filter(|cwd| !cwd.is_empty());
-        spec.env = args.env.unwrap_or_default();
+        let mut spec = shell_spec(args.command, args.cwd, args.env)?;
         spec.timeout = match args.timeout_ms {
             None => None,
             Some(ms @ 1..=0xffff_ffff) => Some(Duration::from_millis(ms)),
@@ -260,17 +251,8 @@ impl SbxMcp {
         Parameters(args): Parameters<StatusArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<JobView>, ToolError> {
-        let wait = match args.wait_ms {
-            None => None,
-            Some(ms) if (1..=u64::from(MAX_TIMEOUT_MS)).contains(&ms) => Some(Duration::from_millis(ms)),
-            Some(got) => {
-                return Err(ToolError::TimeoutOutOfRange {
-                    field: "wait_ms",
-                    got,
-                    max: u64::from(MAX_TIMEOUT_MS),
-                });
-            }
-        };
+        let wait = args.wait_ms.map(|ms| checked_ms("wait_ms", ms)).transpose()?;
+        let wait = wait.map(|ms| Duration::from_millis(u64::from(ms)));
         let client = self.client(args.sandbox.id()).await?;
         let job = match wait {
             None => client.job(&args.job_id).await.map_err(job_error)?,
