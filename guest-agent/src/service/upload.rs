@@ -26,35 +26,29 @@ pub(super) trait UploadMessage: Send + 'static {
     fn header_path(header: &Self::Header) -> &str;
 }
 
-impl UploadMessage for pb::WriteFileRequest {
-    type Header = pb::WriteFileHeader;
-    fn into_part(self) -> Option<Part<Self::Header>> {
-        use pb::write_file_request::Part as P;
-        Some(match self.part? {
-            P::Header(h) => Part::Header(h),
-            P::Data(d) => Part::Data(d),
-            P::End(_) => Part::End,
-        })
-    }
-    fn header_path(header: &Self::Header) -> &str {
-        &header.path
-    }
+/// Implements [`UploadMessage`] for a request whose `oneof part` is the enum
+/// `pb::$oneof::Part`.
+macro_rules! upload_message {
+    ($request:ty, $header:ty, $oneof:ident) => {
+        impl UploadMessage for $request {
+            type Header = $header;
+            fn into_part(self) -> Option<Part<Self::Header>> {
+                use pb::$oneof::Part as P;
+                Some(match self.part? {
+                    P::Header(h) => Part::Header(h),
+                    P::Data(d) => Part::Data(d),
+                    P::End(_) => Part::End,
+                })
+            }
+            fn header_path(header: &Self::Header) -> &str {
+                &header.path
+            }
+        }
+    };
 }
 
-impl UploadMessage for pb::UploadDirRequest {
-    type Header = pb::UploadDirHeader;
-    fn into_part(self) -> Option<Part<Self::Header>> {
-        use pb::upload_dir_request::Part as P;
-        Some(match self.part? {
-            P::Header(h) => Part::Header(h),
-            P::Data(d) => Part::Data(d),
-            P::End(_) => Part::End,
-        })
-    }
-    fn header_path(header: &Self::Header) -> &str {
-        &header.path
-    }
-}
+upload_message!(pb::WriteFileRequest, pb::WriteFileHeader, write_file_request);
+upload_message!(pb::UploadDirRequest, pb::UploadDirHeader, upload_dir_request);
 
 /// Reads an upload's header, and returns it with the data that follows it, up to its
 /// explicit `end` message.
