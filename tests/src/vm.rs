@@ -143,7 +143,22 @@ impl Sbx {
 
     /// `sbx create --name NAME` with a boot timeout fit for software emulation.
     pub fn create(&self, name: &str) -> Value {
-        self.json(&["create", "--name", name, "--timeout", BOOT_TIMEOUT])
+        self.create_with(name, &[])
+    }
+
+    /// `sbx create --name NAME ARGS` with a boot timeout fit for software emulation.
+    pub fn create_with(&self, name: &str, args: &[&str]) -> Value {
+        let mut all = vec!["create", "--name", name, "--timeout", BOOT_TIMEOUT];
+        all.extend_from_slice(args);
+        self.json(&all)
+    }
+
+    /// `sbx -s SANDBOX exec -- sh -c SCRIPT`, waiting up to 30 s for the agent to answer;
+    /// asserts that it succeeds and returns its stdout.
+    pub fn sh(&self, sandbox: &str, script: &str) -> String {
+        let out = self.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
+        assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
+        text(&out.stdout)
     }
 
     /// `sbx ls --json` as (name, state) pairs.

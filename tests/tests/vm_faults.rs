@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text, wait_bounded, wait_until};
+use sbx_tests::vm::{Sbx, text, wait_bounded, wait_until};
 use sbx_tests::{pid_gone, processes_mentioning};
 /// How long the CLI may take to notice its VM is gone before we call it hung.
 const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
@@ -20,7 +20,7 @@ const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
 #[test]
 fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_up() {
     let sbx = Sbx::new();
-    let created = sbx.json(&["create", "--name", "doomed", "--timeout", BOOT_TIMEOUT]);
+    let created = sbx.create("doomed");
     let qemu_pid = created["qemu_pid"].as_u64().expect("a running sandbox has a QEMU pid");
     let vhost_pid = created["vhost_pid"].as_u64().expect("a running sandbox has a vhost-device-vsock pid");
     let inspected = sbx.json(&["inspect", "doomed"]);

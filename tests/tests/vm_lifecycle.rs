@@ -260,7 +260,7 @@ fn vm_disk_template_boots_on_a_copy_on_write_overlay_and_stays_untouched() {
     ext4_image_of_minimal(data.path(), &image);
     let pristine = std::fs::read(&image).unwrap();
     let sbx = Sbx::with_data_dir(data.path());
-    let created = sbx.json(&["create", "--template", "disk", "--name", "cow", "--timeout", BOOT_TIMEOUT]);
+    let created = sbx.create_with("cow", &["--template", "disk"]);
     assert_eq!(created["state"], "running");
     let overlay = PathBuf::from(created["dir"].as_str().unwrap()).join("rootfs.qcow2");
     let qemu_pid = created["qemu_pid"].as_u64().unwrap();

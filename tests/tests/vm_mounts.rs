@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use sbx_tests::vm::{Sbx, text};
 
 /// `sbx -s NAME exec --sh SCRIPT`: (exit code, stdout, stderr).
 fn sh(sbx: &Sbx, name: &str, script: &str) -> (i32, String, String) {
@@ -43,21 +43,8 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
 
     let sbx = Sbx::new();
     let (m_rw, m_ro) = (format!("{}:/work", share.display()), format!("{}:/data:ro", ro.display()));
-    let created = sbx.json(&[
-        "create",
-        "--name",
-        "m",
-        "--net",
-        "none",
-        "--timeout",
-        BOOT_TIMEOUT,
-        "--mount",
-        &m_rw,
-        "--mount",
-        &m_ro,
-        "--disk",
-        "256M",
-    ]);
+    let created =
+        sbx.create_with("m", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--disk", "256M"]);
     assert_eq!(created["disk_bytes"], 256 << 20);
     let info = sbx.json(&["inspect", "m"]);
     let mounts = info["mounts"].as_array().expect("inspect lists mounts");
@@ -180,21 +167,7 @@ fn vm_debian_disk_grows_to_the_size_asked_and_shares_mount_there_too() {
     assert!(sbx.sandbox_dirs().is_empty());
 
     let mount = format!("{}:/srv/host:ro", host.path().display());
-    sbx.json(&[
-        "create",
-        "--template",
-        "debian",
-        "--name",
-        "d",
-        "--net",
-        "none",
-        "--timeout",
-        BOOT_TIMEOUT,
-        "--disk",
-        "8G",
-        "--mount",
-        &mount,
-    ]);
+    sbx.create_with("d", &["--template", "debian", "--net", "none", "--disk", "8G", "--mount", &mount]);
     // ext4 grown online to the 8 GiB disk: df's 1K-blocks within the filesystem's own
     // overhead of it.
     let (_, out, _) = sh(&sbx, "d", "df -k --output=size / | tail -n 1");

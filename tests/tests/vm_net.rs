@@ -15,7 +15,7 @@
 
 use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, METADATA_HOST, PRIVATE_HOST, World};
 use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use sbx_tests::vm::{Sbx, text};
 use serde_json::Value;
 
 /// Fetches a URL from inside the guest and prints `OK <body>` or `FAIL <error>`; TLS
@@ -93,8 +93,7 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     let mut world = World::create();
     world.serve_http_in_client(8080);
     let sbx = Sbx::in_netns(world.client.name());
-    let created =
-        sbx.json(&["create", "--template", "debian", "--name", "egress", "--timeout", BOOT_TIMEOUT]);
+    let created = sbx.create_with("egress", &["--template", "debian"]);
     let helper = created["net_helper_pid"].as_u64().expect("a network helper pid");
     let script = world.dir().join("fetch.py");
     std::fs::write(&script, FETCH).unwrap();
@@ -205,7 +204,7 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
 fn vm_net_none_resolves_and_connects_nothing() {
     let world = World::create();
     let sbx = Sbx::in_netns(world.client.name());
-    sbx.json(&["create", "--name", "cut", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    sbx.create_with("cut", &["--net", "none"]);
     let out = sbx.run(&[
         "-s", "cut", "exec", "--", "sh", "-c",
         &format!("ls /sys/class/net; nslookup allowed.test; echo dns=$?; nc -w 5 {ALLOWED_HOST} 80 </dev/null; echo tcp=$?"),

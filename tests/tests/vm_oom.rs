@@ -5,7 +5,7 @@
 //! Boots the `minimal` template from the sbx data directory (`SBX_DATA_DIR` or the
 //! default); its agent must be built from this tree.
 
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use sbx_tests::vm::{Sbx, text};
 
 /// Builds a 600 MB shell variable in a 512 MiB guest: the kernel's OOM killer ends `sh`.
 const HOG: &str = r#"x=$(head -c 600000000 /dev/zero | tr "\0" a)"#;
@@ -21,7 +21,7 @@ const SLOW: &str = "10m";
 #[test]
 fn vm_a_command_the_oom_killer_ended_says_so_with_the_memory_and_the_fix() {
     let sbx = Sbx::new();
-    sbx.json(&["create", "--name", "oom", "--memory", "512", "--timeout", BOOT_TIMEOUT]);
+    sbx.create_with("oom", &["--memory", "512"]);
 
     // Streamed: exit 137 as a shell gives, and a sentence on stderr.
     let out = sbx.run(&["-s", "oom", "exec", "--timeout", SLOW, "--", "sh", "-c", HOG]);

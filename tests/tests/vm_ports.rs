@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text, wait_until};
+use sbx_tests::vm::{Sbx, text, wait_until};
 use serde_json::Value;
 
 /// Generous bound for a guest server to come up under software emulation.
@@ -104,23 +104,11 @@ fn kill_leaves_nothing(sbx: &Sbx, name: &str, addrs: &[SocketAddr]) {
 #[test]
 fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     let sbx = Sbx::new();
-    let created = sbx.json(&[
-        "create",
-        "--name",
-        "web",
-        "--net",
-        "none",
-        "--publish",
-        "8000",
-        "--timeout",
-        BOOT_TIMEOUT,
-    ]);
+    let created = sbx.create_with("web", &["--net", "none", "--publish", "8000"]);
     assert_eq!(created["state"], "running");
 
     // --net none: no NIC, no sbx.net= for the agent.
-    let out = sbx.run(&["-s", "web", "exec", "--", "sh", "-c", "ls /sys/class/net; cat /proc/cmdline"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let listing = text(&out.stdout);
+    let listing = sbx.sh("web", "ls /sys/class/net; cat /proc/cmdline");
     assert!(
         !listing.contains("eth0") && !listing.contains("sbx.net="),
         "a sandbox without a network: {listing}"
@@ -138,16 +126,7 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     assert!(refused(http_addr), "a port with no guest server answered");
 
     // A server that listens only on the guest's loopback.
-    let out = sbx.run(&[
-        "-s",
-        "web",
-        "exec",
-        "--",
-        "sh",
-        "-c",
-        "mkdir -p /www && echo hello-from-the-guest > /www/index.html",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    sbx.sh("web", "mkdir -p /www && echo hello-from-the-guest > /www/index.html");
     let out = sbx.run(&["-s", "web", "run", "-d", "--", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let page = wait_http_ok(http_addr, "/index.html");
@@ -263,30 +242,10 @@ while True:
 #[test]
 fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
     let sbx = Sbx::new();
-    sbx.json(&[
-        "create",
-        "--template",
-        "debian",
-        "--name",
-        "py",
-        "--publish",
-        "8000",
-        "--timeout",
-        BOOT_TIMEOUT,
-    ]);
+    sbx.create_with("py", &["--template", "debian", "--publish", "8000"]);
 
     // The NIC: eth0 with the default route through the helper, and resolv.conf naming it.
-    let out = sbx.run(&[
-        "-s",
-        "py",
-        "exec",
-        "--",
-        "sh",
-        "-c",
-        "cat /sys/class/net/eth0/address /etc/resolv.conf /proc/net/route",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let nic = text(&out.stdout);
+    let nic = sbx.sh("py", "cat /sys/class/net/eth0/address /etc/resolv.conf /proc/net/route");
     assert!(nic.contains("52:54:00:12:34:56"), "{nic}");
     assert!(nic.contains("nameserver 10.0.2.2"), "{nic}");
     assert!(
@@ -297,16 +256,7 @@ fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
     let info = sbx.json(&["info", "py"]);
     assert_eq!(info["network"]["network"], "default", "{info}");
     let http_addr = published_addr(&info["network"]["ports"][0]);
-    let out = sbx.run(&[
-        "-s",
-        "py",
-        "exec",
-        "--",
-        "sh",
-        "-c",
-        "mkdir -p /srv && echo from-python > /srv/hello.txt",
-    ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    sbx.sh("py", "mkdir -p /srv && echo from-python > /srv/hello.txt");
     let out = sbx.run(&[
         "-s",
         "py",

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sbx_tests::pty::Terminal;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text, wait_until};
+use sbx_tests::vm::{Sbx, text, wait_until};
 
 /// Bound on one screen update travelling through sbx, the VM and back under TCG.
 const SCREEN: Duration = Duration::from_secs(60);
@@ -31,7 +31,7 @@ fn until_running(sbx: &Sbx, program: &str) {
 #[test]
 fn vm_shell_on_a_real_terminal() {
     let sbx = Sbx::new();
-    let created = sbx.json(&["create", "--name", "dev", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    let created = sbx.create_with("dev", &["--net", "none"]);
     let mut term = Terminal::open(30, 100);
     let settings = term.settings();
 
@@ -138,17 +138,7 @@ fn vm_shell_is_bash_where_the_template_has_it() {
         return;
     }
     let sbx = Sbx::new();
-    sbx.json(&[
-        "create",
-        "--template",
-        "debian",
-        "--name",
-        "deb",
-        "--net",
-        "none",
-        "--timeout",
-        BOOT_TIMEOUT,
-    ]);
+    sbx.create_with("deb", &["--template", "debian", "--net", "none"]);
     let mut term = Terminal::open(24, 80);
     let settings = term.settings();
     term.run(shell(&sbx, "deb"));

@@ -13,15 +13,9 @@ use serde_json::Value;
 /// A job that writes a growing count to /tmp/count every 200 ms.
 const COUNTER: &str = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done";
 
-fn sh(sbx: &Sbx, sandbox: &str, script: &str) -> String {
-    let out = sbx.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
-    assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
 /// Reads the counter twice and asserts that it grew: the job runs.
 fn counting(sbx: &Sbx, sandbox: &str) -> u64 {
-    let read = || sh(sbx, sandbox, "cat /tmp/count").trim().parse::<u64>().expect("a count");
+    let read = || sbx.sh(sandbox, "cat /tmp/count").trim().parse::<u64>().expect("a count");
     let first = read();
     let mut last = first;
     wait_until(&format!("the job in {sandbox} to count on"), Duration::from_secs(60), || {
@@ -66,7 +60,7 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     let sbx = Sbx::new();
     // Networked sandboxes are covered by vm_snapshot_net.rs (they need the test world).
     sbx.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
-    sh(&sbx, "src", "echo original > /tmp/file");
+    sbx.sh("src", "echo original > /tmp/file");
     let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
     assert!(job.status.success(), "{}", text(&job.stderr));
     counting(&sbx, "src");
@@ -86,7 +80,7 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert_eq!(cut.status.code(), Some(69), "{}", text(&cut.stderr));
     assert!(text(&cut.stderr).contains("lost the connection"), "{}", text(&cut.stderr));
     assert_eq!(snap["name"], "s1");
-    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
     counting(&sbx, "src");
     let list = sbx.json(&["snapshot", "ls"]);
     let s1 = snapshot_named(&list, "s1");
@@ -122,17 +116,17 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     for fork in ["f1", "f2"] {
         let info = sbx.json(&["create", "--from", "s1", "--name", fork, "--timeout", "240s"]);
         assert_eq!(info["state"], "running");
-        assert_eq!(sh(&sbx, fork, "cat /tmp/file"), "original\n");
+        assert_eq!(sbx.sh(fork, "cat /tmp/file"), "original\n");
         counting(&sbx, fork);
-        assert_eq!(sh(&sbx, fork, "hostname").trim(), fork);
-        let guest: i64 = sh(&sbx, fork, "date +%s").trim().parse().unwrap();
+        assert_eq!(sbx.sh(fork, "hostname").trim(), fork);
+        let guest: i64 = sbx.sh(fork, "date +%s").trim().parse().unwrap();
         assert!((guest - host_secs()).abs() <= 2, "{fork}'s clock is {guest}, the host's {}", host_secs());
     }
-    let random = |s: &str| sh(&sbx, s, "head -c 16 /dev/urandom | od -An -tx1");
+    let random = |s: &str| sbx.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("f1"), random("f2"), "two forks read the same random bytes");
-    sh(&sbx, "f1", "echo mine > /tmp/file");
-    assert_eq!(sh(&sbx, "f2", "cat /tmp/file"), "original\n");
-    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+    sbx.sh("f1", "echo mine > /tmp/file");
+    assert_eq!(sbx.sh("f2", "cat /tmp/file"), "original\n");
+    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
 
     // Guest RAM in the stream, as a QEMU that cannot leave it out saves it, in a
     // snapshot of the layout before ram.bin (format 1): it still forks.
@@ -152,7 +146,7 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     fields.insert("format".into(), 1.into());
     std::fs::write(old.join("snapshot.json"), meta.to_string()).unwrap();
     sbx.json(&["create", "--from", "old", "--name", "f0", "--timeout", "240s"]);
-    assert_eq!(sh(&sbx, "f0", "cat /tmp/file; hostname"), "original\nf0\n");
+    assert_eq!(sbx.sh("f0", "cat /tmp/file; hostname"), "original\nf0\n");
     counting(&sbx, "f0");
     sbx.json(&["kill", "f0"]);
     sbx.json(&["snapshot", "rm", "old"]);
@@ -162,12 +156,12 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(sbx.state_of("f2").as_deref(), Some("parked"));
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
-    assert_eq!(sh(&sbx, "f2", "cat /tmp/file"), "original\n");
+    assert_eq!(sbx.sh("f2", "cat /tmp/file"), "original\n");
     assert_eq!(sbx.state_of("f2").as_deref(), Some("running"));
     counting(&sbx, "f2");
     assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(sbx.json(&["resume", "f2"])["sandbox"]["state"], "running");
-    assert_eq!(sh(&sbx, "f2", "hostname").trim(), "f2");
+    assert_eq!(sbx.sh("f2", "hostname").trim(), "f2");
     // A parked sandbox is brought back to be saved; --stop then removes it.
     assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(sbx.json(&["snapshot", "create", "f2", "--name", "s3", "--stop"])["source_sandbox"], "f2");
@@ -176,17 +170,17 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     // A name with `_` (a hostname the kernel command line of a boot does not take) is
     // the restored machine's hostname too, for its shell and for the agent's Info.
     sbx.json(&["create", "--from", "s3", "--name", "f_3", "--timeout", "240s"]);
-    assert_eq!(sh(&sbx, "f_3", "cat /tmp/file; hostname"), "original\nf_3\n");
+    assert_eq!(sbx.sh("f_3", "cat /tmp/file; hostname"), "original\nf_3\n");
     assert_eq!(sbx.json(&["inspect", "f_3"])["agent"]["hostname"], "f_3");
     counting(&sbx, "f_3");
 
     // Restore rolls f1 back: the later write is gone, its name and id stay.
     let id = sbx.json(&["inspect", "f1"])["id"].clone();
-    sh(&sbx, "f1", "echo later > /tmp/later");
+    sbx.sh("f1", "echo later > /tmp/later");
     let restored = sbx.json(&["snapshot", "restore", "f1", "s1"]);
     assert_eq!((restored["id"].clone(), restored["name"].as_str()), (id, Some("f1")));
     assert_eq!(
-        sh(&sbx, "f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"),
+        sbx.sh("f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"),
         "original\nls: /tmp/later: No such file or directory\n"
     );
     counting(&sbx, "f1");
@@ -246,16 +240,16 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
 fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     let sbx = Sbx::new();
     sbx.json(&["create", "--template", "debian", "--name", "d1", "--net", "none", "--timeout", "240s"]);
-    sh(&sbx, "d1", "echo before > /root/on-disk && sync");
+    sbx.sh("d1", "echo before > /root/on-disk && sync");
     sbx.json(&["snapshot", "create", "d1", "--name", "ds"]);
     assert!(sbx.state_dir().join(".snapshots/ds/disk.qcow2").is_file());
-    sh(&sbx, "d1", "echo source > /root/on-disk && sync");
+    sbx.sh("d1", "echo source > /root/on-disk && sync");
 
     sbx.json(&["create", "--from", "ds", "--name", "d2", "--timeout", "240s"]);
-    assert_eq!(sh(&sbx, "d2", "cat /root/on-disk"), "before\n");
-    sh(&sbx, "d2", "echo fork > /root/on-disk && sync");
-    assert_eq!(sh(&sbx, "d1", "cat /root/on-disk"), "source\n");
-    assert_eq!(sh(&sbx, "d2", "cat /root/on-disk"), "fork\n");
+    assert_eq!(sbx.sh("d2", "cat /root/on-disk"), "before\n");
+    sbx.sh("d2", "echo fork > /root/on-disk && sync");
+    assert_eq!(sbx.sh("d1", "cat /root/on-disk"), "source\n");
+    assert_eq!(sbx.sh("d2", "cat /root/on-disk"), "fork\n");
 
     // `sbx kill` while a fork is being restored leaves nothing of it. Its QEMU is held
     // (SIGSTOP) as soon as it exists, so the kill lands mid-restore.
@@ -323,7 +317,7 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
     // Room for the old snapshot and for the new one's up-front check (guest memory).
     let _tmpfs = Tmpfs::mount(&snaps, "320m");
     sbx.json(&["create", "--name", "src", "--net", "none", "--memory", "128", "--timeout", "240s"]);
-    sh(&sbx, "src", "echo original > /tmp/file");
+    sbx.sh("src", "echo original > /tmp/file");
     sbx.json(&["snapshot", "create", "src", "--name", "old"]);
 
     // QEMU's QMP monitor serves one client at a time: while this test holds it, the
@@ -360,9 +354,9 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
     assert_eq!(left, ["old"], "only the old snapshot is left (nothing partial)");
 
     // The source runs on, and the old snapshot still forks.
-    assert_eq!(sh(&sbx, "src", "cat /tmp/file"), "original\n");
+    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
     let list = sbx.json(&["snapshot", "ls"]);
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     sbx.json(&["create", "--from", "old", "--name", "f", "--timeout", "240s"]);
-    assert_eq!(sh(&sbx, "f", "cat /tmp/file; hostname"), "original\nf\n");
+    assert_eq!(sbx.sh("f", "cat /tmp/file; hostname"), "original\nf\n");
 }

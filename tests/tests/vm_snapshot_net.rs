@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sbx_tests::netns::{DENIED_HOST, OTHER_HOST, World};
 use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text, wait_until};
+use sbx_tests::vm::{Sbx, text, wait_until};
 use serde_json::Value;
 
 /// A job holding an idle connection to the echo host (its stdin is a FIFO nobody writes
@@ -23,16 +23,9 @@ use serde_json::Value;
 const HOLD: &str =
     "mkfifo /tmp/f; sleep 100000 > /tmp/f & nc echo.test 7 < /tmp/f; echo ended=$? > /tmp/held.done";
 
-fn sh(sbx: &Sbx, sandbox: &str, script: &str) -> String {
-    let out = sbx.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
-    assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
 /// An HTTP GET of the allowed host by name: DNS through the helper, then TCP.
 fn get_allowed(sbx: &Sbx, sandbox: &str) -> String {
-    sh(
-        sbx,
+    sbx.sh(
         sandbox,
         "printf 'GET / HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n' | nc -w 20 allowed.test 80 | tail -n 1",
     )
@@ -40,7 +33,7 @@ fn get_allowed(sbx: &Sbx, sandbox: &str) -> String {
 
 /// A connection to `ip`:80: `rc=0` when it was let through, `rc=1` when refused.
 fn connect(sbx: &Sbx, sandbox: &str, ip: &str) -> String {
-    sh(sbx, sandbox, &format!("nc -w 10 {ip} 80 </dev/null >/dev/null 2>&1; echo rc=$?"))
+    sbx.sh(sandbox, &format!("nc -w 10 {ip} 80 </dev/null >/dev/null 2>&1; echo rc=$?"))
 }
 
 /// The TCP log entries of a sandbox for `ip`, as (verdict, rule).
@@ -66,24 +59,14 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     let sbx = Sbx::in_netns(world.client.name());
     let denied = DENIED_HOST.to_string();
     let other = OTHER_HOST.to_string();
-    let created = sbx.json(&[
-        "create",
-        "--name",
-        "src",
-        "--deny-out",
-        &denied,
-        "--publish",
-        "9000",
-        "--timeout",
-        BOOT_TIMEOUT,
-    ]);
+    let created = sbx.create_with("src", &["--deny-out", &denied, "--publish", "9000"]);
     let src_helper = created["net_helper_pid"].as_u64().expect("the source has a network helper");
     assert_eq!(get_allowed(&sbx, "src"), ALLOWED_BODY);
     let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", HOLD]);
     assert!(job.status.success(), "{}", text(&job.stderr));
     // Established to port 7 (0007), state 01, as the guest's kernel sees it.
     wait_until("the held connection to be up", Duration::from_secs(60), || {
-        sh(&sbx, "src", "grep -c ':0007 01 ' /proc/net/tcp || true").trim() != "0"
+        sbx.sh("src", "grep -c ':0007 01 ' /proc/net/tcp || true").trim() != "0"
     });
 
     let snap = sbx.json(&["snapshot", "create", "src", "--name", "net1"]);
@@ -94,7 +77,7 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
 
     let mut helpers = vec![src_helper];
     for fork in ["f1", "f2"] {
-        let info = sbx.json(&["create", "--from", "net1", "--name", fork, "--timeout", BOOT_TIMEOUT]);
+        let info = sbx.create_with(fork, &["--from", "net1"]);
         let helper = info["net_helper_pid"].as_u64().expect("a fork has a network helper");
         assert!(!helpers.contains(&helper), "{fork} shares a network helper");
         helpers.push(helper);
@@ -109,7 +92,7 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
         assert_eq!(sbx.json(&["port", "ls", fork]), serde_json::json!([]));
         // The connection the source held when saved was reset in the fork, not hung.
         wait_until(&format!("the inherited connection in {fork} to end"), Duration::from_secs(90), || {
-            sh(&sbx, fork, "cat /tmp/held.done 2>/dev/null || true").starts_with("ended=")
+            sbx.sh(fork, "cat /tmp/held.done 2>/dev/null || true").starts_with("ended=")
         });
     }
     // Each log holds only its own sandbox's connections.
@@ -119,7 +102,7 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     assert!(tcp_log(&sbx, "src", &other).is_empty(), "f1's connection is in the source's log");
     assert!(tcp_log(&sbx, "src", &denied).is_empty(), "the forks' denials are in the source's log");
     // The source's own connection is still open.
-    assert_eq!(sh(&sbx, "src", "cat /tmp/held.done 2>/dev/null || echo open"), "open\n");
+    assert_eq!(sbx.sh("src", "cat /tmp/held.done 2>/dev/null || echo open"), "open\n");
 
     // Parking a networked sandbox: no process left, its helper included; a published
     // port is listed without waking it, and comes back at the same host port.

@@ -12,18 +12,6 @@ use sbx_tests::processes_mentioning;
 use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
 use serde_json::Value;
 
-fn sh(sbx: &Sbx, sandbox: &str, script: &str) -> String {
-    let out = sbx.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
-    assert!(out.status.success(), "`{script}` in {sandbox} failed: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
-fn create(sbx: &Sbx, args: &[&str]) -> Value {
-    let mut all = vec!["create", "--timeout", BOOT_TIMEOUT];
-    all.extend_from_slice(args);
-    sbx.json(&all)
-}
-
 fn started_from(sbx: &Sbx, name: &str) -> String {
     sbx.json(&["inspect", name])["started_from"].as_str().unwrap().to_string()
 }
@@ -79,25 +67,25 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     assert_eq!(std::fs::metadata(&memory).unwrap().modified().unwrap(), written, "left as it was");
 
     // The next plain create of that shape restores it.
-    create(&sbx, &["--name", "a", "--net", "none"]);
+    sbx.create_with("a", &["--net", "none"]);
     assert_eq!(started_from(&sbx, "a"), "template snapshot");
-    sh(&sbx, "a", "echo a > /tmp/mine");
+    sbx.sh("a", "echo a > /tmp/mine");
 
-    let b = create(&sbx, &["--name", "b", "--net", "none"]);
+    let b = sbx.create_with("b", &["--net", "none"]);
     assert_eq!(b["started_from"], "template snapshot");
-    assert_eq!(sh(&sbx, "b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
-    let random = |s: &str| sh(&sbx, s, "head -c 16 /dev/urandom | od -An -tx1");
+    assert_eq!(sbx.sh("b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
+    let random = |s: &str| sbx.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("a"), random("b"));
     // A shape that has none: the first create boots and saves one. The egress rules are
     // the create's own, not those of the sandbox that was saved.
-    let c = create(&sbx, &["--name", "c", "--deny-out", "192.0.2.0/24"]);
+    let c = sbx.create_with("c", &["--deny-out", "192.0.2.0/24"]);
     assert_eq!(c["started_from"], "boot", "a machine with a NIC has its own template snapshot");
-    let d = create(&sbx, &["--name", "d", "--deny-out", "198.51.100.0/24"]);
+    let d = sbx.create_with("d", &["--deny-out", "198.51.100.0/24"]);
     assert_eq!(d["started_from"], "template snapshot");
     assert_eq!(sbx.json(&["net", "show", "d"])["deny_out"], serde_json::json!(["198.51.100.0/24"]));
-    assert_eq!(sh(&sbx, "d", "ls /sys/class/net | grep -c eth0"), "1\n");
+    assert_eq!(sbx.sh("d", "ls /sys/class/net | grep -c eth0"), "1\n");
     // Another memory size is another machine: it boots.
-    let small = create(&sbx, &["--name", "small", "--net", "none", "--memory", "256"]);
+    let small = sbx.create_with("small", &["--net", "none", "--memory", "256"]);
     assert_eq!(small["started_from"], "boot");
     assert_eq!(template_snapshots(&sbx).len(), 3);
 
@@ -112,9 +100,9 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     assert!(err.contains("is not used") && err.contains("memory.bin"), "-v says why: {err}");
     assert_eq!(started_from(&sbx, "e"), "boot");
     assert!(std::fs::metadata(&memory).unwrap().len() > 4, "a new snapshot replaced it");
-    let f = create(&sbx, &["--name", "f", "--net", "none"]);
+    let f = sbx.create_with("f", &["--net", "none"]);
     assert_eq!(f["started_from"], "template snapshot");
-    assert_eq!(sh(&sbx, "f", "hostname"), "f\n");
+    assert_eq!(sbx.sh("f", "hostname"), "f\n");
 
     // `sbx template snapshot` replaces a damaged one too, and leaves no sandbox.
     sbx.json(&["kill", "a", "b", "c", "d", "e", "f", "small"]);
@@ -122,7 +110,7 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     let replaced = make_snapshot(&sbx, "minimal", &["--net", "none"]);
     assert_eq!(replaced["outcome"], "replaced", "{replaced}");
     assert!(replaced["replaced_because"].as_str().unwrap().contains("memory.bin"), "{replaced}");
-    assert_eq!(create(&sbx, &["--name", "h", "--net", "none"])["started_from"], "template snapshot");
+    assert_eq!(sbx.create_with("h", &["--net", "none"])["started_from"], "template snapshot");
 
     // Off: always a boot.
     let out = sbx
@@ -140,12 +128,12 @@ fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
     let made = make_snapshot(&sbx, "debian", &["--net", "none"]);
     assert_eq!(made["outcome"], "made", "{made}");
     assert!(processes_mentioning(sbx.state_dir()).is_empty(), "nothing runs after it");
-    let d1 = create(&sbx, &["--template", "debian", "--name", "d1", "--net", "none"]);
+    let d1 = sbx.create_with("d1", &["--template", "debian", "--net", "none"]);
     assert_eq!(d1["started_from"], "template snapshot");
-    sh(&sbx, "d1", "echo d1 > /root/on-disk && sync");
-    let d2 = create(&sbx, &["--template", "debian", "--name", "d2", "--net", "none"]);
+    sbx.sh("d1", "echo d1 > /root/on-disk && sync");
+    let d2 = sbx.create_with("d2", &["--template", "debian", "--net", "none"]);
     assert_eq!(d2["started_from"], "template snapshot");
-    assert_eq!(sh(&sbx, "d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
-    sh(&sbx, "d2", "echo d2 > /root/on-disk && sync");
-    assert_eq!(sh(&sbx, "d1", "cat /root/on-disk"), "d1\n");
+    assert_eq!(sbx.sh("d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
+    sbx.sh("d2", "echo d2 > /root/on-disk && sync");
+    assert_eq!(sbx.sh("d1", "cat /root/on-disk"), "d1\n");
 }

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use sbx_tests::data_dir;
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use sbx_tests::vm::{Sbx, text};
 use serde_json::Value;
 
 /// A scratch data directory sharing the real kernel and templates by hard links.
@@ -42,7 +42,7 @@ fn link(from: &Path, to: &Path) {
 }
 
 fn create(sbx: &Sbx, name: &str, template: &str) -> Value {
-    sbx.json(&["create", "--name", name, "--template", template, "--net", "none", "--timeout", BOOT_TIMEOUT])
+    sbx.create_with(name, &["--template", template, "--net", "none"])
 }
 
 #[test]
