@@ -2,7 +2,8 @@
 official MCP Python SDK over stdio.
 
 Binaries come from $CARGO_TARGET_DIR/debug (or ./target/debug); build them first with
-`cargo build -p sbx -p sbx-agent`.
+`cargo build -p sbx -p sbx-agent`. tests/lib/local_agent.py (on the path by pytest.ini)
+finds them and starts the agent.
 """
 
 from __future__ import annotations
@@ -10,10 +11,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +22,8 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def binary(name: str) -> Path:
-    target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
-    if not target.is_absolute():
-        target = REPO / target
-    path = target / "debug" / name
-    if not path.exists():
-        pytest.fail(f"{path} is not built; run `cargo build -p sbx -p sbx-agent` first")
-    return path
+# binary, start_agent, wait_for and REPO are imported from here by the tests too.
+from local_agent import REPO, binary, running_agent, start_agent, wait_for  # noqa: F401
 
 
 @dataclass
@@ -55,25 +45,6 @@ class Agent:
         return path
 
 
-def wait_for(predicate, what: str, within: float = 20.0, every: float = 0.02) -> None:
-    """Polls until `predicate()` is true; fails the test if it never is. A bounded wait
-    for an event, not a timing assertion."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting: {what}")
-        time.sleep(every)
-
-
-def connectable(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        try:
-            s.connect(str(path))
-            return True
-        except OSError:
-            return False
-
-
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
@@ -81,25 +52,25 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def agent() -> Agent:
-    tmp = Path(tempfile.mkdtemp(prefix="sbx-mcp-test-"))
-    sock = tmp / "agent.sock"
-    log = open(tmp / "agent.log", "wb")
-    process = subprocess.Popen(
-        [str(binary("sbx-agent")), "--listen", f"unix://{sock}", "--job-dir", str(tmp / "jobs")],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        wait_for(lambda: connectable(sock) or process.poll() is not None, "sbx-agent to listen")
-        if process.poll() is not None:
-            pytest.fail(f"sbx-agent exited with {process.returncode}: {(tmp / 'agent.log').read_text()}")
+    with running_agent("sbx-mcp-test-") as (process, tmp, sock):
         yield Agent(process=process, dir=tmp, socket=sock)
-    finally:
-        process.kill()
-        process.wait()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def data_dir() -> Path:
+    """Where sbx keeps its kernel and templates, as sbx itself finds it."""
+    for var, rel in (("SBX_DATA_DIR", ""), ("XDG_DATA_HOME", "sbx")):
+        if os.environ.get(var):
+            return Path(os.environ[var]) / rel
+    return Path.home() / ".local/share/sbx"
+
+
+@pytest.fixture
+def state_dir() -> Path:
+    """A fresh SBX_STATE_DIR for the tests that make sandboxes; short, as the sandboxes'
+    Unix sockets live under it. Removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="sbxs-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def server_params(*args: str, env: dict[str, str] | None = None) -> StdioServerParameters:

@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conftest import binary, call_err, call_ok, connectable, mcp_session, text_of, wait_for
+from conftest import binary, call_err, call_ok, mcp_session, start_agent, text_of, wait_for
 from test_sandboxes import need_vm, processes_mentioning, sandbox_dirs
 
 pytestmark = pytest.mark.anyio
@@ -26,9 +26,9 @@ HANG_GUARD_S = 60
 
 
 @pytest.fixture
-def state_dir():
-    # Short: the sandbox's Unix sockets live under it.
-    path = Path(tempfile.mkdtemp(prefix="sbxf-", dir="/tmp"))
+def state_dir(state_dir: Path):
+    """conftest's state_dir, with any sandbox a failed test left killed before it goes."""
+    path = state_dir
     yield path
     subprocess.run(
         [str(binary("sbx")), "kill", "--all", "--force"],
@@ -36,7 +36,6 @@ def state_dir():
         capture_output=True,
         timeout=120,
     )
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def sbx_json(state_dir: Path, *args: str):
@@ -96,22 +95,9 @@ async def test_vm_killed_under_an_open_sandbox_exec_is_a_clear_tool_error(state_
     assert sandbox_dirs(state_dir) == []
 
 
-def start_agent(sock: Path, jobs: Path, log) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [str(binary("sbx-agent")), "--listen", f"unix://{sock}", "--job-dir", str(jobs)],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    wait_for(lambda: connectable(sock) or process.poll() is not None, "sbx-agent to listen")
-    assert process.poll() is None, f"sbx-agent exited with {process.returncode}"
-    return process
-
-
 async def test_agent_restarted_under_a_long_lived_server_works_on_the_next_call() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sbxr-"))
-    sock, jobs = tmp / "agent.sock", tmp / "jobs"
-    log = open(tmp / "agent.log", "wb")
+    sock, jobs, log = tmp / "agent.sock", tmp / "jobs", tmp / "agent.log"
     agents = [start_agent(sock, jobs, log)]
     try:
         async with mcp_session("--agent", f"unix://{sock}") as session:
@@ -133,5 +119,4 @@ async def test_agent_restarted_under_a_long_lived_server_works_on_the_next_call(
         for process in agents:
             process.kill()
             process.wait()
-        log.close()
         shutil.rmtree(tmp, ignore_errors=True)

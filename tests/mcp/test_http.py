@@ -142,7 +142,7 @@ async def test_cancelling_a_call_kills_the_command_in_either_mode(agent: Agent) 
 # notifications/cancelled, no DELETE, just a closed connection.
 VANISHING_CLIENT = """
 import sys, anyio
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/../lib"]  # tests/mcp, and tests/lib as pytest.ini adds it
 from http_server import session_client, stateless_client
 async def main():
     client = session_client if sys.argv[3] == "session" else stateless_client

@@ -15,7 +15,7 @@ import pytest
 from conftest import call_ok, wait_for
 from http_server import http_server, session_client, stateless_client
 from test_http import VANISHING_CLIENT
-from test_sandboxes import need_vm, processes_mentioning, state_dir  # noqa: F401 (fixture)
+from test_sandboxes import need_vm, processes_mentioning
 
 pytestmark = pytest.mark.anyio
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -22,7 +20,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from conftest import binary, call_err, call_ok
+from conftest import binary, call_err, call_ok, data_dir
 
 pytestmark = pytest.mark.anyio
 
@@ -34,13 +32,6 @@ FETCH = (
     "except Exception as e:\n"
     "    print('FAIL', repr(getattr(e, 'reason', e)))\n"
 )
-
-
-def data_dir() -> Path:
-    for var, rel in (("SBX_DATA_DIR", ""), ("XDG_DATA_HOME", "sbx")):
-        if os.environ.get(var):
-            return Path(os.environ[var]) / rel
-    return Path.home() / ".local/share/sbx"
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +48,6 @@ def world() -> dict:
     finally:
         process.stdin.close()
         process.wait(timeout=60)
-
-
-@pytest.fixture
-def state_dir():
-    path = Path(tempfile.mkdtemp(prefix="sbxn-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @asynccontextmanager

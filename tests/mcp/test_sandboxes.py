@@ -6,33 +6,16 @@ under KVM or, without it, software emulation."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 import anyio
 
-from conftest import call_err, call_ok, mcp_session, wait_for
+from conftest import call_err, call_ok, data_dir, mcp_session, wait_for
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def state_dir():
-    # Short: the sandbox's Unix sockets live under it.
-    path = Path(tempfile.mkdtemp(prefix="sbxs-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def data_dir() -> Path:
-    for var, rel in (("SBX_DATA_DIR", ""), ("XDG_DATA_HOME", "sbx")):
-        if os.environ.get(var):
-            return Path(os.environ[var]) / rel
-    return Path.home() / ".local/share/sbx"
 
 
 async def test_no_sandboxes_yet_and_unknown_ids_are_tool_errors(state_dir: Path) -> None:

@@ -5,8 +5,6 @@ its template's snapshot, or forked a snapshot."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,13 +15,6 @@ from conftest import call_err, call_ok, mcp_session, wait_for
 from test_sandboxes import need_vm, processes_mentioning
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def state_dir():
-    path = Path(tempfile.mkdtemp(prefix="sbxp-", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
