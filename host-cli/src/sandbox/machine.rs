@@ -65,9 +65,7 @@ pub(super) async fn save(
     if !saved.ram_in_stream {
         let pid = record.qemu.map_or(0, |p| p.pid);
         let ram = staging.ram();
-        let pages = tokio::task::spawn_blocking(move || guest_ram::save(pid, &ram))
-            .await
-            .expect("the RAM copy does not panic")?;
+        let pages = off_thread(move || guest_ram::save(pid, &ram)).await?;
         tracing::debug!(
             "save: {} MiB of guest RAM copied, {} MiB of zero pages handed back",
             pages.data >> 20,
@@ -83,6 +81,14 @@ pub(super) async fn save(
         copy_file(overlay, &staging.disk())?;
     }
     Ok(SavedVm { qemu_version, ram_file: !saved.ram_in_stream, ignore_shared })
+}
+
+/// Runs a blocking pass over guest RAM ([`guest_ram`]) off the async threads; a panic
+/// in it goes on in the caller.
+async fn off_thread<T: Send + 'static>(
+    pass: impl FnOnce() -> Result<T, guest_ram::GuestRamError> + Send + 'static,
+) -> Result<T, guest_ram::GuestRamError> {
+    tokio::task::spawn_blocking(pass).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
 }
 
 /// Lets a VM that was saved run on: a fresh vhost-device-vsock (the old one served the
@@ -159,9 +165,7 @@ pub(super) async fn bring_up(
     migrate::prepare_load(&mut qmp, snap.meta.ignore_shared).await?;
     if let Some(ram) = snap.ram() {
         // Before the load: loading virtio devices reads their rings in guest RAM.
-        let bytes = tokio::task::spawn_blocking(move || guest_ram::load(&ram, pid))
-            .await
-            .expect("the RAM copy does not panic")?;
+        let bytes = off_thread(move || guest_ram::load(&ram, pid)).await?;
         step(&format!("{} MiB of guest RAM written", bytes >> 20));
     }
     match migrate::load(&mut qmp, &snap.memory(), limit).await {
@@ -180,10 +184,9 @@ pub(super) async fn bring_up(
     step("state loaded");
     if snap.ram().is_none() {
         // QEMU's load of RAM from the stream allocated every zero page.
-        match tokio::task::spawn_blocking(move || guest_ram::release(pid)).await {
-            Ok(Ok(pages)) => step(&format!("{} MiB of zero pages released", pages.zero >> 20)),
-            Ok(Err(e)) => tracing::warn!("{e}; the restored guest holds all its memory"),
-            Err(e) => tracing::warn!("releasing zero pages failed: {e}"),
+        match off_thread(move || guest_ram::release(pid)).await {
+            Ok(pages) => step(&format!("{} MiB of zero pages released", pages.zero >> 20)),
+            Err(e) => tracing::warn!("{e}; the restored guest holds all its memory"),
         }
     }
     let name = record.name.clone();
