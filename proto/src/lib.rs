@@ -5,6 +5,8 @@
 //! - [`address`]: the one address grammar both binaries parse (`vsock://`, `hvsock://`,
 //!   `unix://`, `tcp://`).
 //! - [`limits`]: the defaults and caps both sides agree on.
+//! - [`link`]: the handshake that opens every host connection on the agent's
+//!   virtio-serial port, written once for both ends.
 //! - [`reason`]: the machine-readable reason the agent attaches to an error, from which
 //!   each face says what to do next.
 //! - [`units`]: sizes and counts for people ("3.2 MiB", "1 file"), written once for
@@ -12,6 +14,7 @@
 
 pub mod address;
 pub mod limits;
+pub mod link;
 pub mod reason;
 pub mod units;
 
