@@ -58,6 +58,11 @@ struct Args {
     /// Most file transfers (read, write, download, upload) at once; more are refused.
     #[arg(long, value_name = "N", default_value_t = sbx_agent::service::limits::DEFAULT_MAX_TRANSFERS, env = "SBX_AGENT_MAX_TRANSFERS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_concurrent_transfers: usize,
+
+    /// Serve the agent link on this character device (a stand-in for the port, for
+    /// tests). Default: the virtio-serial port named sbx.agent, if the VM has one.
+    #[arg(long, value_name = "PATH", env = "SBX_AGENT_LINK_DEVICE")]
+    link_device: Option<PathBuf>,
 }
 
 impl Args {
@@ -81,6 +86,7 @@ impl Args {
             token_file: None,
             max_concurrent_execs: sbx_agent::service::limits::DEFAULT_MAX_EXECS,
             max_concurrent_transfers: sbx_agent::service::limits::DEFAULT_MAX_TRANSFERS,
+            link_device: None,
         }
     }
 }
@@ -209,7 +215,8 @@ async fn run() -> ExitCode {
     };
     tokio::spawn(sbx_agent::allocator::trim_when_idle());
     let svc = AgentService::with_capacity(args.job_dir, capacity);
-    match listen::serve_listeners(listeners, svc, token).await {
+    let port = args.link_device.take().or_else(|| listen::port::find_port(sbx_proto::link::PORT_NAME));
+    match listen::serve_listeners(listeners, port, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sbx-agent: {}", error_chain(&e));

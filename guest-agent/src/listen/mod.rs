@@ -2,8 +2,13 @@
 //!
 //! - [`authority`]: each connection's requests pass [`authority::AuthorityFix`], so
 //!   stock gRPC clients on Unix sockets are served (their `:authority` is a path).
+//! - [`port`]: a virtio-serial port as a tokio stream that does not spin without a host.
+//! - [`link`]: the agent link on that port: handshake, then one HTTP/2 connection per
+//!   host connection ([`serve_port`]).
 
 pub mod authority;
+pub mod link;
+pub mod port;
 
 use std::io;
 use std::os::unix::fs::PermissionsExt;
@@ -50,6 +55,15 @@ pub enum ListenError {
         "refusing to serve {0} without a token: it is not a loopback address; pass --token-file PATH or set SBX_AGENT_TOKEN, or listen on tcp://127.0.0.1:PORT"
     )]
     TokenRequired(Address),
+    /// The server on the agent link's port stopped with an error.
+    #[error("serving the agent link on {path} failed")]
+    ServePort {
+        /// The port's device node.
+        path: PathBuf,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
     /// The server stopped with an error.
     #[error("serving on {addr} failed")]
     Serve {
@@ -206,6 +220,17 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
     }
 }
 
+/// Serves `svc` on the agent link's port at `path` (a virtio-serial port, or a
+/// character device standing in for one), one host connection after another, until
+/// the process ends. The port is reached only from the host: no token is asked.
+pub async fn serve_port(path: PathBuf, svc: AgentService) -> Result<(), ListenError> {
+    builder()
+        .add_service(svc.into_server())
+        .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(link::sessions(path.clone())))
+        .await
+        .map_err(|source| ListenError::ServePort { path, source })
+}
+
 /// Binds every address, then serves all of them; returns when any server stops.
 pub async fn serve_all(
     addrs: &[Address],
@@ -216,13 +241,15 @@ pub async fn serve_all(
     for addr in addrs {
         listeners.push(Listener::bind(addr).await?);
     }
-    serve_listeners(listeners, svc, token).await
+    serve_listeners(listeners, None, svc, token).await
 }
 
-/// Serves already-bound listeners; returns when any server stops. Nothing is served if
-/// any listener [needs a token](Listener::needs_token) and there is none.
+/// Serves already-bound listeners, and the agent link's port if there is one; returns
+/// when any server stops. Nothing is served if any listener
+/// [needs a token](Listener::needs_token) and there is none.
 pub async fn serve_listeners(
     listeners: Vec<Listener>,
+    port: Option<PathBuf>,
     svc: AgentService,
     token: Option<Token>,
 ) -> Result<(), ListenError> {
@@ -233,6 +260,10 @@ pub async fn serve_listeners(
     for l in listeners {
         tracing::info!(addr = %l.address(), token = token.is_some() && matches!(l, Listener::Tcp(..)), "listening");
         set.spawn(l.serve(svc.clone(), token.clone()));
+    }
+    if let Some(path) = port {
+        tracing::info!(port = %path.display(), "serving the agent link");
+        set.spawn(serve_port(path, svc));
     }
     match set.join_next().await {
         Some(Ok(result)) => result,

@@ -36,6 +36,10 @@ pub use guest::guest_handshake;
 pub use host::{host_handshake, host_handshake_every};
 pub use stream::LinkStream;
 
+/// The name of the virtio-serial port the agent link runs on (QEMU's
+/// `virtserialport,name=...`; the guest finds it in `/sys/class/virtio-ports/*/name`).
+pub const PORT_NAME: &str = "sbx.agent";
+
 /// Why a handshake did not finish.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {

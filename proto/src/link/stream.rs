@@ -33,6 +33,11 @@ impl<S> LinkStream<S> {
         Self { inner, prefix, strip_acks: true }
     }
 
+    /// The stream underneath, for the next handshake; unread prefix bytes are dropped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
     /// The stream underneath.
     pub fn get_ref(&self) -> &S {
         &self.inner

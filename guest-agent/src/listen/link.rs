@@ -1,0 +1,136 @@
+//! The agent link on a virtio-serial port: one host connection at a time, each opened
+//! by the handshake of [`sbx_proto::link`], then served as one HTTP/2 connection.
+//!
+//! A task owns the port and loops: run the guest's handshake; hand the port, wrapped
+//! in a [`Session`], to the gRPC server as its next connection; take it back when the
+//! server drops that connection (the host went away: `read() == 0`, or bytes that are
+//! not HTTP/2, such as a new host's SYNC, ended it); wait for a host if none is
+//! connected; open the port again after `ENODEV` (the host replugs it on restore).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use sbx_proto::link::{LinkError, LinkStream, guest_handshake};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{mpsc, oneshot};
+use tonic::transport::server::Connected;
+
+use super::authority::AuthorityFix;
+use super::port::PortIo;
+
+/// How often a port that went away (replug) is looked for again.
+const REOPEN_EVERY: Duration = Duration::from_millis(100);
+
+/// One host connection on the port. Dropping it hands the port back to the loop.
+pub struct Session {
+    stream: Option<LinkStream<PortIo>>,
+    back: Option<oneshot::Sender<PortIo>>,
+}
+
+impl Session {
+    fn stream(&mut self) -> &mut LinkStream<PortIo> {
+        self.stream.as_mut().expect("a session holds its stream until dropped")
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let (Some(stream), Some(back)) = (self.stream.take(), self.back.take()) {
+            let _ = back.send(stream.into_inner());
+        }
+    }
+}
+
+impl Connected for Session {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for Session {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().stream()).poll_read(cx, out)
+    }
+}
+
+impl AsyncWrite for Session {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(self.get_mut().stream()).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().stream()).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(self.get_mut().stream()).poll_shutdown(cx)
+    }
+}
+
+/// The sessions of the port at `path`, one after another, for
+/// `serve_with_incoming`. The loop ends when the receiver is dropped.
+pub fn sessions(path: PathBuf) -> mpsc::Receiver<io::Result<AuthorityFix<Session>>> {
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(run(path, tx));
+    rx
+}
+
+async fn run(path: PathBuf, tx: mpsc::Sender<io::Result<AuthorityFix<Session>>>) {
+    let mut port = open(&path).await;
+    loop {
+        match guest_handshake(&mut port).await {
+            Ok(prefix) => {
+                tracing::debug!(port = %path.display(), "agent link: host connected");
+                let (back, returned) = oneshot::channel();
+                let session = Session { stream: Some(LinkStream::new(port, prefix)), back: Some(back) };
+                if tx.send(Ok(AuthorityFix::new(session))).await.is_err() {
+                    return;
+                }
+                port = match returned.await {
+                    Ok(port) => port,
+                    Err(_) => open(&path).await,
+                };
+                tracing::debug!(port = %path.display(), "agent link: session ended");
+            }
+            Err(LinkError::Closed) => {
+                if let Err(e) = port.wait_event().await {
+                    tracing::warn!(port = %path.display(), "agent link: waiting for a host failed ({e}); opening the port again");
+                    port = open(&path).await;
+                }
+            }
+            Err(LinkError::Read(e) | LinkError::Write(e)) => {
+                if e.raw_os_error() != Some(libc::ENODEV) {
+                    tracing::warn!(port = %path.display(), "agent link: {e}; opening the port again");
+                }
+                drop(port);
+                port = open(&path).await;
+            }
+        }
+    }
+}
+
+/// Opens the port at `path`, waiting for it to (re)appear; a replugged port can come
+/// back under another device name, so the name is looked up again.
+async fn open(path: &Path) -> PortIo {
+    let name = port_name(path);
+    loop {
+        let current = name.as_deref().and_then(super::port::find_port);
+        let at = current.as_deref().unwrap_or(path);
+        match PortIo::open(at) {
+            Ok(port) => return port,
+            Err(e) => tracing::debug!(port = %at.display(), "agent link: port not there yet: {e}"),
+        }
+        tokio::time::sleep(REOPEN_EVERY).await;
+    }
+}
+
+/// The virtio-serial name of the port at `path` (`/dev/vport0p1` -> `sbx.agent`), or
+/// `None` for a device that is not one (a stand-in).
+fn port_name(path: &Path) -> Option<String> {
+    let dev = path.file_name()?;
+    let name = std::fs::read_to_string(Path::new("/sys/class/virtio-ports").join(dev).join("name")).ok()?;
+    Some(name.trim_end().to_owned())
+}
