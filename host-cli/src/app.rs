@@ -19,6 +19,9 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "net-helper") {
         return net_helper();
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "agent-link") {
+        return agent_link();
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
@@ -60,6 +63,42 @@ fn net_helper() -> ExitCode {
         let done = rt.block_on(crate::sandbox::network::helper::run(&helper.args));
         rt.shutdown_background();
         done.map_err(anyhow::Error::new)
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e, false),
+    }
+}
+
+/// `sbx agent-link` (hidden, for now run by hand): serves a VM's agent link (QEMU's
+/// chardev socket of the port `sbx.agent`) on a Unix socket, in the foreground. The
+/// per-sandbox `sbx net-helper` is meant to run the same module.
+fn agent_link() -> ExitCode {
+    #[derive(Parser)]
+    #[command(
+        name = "sbx agent-link",
+        about = "Serve a VM's agent link (its virtio-serial port) on a Unix socket for every client"
+    )]
+    struct LinkCli {
+        /// QEMU's chardev socket of the port sbx.agent (`<sandbox dir>/agent.port`).
+        #[arg(long, value_name = "PATH")]
+        port: std::path::PathBuf,
+        /// The Unix socket to serve (`<sandbox dir>/agent.sock`); reach the agent with
+        /// `sbx --agent unix://PATH`.
+        #[arg(long, value_name = "PATH")]
+        socket: std::path::PathBuf,
+    }
+    let link = match LinkCli::try_parse_from(std::env::args_os().skip(1)) {
+        Ok(link) => link,
+        Err(e) => return usage_error(&e),
+    };
+    init_logging(0);
+    let result =
+        runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
+    let result = result.and_then(|rt| {
+        let ended = rt.block_on(crate::vmm::agent_link::run(&link.port, &link.socket));
+        rt.shutdown_background();
+        Err(anyhow::Error::new(ended))
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

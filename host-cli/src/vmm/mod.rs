@@ -6,6 +6,8 @@
 //! `template.json`) calls into here; the faces (`cmd/`, `mcp/`) never do. Nothing here
 //! imports from the layers above.
 //!
+//! - [`agent_link`]: the host end of the agent link over the VM's virtio-serial port:
+//!   one HTTP/2 connection, shared by the clients of `agent.sock`.
 //! - [`dirs`]: where templates and sandbox state live.
 //! - [`template`]: reading `template.json`.
 //! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
@@ -22,6 +24,7 @@
 //!   kernel command line words.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
 
+pub mod agent_link;
 pub mod dirs;
 pub mod guest_ram;
 pub mod launcher;

@@ -1,0 +1,99 @@
+//! The host end of the agent link: one HTTP/2 connection to the agent over the VM's
+//! virtio-serial port, shared by every client of a Unix socket.
+//!
+//! QEMU serves the port `sbx.agent` on a Unix socket in the sandbox directory
+//! (`-chardev socket,id=agentport,path=<dir>/agent.port,server=on,wait=off`), and
+//! takes one connection at a time. This module keeps that one connection and
+//! multiplexes clients onto it:
+//!
+//! - [`upstream`]: connects to `agent.port`, runs the host's side of the handshake of
+//!   [`sbx_proto::link`], opens one HTTP/2 client connection over it, and reconnects
+//!   with backoff (and a fresh handshake) whenever it ends: QEMU gone, a restore.
+//! - [`forward`]: serves `agent.sock`; each accepted connection is an HTTP/2 server
+//!   connection whose requests go over the upstream connection as streams of it.
+//!   Bodies, trailers and resets pass through; a client that goes away cancels its
+//!   upstream stream. While the link is down a request waits up to
+//!   [`LINK_WAIT`], then fails with gRPC `UNAVAILABLE`.
+//!
+//! [`start`] runs both as tasks of the calling runtime (the per-sandbox `sbx
+//! net-helper` is meant to); [`run`] is the same in the foreground (the hidden `sbx
+//! agent-link` command).
+
+pub mod forward;
+pub mod upstream;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+
+/// The QEMU chardev socket of the agent's port, in the sandbox directory.
+pub const PORT_SOCKET: &str = "agent.port";
+/// The socket clients of the agent connect to, in the sandbox directory.
+pub const AGENT_SOCKET: &str = "agent.sock";
+/// How long a request waits for the link to come (back) up before it fails.
+pub const LINK_WAIT: Duration = Duration::from_secs(30);
+
+/// Why the agent link could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentLinkError {
+    /// The client socket could not be made.
+    #[error("could not listen on {}; remove the file if no sbx process uses it", path.display())]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Accepting a client failed.
+    #[error("accepting a client on {} failed", path.display())]
+    Accept {
+        /// The socket path.
+        path: PathBuf,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Serves the agent of the port at `port` on a new Unix socket at `socket` (0600;
+/// a stale socket file there is replaced), as tasks of the current runtime. The
+/// returned task ends only with an error.
+pub fn start(port: &Path, socket: &Path) -> Result<tokio::task::JoinHandle<AgentLinkError>, AgentLinkError> {
+    let listener = bind(socket)?;
+    let upstream = upstream::Upstream::start(port.to_path_buf());
+    let socket = socket.to_path_buf();
+    Ok(tokio::spawn(async move { forward::serve(listener, socket, upstream).await }))
+}
+
+/// [`start`], in the foreground; returns only with an error.
+pub async fn run(port: &Path, socket: &Path) -> AgentLinkError {
+    match start(port, socket) {
+        Ok(task) => task.await.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())),
+        Err(e) => e,
+    }
+}
+
+fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let err = |source| AgentLinkError::Bind { path: path.to_path_buf(), source };
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is in the way",
+            )));
+        }
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
+}
+
+/// The HTTP/2 windows and frame size both connections use ([`sbx_proto::limits`]), as
+/// the agent's server and the CLI's channel do.
+pub(crate) mod h2 {
+    pub(crate) use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+}

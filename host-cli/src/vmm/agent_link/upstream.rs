@@ -1,0 +1,132 @@
+//! The one HTTP/2 connection to the agent, kept up: connect to QEMU's chardev socket,
+//! handshake, HTTP/2 client; again with backoff whenever it ends.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sbx_proto::link::{LinkError, Nonce, host_handshake};
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+
+use super::h2::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+
+/// Sends requests over the upstream connection; requests carry a client's body as is.
+pub type Sender = SendRequest<Incoming>;
+
+/// First wait before connecting again; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest wait between connection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Why one attempt at the upstream connection failed (logged; the loop tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// QEMU's socket is not there or refuses (not started yet, or gone).
+    #[error("could not connect to the VM's agent port {}; is its QEMU running?", path.display())]
+    Connect {
+        /// The chardev socket.
+        path: PathBuf,
+        /// What the kernel said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// No random nonce could be drawn.
+    #[error("could not read /dev/urandom for the link's nonce")]
+    Random(#[source] std::io::Error),
+    /// The handshake did not finish.
+    #[error("the agent link's handshake failed")]
+    Handshake(#[source] LinkError),
+    /// The HTTP/2 connection could not start.
+    #[error("the HTTP/2 connection over the agent link failed")]
+    Http2(#[source] hyper::Error),
+}
+
+/// The current upstream connection, if the link is up.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    current: watch::Receiver<Option<Sender>>,
+}
+
+impl Upstream {
+    /// Keeps a connection to the agent behind the chardev socket `port`, in a task.
+    pub fn start(port: PathBuf) -> Self {
+        let (tx, current) = watch::channel(None);
+        tokio::spawn(keep_connected(port, tx));
+        Self { current }
+    }
+
+    /// A sender on a live connection, waiting up to `bound` for one.
+    pub async fn sender(&self, bound: Duration) -> Option<Sender> {
+        let mut current = self.current.clone();
+        let live = async {
+            loop {
+                if let Some(s) = current.borrow_and_update().as_ref().filter(|s| !s.is_closed()) {
+                    return Some(s.clone());
+                }
+                current.changed().await.ok()?;
+            }
+        };
+        tokio::time::timeout(bound, live).await.ok().flatten()
+    }
+}
+
+async fn keep_connected(port: PathBuf, tx: watch::Sender<Option<Sender>>) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        match connect(&port).await {
+            Ok((sender, connection)) => {
+                tracing::info!(port = %port.display(), "agent link up");
+                backoff = MIN_BACKOFF;
+                tx.send_replace(Some(sender));
+                if let Err(e) = connection.await {
+                    tracing::debug!(port = %port.display(), "agent link connection ended: {e}");
+                }
+                tx.send_replace(None);
+                tracing::info!(port = %port.display(), "agent link down; connecting again");
+            }
+            Err(e) => {
+                tracing::debug!("{}", chain(&e));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+/// One attempt: socket, handshake, HTTP/2 client. The connection future drives the
+/// link until it ends.
+async fn connect(
+    port: &Path,
+) -> Result<(Sender, impl std::future::Future<Output = hyper::Result<()>> + Send + 'static), UpstreamError> {
+    let stream = UnixStream::connect(port)
+        .await
+        .map_err(|source| UpstreamError::Connect { path: port.to_path_buf(), source })?;
+    let nonce = Nonce::random().map_err(UpstreamError::Random)?;
+    let link = host_handshake(stream, nonce).await.map_err(UpstreamError::Handshake)?;
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_frame_size(H2_MAX_FRAME_SIZE)
+        .handshake(TokioIo::new(link))
+        .await
+        .map_err(UpstreamError::Http2)?;
+    Ok((sender, connection))
+}
+
+/// `e` and its sources, one sentence after another.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
