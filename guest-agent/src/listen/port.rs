@@ -54,7 +54,8 @@ impl PortIo {
             Mode::empty(),
         )?;
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-        let flags = epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::RDHUP | epoll::EventFlags::ET;
+        let flags =
+            epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::RDHUP | epoll::EventFlags::ET;
         epoll::add(&ep, &port, epoll::EventData::new_u64(0), flags)?;
         // SAFETY: `ep` is an open epoll fd owned by the AsyncFd from here on, and an
         // OwnedFd always returns the same fd.
