@@ -30,7 +30,7 @@ need() {
 
 # Modules the `minimal` image loads, in order (Debian ships them uncompressed and
 # without modules.dep, so the order is the dependency order).
-SBX_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
+SBX_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio virtio_console vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
 # Extra modules for images booted from an ext4 disk (ext4 softdeps on crc32c).
 SBX_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"
 # The guest NIC (virtio-net), loaded only when the kernel command line carries `sbx.net=`

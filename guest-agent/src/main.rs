@@ -215,7 +215,13 @@ async fn run() -> ExitCode {
     };
     tokio::spawn(sbx_agent::allocator::trim_when_idle());
     let svc = AgentService::with_capacity(args.job_dir, capacity);
-    let port = args.link_device.take().or_else(|| listen::port::find_port(sbx_proto::link::PORT_NAME));
+    let port = match args.link_device.take() {
+        Some(path) => Some(listen::link::PortSource::Device(path)),
+        None if listen::port::virtio_ports_exist() => {
+            Some(listen::link::PortSource::Named(sbx_proto::link::PORT_NAME))
+        }
+        None => None,
+    };
     match listen::serve_listeners(listeners, port, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

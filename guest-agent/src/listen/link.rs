@@ -8,7 +8,7 @@
 //! connected; open the port again after `ENODEV` (the host replugs it on restore).
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -70,20 +70,54 @@ impl AsyncWrite for Session {
     }
 }
 
-/// The sessions of the port at `path`, one after another, for
-/// `serve_with_incoming`. The loop ends when the receiver is dropped.
-pub fn sessions(path: PathBuf) -> mpsc::Receiver<io::Result<AuthorityFix<Session>>> {
+/// Which device the link runs on.
+#[derive(Debug, Clone)]
+pub enum PortSource {
+    /// A device node given by path (a stand-in for the port, in tests).
+    Device(PathBuf),
+    /// The virtio-serial port of this name, wherever the kernel put it; looked up
+    /// again after each replug (its device name can change).
+    Named(&'static str),
+}
+
+impl PortSource {
+    /// The device node to open now, if there is one.
+    fn locate(&self) -> Option<PathBuf> {
+        match self {
+            PortSource::Device(path) => Some(path.clone()),
+            PortSource::Named(name) => super::port::find_port(name),
+        }
+    }
+}
+
+impl std::fmt::Display for PortSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortSource::Device(path) => write!(f, "{}", path.display()),
+            PortSource::Named(name) => write!(f, "virtio port {name}"),
+        }
+    }
+}
+
+/// Opens the port the first time, waiting up to `bound` for it to appear (the kernel
+/// adds a virtio-serial port a moment after its driver loads).
+pub async fn first_open(source: &PortSource, bound: Duration) -> Option<PortIo> {
+    tokio::time::timeout(bound, open(source)).await.ok()
+}
+
+/// The sessions of `port`, one after another, for `serve_with_incoming`. The loop
+/// ends when the receiver is dropped.
+pub fn sessions(source: PortSource, port: PortIo) -> mpsc::Receiver<io::Result<AuthorityFix<Session>>> {
     let (tx, rx) = mpsc::channel(1);
-    tokio::spawn(run(path, tx));
+    tokio::spawn(run(source, port, tx));
     rx
 }
 
-async fn run(path: PathBuf, tx: mpsc::Sender<io::Result<AuthorityFix<Session>>>) {
-    let mut port = open(&path).await;
+async fn run(source: PortSource, mut port: PortIo, tx: mpsc::Sender<io::Result<AuthorityFix<Session>>>) {
     loop {
         match guest_handshake(&mut port).await {
             Ok(prefix) => {
-                tracing::debug!(port = %path.display(), "agent link: host connected");
+                tracing::debug!(port = %source, "agent link: host connected");
                 let (back, returned) = oneshot::channel();
                 let session = Session { stream: Some(LinkStream::new(port, prefix)), back: Some(back) };
                 if tx.send(Ok(AuthorityFix::new(session))).await.is_err() {
@@ -91,46 +125,36 @@ async fn run(path: PathBuf, tx: mpsc::Sender<io::Result<AuthorityFix<Session>>>)
                 }
                 port = match returned.await {
                     Ok(port) => port,
-                    Err(_) => open(&path).await,
+                    Err(_) => open(&source).await,
                 };
-                tracing::debug!(port = %path.display(), "agent link: session ended");
+                tracing::debug!(port = %source, "agent link: session ended");
             }
             Err(LinkError::Closed) => {
                 if let Err(e) = port.wait_event().await {
-                    tracing::warn!(port = %path.display(), "agent link: waiting for a host failed ({e}); opening the port again");
-                    port = open(&path).await;
+                    tracing::warn!(port = %source, "agent link: waiting for a host failed ({e}); opening the port again");
+                    port = open(&source).await;
                 }
             }
             Err(LinkError::Read(e) | LinkError::Write(e)) => {
                 if e.raw_os_error() != Some(libc::ENODEV) {
-                    tracing::warn!(port = %path.display(), "agent link: {e}; opening the port again");
+                    tracing::warn!(port = %source, "agent link: {e}; opening the port again");
                 }
                 drop(port);
-                port = open(&path).await;
+                port = open(&source).await;
             }
         }
     }
 }
 
-/// Opens the port at `path`, waiting for it to (re)appear; a replugged port can come
-/// back under another device name, so the name is looked up again.
-async fn open(path: &Path) -> PortIo {
-    let name = port_name(path);
+/// Opens the port, waiting for it to (re)appear.
+async fn open(source: &PortSource) -> PortIo {
     loop {
-        let current = name.as_deref().and_then(super::port::find_port);
-        let at = current.as_deref().unwrap_or(path);
-        match PortIo::open(at) {
-            Ok(port) => return port,
-            Err(e) => tracing::debug!(port = %at.display(), "agent link: port not there yet: {e}"),
+        if let Some(at) = source.locate() {
+            match PortIo::open(&at) {
+                Ok(port) => return port,
+                Err(e) => tracing::debug!(port = %at.display(), "agent link: port not there yet: {e}"),
+            }
         }
         tokio::time::sleep(REOPEN_EVERY).await;
     }
-}
-
-/// The virtio-serial name of the port at `path` (`/dev/vport0p1` -> `sbx.agent`), or
-/// `None` for a device that is not one (a stand-in).
-fn port_name(path: &Path) -> Option<String> {
-    let dev = path.file_name()?;
-    let name = std::fs::read_to_string(Path::new("/sys/class/virtio-ports").join(dev).join("name")).ok()?;
-    Some(name.trim_end().to_owned())
 }

@@ -56,10 +56,10 @@ pub enum ListenError {
     )]
     TokenRequired(Address),
     /// The server on the agent link's port stopped with an error.
-    #[error("serving the agent link on {path} failed")]
+    #[error("serving the agent link on {port} failed")]
     ServePort {
-        /// The port's device node.
-        path: PathBuf,
+        /// The port.
+        port: String,
         /// The transport error.
         #[source]
         source: tonic::transport::Error,
@@ -220,15 +220,27 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
     }
 }
 
-/// Serves `svc` on the agent link's port at `path` (a virtio-serial port, or a
-/// character device standing in for one), one host connection after another, until
-/// the process ends. The port is reached only from the host: no token is asked.
-pub async fn serve_port(path: PathBuf, svc: AgentService) -> Result<(), ListenError> {
+/// How long the agent waits at start for the kernel to add the link's port.
+const PORT_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves `svc` on the agent link's port (a virtio-serial port, or a character device
+/// standing in for one), one host connection after another, until the process ends.
+/// The port is reached only from the host: no token is asked. A port that does not
+/// appear leaves nothing to serve; the other listeners go on.
+pub async fn serve_port(source: link::PortSource, svc: AgentService) -> Result<(), ListenError> {
+    let Some(port) = link::first_open(&source, PORT_FIRST_WAIT).await else {
+        tracing::info!(port = %source, "no agent link: the port did not appear");
+        return std::future::pending().await;
+    };
+    tracing::info!(port = %source, "serving the agent link");
     builder()
         .add_service(svc.into_server())
-        .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(link::sessions(path.clone())))
+        .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(link::sessions(
+            source.clone(),
+            port,
+        )))
         .await
-        .map_err(|source| ListenError::ServePort { path, source })
+        .map_err(|source_err| ListenError::ServePort { port: source.to_string(), source: source_err })
 }
 
 /// Binds every address, then serves all of them; returns when any server stops.
@@ -249,7 +261,7 @@ pub async fn serve_all(
 /// [needs a token](Listener::needs_token) and there is none.
 pub async fn serve_listeners(
     listeners: Vec<Listener>,
-    port: Option<PathBuf>,
+    port: Option<link::PortSource>,
     svc: AgentService,
     token: Option<Token>,
 ) -> Result<(), ListenError> {
@@ -261,9 +273,8 @@ pub async fn serve_listeners(
         tracing::info!(addr = %l.address(), token = token.is_some() && matches!(l, Listener::Tcp(..)), "listening");
         set.spawn(l.serve(svc.clone(), token.clone()));
     }
-    if let Some(path) = port {
-        tracing::info!(port = %path.display(), "serving the agent link");
-        set.spawn(serve_port(path, svc));
+    if let Some(port) = port {
+        set.spawn(serve_port(port, svc));
     }
     match set.join_next().await {
         Some(Ok(result)) => result,

@@ -25,6 +25,11 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// Where the kernel lists virtio-serial ports, each with a `name` file.
 const PORTS_DIR: &str = "/sys/class/virtio-ports";
 
+/// True once the virtio-serial driver is loaded (the VM may have ports).
+pub fn virtio_ports_exist() -> bool {
+    Path::new(PORTS_DIR).is_dir()
+}
+
 /// The device node of the virtio-serial port called `name`, if the VM has one (found
 /// through sysfs: there is no udev to make `/dev/virtio-ports/<name>`).
 pub fn find_port(name: &str) -> Option<PathBuf> {

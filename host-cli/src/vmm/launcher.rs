@@ -20,6 +20,12 @@ pub const VSOCK_CHARDEV: &str = "vsock0";
 pub const VSOCK_DEVICE: &str = "vs0";
 /// The PCIe root port the vsock device sits behind, so that it can be hot-plugged.
 pub const VSOCK_PORT: &str = "rp1";
+/// QEMU id of the virtio-serial bus the agent link's port sits on.
+pub const AGENT_SERIAL_BUS: &str = "vser0";
+/// QEMU id of the chardev behind the agent link's port (`<dir>/agent.port`).
+pub const AGENT_PORT_CHARDEV: &str = "agentport";
+/// QEMU id of the agent link's port, for `device_del`/`device_add` on a restore.
+pub const AGENT_PORT_DEVICE: &str = "agentport0";
 /// How long vhost-device-vsock may take to create its socket.
 const VHOST_SOCKET_WAIT: Duration = Duration::from_secs(10);
 /// How often to look for that socket.
@@ -195,6 +201,18 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         format!("socket,id={VSOCK_CHARDEV},path={}", p.vhost_socket.display()),
         "-device".into(),
         vsock_device(),
+        // The agent link (vmm::agent_link): a virtio-serial port served inside QEMU on
+        // a Unix socket in the sandbox directory. Not used by sbx yet: the agent serves
+        // it beside vsock, and `sbx agent-link` reaches it by hand.
+        "-device".into(),
+        format!("virtio-serial-pci,id={AGENT_SERIAL_BUS}"),
+        "-chardev".into(),
+        format!(
+            "socket,id={AGENT_PORT_CHARDEV},path={},server=on,wait=off",
+            p.dir.join(crate::vmm::agent_link::PORT_SOCKET).display()
+        ),
+        "-device".into(),
+        agent_port_device(),
         "-kernel".into(),
         spec.template.kernel.display().to_string(),
         "-append".into(),
@@ -234,6 +252,14 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
 /// The `-device` / `device_add` value of the vsock device.
 pub fn vsock_device() -> String {
     format!("vhost-user-vsock-pci,chardev={VSOCK_CHARDEV},bus={VSOCK_PORT},id={VSOCK_DEVICE}")
+}
+
+/// The `-device` / `device_add` value of the agent link's port.
+pub fn agent_port_device() -> String {
+    format!(
+        "virtserialport,bus={AGENT_SERIAL_BUS}.0,chardev={AGENT_PORT_CHARDEV},name={},id={AGENT_PORT_DEVICE}",
+        sbx_proto::link::PORT_NAME
+    )
 }
 
 /// Makes a qcow2 overlay backed by the template's raw image, which is never written;
