@@ -75,10 +75,7 @@ where
         s.write_all(PREFACE).await.unwrap();
         s
     };
-    let guest = async {
-        let prefix = guest_handshake(&mut guest_io).await.unwrap();
-        prefix
-    };
+    let guest = async { guest_handshake(&mut guest_io).await.unwrap() };
     let (host, prefix) = tokio::join!(host, guest);
     (host, LinkStream::new(guest_io, prefix))
 }
@@ -112,12 +109,12 @@ async fn stale_bytes_and_old_frames_in_both_directions_are_discarded() {
 
 #[tokio::test]
 async fn frames_split_across_reads_are_found() {
-    for max in [1, 3, 7, 23] {
+    for max in [1u8, 3, 7, 23] {
         let (mut h, g) = pair();
         h.write_all(b"junk SBXSY junk").await.unwrap();
-        let h = Trickle { inner: h, max };
-        let g = Trickle { inner: g, max };
-        let (host, guest) = handshake(h, g, Nonce([max as u8; 16])).await;
+        let h = Trickle { inner: h, max: usize::from(max) };
+        let g = Trickle { inner: g, max: usize::from(max) };
+        let (host, guest) = handshake(h, g, Nonce([max; 16])).await;
         exchange(host, guest).await;
     }
 }
