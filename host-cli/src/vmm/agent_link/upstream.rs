@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use sbx_proto::link::{LinkError, Nonce, host_handshake};
 use tokio::net::UnixStream;
 use tokio::sync::watch;
@@ -20,6 +20,12 @@ pub type Sender = SendRequest<Incoming>;
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connection attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// While calls are open, a PING this often; no answer within [`PING_TIMEOUT`] ends the
+/// connection (and its calls) so that a fresh one is made. A replugged port is such a
+/// case: QEMU keeps the chardev connection, but the guest's session behind it is gone.
+const PING_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a PING may go unanswered.
+const PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why one attempt at the upstream connection failed (logged; the loop tries again).
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +119,10 @@ async fn connect(
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW)
         .max_frame_size(H2_MAX_FRAME_SIZE)
+        .timer(TokioTimer::new())
+        .keep_alive_interval(PING_INTERVAL)
+        .keep_alive_timeout(PING_TIMEOUT)
+        .keep_alive_while_idle(false)
         .handshake(TokioIo::new(link))
         .await
         .map_err(UpstreamError::Http2)?;
