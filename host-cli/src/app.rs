@@ -87,6 +87,9 @@ fn agent_link() -> ExitCode {
         /// `sbx --agent unix://PATH`.
         #[arg(long, value_name = "PATH")]
         socket: std::path::PathBuf,
+        /// How long a call waits for the link to come up before it fails (UNAVAILABLE).
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+        wait: std::time::Duration,
     }
     let link = match LinkCli::try_parse_from(std::env::args_os().skip(1)) {
         Ok(link) => link,
@@ -96,7 +99,7 @@ fn agent_link() -> ExitCode {
     let result =
         runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
     let result = result.and_then(|rt| {
-        let ended = rt.block_on(crate::vmm::agent_link::run(&link.port, &link.socket));
+        let ended = rt.block_on(crate::vmm::agent_link::run(&link.port, &link.socket, link.wait));
         rt.shutdown_background();
         Err(anyhow::Error::new(ended))
     });

@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cli_util::{code, ok, s, sbx, sbx_stdin, sha256_file, stderr};
+use cli_util::{code, ok, s, sbx, sbx_cmd, sbx_stdin, sha256_file, stderr};
 use rustix::pty::OpenptFlags;
 use sbx_tests::Agent;
 
@@ -93,8 +93,13 @@ struct Link(Child);
 
 impl Link {
     fn start(port: &Path, socket: &Path) -> Link {
+        Self::start_with(port, socket, &[])
+    }
+
+    fn start_with(port: &Path, socket: &Path, extra: &[&str]) -> Link {
         let child = Command::new(sbx_tests::workspace_bin("sbx"))
             .args(["agent-link", "--port", s(port), "--socket", s(socket)])
+            .args(extra)
             .stdin(Stdio::null())
             .spawn()
             .expect("spawn sbx agent-link");
@@ -149,4 +154,54 @@ fn exec_streams_and_files_cross_the_link_and_survive_a_reconnect() {
     bridge.drop_host();
     assert_eq!(ok(&sbx(&addr, &["exec", "--capture", "--", "echo", "again"])), "again\n");
     drop(agent);
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_call_in_the_guest() {
+    let (master, slave, pts) = raw_pty();
+    let agent = Agent::start_with(&["--link-device", s(&pts)]);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, socket) = (dir.path().join("agent.port"), dir.path().join("agent.sock"));
+    let _bridge = Bridge::start(master, slave, &port);
+    let _link = Link::start(&port, &socket);
+    let addr = format!("unix://{}", socket.display());
+    let pidfile = agent.dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pidfile.display());
+    let mut client = sbx_cmd(&addr, &["exec", "--", "sh", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sbx exec");
+    let pid = eventually("the command to start", || {
+        std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<u32>().ok())
+    });
+    // SIGKILL: the client says nothing, its connection to agent.sock just closes.
+    client.kill().unwrap();
+    client.wait().unwrap();
+    eventually("the guest command to be killed", || sbx_tests::pid_reaped(pid).then_some(()));
+    // The link is still there for the next client.
+    assert_eq!(ok(&sbx(&addr, &["exec", "--capture", "--", "echo", "next"])), "next\n");
+}
+
+#[test]
+fn calls_fail_unavailable_when_the_link_stays_down() {
+    let dir = tempfile::tempdir().unwrap();
+    // No QEMU behind agent.port: the link never comes up.
+    let (port, socket) = (dir.path().join("agent.port"), dir.path().join("agent.sock"));
+    let _link = Link::start_with(&port, &socket, &["--wait", "200ms"]);
+    let out = sbx(&format!("unix://{}", socket.display()), &["exec", "--capture", "--", "true"]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("the agent link is down (waited 200ms)"), "{}", stderr(&out));
+}
+
+/// Polls `f` until it yields, for up to 30 s.
+fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "gave up waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
@@ -12,15 +13,21 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::UnixListener;
 
+use super::AgentLinkError;
 use super::h2::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 use super::upstream::Upstream;
-use super::{AgentLinkError, LINK_WAIT};
 
 /// A response: the agent's, or one made here when the link is down.
 pub type Body = Either<Incoming, Empty<Bytes>>;
 
-/// Accepts clients on `listener` until accepting fails.
-pub async fn serve(listener: UnixListener, path: PathBuf, upstream: Upstream) -> AgentLinkError {
+/// Accepts clients on `listener` until accepting fails; a request waits up to `wait`
+/// for the link.
+pub async fn serve(
+    listener: UnixListener,
+    path: PathBuf,
+    upstream: Upstream,
+    wait: Duration,
+) -> AgentLinkError {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -30,7 +37,7 @@ pub async fn serve(listener: UnixListener, path: PathBuf, upstream: Upstream) ->
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let upstream = upstream.clone();
-                async move { Ok::<_, Infallible>(forward(&upstream, req).await) }
+                async move { Ok::<_, Infallible>(forward(&upstream, req, wait).await) }
             });
             let served = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(H2_STREAM_WINDOW)
@@ -48,11 +55,11 @@ pub async fn serve(listener: UnixListener, path: PathBuf, upstream: Upstream) ->
 /// Sends `req` upstream and returns the agent's response as it streams in. Dropping
 /// the returned body (the client reset its stream or went away) resets the upstream
 /// stream too.
-async fn forward(upstream: &Upstream, req: Request<Incoming>) -> Response<Body> {
-    let Some(mut sender) = upstream.sender(LINK_WAIT).await else {
+async fn forward(upstream: &Upstream, req: Request<Incoming>, wait: Duration) -> Response<Body> {
+    let Some(mut sender) = upstream.sender(wait).await else {
         return unavailable(format!(
-            "the agent link is down (waited {}s): the VM is not running or its agent does not answer; check `sbx ls` and try again",
-            LINK_WAIT.as_secs()
+            "the agent link is down (waited {}): the VM is not running or its agent does not answer; check `sbx ls` and try again",
+            humantime::format_duration(wait)
         ));
     };
     match sender.send_request(req).await {

@@ -12,8 +12,8 @@
 //! - [`forward`]: serves `agent.sock`; each accepted connection is an HTTP/2 server
 //!   connection whose requests go over the upstream connection as streams of it.
 //!   Bodies, trailers and resets pass through; a client that goes away cancels its
-//!   upstream stream. While the link is down a request waits up to
-//!   [`LINK_WAIT`], then fails with gRPC `UNAVAILABLE`.
+//!   upstream stream. While the link is down a request waits a bound (by default
+//!   [`LINK_WAIT`]), then fails with gRPC `UNAVAILABLE`.
 //!
 //! [`start`] runs both as tasks of the calling runtime (the per-sandbox `sbx
 //! net-helper` is meant to); [`run`] is the same in the foreground (the hidden `sbx
@@ -31,7 +31,7 @@ use tokio::net::UnixListener;
 pub const PORT_SOCKET: &str = "agent.port";
 /// The socket clients of the agent connect to, in the sandbox directory.
 pub const AGENT_SOCKET: &str = "agent.sock";
-/// How long a request waits for the link to come (back) up before it fails.
+/// How long a request waits by default for the link to come (back) up before it fails.
 pub const LINK_WAIT: Duration = Duration::from_secs(30);
 
 /// Why the agent link could not be served.
@@ -58,18 +58,22 @@ pub enum AgentLinkError {
 }
 
 /// Serves the agent of the port at `port` on a new Unix socket at `socket` (0600;
-/// a stale socket file there is replaced), as tasks of the current runtime. The
-/// returned task ends only with an error.
-pub fn start(port: &Path, socket: &Path) -> Result<tokio::task::JoinHandle<AgentLinkError>, AgentLinkError> {
+/// a stale socket file there is replaced), as tasks of the current runtime; a request
+/// waits up to `wait` for the link. The returned task ends only with an error.
+pub fn start(
+    port: &Path,
+    socket: &Path,
+    wait: Duration,
+) -> Result<tokio::task::JoinHandle<AgentLinkError>, AgentLinkError> {
     let listener = bind(socket)?;
     let upstream = upstream::Upstream::start(port.to_path_buf());
     let socket = socket.to_path_buf();
-    Ok(tokio::spawn(async move { forward::serve(listener, socket, upstream).await }))
+    Ok(tokio::spawn(async move { forward::serve(listener, socket, upstream, wait).await }))
 }
 
 /// [`start`], in the foreground; returns only with an error.
-pub async fn run(port: &Path, socket: &Path) -> AgentLinkError {
-    match start(port, socket) {
+pub async fn run(port: &Path, socket: &Path, wait: Duration) -> AgentLinkError {
+    match start(port, socket, wait) {
         Ok(task) => task.await.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())),
         Err(e) => e,
     }
