@@ -113,7 +113,7 @@ impl Qmp {
 #[test]
 fn vm_agent_link_serves_a_vm_its_snapshot_and_a_replugged_fork() {
     let sbx = Sbx::new();
-    sbx.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
+    sbx.create_with("src", &["--net", "none"]);
     let src = Link::start(&sbx, &dir_of(&sbx, "src"));
     assert_eq!(
         src.sbx(&sbx, &["exec", "--capture", "--", "sh", "-c", "cat /sys/class/virtio-ports/*/name"]),
@@ -134,7 +134,7 @@ fn vm_agent_link_serves_a_vm_its_snapshot_and_a_replugged_fork() {
     assert_eq!(src.sbx(&sbx, &["exec", "--capture", "--", "echo", "source"]), "source\n");
 
     // The fork: its port replugged before anything connects, then its own link.
-    sbx.json(&["create", "--from", "s1", "--name", "fork", "--timeout", "240s"]);
+    sbx.create_with("fork", &["--from", "s1"]);
     let fork_dir = dir_of(&sbx, "fork");
     Qmp::connect(&fork_dir.join("qmp.sock")).replug_agent_port();
     let fork = Link::start(&sbx, &fork_dir);
