@@ -116,7 +116,8 @@ pub(super) async fn run_on(
 /// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
 /// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
 /// the state, guest RAM written from `ram.bin` (or, for a stream that holds it, the
-/// zero pages its load allocated handed back), the load, the vsock device, the agent,
+/// zero pages its load allocated handed back), the load, the vsock device, the agent
+/// link's port replugged as the guest starts ([`migrate::replug_agent_port`]), the agent,
 /// and then the guest is made its own machine ([`own`]). Its network helper, which
 /// QEMU's NIC connects to, starts first, as `net` says. `persist` records each process
 /// as it starts, so that whoever undoes a failure finds them. Returns the agent's
@@ -235,7 +236,8 @@ struct Reached {
 }
 
 /// Plugs the vsock device into the stopped VM, lets the VM run (so the guest finds the
-/// device the moment it runs), waits for the guest driver, then for the agent.
+/// device the moment it runs), replugs the agent link's port of a restored VM (before
+/// anything connects to it), waits for the guest driver, then for the agent.
 ///
 /// vhost-device-vsock 0.3.0 now and then loses its worker thread while the guest sets
 /// the device up, and then no connection ever gets through; so when the backend stops
@@ -264,6 +266,10 @@ async fn plug_and_reach(
         if tries == 1 {
             qmp.execute("cont").await?;
             step("guest running");
+            if matches!(hello, Hello::Restored(_)) {
+                migrate::replug_agent_port(qmp).await?;
+                step("agent port replugged");
+            }
         }
         migrate::wait_vsock_driver(qmp, left).await?;
         step("guest driver up");

@@ -17,13 +17,20 @@
 //! The load must set the capability as the save did (the stream's layout depends on
 //! it). Kata's templating (RAM in a file mapped privately on restore) does not apply:
 //! vhost-user needs the memory shared; rootfs/README.md has the measurements.
+//!
+//! Every restore also replugs the agent link's virtio-serial port as the VM starts to
+//! run, before any host connects ([`replug_agent_port`]): the port is one
+//! byte stream for the VM's life, and a fresh port clears whatever the saved one held in
+//! both directions and gives the guest agent the event it reopens the port on.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::launcher::{VSOCK_CHARDEV, VSOCK_DEVICE, VSOCK_PORT};
+use super::launcher::{
+    AGENT_PORT_CHARDEV, AGENT_PORT_DEVICE, AGENT_SERIAL_BUS, VSOCK_CHARDEV, VSOCK_DEVICE, VSOCK_PORT,
+};
 use super::qmp::{Qmp, QmpError};
 
 /// How long the guest gets to release the vsock device.
@@ -38,6 +45,9 @@ const POLL: Duration = Duration::from_millis(5);
 /// of `x-query-virtio-status` meets it was not found. A replug costs far more than the
 /// 10 ms a 20 ms poll adds on average.
 const DRIVER_POLL: Duration = Duration::from_millis(20);
+/// How long QEMU gets to remove the agent link's port after `device_del` (it takes
+/// about a millisecond: no PCI hot-plug, the guest is not asked).
+const PORT_UNPLUG_WAIT: Duration = Duration::from_secs(5);
 /// How long to wait for a `MIGRATION` event before asking for the status anyway.
 const EVENT_WAIT: Duration = Duration::from_millis(200);
 /// The first bytes of a QEMU migration stream: "QEVM" and version 3.
@@ -55,6 +65,12 @@ pub enum MigrateError {
         UNPLUG_WAIT.as_secs()
     )]
     Unplug,
+    /// QEMU kept the agent link's port after `device_del`.
+    #[error(
+        "QEMU did not remove the agent link's port within {} s of device_del; try again, and see the QEMU log in the sandbox directory if it repeats",
+        PORT_UNPLUG_WAIT.as_secs()
+    )]
+    PortUnplug,
     /// QEMU reported the migration as failed.
     #[error("QEMU could not {what} the VM state: {reason}")]
     Failed {
@@ -119,10 +135,55 @@ pub async fn plug_vsock(qmp: &mut Qmp, vhost_socket: &Path) -> Result<(), Migrat
 
 /// Whether the vsock device is plugged in.
 pub async fn vsock_plugged(qmp: &mut Qmp) -> Result<bool, MigrateError> {
+    plugged(qmp, VSOCK_DEVICE).await
+}
+
+/// Whether QEMU has a device with the id `id`.
+async fn plugged(qmp: &mut Qmp, id: &str) -> Result<bool, MigrateError> {
     let children = qmp.execute_with("qom-list", json!({ "path": "/machine/peripheral" })).await?;
     Ok(children
         .as_array()
-        .is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(VSOCK_DEVICE))))
+        .is_some_and(|c| c.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(id))))
+}
+
+/// Removes the agent link's port and adds it again, on the same chardev (`device_del`,
+/// its `DEVICE_DELETED`, `device_add`: QEMU refuses the chardev as in use until the
+/// device is gone). Call on a restored VM right after `cont`, before anything connects
+/// to the port's socket: a host connection made before the replug would talk to the
+/// saved port's session, which the guest no longer has.
+///
+/// Not while the restored VM is still stopped: QEMU 7.2's virtio-serial keeps pointers
+/// to the ports it loaded for a timer that runs once the VM runs
+/// (`virtio_serial_post_load_timer_cb`); a port deleted before then is used after it
+/// was freed, and QEMU died at `cont`. That timer is due at once, so it has run by
+/// the time the main loop answers the next command; hence the `query-status` first.
+pub async fn replug_agent_port(qmp: &mut Qmp) -> Result<(), MigrateError> {
+    qmp.execute("query-status").await?;
+    qmp.execute_with("device_del", json!({ "id": AGENT_PORT_DEVICE })).await?;
+    let deadline = tokio::time::Instant::now() + PORT_UNPLUG_WAIT;
+    if !qmp.wait_event("DEVICE_DELETED", PORT_UNPLUG_WAIT).await? {
+        return Err(MigrateError::PortUnplug);
+    }
+    while plugged(qmp, AGENT_PORT_DEVICE).await? {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(MigrateError::PortUnplug);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    qmp.execute_with("device_add", agent_port_device()).await?;
+    Ok(())
+}
+
+/// The `device_add` arguments of the agent link's port, as on the boot command line
+/// ([`super::launcher::agent_port_device`]).
+fn agent_port_device() -> Value {
+    json!({
+        "driver": "virtserialport",
+        "bus": format!("{AGENT_SERIAL_BUS}.0"),
+        "chardev": AGENT_PORT_CHARDEV,
+        "name": sbx_proto::link::PORT_NAME,
+        "id": AGENT_PORT_DEVICE,
+    })
 }
 
 /// Waits until the guest driver has set the vsock device up (`DRIVER_OK`) and QEMU has
@@ -311,6 +372,19 @@ mod tests {
         let down = json!({"vhost-started": false, "status": {"statuses": ["VIRTIO_CONFIG_S_DRIVER_OK: x"]}});
         assert!(!driver_ok(&down));
         assert!(!driver_ok(&json!({"vhost-started": true, "status": {"statuses": []}})));
+    }
+
+    #[test]
+    fn the_replugged_port_is_the_one_on_the_command_line() {
+        let args = agent_port_device();
+        let line = crate::vmm::launcher::agent_port_device();
+        let mut fields = line.split(',');
+        assert_eq!(fields.next(), args["driver"].as_str());
+        for field in fields {
+            let (key, value) = field.split_once('=').unwrap();
+            assert_eq!(args[key].as_str(), Some(value), "{key}");
+        }
+        assert_eq!(args.as_object().unwrap().len(), line.split(',').count());
     }
 
     #[test]
