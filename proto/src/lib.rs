@@ -2,6 +2,9 @@
 //!
 //! - [`agent::v1`]: the generated gRPC messages, with the client half behind the
 //!   `client` feature and the server half behind the `server` feature.
+//! - [`authority`]: [`authority::AuthorityFix`], which lets stock gRPC clients on Unix
+//!   sockets (whose `:authority` is a path) reach an HTTP/2 server: the agent's, and the
+//!   host's agent-link multiplexer.
 //! - [`address`]: the one address grammar both binaries parse (`vsock://`, `hvsock://`,
 //!   `unix://`, `tcp://`).
 //! - [`limits`]: the defaults and caps both sides agree on.
@@ -13,6 +16,7 @@
 //!   the agent's messages, the CLI and the MCP tools.
 
 pub mod address;
+pub mod authority;
 pub mod limits;
 pub mod link;
 pub mod reason;

@@ -18,8 +18,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::server::Connected;
 
-use super::authority::AuthorityFix;
 use super::port::PortIo;
+use sbx_proto::authority::AuthorityFix;
 
 /// How often a port that went away (replug) is looked for again.
 const REOPEN_EVERY: Duration = Duration::from_millis(100);

@@ -1,12 +1,13 @@
 //! Binding the addresses of the shared grammar and serving the agent on each.
 //!
-//! - [`authority`]: each connection's requests pass [`authority::AuthorityFix`], so
-//!   stock gRPC clients on Unix sockets are served (their `:authority` is a path).
+//! Each connection's requests pass [`AuthorityFix`] (in sbx-proto, shared with the
+//! host's agent link), so stock gRPC clients on Unix sockets are served (their
+//! `:authority` is a path).
+//!
 //! - [`port`]: a virtio-serial port as a tokio stream that does not spin without a host.
 //! - [`link`]: the agent link on that port: handshake, then one HTTP/2 connection per
 //!   host connection ([`serve_port`]).
 
-pub mod authority;
 pub mod link;
 pub mod port;
 
@@ -22,7 +23,7 @@ use tokio_vsock::{VsockAddr, VsockListener};
 
 use crate::AgentService;
 use crate::auth::Token;
-use authority::AuthorityFix;
+use sbx_proto::authority::AuthorityFix;
 
 /// Why the agent could not listen.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,7 @@
 //! `agent.sock`: every client connection an HTTP/2 server connection whose requests
-//! are streams of the one upstream connection.
+//! are streams of the one upstream connection. Each passes
+//! [`AuthorityFix`] first, as on the agent's own sockets: stock gRPC clients on a Unix
+//! socket send its path as `:authority`, which the HTTP/2 server would refuse.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -11,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use sbx_proto::authority::AuthorityFix;
 use tokio::net::UnixListener;
 
 use super::AgentLinkError;
@@ -43,7 +46,7 @@ pub async fn serve(
                 .initial_stream_window_size(H2_STREAM_WINDOW)
                 .initial_connection_window_size(H2_CONNECTION_WINDOW)
                 .max_frame_size(H2_MAX_FRAME_SIZE)
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(AuthorityFix::new(stream)), service)
                 .await;
             if let Err(e) = served {
                 tracing::debug!("agent link client connection ended: {e}");

@@ -6,9 +6,10 @@
 //! takes one connection at a time. This module keeps that one connection and
 //! multiplexes clients onto it:
 //!
-//! - [`upstream`]: connects to `agent.port`, runs the host's side of the handshake of
-//!   [`sbx_proto::link`], opens one HTTP/2 client connection over it, and reconnects
-//!   with backoff (and a fresh handshake) whenever it ends: QEMU gone, a restore.
+//! - [`upstream`]: when a request wants it, connects to `agent.port`, runs the host's
+//!   side of the handshake of [`sbx_proto::link`] and opens one HTTP/2 client connection
+//!   over it; with backoff while that fails (QEMU not started yet), and afresh at the
+//!   next request once it ends (QEMU gone, a restore).
 //! - [`forward`]: serves `agent.sock`; each accepted connection is an HTTP/2 server
 //!   connection whose requests go over the upstream connection as streams of it.
 //!   Bodies, trailers and resets pass through; a client that goes away cancels its
@@ -16,8 +17,8 @@
 //!   [`LINK_WAIT`]), then fails with gRPC `UNAVAILABLE`.
 //!
 //! [`start`] runs both as tasks of the calling runtime (the per-sandbox `sbx
-//! net-helper` is meant to); [`run`] is the same in the foreground (the hidden `sbx
-//! agent-link` command).
+//! net-helper` does, for every sandbox); [`run`] is the same in the foreground (the
+//! hidden `sbx agent-link` command).
 
 pub mod forward;
 pub mod upstream;
@@ -66,7 +67,7 @@ pub fn start(
     wait: Duration,
 ) -> Result<tokio::task::JoinHandle<AgentLinkError>, AgentLinkError> {
     let listener = bind(socket)?;
-    let upstream = upstream::Upstream::start(port.to_path_buf());
+    let upstream = upstream::Upstream::start(port.to_path_buf(), wait);
     let socket = socket.to_path_buf();
     Ok(tokio::spawn(async move { forward::serve(listener, socket, upstream, wait).await }))
 }

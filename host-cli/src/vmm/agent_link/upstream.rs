@@ -1,7 +1,14 @@
-//! The one HTTP/2 connection to the agent, kept up: connect to QEMU's chardev socket,
-//! handshake, HTTP/2 client; again with backoff whenever it ends.
+//! The one HTTP/2 connection to the agent, made when a request wants it: connect to
+//! QEMU's chardev socket, handshake, HTTP/2 client; again with backoff while that
+//! fails, and again at the next request once it ends.
+//!
+//! Not before a request: a restored VM has its port replugged as it starts to run
+//! (`vmm::migrate::replug_agent_port`), and a connection made before that would talk to
+//! the saved port's session, which the guest no longer has. The sandbox's first call
+//! comes after the replug.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -9,7 +16,7 @@ use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use sbx_proto::link::{LinkError, Nonce, host_handshake};
 use tokio::net::UnixStream;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use super::h2::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 
@@ -54,17 +61,21 @@ pub enum UpstreamError {
 #[derive(Debug, Clone)]
 pub struct Upstream {
     current: watch::Receiver<Option<Sender>>,
+    /// Told when a request finds the link down.
+    wanted: Arc<Notify>,
 }
 
 impl Upstream {
-    /// Keeps a connection to the agent behind the chardev socket `port`, in a task.
-    pub fn start(port: PathBuf) -> Self {
+    /// Connects to the agent behind the chardev socket `port` when a request wants it,
+    /// in a task; attempts that keep failing stop after `persist` until the next request.
+    pub fn start(port: PathBuf, persist: Duration) -> Self {
         let (tx, current) = watch::channel(None);
-        tokio::spawn(keep_connected(port, tx));
-        Self { current }
+        let wanted = Arc::new(Notify::new());
+        tokio::spawn(keep_connected(port, tx, wanted.clone(), persist));
+        Self { current, wanted }
     }
 
-    /// A sender on a live connection, waiting up to `bound` for one.
+    /// A sender on a live connection, waiting up to `bound` for one (and asking for it).
     pub async fn sender(&self, bound: Duration) -> Option<Sender> {
         let mut current = self.current.clone();
         let live = async {
@@ -72,6 +83,7 @@ impl Upstream {
                 if let Some(s) = current.borrow_and_update().as_ref().filter(|s| !s.is_closed()) {
                     return Some(s.clone());
                 }
+                self.wanted.notify_one();
                 current.changed().await.ok()?;
             }
         };
@@ -79,24 +91,36 @@ impl Upstream {
     }
 }
 
-async fn keep_connected(port: PathBuf, tx: watch::Sender<Option<Sender>>) {
-    let mut backoff = MIN_BACKOFF;
+async fn keep_connected(
+    port: PathBuf,
+    tx: watch::Sender<Option<Sender>>,
+    wanted: Arc<Notify>,
+    persist: Duration,
+) {
     loop {
-        match connect(&port).await {
-            Ok((sender, connection)) => {
-                tracing::info!(port = %port.display(), "agent link up");
-                backoff = MIN_BACKOFF;
-                tx.send_replace(Some(sender));
-                if let Err(e) = connection.await {
-                    tracing::debug!(port = %port.display(), "agent link connection ended: {e}");
+        wanted.notified().await;
+        let since = tokio::time::Instant::now();
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            match connect(&port).await {
+                Ok((sender, connection)) => {
+                    tracing::info!(port = %port.display(), "agent link up");
+                    tx.send_replace(Some(sender));
+                    if let Err(e) = connection.await {
+                        tracing::debug!(port = %port.display(), "agent link connection ended: {e}");
+                    }
+                    tx.send_replace(None);
+                    tracing::info!(port = %port.display(), "agent link down; connecting again at the next request");
+                    break;
                 }
-                tx.send_replace(None);
-                tracing::info!(port = %port.display(), "agent link down; connecting again");
-            }
-            Err(e) => {
-                tracing::debug!("{}", chain(&e));
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                Err(e) => {
+                    tracing::debug!("{}", chain(&e));
+                    if since.elapsed() >= persist {
+                        break;
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
             }
         }
         if tx.is_closed() {

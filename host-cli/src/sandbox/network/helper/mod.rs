@@ -2,14 +2,18 @@
 //! ports. `sbx create` starts it before QEMU (like vhost-device-vsock), records its pid,
 //! and `sbx kill` stops it; it outlives pauses.
 //!
-//! - `forward`: published ports, each connection carried over vsock to the agent.
+//! - The agent link ([`crate::vmm::agent_link`]): `agent.sock`, where every call of
+//!   `sbx` and `sbx mcp` to this sandbox's agent goes, multiplexed over the VM's
+//!   virtio-serial port (QEMU's `agent.port`). Every sandbox has it, also `--net none`.
+//! - `forward`: published ports, each connection carried over the agent link.
 //! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
 //! - The network, when the sandbox has one: the sbx-net engine ([`sbx_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
 //!   connection and DNS query by the policy and writes the audit log `net.log`.
 //!
-//! It is ready once `net.ctl` exists; `net.sock` is bound before that, so QEMU can
-//! connect as soon as `sbx create` sees the helper ready.
+//! It is ready once `net.ctl` exists; `net.sock` and `agent.sock` are bound before
+//! that, so QEMU can connect and calls can be made as soon as `sbx create` sees the
+//! helper ready.
 
 mod forward;
 mod server;
@@ -20,6 +24,7 @@ use tokio::net::UnixListener;
 
 use crate::sandbox::network::config::{self, ConfigError, NetConfig};
 use crate::sandbox::network::spec::NetworkMode;
+use crate::vmm::agent_link;
 
 /// Why the helper could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +50,9 @@ pub enum HelperError {
     /// Signals could not be watched.
     #[error("could not watch for SIGTERM")]
     Signal(#[source] std::io::Error),
+    /// The agent link could not be served.
+    #[error(transparent)]
+    Link(#[from] crate::vmm::agent_link::AgentLinkError),
     /// The network engine could not start.
     #[error(transparent)]
     Engine(#[from] sbx_net::EngineError),
@@ -72,21 +80,24 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         }
         NetworkMode::None => None,
     };
+    let link_socket = dir.join(agent_link::AGENT_SOCKET);
+    let link = agent_link::start(&dir.join(agent_link::PORT_SOCKET), &link_socket, agent_link::LINK_WAIT)?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
     let ctl = bind(&config::ctl_path(dir))?;
     let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(HelperError::Signal)?;
-    tokio::select! {
-        () = server::serve(ctl, helper) => {}
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    for path in [config::ctl_path(dir), config::frames_path(dir)] {
+    let ended = tokio::select! {
+        () = server::serve(ctl, helper) => Ok(()),
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        e = link => Err(HelperError::Link(e.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())))),
+    };
+    for path in [config::ctl_path(dir), config::frames_path(dir), link_socket] {
         let _ = std::fs::remove_file(path);
     }
-    Ok(())
+    ended
 }
 
 /// Binds a Unix socket at `path`, replacing a stale one.

@@ -8,7 +8,8 @@
 //! (`h2::server::Peer::convert_poll_message`; hyperium/h2#487, hyperium/tonic#742,
 //! grpc/grpc-java#12664), so every call of such a client fails before the agent sees it.
 //! The agent routes by path alone and never reads the authority, so
-//! [`AuthorityFix`] sits between the socket and the server and replaces an authority
+//! [`AuthorityFix`] sits between the socket and the server (the agent's, and the host's
+//! agent-link multiplexer, whose requests go on to the agent) and replaces an authority
 //! that is not one with `localhost`, as grpc-go and Kubernetes send on Unix sockets.
 //! An authority that parses is left as it is; nothing else in a request changes.
 //!
