@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use super::{SandboxError, SandboxInfo};
 use crate::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
-use crate::vmm::ready::ReadyListener;
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template::{self, DEFAULT_TEMPLATE};
 use crate::vmm::{dirs, watchdog};
@@ -178,7 +177,6 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     crate::sandbox::network::lifecycle::publish_at_create(&paths.dir, &opts.publish).await?;
     step("network helper ready");
 
-    let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
     let spec = VmSpec {
         id: &record.id,
         name: &record.name,
@@ -197,8 +195,10 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     guard.save()?;
     step("QEMU spawned");
 
+    // Ready: the agent answered Info over its link (the helper's `agent.sock`).
+    let agent = super::agent_address(&record);
     let version = tokio::select! {
-        v = ready.wait() => v?,
+        v = super::machine::wait_for_agent(&agent) => v,
         status = qemu_child.wait() => {
             return Err(SandboxError::BootExited {
                 status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
@@ -225,8 +225,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
             });
         }
     };
-    step("READY received");
-    drop(ready);
+    step("agent answered over its link");
     guard.set(|r| {
         r.ready = true;
         r.agent_version = Some(version);

@@ -20,13 +20,11 @@ use crate::vmm::{guest_ram, migrate};
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
 /// How long one try to reach the agent may take.
 const AGENT_TRY: Duration = Duration::from_secs(2);
-/// How long the agent gets to answer once its vsock device is up, before the device is
-/// plugged in again (see `plug_and_reach`).
-const REACH_TRY: Duration = Duration::from_secs(15);
+/// How long one Info to a booting agent may take: the call waits in the agent link
+/// until the guest agent opens its port.
+const BOOT_TRY: Duration = Duration::from_secs(10);
 /// The pause before connecting again to an agent that refused a connection.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
-/// How many times the vsock device is plugged in before giving up.
-const PLUG_TRIES: u32 = 3;
 /// How long vhost-device-vsock gets after SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
 
@@ -109,7 +107,7 @@ pub(super) async fn run_on(
         old.terminate(VHOST_GRACE).await;
     }
     start_vhost(record, persist).await?;
-    plug_and_reach(record, persist, &mut qmp, limit, Hello::Info).await?;
+    plug_and_reach(record, &mut qmp, limit, Hello::Info).await?;
     Ok(())
 }
 
@@ -191,7 +189,7 @@ pub(super) async fn bring_up(
         }
     }
     let name = record.name.clone();
-    let reached = plug_and_reach(record, persist, &mut qmp, limit, Hello::Restored(&name)).await?;
+    let reached = plug_and_reach(record, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");
     if !reached.made_own {
         own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;
@@ -237,74 +235,42 @@ struct Reached {
 
 /// Plugs the vsock device into the stopped VM, lets the VM run (so the guest finds the
 /// device the moment it runs), replugs the agent link's port of a restored VM (before
-/// anything connects to it), waits for the guest driver, then for the agent.
+/// anything connects to it), waits for the guest driver, then for the agent over its
+/// link.
 ///
-/// vhost-device-vsock 0.3.0 now and then loses its worker thread while the guest sets
-/// the device up, and then no connection ever gets through; so when the backend stops
-/// reading connections (see [`crate::connect`]) or the agent does not answer within
-/// [`REACH_TRY`], the device is unplugged and plugged in again on a fresh backend, up to
-/// [`PLUG_TRIES`] times within `limit`.
+/// The vsock device is still plugged in (a save unplugs it, and `hvsock://` reaches the
+/// agent through it), but sbx no longer reaches the agent through it: the call of
+/// [`Hello`] goes over the agent link (`agent.sock`, see [`super::agent_address`]).
 async fn plug_and_reach(
-    record: &mut Record,
-    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    record: &Record,
     qmp: &mut Qmp,
     limit: Duration,
     hello: Hello<'_>,
 ) -> Result<Reached, SandboxError> {
     let deadline = Instant::now() + limit;
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let left = deadline.saturating_duration_since(Instant::now());
-        let this_try = if tries < PLUG_TRIES { left.min(REACH_TRY) } else { left };
-        let started = Instant::now();
-        let step = |what: &str| {
-            tracing::debug!("vsock try {tries}: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
-        };
-        migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
-        step("device plugged in");
-        if tries == 1 {
-            qmp.execute("cont").await?;
-            step("guest running");
-            if matches!(hello, Hello::Restored(_)) {
-                migrate::replug_agent_port(qmp).await?;
-                step("agent port replugged");
-            }
-        }
-        migrate::wait_vsock_driver(qmp, left).await?;
-        step("guest driver up");
-        match reach_agent(record, this_try, hello).await {
-            Ok(reached) => {
-                step("agent answers");
-                return Ok(reached);
-            }
-            Err(Unreached::Agent(e)) => return Err(e),
-            Err(Unreached::Backend(e)) if tries >= PLUG_TRIES || Instant::now() >= deadline => return Err(e),
-            Err(Unreached::Backend(e)) => {
-                tracing::warn!("{e}; plugging the vsock device in again on a fresh vhost-device-vsock");
-                migrate::unplug_vsock(qmp).await?;
-                if let Some(old) = record.vhost.take() {
-                    old.terminate(VHOST_GRACE).await;
-                }
-                start_vhost(record, persist).await?;
-            }
-        }
+    let started = Instant::now();
+    let step =
+        |what: &str| tracing::debug!("reach: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
+    migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
+    step("vsock device plugged in");
+    qmp.execute("cont").await?;
+    step("guest running");
+    if matches!(hello, Hello::Restored(_)) {
+        migrate::replug_agent_port(qmp).await?;
+        step("agent port replugged");
     }
+    migrate::wait_vsock_driver(qmp, limit).await?;
+    step("guest vsock driver up");
+    let reached = reach_agent(record, deadline.saturating_duration_since(Instant::now()), hello).await?;
+    step("agent answers");
+    Ok(reached)
 }
 
-/// Why [`reach_agent`] gave up.
-enum Unreached {
-    /// Not through this vsock backend: plugging the device in on a fresh one may help.
-    Backend(SandboxError),
-    /// The agent answered with an error, which no new backend changes.
-    Agent(SandboxError),
-}
-
-/// Connects to the agent until its first call ([`Hello`]) answers: right after the
-/// device comes back the guest may still refuse a connection or two. Gives up at once,
-/// without waiting out `limit`, when the agent answered with an error (no retry would
-/// change it) or when the vsock backend stopped reading connections.
-async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Result<Reached, Unreached> {
+/// Calls the agent over its link until its first call ([`Hello`]) answers: right after
+/// the VM runs, the link is still being made (the guest agent reopens its replugged
+/// port). Gives up at once, without waiting out `limit`, when the agent answered with
+/// an error (no retry would change it).
+async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Result<Reached, SandboxError> {
     let deadline = Instant::now() + limit;
     let addr = agent_address(record);
     loop {
@@ -321,16 +287,13 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
         };
         match tokio::time::timeout(AGENT_TRY, tried).await {
             Ok(Ok(reached)) => return Ok(reached),
-            Ok(Err(e)) if !e.is_unreachable() => return Err(Unreached::Agent(revive(record, e))),
-            Ok(Err(e)) if e.is_stalled() || Instant::now() >= deadline => {
-                let log = launcher::tail(&record.paths.vhost_log, 3);
-                return Err(Unreached::Backend(revive(
-                    record,
-                    format!("{e} (vhost-device-vsock said: {log})"),
-                )));
+            Ok(Err(e)) if !e.is_unreachable() => return Err(revive(record, e)),
+            Ok(Err(e)) if Instant::now() >= deadline => {
+                let console = launcher::tail(&record.paths.console_log, 5);
+                return Err(revive(record, format!("{e} (the guest console said: {console})")));
             }
             Err(_) if Instant::now() >= deadline => {
-                return Err(Unreached::Backend(revive(record, "no answer")));
+                return Err(revive(record, "the agent did not answer over its link"));
             }
             Ok(Err(e)) => {
                 tracing::debug!("the agent did not answer yet: {e}");
@@ -341,6 +304,21 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
         }
+    }
+}
+
+/// The version of the agent at `addr` once it answers Info: a booting sandbox is ready
+/// when this returns (its link's handshake done, a call answered). Retries until the
+/// caller gives up on it.
+pub(super) async fn wait_for_agent(addr: &sbx_proto::Address) -> String {
+    loop {
+        let tried = async { Client::connect(addr, AGENT_TRY).await?.info().await };
+        match tokio::time::timeout(BOOT_TRY, tried).await {
+            Ok(Ok(info)) => return info.agent_version,
+            Ok(Err(e)) => tracing::debug!("the booting agent did not answer yet: {e}"),
+            Err(_) => tracing::debug!("the booting agent did not answer within {} s", BOOT_TRY.as_secs()),
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
     }
 }
 

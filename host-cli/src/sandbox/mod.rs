@@ -50,7 +50,7 @@ use std::path::PathBuf;
 use sbx_proto::Address;
 use serde::Serialize;
 
-use crate::vmm::{dirs, launcher, process, qmp, ready, state, template, watchdog};
+use crate::vmm::{dirs, launcher, process, qmp, state, template, watchdog};
 
 pub use crate::vmm::template::DEFAULT_TEMPLATE;
 pub use control::{Inspection, RemoveOptions, Removed, Resumed, inspect, pause, remove, resolve, resume};
@@ -86,9 +86,6 @@ pub enum SandboxError {
         /// Why.
         reason: String,
     },
-    /// Waiting for the agent.
-    #[error(transparent)]
-    Ready(#[from] ready::ReadyError),
     /// A host folder or disk size refused.
     #[error(transparent)]
     Mount(#[from] mounts::MountError),
@@ -354,9 +351,10 @@ pub(crate) fn reap_if_abandoned(record: &state::Record) {
     }
 }
 
-/// The agent's hybrid-vsock address: `hvsock://<dir>/vm.vsock:1024`.
+/// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's
+/// `sbx net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
 pub fn agent_address(record: &state::Record) -> Address {
-    Address::HybridVsock { path: record.paths.vsock.clone(), port: sbx_proto::limits::DEFAULT_AGENT_PORT }
+    Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
 }
 
 /// Every sandbox, oldest first.
