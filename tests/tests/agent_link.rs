@@ -194,6 +194,75 @@ fn calls_fail_unavailable_when_the_link_stays_down() {
     assert!(stderr(&out).contains("the agent link is down (waited 200ms)"), "{}", stderr(&out));
 }
 
+/// gRPC's C core (grpcio for Python, Ruby, PHP...) sends a Unix socket's path,
+/// percent-encoded, as `:authority`, which HTTP/2 servers refuse as no authority: the
+/// multiplexer must serve such a call as the agent does (sbx-proto's `AuthorityFix`).
+/// Spoken here in raw HTTP/2, as no Rust client can send that authority.
+#[test]
+fn a_call_whose_authority_is_the_socket_path_is_served() {
+    let (master, slave, pts) = raw_pty();
+    let _agent = Agent::start_with(&["--link-device", s(&pts)]);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, socket) = (dir.path().join("agent.port"), dir.path().join("agent.sock"));
+    let _bridge = Bridge::start(master, slave, &port);
+    let _link = Link::start(&port, &socket);
+
+    let mut conn = UnixStream::connect(&socket).expect("connect to agent.sock");
+    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let authority = s(&socket).trim_start_matches('/').replace('/', "%2F");
+    // HPACK "literal header field without indexing, new name", no Huffman coding.
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/sbx.agent.v1.Agent/Info"),
+        (":authority", authority.as_str()),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.push(0);
+        for text in [name, value] {
+            // A 7-bit length prefix holds up to 126.
+            block.push(u8::try_from(text.len()).ok().filter(|n| *n < 127).expect("a short header"));
+            block.extend_from_slice(text.as_bytes());
+        }
+    }
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    out.extend(h2_frame(0x1, 0x4, 1, &block));
+    // An empty InfoRequest: uncompressed, length 0; END_STREAM.
+    out.extend(h2_frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]));
+    conn.write_all(&out).unwrap();
+
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head).expect("the multiplexer answers");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let (kind, flags) = (head[3], head[4]);
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload).unwrap();
+        match kind {
+            0x4 if flags & 0x1 == 0 => conn.write_all(&h2_frame(0x4, 0x1, 0, &[])).unwrap(),
+            0x3 if stream == 1 => panic!("the call was reset (RST_STREAM {payload:?})"),
+            0x7 => panic!("the multiplexer ended the connection (GOAWAY {payload:?})"),
+            // The InfoResponse: a gRPC message of more than its 5-byte prefix.
+            0x0 if stream == 1 && len > 5 => break,
+            _ => {}
+        }
+    }
+}
+
+/// One HTTP/2 frame (RFC 9113 section 4.1).
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("a small frame");
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend([kind, flags]);
+    f.extend(stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
 /// Polls `f` until it yields, for up to 30 s.
 fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
