@@ -13,6 +13,7 @@
 //! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
 //! - [`process`]: starting detached processes, pid identity, killing.
 //! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
+//! - [`ready`]: the listener for the agent's vsock `READY` announcement (the bench's).
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, the vsock device
 //!   unplugged and plugged around it.
@@ -30,6 +31,7 @@ pub mod launcher;
 pub mod migrate;
 pub mod process;
 pub mod qmp;
+pub mod ready;
 pub mod snapfile;
 pub mod state;
 pub mod storage;
