@@ -2,10 +2,10 @@
 //! loses the thread that accepts and reads host connections (`vring_worker`) while a
 //! restored guest sets its vsock device up; the kernel then goes on queueing
 //! connections that nothing reads. Here the test freezes that thread (ptrace-stopped:
-//! the process and its other threads, which serve QEMU, run on) in the restore's first
-//! backend as soon as it exists. The restore must see its `CONNECT` line lie unread,
-//! plug the device in again on a fresh backend at once, and come up as a machine of its
-//! own; the frozen backend must be gone, and `sbx kill` must leave nothing.
+//! the process and its other threads, which serve QEMU, run on) in the restore's
+//! backend as soon as it exists. sbx reaches the agent over its agent link, not vsock,
+//! so the restore must come up as a machine of its own on that same backend, answer
+//! calls, and `sbx kill` must leave nothing.
 //!
 //! Needs root (ptrace of a process that is not our child) and the `minimal` template.
 
@@ -16,7 +16,7 @@ use sbx_tests::vm::{BOOT_TIMEOUT, HANG_GUARD, Sbx, text, wait_bounded, wait_unti
 use sbx_tests::{pid_gone, processes_mentioning};
 
 #[test]
-fn vm_restore_replaces_a_vsock_backend_that_stopped_reading() {
+fn vm_restore_needs_no_vsock_backend_that_reads() {
     if rustix::process::geteuid().as_raw() != 0 {
         eprintln!("skipped: freezing a thread of vhost-device-vsock needs root");
         return;
@@ -36,19 +36,16 @@ fn vm_restore_replaces_a_vsock_backend_that_stopped_reading() {
     let frozen = frozen_rx.recv_timeout(Duration::from_secs(1)).expect("the restore's backend was frozen");
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("did not read the request within 1.5 s"), "{stderr}");
-    assert!(stderr.contains("plugging the vsock device in again on a fresh vhost-device-vsock"), "{stderr}");
-
     let inspected = sbx.json(&["inspect", "r1"]);
     assert_eq!(inspected["started_from"], "template snapshot", "{inspected}");
     assert_eq!(inspected["agent"]["hostname"], "r1", "{inspected}");
-    assert_ne!(inspected["vhost_pid"].as_u64(), Some(frozen), "a fresh backend serves it");
-    wait_until("the frozen backend to end", Duration::from_secs(30), || pid_gone(frozen));
-    freezer.join().unwrap();
+    assert_eq!(inspected["vhost_pid"].as_u64(), Some(frozen), "the frozen backend is not replaced");
     let out = sbx.run(&["-s", "r1", "exec", "--", "hostname"]);
     assert_eq!(text(&out.stdout), "r1\n", "{}", text(&out.stderr));
 
     sbx.json(&["kill", "r1"]);
+    wait_until("the frozen backend to end", Duration::from_secs(30), || pid_gone(frozen));
+    freezer.join().unwrap();
     assert!(processes_mentioning(sbx.state_dir()).is_empty(), "{:?}", processes_mentioning(sbx.state_dir()));
 }
 
