@@ -1,5 +1,5 @@
-//! `sbx create`: allocate, start vhost-device-vsock, listen for `READY`, start QEMU,
-//! wait. Any failure, timeout or cancellation (the future dropped, e.g. on Ctrl-C)
+//! `sbx create`: allocate, start vhost-device-vsock and the network helper (which
+//! serves the agent link), start QEMU, wait until the agent answers Info over the link. Any failure, timeout or cancellation (the future dropped, e.g. on Ctrl-C)
 //! kills what was started and removes the sandbox directory.
 
 use std::time::Duration;

@@ -1,6 +1,7 @@
 //! Published ports: a host listener per published guest port; each connection it
-//! accepts is carried to the guest over a ConnectPort call on the sandbox's vsock
-//! (the typed client's [`Client::forward_port`]), so no NIC is involved.
+//! accepts is carried to the guest over a ConnectPort call on the sandbox's agent link
+//! (the typed client's [`Client::forward_port`], to this helper's own `agent.sock`), so
+//! no NIC is involved.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
