@@ -82,11 +82,10 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     let _ = writeln!(t, "name:      {}", s.name);
     let _ = writeln!(t, "state:     {}", s.state.as_str());
     let _ = writeln!(t, "template:  {}", s.template);
-    let _ =
-        writeln!(t, "resources: {} MiB, {} vCPU, {} (guest CID {})", s.memory_mib, s.cpus, s.accel, s.cid);
+    let _ = writeln!(t, "resources: {} MiB, {} vCPU, {}", s.memory_mib, s.cpus, s.accel);
     let _ = writeln!(t, "age:       {} s", s.age_secs);
     let _ = writeln!(t, "started:   from {}", s.started_from);
-    let _ = writeln!(t, "pids:      qemu {}, vhost-device-vsock {}", pid(s.qemu_pid), pid(s.vhost_pid));
+    let _ = writeln!(t, "qemu pid:  {}", pid(s.qemu_pid));
     let _ = writeln!(t, "address:   {}", s.address);
     let _ = writeln!(t, "directory: {}", s.dir.display());
     if let Some(bytes) = s.disk_bytes {

@@ -1,5 +1,6 @@
-//! `sbx create`: allocate, start vhost-device-vsock and the network helper (which
-//! serves the agent link), start QEMU, wait until the agent answers Info over the link. Any failure, timeout or cancellation (the future dropped, e.g. on Ctrl-C)
+//! `sbx create`: allocate, start the network helper (which serves the agent link),
+//! start QEMU, wait until the agent answers Info over the link. Any failure, timeout
+//! or cancellation (the future dropped, e.g. on Ctrl-C)
 //! kills what was started and removes the sandbox directory.
 
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{SandboxError, SandboxInfo};
-use crate::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
+use crate::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template::{self, DEFAULT_TEMPLATE};
@@ -136,7 +137,6 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
     check_disk(opts.storage.disk_bytes, &template)?;
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
-    let vhost = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
     let accel = launcher::probe_accel();
     step("template loaded, programs found, accelerator probed");
 
@@ -164,12 +164,6 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
         launcher::create_overlay(base, overlay, opts.storage.disk_bytes).await?;
     }
-    let mut vhost_child = launcher::spawn_vhost(&vhost, record.cid, &paths)?;
-    guard.set(|r| r.vhost = vhost_child.id().and_then(ProcRef::of));
-    guard.save()?;
-    step("vhost-device-vsock spawned");
-    launcher::wait_vhost_socket(&mut vhost_child, &paths).await?;
-    step("vhost-device-vsock socket seen");
     let mut helper_child = crate::sandbox::network::lifecycle::spawn(&paths.dir, opts.network, &opts.policy)?;
     guard.set(|r| r.net_helper = helper_child.id().and_then(ProcRef::of));
     guard.save()?;
@@ -187,6 +181,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         paths: &paths,
         network: opts.network == crate::sandbox::network::NetworkMode::Default,
         storage: &opts.storage,
+        ram: GuestRam::Fresh,
     };
     let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
         .map_err(launcher::LaunchError::from)?;
@@ -206,15 +201,16 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
                 console: launcher::tail(&paths.console_log, 20),
             });
         }
-        status = vhost_child.wait() => {
-            return Err(launcher::LaunchError::Vhost {
-                why: format!("it exited while the VM booted ({})", status.map(|s| s.to_string()).unwrap_or_default()),
-                log: launcher::tail(&paths.vhost_log, 10),
+        status = helper_child.wait() => {
+            let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            return Err(crate::sandbox::network::lifecycle::HelperStartError::NotReady {
+                why: format!("it exited while the VM booted ({status}); it serves the agent link"),
+                log: launcher::tail(&crate::sandbox::network::config::helper_log_path(&paths.dir), 10),
             }.into());
         }
         () = watchdog::wedged(qemu_pid, &paths.qmp_socket) => {
             return Err(SandboxError::BootWedged {
-                vhost_log: launcher::tail(&paths.vhost_log, 10),
+                qemu_log: launcher::tail(&paths.qemu_log, 10),
                 console: launcher::tail(&paths.console_log, 20),
             });
         }
@@ -312,11 +308,11 @@ impl Drop for Cleanup {
             return;
         }
         let record = &self.record;
-        for p in [record.qemu, record.vhost, record.net_helper].into_iter().flatten() {
+        for p in record.processes() {
             p.kill_now();
         }
         // Drop cannot await; the kernel ends SIGKILLed processes within moments.
-        for p in [record.qemu, record.vhost, record.net_helper].into_iter().flatten() {
+        for p in record.processes() {
             for _ in 0..200 {
                 if !p.is_alive() {
                     break;

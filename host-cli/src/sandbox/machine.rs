@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use super::network::lifecycle::{self, RestoredNet};
 use super::{SandboxError, agent_address, own};
 use crate::client::{Client, ClientError};
-use crate::vmm::launcher::{self, Accel, QEMU, VHOST_VSOCK, VmSpec};
+use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, QEMU, VmSpec};
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
-use crate::vmm::{guest_ram, migrate};
+use crate::vmm::{migrate, stream_split};
 
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
@@ -25,30 +25,17 @@ const AGENT_TRY: Duration = Duration::from_secs(2);
 const BOOT_TRY: Duration = Duration::from_secs(10);
 /// The pause before connecting again to an agent that refused a connection.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
-/// How long vhost-device-vsock gets after SIGTERM.
-const VHOST_GRACE: Duration = Duration::from_secs(2);
 
 /// What [`save`] wrote, for the snapshot's description.
 pub(super) struct SavedVm {
     /// QEMU's version.
     pub qemu_version: String,
-    /// Guest RAM is in `ram.bin`, not in the stream.
-    pub ram_file: bool,
-    /// The stream was saved with `x-ignore-shared`.
-    pub ignore_shared: bool,
 }
 
-/// Whether guest RAM is kept out of the stream; `SBX_SNAPSHOT_RAM=stream` keeps it in,
-/// as a QEMU that cannot leave it out does (tests use it for that path).
-fn ram_outside_stream() -> bool {
-    std::env::var("SBX_SNAPSHOT_RAM").as_deref() != Ok("stream")
-}
-
-/// Saves the VM of `record` (running, not frozen) into `staging`: the vsock device is
-/// unplugged, the guest stopped, its device state written, its RAM copied into
-/// `ram.bin` (see [`guest_ram`]; the source's zero pages are handed back on the way),
-/// and its disk overlay copied when `copy_disk`. QEMU is left stopped; [`run_on`] lets
-/// it continue.
+/// Saves the VM of `record` (running, not frozen) into `staging`: the guest stopped,
+/// its whole state written by QEMU, then split into the device state (`memory.bin`)
+/// and guest RAM (`ram.bin`, see [`stream_split`]), and its disk overlay copied when
+/// `copy_disk`. QEMU is left stopped; [`run_on`] lets it continue.
 pub(super) async fn save(
     record: &Record,
     staging: &Staging,
@@ -56,70 +43,44 @@ pub(super) async fn save(
 ) -> Result<SavedVm, SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
     let qemu_version = qemu_version(&mut qmp).await?;
-    migrate::unplug_vsock(&mut qmp).await?;
-    let ignore_shared = ram_outside_stream();
-    let guest_bytes = u64::from(record.memory_mib) << 20;
-    let saved = migrate::save(&mut qmp, &staging.memory(), ignore_shared, guest_bytes, SAVE_LIMIT).await?;
-    if !saved.ram_in_stream {
-        let pid = record.qemu.map_or(0, |p| p.pid);
-        let ram = staging.ram();
-        let pages = off_thread(move || guest_ram::save(pid, &ram)).await?;
-        tracing::debug!(
-            "save: {} MiB of guest RAM copied, {} MiB of zero pages handed back",
-            pages.data >> 20,
-            pages.zero >> 20
-        );
-    } else if ignore_shared {
-        tracing::info!(
-            "QEMU {qemu_version} kept guest RAM in the migration stream (x-ignore-shared leaves out only RAM in a named file there): restores of this snapshot load it from the stream, which is slower"
-        );
-    }
+    let full = staging.full_stream();
+    migrate::save(&mut qmp, &full, SAVE_LIMIT).await?;
+    let (memory, ram) = (staging.memory(), staging.ram());
+    let split = tokio::task::spawn_blocking(move || {
+        let split = stream_split::split(&full, GUEST_RAM, &memory, &ram);
+        let _ = std::fs::remove_file(&full);
+        split
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    tracing::debug!(
+        "save: {} MiB of guest RAM in ram.bin, {} MiB of zero pages left as holes",
+        split.data >> 20,
+        split.zero >> 20
+    );
     if let (true, Some(overlay)) = (copy_disk, &record.paths.overlay) {
         // QEMU flushed and released the disk when the save completed.
         copy_file(overlay, &staging.disk())?;
     }
-    Ok(SavedVm { qemu_version, ram_file: !saved.ram_in_stream, ignore_shared })
+    Ok(SavedVm { qemu_version })
 }
 
-/// Runs a blocking pass over guest RAM ([`guest_ram`]) off the async threads; a panic
-/// in it goes on in the caller.
-async fn off_thread<T: Send + 'static>(
-    pass: impl FnOnce() -> Result<T, guest_ram::GuestRamError> + Send + 'static,
-) -> Result<T, guest_ram::GuestRamError> {
-    tokio::task::spawn_blocking(pass).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
-}
-
-/// Lets a VM that was saved run on: a fresh vhost-device-vsock (the old one served the
-/// unplugged device), the vsock device plugged in again, `cont`, the agent reached.
-/// `persist` records each new process as it starts.
-pub(super) async fn run_on(
-    record: &mut Record,
-    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
-    limit: Duration,
-) -> Result<(), SandboxError> {
+/// Lets a VM that was saved run on: `cont`, and the agent reached over its link (the
+/// port was not replugged: the link's session goes on).
+pub(super) async fn run_on(record: &Record, limit: Duration) -> Result<(), SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
-    if migrate::vsock_plugged(&mut qmp).await? {
-        // The save failed before the device went: only the CPUs may need to run.
-        qmp.execute("cont").await?;
-        return Ok(());
-    }
-    if let Some(old) = record.vhost.take() {
-        old.terminate(VHOST_GRACE).await;
-    }
-    start_vhost(record, persist).await?;
-    plug_and_reach(record, &mut qmp, limit, Hello::Info).await?;
+    run_and_reach(record, &mut qmp, limit, Hello::Info).await?;
     Ok(())
 }
 
 /// Brings a VM up from `snap` for `record`, whose directory (and disk overlay, copied
-/// from the snapshot by the caller) is in place: vhost-device-vsock, QEMU waiting for
-/// the state, guest RAM written from `ram.bin` (or, for a stream that holds it, the
-/// zero pages its load allocated handed back), the load, the vsock device, the agent
-/// link's port replugged as the guest starts ([`migrate::replug_agent_port`]), the agent,
-/// and then the guest is made its own machine ([`own`]). Its network helper, which
-/// QEMU's NIC connects to, starts first, as `net` says. `persist` records each process
-/// as it starts, so that whoever undoes a failure finds them. Returns the agent's
-/// version.
+/// from the snapshot by the caller) is in place: QEMU with the snapshot's `ram.bin`
+/// mapped privately as guest RAM, waiting for the state; the load; the agent link's
+/// port replugged as the guest starts ([`migrate::replug_agent_port`]); the agent; and
+/// then the guest is made its own machine ([`own`]). Its network helper, which QEMU's
+/// NIC connects to and which serves the agent link, starts first, as `net` says.
+/// `persist` records each process as it starts, so that whoever undoes a failure finds
+/// them. Returns the agent's version.
 pub(super) async fn bring_up(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
@@ -132,8 +93,6 @@ pub(super) async fn bring_up(
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
-    start_vhost(record, persist).await?;
-    step("vhost-device-vsock up");
     let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
     persist(record)?;
@@ -141,6 +100,7 @@ pub(super) async fn bring_up(
     lifecycle::publish_restored(&record.paths.dir, net).await?;
     step("network helper up");
     let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
+    let ram = snap.ram();
     let spec = VmSpec {
         id: &record.id,
         name: &record.name,
@@ -151,8 +111,9 @@ pub(super) async fn bring_up(
         paths: &record.paths,
         network: snap.meta.network.is_some(),
         storage: &record.storage,
+        ram: GuestRam::Snapshot(&ram),
     };
-    let args = migrate::restore_args(&launcher::qemu_args(&spec));
+    let args = migrate::restore_args(launcher::qemu_args(&spec));
     let _ = std::fs::remove_file(&record.paths.qmp_socket);
     let mut child =
         spawn_detached(&qemu, &args, &record.paths.qemu_log).map_err(launcher::LaunchError::from)?;
@@ -160,13 +121,6 @@ pub(super) async fn bring_up(
     persist(record)?;
     let mut qmp = connect_new(record, &mut child, limit).await?;
     step("QEMU answers");
-    let pid = record.qemu.map_or(0, |p| p.pid);
-    migrate::prepare_load(&mut qmp, snap.meta.ignore_shared).await?;
-    if let Some(ram) = snap.ram() {
-        // Before the load: loading virtio devices reads their rings in guest RAM.
-        let bytes = off_thread(move || guest_ram::load(&ram, pid)).await?;
-        step(&format!("{} MiB of guest RAM written", bytes >> 20));
-    }
     match migrate::load(&mut qmp, &snap.memory(), limit).await {
         // QEMU ends on a stream it cannot read; its log says why.
         Err(migrate::MigrateError::Qmp(e)) => {
@@ -181,38 +135,14 @@ pub(super) async fn bring_up(
         other => other?,
     }
     step("state loaded");
-    if snap.ram().is_none() {
-        // QEMU's load of RAM from the stream allocated every zero page.
-        match off_thread(move || guest_ram::release(pid)).await {
-            Ok(pages) => step(&format!("{} MiB of zero pages released", pages.zero >> 20)),
-            Err(e) => tracing::warn!("{e}; the restored guest holds all its memory"),
-        }
-    }
     let name = record.name.clone();
-    let reached = plug_and_reach(record, &mut qmp, limit, Hello::Restored(&name)).await?;
+    let reached = run_and_reach(record, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");
     if !reached.made_own {
         own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;
     }
     step("clock, hostname and randomness set");
     Ok(reached.version)
-}
-
-/// Starts vhost-device-vsock for `record` on its usual sockets (stale ones removed)
-/// and waits for its socket.
-async fn start_vhost(
-    record: &mut Record,
-    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
-) -> Result<(), SandboxError> {
-    let program = find_in_path(VHOST_VSOCK).map_err(launcher::LaunchError::from)?;
-    for stale in [&record.paths.vhost_socket, &record.paths.vsock] {
-        let _ = std::fs::remove_file(stale);
-    }
-    let mut child = launcher::spawn_vhost(&program, record.cid, &record.paths)?;
-    record.vhost = child.id().and_then(ProcRef::of);
-    persist(record)?;
-    launcher::wait_vhost_socket(&mut child, &record.paths).await?;
-    Ok(())
 }
 
 /// The first call on a reached agent, which shows it answers.
@@ -233,15 +163,9 @@ struct Reached {
     made_own: bool,
 }
 
-/// Plugs the vsock device into the stopped VM, lets the VM run (so the guest finds the
-/// device the moment it runs), replugs the agent link's port of a restored VM (before
-/// anything connects to it), waits for the guest driver, then for the agent over its
-/// link.
-///
-/// The vsock device is still plugged in (a save unplugs it, and `hvsock://` reaches the
-/// agent through it), but sbx no longer reaches the agent through it: the call of
-/// [`Hello`] goes over the agent link (`agent.sock`, see [`super::agent_address`]).
-async fn plug_and_reach(
+/// Lets the stopped VM run, replugs the agent link's port of a restored VM (before
+/// anything connects to it), then reaches the agent over its link.
+async fn run_and_reach(
     record: &Record,
     qmp: &mut Qmp,
     limit: Duration,
@@ -251,16 +175,12 @@ async fn plug_and_reach(
     let started = Instant::now();
     let step =
         |what: &str| tracing::debug!("reach: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
-    migrate::plug_vsock(qmp, &record.paths.vhost_socket).await?;
-    step("vsock device plugged in");
     qmp.execute("cont").await?;
     step("guest running");
     if matches!(hello, Hello::Restored(_)) {
         migrate::replug_agent_port(qmp).await?;
         step("agent port replugged");
     }
-    migrate::wait_vsock_driver(qmp, limit).await?;
-    step("guest vsock driver up");
     let reached = reach_agent(record, deadline.saturating_duration_since(Instant::now()), hello).await?;
     step("agent answers");
     Ok(reached)

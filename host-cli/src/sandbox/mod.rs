@@ -69,7 +69,7 @@ pub enum SandboxError {
     /// The state records.
     #[error(transparent)]
     State(#[from] state::StateError),
-    /// Starting QEMU or vhost-device-vsock.
+    /// Starting QEMU.
     #[error(transparent)]
     Launch(#[from] launcher::LaunchError),
     /// Talking to QEMU.
@@ -115,12 +115,12 @@ pub enum SandboxError {
     /// QEMU stopped using CPU and answering its control socket before the agent
     /// announced itself (see [`watchdog`]).
     #[error(
-        "the VM wedged while booting: QEMU used no CPU for {} s and did not answer its control socket, which is what a stalled vhost-device-vsock backend does; everything was cleaned up. vhost-device-vsock said: {vhost_log}\nlast console lines:\n{console}",
+        "the VM wedged while booting: QEMU used no CPU for {} s and did not answer its control socket; everything was cleaned up. QEMU said: {qemu_log}\nlast console lines:\n{console}",
         watchdog::STALL.as_secs()
     )]
     BootWedged {
-        /// The end of vhost-device-vsock's log.
-        vhost_log: String,
+        /// The end of QEMU's log.
+        qemu_log: String,
         /// The end of the guest console.
         console: String,
     },
@@ -164,9 +164,9 @@ pub enum SandboxError {
     /// Saving or loading a VM's state.
     #[error(transparent)]
     Migrate(#[from] crate::vmm::migrate::MigrateError),
-    /// Copying guest RAM to or from a snapshot.
+    /// Splitting guest RAM out of a saved VM's state.
     #[error(transparent)]
-    GuestRam(#[from] crate::vmm::guest_ram::GuestRamError),
+    StreamSplit(#[from] crate::vmm::stream_split::StreamSplitError),
     /// A snapshot on disk.
     #[error(transparent)]
     SnapFile(#[from] crate::vmm::snapfile::SnapFileError),
@@ -269,8 +269,6 @@ pub struct SandboxInfo {
     pub memory_mib: u32,
     /// Guest vCPUs.
     pub cpus: u32,
-    /// Guest vsock CID.
-    pub cid: u32,
     /// `kvm` or `tcg`.
     pub accel: String,
     /// Creation time (Unix milliseconds).
@@ -281,8 +279,6 @@ pub struct SandboxInfo {
     pub address: String,
     /// QEMU's pid, while it runs.
     pub qemu_pid: Option<u32>,
-    /// vhost-device-vsock's pid, while it runs.
-    pub vhost_pid: Option<u32>,
     /// The network helper's pid, while it runs.
     pub net_helper_pid: Option<u32>,
     /// The agent version it announced.
@@ -319,13 +315,11 @@ impl SandboxInfo {
             state,
             memory_mib: record.memory_mib,
             cpus: record.cpus,
-            cid: record.cid,
             accel: record.accel.clone(),
             created_unix_ms: record.created_unix_ms,
             age_secs: u64::try_from((crate::vmm::now_unix_ms() - record.created_unix_ms) / 1000).unwrap_or(0),
             address: agent_address(record).to_string(),
             qemu_pid: alive_pid(record.qemu),
-            vhost_pid: alive_pid(record.vhost),
             net_helper_pid: alive_pid(record.net_helper),
             agent_version: record.agent_version.clone(),
             started_from: record.started_from.clone().unwrap_or_else(|| "boot".into()),
@@ -354,6 +348,12 @@ pub(crate) fn reap_if_abandoned(record: &state::Record) {
 /// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's
 /// `sbx net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
 pub fn agent_address(record: &state::Record) -> Address {
+    if record.vhost.is_some() {
+        // Started by an sbx from before the agent link: its agent is on vsock, behind
+        // its own vhost-device-vsock.
+        let path = record.paths.dir.join("vm.vsock");
+        return Address::HybridVsock { path, port: sbx_proto::limits::DEFAULT_AGENT_PORT };
+    }
     Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
 }
 
@@ -379,8 +379,7 @@ mod tests {
     fn a_boot_whose_creator_died_shows_dead_and_is_stopped() {
         let d = tempfile::tempdir().unwrap();
         let mut vm = std::process::Command::new("sleep").arg("60").spawn().unwrap();
-        let alloc =
-            Allocation { id: "cc000001".into(), name: "booting".into(), cid: 3, dir: d.path().into() };
+        let alloc = Allocation { id: "cc000001".into(), name: "booting".into(), dir: d.path().into() };
         let paths = Paths::in_dir(d.path(), false);
         let mut r = Record::starting(alloc, "minimal".into(), 512, 1, "tcg".into(), paths);
         r.qemu = ProcRef::of(vm.id());

@@ -114,7 +114,9 @@ pub(super) async fn save_into(
     super::mounts::refuse_snapshot(record)?;
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
     let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
-    let need = (u64::from(record.memory_mib) << 20) + disk_bytes;
+    // Guest RAM at most twice (QEMU's whole stream, then its split into memory.bin and
+    // ram.bin, before the stream is removed), and the disk.
+    let need = (u64::from(record.memory_mib) << 21) + disk_bytes;
     let staging = Staging::new(target, need)?;
     let was_paused = record.paused;
     if let Some(qemu) = record.qemu {
@@ -140,8 +142,6 @@ pub(super) async fn save_into(
                 created_unix_ms: now_unix_ms(),
                 memory_bytes: 0,
                 disk: overlay.is_some(),
-                ram_file: saved.ram_file,
-                ignore_shared: saved.ignore_shared,
                 network,
             };
             staging.commit(meta, false).map_err(SandboxError::from)
@@ -149,8 +149,7 @@ pub(super) async fn save_into(
         Err(e) => Err(e),
     };
     if run_on || committed.is_err() {
-        let mut persist = |r: &Record| Ok(r.save()?);
-        let back = machine::run_on(record, &mut persist, RUN_ON_LIMIT).await;
+        let back = machine::run_on(record, RUN_ON_LIMIT).await;
         if was_paused && let Some(qemu) = record.qemu {
             qemu.freeze(FREEZE_GRACE).await;
         }
@@ -267,7 +266,6 @@ pub async fn restore(
     let _ = std::fs::remove_dir_all(record.paths.parked());
     record.net_helper = None;
     record.qemu = None;
-    record.vhost = None;
     record.paused = false;
     record.parked = false;
     record.template = snap.meta.template.clone();

@@ -1,35 +1,25 @@
-//! Building and starting the two processes behind a sandbox: vhost-device-vsock (the
-//! hybrid-vsock backend) and QEMU, and choosing QEMU's accelerator.
+//! QEMU's command line for a sandbox (guest RAM, devices, the agent link's port),
+//! its disk overlay, and choosing QEMU's accelerator.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use super::process::{ProcessError, find_in_path, spawn_detached};
+use super::process::{ProcessError, find_in_path};
 use super::state::Paths;
 use super::template::Template;
 
 /// The QEMU binary looked up in `PATH`.
 pub const QEMU: &str = "qemu-system-x86_64";
-/// The vsock backend looked up in `PATH`.
-pub const VHOST_VSOCK: &str = "vhost-device-vsock";
 /// The image tool used for copy-on-write overlays.
 pub const QEMU_IMG: &str = "qemu-img";
-/// QEMU's id of the vsock device's chardev (the vhost-user socket).
-pub const VSOCK_CHARDEV: &str = "vsock0";
-/// QEMU's id of the vsock device, which snapshots unplug and plug again.
-pub const VSOCK_DEVICE: &str = "vs0";
-/// The PCIe root port the vsock device sits behind, so that it can be hot-plugged.
-pub const VSOCK_PORT: &str = "rp1";
 /// QEMU id of the virtio-serial bus the agent link's port sits on.
 pub const AGENT_SERIAL_BUS: &str = "vser0";
 /// QEMU id of the chardev behind the agent link's port (`<dir>/agent.port`).
 pub const AGENT_PORT_CHARDEV: &str = "agentport";
 /// QEMU id of the agent link's port, for `device_del`/`device_add` on a restore.
 pub const AGENT_PORT_DEVICE: &str = "agentport0";
-/// How long vhost-device-vsock may take to create its socket.
-const VHOST_SOCKET_WAIT: Duration = Duration::from_secs(10);
-/// How often to look for that socket.
-const VHOST_SOCKET_POLL: Duration = Duration::from_millis(1);
+/// QEMU id of guest RAM's memory backend; its RAM block (and so its part of a
+/// migration stream) is named after it.
+pub const GUEST_RAM: &str = "mem";
 
 /// Why a process behind the sandbox could not be prepared or started.
 #[derive(Debug, thiserror::Error)]
@@ -44,14 +34,6 @@ pub enum LaunchError {
         path: PathBuf,
         /// What qemu-img said.
         output: String,
-    },
-    /// vhost-device-vsock exited or never made its socket.
-    #[error("vhost-device-vsock did not come up ({why}); its log says: {log}")]
-    Vhost {
-        /// What happened.
-        why: String,
-        /// The end of its log.
-        log: String,
     },
 }
 
@@ -119,6 +101,34 @@ pub struct VmSpec<'a> {
     pub network: bool,
     /// Host folders and the disk size.
     pub storage: &'a super::storage::Storage,
+    /// Where guest RAM comes from.
+    pub ram: GuestRam<'a>,
+}
+
+/// Where a VM's guest RAM comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum GuestRam<'a> {
+    /// Fresh anonymous memory, for a boot: the host gives a page when the guest
+    /// first writes it.
+    Fresh,
+    /// A snapshot's `ram.bin`, mapped privately (`share=off`): pages are read from the
+    /// file (the page cache, shared by every VM started from it) when the guest first
+    /// touches them and copied when it first writes them; the file never changes.
+    Snapshot(&'a Path),
+}
+
+impl GuestRam<'_> {
+    /// The `-object` value of the memory backend, `size` MiB.
+    fn backend(self, size: u32) -> String {
+        match self {
+            GuestRam::Fresh => format!("memory-backend-ram,id={GUEST_RAM},size={size}M"),
+            GuestRam::Snapshot(file) => format!(
+                "memory-backend-file,id={GUEST_RAM},size={size}M,mem-path={},share=off",
+                // QEMU's option syntax: a comma in a value is written twice.
+                file.display().to_string().replace(',', ",,")
+            ),
+        }
+    }
 }
 
 /// The guest NIC's MAC address (QEMU's own prefix, as slirp uses).
@@ -134,9 +144,9 @@ pub const GUEST_MTU: u16 = sbx_net::stack::GUEST_MTU;
 const HANG_DETECTORS_OFF: &str =
     "nowatchdog rcupdate.rcu_cpu_stall_suppress=1 sysctl.kernel.hung_task_timeout_secs=0";
 
-/// QEMU's command line: q35 with the uncompressed kernel's PVH entry, shared memfd
-/// memory (vhost-user needs it), vhost-user-vsock-pci, serial console to a file, QMP on
-/// a Unix socket, and no reboot, so a guest panic ends QEMU at once.
+/// QEMU's command line: q35 with the uncompressed kernel's PVH entry, guest RAM as
+/// [`GuestRam`] says, the agent link's virtio-serial port, serial console to a file,
+/// QMP on a Unix socket, and no reboot, so a guest panic ends QEMU at once.
 pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
     let mem = spec.memory_mib;
@@ -177,9 +187,9 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-m".into(),
         format!("{mem}M"),
         "-object".into(),
-        format!("memory-backend-memfd,id=mem,size={mem}M,share=on"),
+        spec.ram.backend(mem),
         "-numa".into(),
-        "node,memdev=mem".into(),
+        format!("node,memdev={GUEST_RAM}"),
         "-nodefaults".into(),
         "-no-user-config".into(),
         "-display".into(),
@@ -193,17 +203,8 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         // random number generator when it changes (see vmm::migrate).
         "-device".into(),
         "vmgenid,guid=auto".into(),
-        // The vsock device sits behind a root port so that it can be unplugged before a
-        // snapshot (QEMU cannot migrate vhost-user-vsock) and plugged in again after.
-        "-device".into(),
-        format!("pcie-root-port,id={VSOCK_PORT},bus=pcie.0,chassis=1"),
-        "-chardev".into(),
-        format!("socket,id={VSOCK_CHARDEV},path={}", p.vhost_socket.display()),
-        "-device".into(),
-        vsock_device(),
         // The agent link (vmm::agent_link): a virtio-serial port served inside QEMU on
-        // a Unix socket in the sandbox directory. Not used by sbx yet: the agent serves
-        // it beside vsock, and `sbx agent-link` reaches it by hand.
+        // a Unix socket in the sandbox directory, which migrates with the VM.
         "-device".into(),
         format!("virtio-serial-pci,id={AGENT_SERIAL_BUS}"),
         "-chardev".into(),
@@ -249,11 +250,6 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     args
 }
 
-/// The `-device` / `device_add` value of the vsock device.
-pub fn vsock_device() -> String {
-    format!("vhost-user-vsock-pci,chardev={VSOCK_CHARDEV},bus={VSOCK_PORT},id={VSOCK_DEVICE}")
-}
-
 /// The `-device` / `device_add` value of the agent link's port.
 pub fn agent_port_device() -> String {
     format!(
@@ -280,33 +276,6 @@ pub async fn create_overlay(base: &Path, overlay: &Path, size: Option<u64>) -> R
     } else {
         let text = String::from_utf8_lossy(&out.stderr).trim().to_string();
         Err(LaunchError::Overlay { path: overlay.to_path_buf(), output: text })
-    }
-}
-
-/// Starts vhost-device-vsock for guest `cid` in `uds-path` mode; the caller records
-/// the child before waiting for its socket with [`wait_vhost_socket`].
-pub fn spawn_vhost(program: &Path, cid: u32, paths: &Paths) -> Result<tokio::process::Child, LaunchError> {
-    let vm =
-        format!("guest-cid={cid},socket={},uds-path={}", paths.vhost_socket.display(), paths.vsock.display());
-    Ok(spawn_detached(program, &["--vm".into(), vm], &paths.vhost_log)?)
-}
-
-/// Waits until vhost-device-vsock has created its vhost-user socket.
-pub async fn wait_vhost_socket(child: &mut tokio::process::Child, paths: &Paths) -> Result<(), LaunchError> {
-    let deadline = Instant::now() + VHOST_SOCKET_WAIT;
-    let failed = |why: String| LaunchError::Vhost { why, log: tail(&paths.vhost_log, 10) };
-    loop {
-        if paths.vhost_socket.exists() {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(failed(format!("it exited with {status}")));
-        }
-        if Instant::now() >= deadline {
-            return Err(failed(format!("no socket after {} s", VHOST_SOCKET_WAIT.as_secs())));
-        }
-        // It takes a few milliseconds; every millisecond waited here delays the boot.
-        tokio::time::sleep(VHOST_SOCKET_POLL).await;
     }
 }
 
@@ -360,13 +329,19 @@ mod tests {
             paths: &paths,
             network: false,
             storage: &Default::default(),
+            ram: GuestRam::Fresh,
         };
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
         assert!(append(&args).contains(&format!(" {HANG_DETECTORS_OFF} ")));
         assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
-        assert!(args.contains(&"memory-backend-memfd,id=mem,size=256M,share=on".to_string()));
+        assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
+        assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
+        let ram = Path::new("/snaps/a,b/ram.bin");
+        let args = qemu_args(&VmSpec { ram: GuestRam::Snapshot(ram), ..spec });
+        let backend = "memory-backend-file,id=mem,size=256M,mem-path=/snaps/a,,b/ram.bin,share=off";
+        assert!(args.contains(&backend.to_string()), "{args:?}");
         let t = template(true, "root=/dev/vdb");
         let args = qemu_args(&VmSpec { template: &t, ..spec });
         assert!(!append(&args).contains("/dev/vda"));
@@ -386,6 +361,7 @@ mod tests {
             paths: &paths,
             network: true,
             storage: &Default::default(),
+            ram: GuestRam::Fresh,
         };
         let args = qemu_args(&spec);
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));

@@ -1,6 +1,6 @@
 //! The VMM layer: what it takes to run one microVM on this machine. QEMU's command
-//! line and accelerator, the detached processes (QEMU, vhost-device-vsock), QMP, the
-//! agent's `READY` announcement, and the files that record a sandbox on disk.
+//! line and accelerator, the detached QEMU, QMP, the agent link, snapshots, and the
+//! files that record a sandbox on disk.
 //!
 //! Only [`crate::sandbox`] (and [`crate::template`], for the data directory and
 //! `template.json`) calls into here; the faces (`cmd/`, `mcp/`) never do. Nothing here
@@ -10,15 +10,16 @@
 //!   one HTTP/2 connection, shared by the clients of `agent.sock`.
 //! - [`dirs`]: where templates and sandbox state live.
 //! - [`template`]: reading `template.json`.
-//! - [`state`]: `sandbox.json` records, the state lock, id / name / CID allocation.
+//! - [`state`]: `sandbox.json` records, the state lock, id / name allocation.
 //! - [`process`]: starting detached processes, pid identity, killing.
-//! - [`launcher`]: the QEMU and vhost-device-vsock command lines, accelerator probe.
+//! - [`launcher`]: QEMU's command line (guest RAM fresh or a snapshot's, mapped
+//!   privately), accelerator probe.
 //! - [`ready`]: the listener for the agent's vsock `READY` announcement (the bench's).
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
-//! - [`migrate`]: saving a running VM to a file and loading it, the vsock device
-//!   unplugged and plugged around it.
-//! - [`guest_ram`]: guest RAM kept outside the migration stream (`ram.bin`), copied
-//!   sparsely, and all-zero pages handed back to the host.
+//! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
+//!   agent link's port of a restored VM.
+//! - [`stream_split`]: splitting guest RAM out of a saved migration stream into a
+//!   sparse `ram.bin`.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`storage`]: host folders (virtio-9p) and the disk size, as QEMU arguments and
 //!   kernel command line words.
@@ -26,7 +27,6 @@
 
 pub mod agent_link;
 pub mod dirs;
-pub mod guest_ram;
 pub mod launcher;
 pub mod migrate;
 pub mod process;
@@ -35,6 +35,7 @@ pub mod ready;
 pub mod snapfile;
 pub mod state;
 pub mod storage;
+pub mod stream_split;
 pub mod template;
 pub mod watchdog;
 

@@ -1,11 +1,14 @@
 //! A snapshot on disk: a directory holding `snapshot.json` (what it is), `memory.bin`
-//! (QEMU's migration stream: device state), `ram.bin` (guest RAM as a sparse file of
-//! its size: all-zero pages are holes; see [`super::guest_ram`]) and, for a template
-//! with a disk, `disk.qcow2` (the sandbox's copy-on-write overlay as it was).
+//! (QEMU's migration stream without guest RAM: device state), `ram.bin` (guest RAM as
+//! a sparse file of its size: all-zero pages are holes; see [`super::stream_split`];
+//! VMs started from the snapshot map it privately, so it is never written after the
+//! snapshot is committed) and, for a template with a disk, `disk.qcow2` (the
+//! sandbox's copy-on-write overlay as it was).
 //!
-//! Format 2 added `ram.bin`. A snapshot whose QEMU kept guest RAM in the stream (from
-//! QEMU 8.2 on, see [`super::migrate`]) has none, and neither has one of format 1,
-//! which still opens and restores.
+//! Format 3 came with the agent link: its VMs have a virtio-serial port and no vsock
+//! device, so a snapshot of format 1 or 2 (saved with a vsock device behind a PCIe root
+//! port, and a guest agent that only listens on vsock) cannot be restored by this sbx
+//! and is refused with [`SnapFileError::Outdated`].
 //!
 //! Named snapshots live in `<state>/.snapshots/<name>/`; a parked sandbox keeps its
 //! own in `<sandbox dir>/parked/`. A snapshot is written into a staging directory
@@ -23,14 +26,14 @@ use super::template::Template;
 pub const META_FILE: &str = "snapshot.json";
 /// The migration stream.
 pub const MEMORY_FILE: &str = "memory.bin";
-/// Guest RAM, when not in the stream.
+/// Guest RAM.
 pub const RAM_FILE: &str = "ram.bin";
+/// QEMU's whole stream, guest RAM included, while it is being split.
+const FULL_STREAM_FILE: &str = "stream.full";
 /// The disk overlay.
 pub const DISK_FILE: &str = "disk.qcow2";
 /// The version of this layout.
-pub const FORMAT: u32 = 2;
-/// The oldest layout this sbx still restores (format 1: RAM always in the stream).
-const OLDEST_FORMAT: u32 = 1;
+pub const FORMAT: u32 = 3;
 /// The files a snapshot may hold.
 const FILES: [&str; 4] = [META_FILE, MEMORY_FILE, RAM_FILE, DISK_FILE];
 
@@ -40,6 +43,23 @@ pub enum SnapFileError {
     /// No such snapshot.
     #[error("no snapshot is called `{0}`; `sbx snapshot ls` lists them")]
     NotFound(String),
+    /// The snapshot was saved by another version of sbx, whose VMs had other devices.
+    #[error(
+        "snapshot {} was saved by {} sbx (snapshot layout {format}; this sbx reads layout {FORMAT}): {}",
+        dir.display(),
+        if *format < FORMAT { "an older" } else { "a newer" },
+        if *format < FORMAT {
+            "its VM reached the agent over vsock, which this sbx's VMs no longer have, so it cannot be restored; remove it (`sbx snapshot rm`, or `sbx kill` for a parked sandbox) and take a new one"
+        } else {
+            "upgrade sbx to restore it"
+        }
+    )]
+    Outdated {
+        /// Its directory.
+        dir: PathBuf,
+        /// Its layout.
+        format: u32,
+    },
     /// The snapshot is damaged or not one of ours.
     #[error("snapshot {} is unusable: {why}; remove it with `sbx snapshot rm`", dir.display())]
     Damaged {
@@ -106,13 +126,6 @@ pub struct SnapshotMeta {
     pub memory_bytes: u64,
     /// Whether `disk.qcow2` is part of it.
     pub disk: bool,
-    /// Whether guest RAM is in `ram.bin` rather than in the stream (format 1 never).
-    #[serde(default)]
-    pub ram_file: bool,
-    /// Whether the stream was saved with QEMU's `x-ignore-shared` capability, which its
-    /// load must set too (format 1 never).
-    #[serde(default)]
-    pub ignore_shared: bool,
     /// The guest's network when it had a NIC (absent: no NIC, as with `--net none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<SnapshotNet>,
@@ -144,9 +157,9 @@ impl Snapshot {
         self.dir.join(MEMORY_FILE)
     }
 
-    /// Guest RAM, if it is kept outside the stream.
-    pub fn ram(&self) -> Option<PathBuf> {
-        self.meta.ram_file.then(|| self.dir.join(RAM_FILE))
+    /// Guest RAM.
+    pub fn ram(&self) -> PathBuf {
+        self.dir.join(RAM_FILE)
     }
 
     /// The disk overlay, if it has one.
@@ -167,19 +180,16 @@ pub fn named_dir(state: &Path) -> PathBuf {
     state.join(".snapshots")
 }
 
-/// Reads and checks the snapshot in `dir`: its description, the stream's header and
-/// length, and the disk.
+/// Reads and checks the snapshot in `dir`: its description and layout, the stream's
+/// header and length, guest RAM's length, and the disk.
 pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     let damaged = |why: String| SnapFileError::Damaged { dir: dir.to_path_buf(), why };
     let text =
         std::fs::read(dir.join(META_FILE)).map_err(|e| damaged(format!("no readable {META_FILE} ({e})")))?;
     let meta: SnapshotMeta =
         serde_json::from_slice(&text).map_err(|e| damaged(format!("{META_FILE} is malformed ({e})")))?;
-    if !(OLDEST_FORMAT..=FORMAT).contains(&meta.format) {
-        return Err(damaged(format!(
-            "it has layout {}, this sbx reads {OLDEST_FORMAT} to {FORMAT}",
-            meta.format
-        )));
+    if meta.format != FORMAT {
+        return Err(SnapFileError::Outdated { dir: dir.to_path_buf(), format: meta.format });
     }
     let memory = dir.join(MEMORY_FILE);
     let len = std::fs::metadata(&memory)
@@ -191,14 +201,12 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     if !looks_like_stream(&memory) {
         return Err(damaged(format!("{MEMORY_FILE} is not a QEMU migration stream")));
     }
-    if meta.ram_file {
-        let ram = u64::from(meta.memory_mib) << 20;
-        let len = std::fs::metadata(dir.join(RAM_FILE))
-            .map(|m| m.len())
-            .map_err(|e| damaged(format!("no {RAM_FILE} ({e})")))?;
-        if len != ram {
-            return Err(damaged(format!("{RAM_FILE} has {len} bytes, the guest's memory {ram}")));
-        }
+    let ram = u64::from(meta.memory_mib) << 20;
+    let len = std::fs::metadata(dir.join(RAM_FILE))
+        .map(|m| m.len())
+        .map_err(|e| damaged(format!("no {RAM_FILE} ({e})")))?;
+    if len != ram {
+        return Err(damaged(format!("{RAM_FILE} has {len} bytes, the guest's memory {ram}")));
     }
     if meta.disk && !dir.join(DISK_FILE).is_file() {
         return Err(damaged(format!("{DISK_FILE} is missing")));
@@ -288,9 +296,15 @@ impl Staging {
         self.dir.join(MEMORY_FILE)
     }
 
-    /// Where guest RAM goes, when not in the stream.
+    /// Where guest RAM goes.
     pub fn ram(&self) -> PathBuf {
         self.dir.join(RAM_FILE)
+    }
+
+    /// Where QEMU writes its whole stream, before it is split into [`Self::memory`] and
+    /// [`Self::ram`] (and removed).
+    pub fn full_stream(&self) -> PathBuf {
+        self.dir.join(FULL_STREAM_FILE)
     }
 
     /// Where the disk overlay goes.
@@ -361,10 +375,19 @@ mod tests {
             created_unix_ms: 1,
             memory_bytes: 0,
             disk: false,
-            ram_file: false,
-            ignore_shared: false,
             network: None,
         }
+    }
+
+    /// Puts a stream of `extra` bytes after the magic and an all-hole `ram.bin` of
+    /// `mib` MiB into `staging`.
+    fn fill(staging: &Staging, extra: usize, mib: u64) -> std::fs::File {
+        let mut stream = STREAM.to_vec();
+        stream.extend(std::iter::repeat_n(7u8, extra));
+        std::fs::write(staging.memory(), &stream).unwrap();
+        let ram = std::fs::File::create(staging.ram()).unwrap();
+        ram.set_len(mib << 20).unwrap();
+        ram
     }
 
     #[test]
@@ -372,18 +395,18 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let target = named_dir(d.path()).join("s1");
         let staging = Staging::new(&target, 0).unwrap();
-        let mut stream = STREAM.to_vec();
-        stream.extend([7u8; 100]);
-        std::fs::write(staging.memory(), &stream).unwrap();
-        let snap = staging.commit(meta("s1"), false).unwrap();
+        fill(&staging, 100, 4);
+        let m = SnapshotMeta { memory_mib: 4, ..meta("s1") };
+        let snap = staging.commit(m.clone(), false).unwrap();
         assert_eq!(open(&target).unwrap().meta.memory_bytes, 108);
         assert_eq!(list(d.path()).len(), 1);
         // A second save under the same name fails and leaves no staging directory.
         let staging = Staging::new(&target, 0).unwrap();
-        std::fs::write(staging.memory(), &stream).unwrap();
-        assert!(staging.commit(meta("s1"), false).is_err());
+        fill(&staging, 100, 4);
+        assert!(staging.commit(m, false).is_err());
         assert_eq!(std::fs::read_dir(named_dir(d.path())).unwrap().count(), 1);
         // Truncated, then foreign.
+        let stream = std::fs::read(snap.memory()).unwrap();
         std::fs::write(snap.memory(), &stream[..50]).unwrap();
         let err = open(&target).unwrap_err().to_string();
         assert!(err.contains("50 bytes") && err.contains("sbx snapshot rm"), "{err}");
@@ -396,12 +419,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let target = named_dir(d.path()).join("s");
         let staging = Staging::new(&target, 0).unwrap();
-        std::fs::write(staging.memory(), STREAM).unwrap();
-        let ram = std::fs::File::create(staging.ram()).unwrap();
-        ram.set_len(4 << 20).unwrap();
-        let m = SnapshotMeta { memory_mib: 4, ram_file: true, ignore_shared: true, ..meta("s") };
-        let snap = staging.commit(m, false).unwrap();
-        assert_eq!(open(&target).unwrap().ram(), Some(target.join(RAM_FILE)));
+        let ram = fill(&staging, 0, 4);
+        let snap = staging.commit(SnapshotMeta { memory_mib: 4, ..meta("s") }, false).unwrap();
+        assert_eq!(open(&target).unwrap().ram(), target.join(RAM_FILE));
         assert!(snap.size_on_disk() < 1 << 20, "ram.bin's holes take no room");
         // Truncated, then grown: refused before anything starts.
         ram.set_len(1 << 20).unwrap();
@@ -409,21 +429,23 @@ mod tests {
         assert!(err.contains("ram.bin has 1048576 bytes") && err.contains("sbx snapshot rm"), "{err}");
         ram.set_len(5 << 20).unwrap();
         assert!(open(&target).unwrap_err().to_string().contains("ram.bin has 5242880 bytes"));
-        std::fs::remove_file(target.join(RAM_FILE)).unwrap();
-        assert!(open(&target).unwrap_err().to_string().contains("no ram.bin"));
-        // Format 1 (RAM in the stream, no new fields) still opens; a newer one does not.
+        ram.set_len(4 << 20).unwrap();
+        // Format 2 (a vsock device, an agent on vsock) and older are refused with what
+        // to do, and so is a newer one.
         let mut json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(target.join(META_FILE)).unwrap()).unwrap();
-        let fields = json.as_object_mut().unwrap();
-        fields.remove("ram_file");
-        fields.remove("ignore_shared");
-        fields.insert("format".into(), 1.into());
+        for (format, says) in [(2, "an older sbx"), (1, "an older sbx"), (FORMAT + 1, "upgrade sbx")] {
+            json["format"] = format.into();
+            std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
+            let err = open(&target).unwrap_err();
+            assert!(matches!(err, SnapFileError::Outdated { .. }), "{err}");
+            let err = err.to_string();
+            assert!(err.contains(says) && err.contains(&format!("layout {format}")), "{err}");
+        }
+        json["format"] = FORMAT.into();
         std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
-        let old = open(&target).unwrap();
-        assert!(!old.meta.ram_file && !old.meta.ignore_shared && old.ram().is_none());
-        json["format"] = (FORMAT + 1).into();
-        std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
-        assert!(open(&target).unwrap_err().to_string().contains("this sbx reads 1 to 2"));
+        std::fs::remove_file(target.join(RAM_FILE)).unwrap();
+        assert!(open(&target).unwrap_err().to_string().contains("no ram.bin"));
     }
 
     #[test]

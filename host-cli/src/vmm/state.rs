@@ -1,5 +1,5 @@
 //! The on-disk record of each sandbox: `<state>/<id>/sandbox.json`, plus the lock that
-//! keeps two `sbx create` from taking the same id, name or guest CID.
+//! keeps two `sbx create` from taking the same id or name.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,8 +11,6 @@ use super::template::is_plain_name;
 
 /// File name of the record inside a sandbox directory.
 pub const RECORD_FILE: &str = "sandbox.json";
-/// The lowest guest CID we hand out (0-2 are reserved).
-const FIRST_CID: u32 = 3;
 
 /// Why the state directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -73,18 +71,12 @@ pub enum StateError {
 pub struct Paths {
     /// The sandbox directory.
     pub dir: PathBuf,
-    /// The hybrid-vsock Unix socket (vhost-device-vsock's `uds-path`).
-    pub vsock: PathBuf,
-    /// The vhost-user socket between QEMU and vhost-device-vsock.
-    pub vhost_socket: PathBuf,
     /// QEMU's QMP socket.
     pub qmp_socket: PathBuf,
     /// The guest's serial console.
     pub console_log: PathBuf,
     /// QEMU's own messages.
     pub qemu_log: PathBuf,
-    /// vhost-device-vsock's messages.
-    pub vhost_log: PathBuf,
     /// The copy-on-write overlay of the template's root filesystem, if it has one.
     pub overlay: Option<PathBuf>,
 }
@@ -94,12 +86,9 @@ impl Paths {
     pub fn in_dir(dir: &Path, with_overlay: bool) -> Paths {
         Paths {
             dir: dir.to_path_buf(),
-            vsock: dir.join("vm.vsock"),
-            vhost_socket: dir.join("vhost.sock"),
             qmp_socket: dir.join("qmp.sock"),
             console_log: dir.join("console.log"),
             qemu_log: dir.join("qemu.log"),
-            vhost_log: dir.join("vhost.log"),
             overlay: with_overlay.then(|| dir.join("rootfs.qcow2")),
         }
     }
@@ -107,13 +96,6 @@ impl Paths {
     /// Where a parked sandbox's snapshot is.
     pub fn parked(&self) -> PathBuf {
         self.dir.join("parked")
-    }
-
-    /// The Unix socket the guest's port `port` connections arrive on.
-    pub fn guest_port_socket(&self, port: u32) -> PathBuf {
-        let mut s = self.vsock.clone().into_os_string();
-        s.push(format!("_{port}"));
-        s.into()
     }
 }
 
@@ -130,15 +112,15 @@ pub struct Record {
     pub memory_mib: u32,
     /// Guest vCPUs.
     pub cpus: u32,
-    /// Guest vsock context id.
-    pub cid: u32,
     /// `kvm` or `tcg`.
     pub accel: String,
     /// When it was created (Unix milliseconds).
     pub created_unix_ms: i64,
     /// QEMU, once started.
     pub qemu: Option<ProcRef>,
-    /// vhost-device-vsock, once started.
+    /// The vhost-device-vsock of a sandbox started by an sbx from before the agent link
+    /// (new sandboxes have none); stopped with the sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<ProcRef>,
     /// `sbx net-helper` (published ports, the network), once started.
     #[serde(default)]
@@ -153,7 +135,7 @@ pub struct Record {
     pub agent_version: Option<String>,
     /// Set by `sbx pause`, cleared by `sbx resume`.
     pub paused: bool,
-    /// Set by `sbx pause --to-disk`: QEMU and vhost-device-vsock are gone and the VM
+    /// Set by `sbx pause --to-disk`: QEMU is gone and the VM
     /// waits in `<dir>/parked/` (see [`Paths::parked`]).
     #[serde(default)]
     pub parked: bool,
@@ -186,7 +168,6 @@ impl Record {
             template,
             memory_mib,
             cpus,
-            cid: alloc.cid,
             accel,
             created_unix_ms: super::now_unix_ms(),
             qemu: None,
@@ -284,14 +265,12 @@ pub struct Allocation {
     pub id: String,
     /// Its name.
     pub name: String,
-    /// Its guest CID.
-    pub cid: u32,
     /// Its directory, now created (mode 0700).
     pub dir: PathBuf,
 }
 
-/// Hands out an id, a name (the one asked for, or a generated one) and a CID unused
-/// by any sandbox whose QEMU still runs, and creates the directory. Call under
+/// Hands out an id and a name (the one asked for, or a generated one), and creates
+/// the directory. Call under
 /// [`StateLock`].
 pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, StateError> {
     let all: Vec<Record> = load_all(state).into_iter().flatten().collect();
@@ -309,23 +288,16 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
         }
     };
     let name = name.unwrap_or_else(|| generate_name(&id, |n| taken_name(n)));
-    // A CID stays taken while its vhost-device-vsock or QEMU might still run.
-    let live_cids: Vec<u32> = all
-        .iter()
-        .filter(|r| r.qemu.is_some_and(|p| p.is_alive()) || r.vhost.is_some_and(|p| p.is_alive()) || !r.ready)
-        .map(|r| r.cid)
-        .collect();
-    let cid = (FIRST_CID..).find(|c| !live_cids.contains(c)).expect("fewer than 2^32 sandboxes");
     let dir = state.join(&id);
     check_socket_path_len(&dir)?;
     std::fs::create_dir(&dir).map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
-    Ok(Allocation { id, name, cid, dir })
+    Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make is `vm.vsock_<port>`.
+/// Unix socket paths hold at most 107 bytes; the longest we make is `agent.port`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
     const MAX: usize = 107;
-    let longest = dir.join("vm.vsock_4294967295").as_os_str().len();
+    let longest = dir.join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
     }
@@ -372,7 +344,7 @@ fn generate_name(id: &str, taken: impl Fn(&str) -> bool) -> String {
 mod tests {
     use super::*;
 
-    fn record(dir: &Path, id: &str, name: &str, cid: u32) -> Record {
+    fn record(dir: &Path, id: &str, name: &str) -> Record {
         let d = dir.join(id);
         std::fs::create_dir_all(&d).unwrap();
         let r = Record {
@@ -381,7 +353,6 @@ mod tests {
             template: "minimal".into(),
             memory_mib: 512,
             cpus: 1,
-            cid,
             accel: "tcg".into(),
             created_unix_ms: 1,
             qemu: ProcRef::of(std::process::id()),
@@ -401,14 +372,13 @@ mod tests {
     }
 
     #[test]
-    fn allocation_avoids_taken_names_and_live_cids() {
+    fn allocation_avoids_taken_names() {
         let d = tempfile::tempdir().unwrap();
-        record(d.path(), "aaaa0001", "first", 3);
+        record(d.path(), "aaaa0001", "first");
         let err = allocate(d.path(), Some("first")).unwrap_err();
         assert!(matches!(err, StateError::NameTaken(_)), "{err}");
         assert!(matches!(allocate(d.path(), Some("a/b")), Err(StateError::BadName(_))));
         let a = allocate(d.path(), None).unwrap();
-        assert_eq!(a.cid, 4, "CID 3 belongs to a live sandbox");
         assert_ne!(a.name, "first");
         assert!(a.dir.is_dir());
     }
@@ -416,8 +386,8 @@ mod tests {
     #[test]
     fn finds_by_id_name_and_unique_prefix() {
         let d = tempfile::tempdir().unwrap();
-        record(d.path(), "ab120000", "one", 3);
-        record(d.path(), "ab340000", "two", 4);
+        record(d.path(), "ab120000", "one");
+        record(d.path(), "ab340000", "two");
         assert_eq!(find(d.path(), "two").unwrap().id, "ab340000");
         assert_eq!(find(d.path(), "ab12").unwrap().name, "one");
         assert!(matches!(find(d.path(), "ab"), Err(StateError::NotFound(_))), "ambiguous prefix");
