@@ -71,5 +71,4 @@ mod tests {
         assert!(!failed(host, libc::ECONNRESET).no_vsock());
         assert!(!failed(Address::Unix("/nonexistent/ready.sock".into()), libc::ENODEV).no_vsock());
     }
-
 }

@@ -359,7 +359,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = link::PortSource::Device(dir.path().join("no-such-port"));
         let svc = AgentService::new(dir.path().join("jobs"));
-        let e = serve_listeners(Vec::new(), Some(source), svc, None).await.err().expect("nothing to serve");
+        let e = serve_listeners(Vec::new(), Some(source), svc, None).await.expect_err("nothing to serve");
         assert!(matches!(e, ListenError::NothingToServe { .. }), "{e}");
     }
 
