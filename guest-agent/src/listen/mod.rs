@@ -249,7 +249,10 @@ pub async fn bind_listeners(addrs: &[Address], link: bool) -> Result<Vec<Listene
         match Listener::bind(addr).await {
             Ok(l) => listeners.push(l),
             Err(e) if link && e.is_vsock_bind() => {
-                tracing::info!("{}; serving on the agent link without it", crate::report::error_chain(&e));
+                tracing::info!(
+                    "{}; left out, as the agent link's port is to be served",
+                    crate::report::error_chain(&e)
+                );
             }
             Err(e) => return Err(e),
         }
