@@ -2,7 +2,7 @@
 """Keystroke echo round trip in `sbx shell` against `sbx exec -- true`, on one microVM.
 
 Echo: the host side of a real pty (as a terminal emulator) types one byte and waits for
-it to come back: host pty -> sbx (raw mode) -> agent over vsock -> the guest's pty ->
+it to come back: host pty -> sbx (raw mode) -> the agent link -> the guest's pty ->
 `cat` started in the shell (terminal echo off, byte at a time, so the program echoes it as an editor or a
 shell's line editor would) -> back the same way. Floor: the same `cat` on a local pty.
 `sbx exec -- true`: the whole command, from starting the sbx process to its exit.

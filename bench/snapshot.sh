@@ -9,10 +9,12 @@
 #   whose command line names its directory);
 # - the snapshot's size on disk;
 # - $N forks in a row (time per fork), and the host memory of the $N idle forks against
-#   $N idle cold-booted sandboxes (QEMU, vhost-device-vsock and the network helper),
-#   both as RSS and as PSS (RSS counts pages the processes share, such as QEMU's code
-#   and the kernel image QEMU maps, once per process; PSS splits them among sharers);
-#   guest RAM counts as what its memfd holds (see mem_of).
+#   $N idle cold-booted sandboxes (QEMU and the network helper), both as RSS and as PSS
+#   (RSS counts pages the processes share, such as QEMU's code and the pages of the
+#   snapshot's ram.bin that forks map privately and have not written, once per process;
+#   PSS splits them among sharers). Guest RAM is QEMU's own memory (anonymous on a cold
+#   boot, a private copy-on-write mapping of ram.bin on a restore), so it is in QEMU's
+#   RSS and PSS.
 #
 # The three create timings are taken $R times each, interleaved (cold, template, fork,
 # cold, ...), and the median is shown with the range, so one slow moment on a busy
@@ -30,29 +32,15 @@ now() { date +%s.%N; }
 secs() { echo "$2 - $1" | bc; }
 dir_of() { "$sbx" --json inspect "$1" | sed -n 's/.*"dir": *"\([^"]*\)".*/\1/p'; }
 mem_of() { # "RSS PSS" in KiB, summed over the processes whose command line names any of the dirs
-    # Guest RAM is a shared memfd: a page sbx wrote into it while restoring is held by
-    # the host even before the guest touches it, and then shows in no process's RSS. So
-    # shared memory is left out of each process's RSS and PSS, and each memfd's
-    # allocated size (its blocks, whoever maps them) is added once instead.
-    local rss=0 pss=0 p d fd
-    local -A memfds=()
+    local rss=0 pss=0 p d
     for p in /proc/[0-9]*; do
         for d in "$@"; do
             if tr "\0" " " 2>/dev/null <"$p/cmdline" | grep -qF "$d"; then
-                rss=$((rss + $(awk '/^VmRSS:/{r=$2} /^RssShmem:/{s=$2} END{print r-s+0}' "$p/status" 2>/dev/null || echo 0)))
-                pss=$((pss + $(awk '/^Pss:/{r=$2} /^Pss_Shmem:/{s=$2} END{print r-s+0}' "$p/smaps_rollup" 2>/dev/null || echo 0)))
-                for fd in "$p"/fd/*; do
-                    case "$(readlink "$fd" 2>/dev/null)" in
-                        /memfd:memory-backend-memfd*) memfds["$(stat -L -c %i "$fd")"]=$(stat -L -c %b "$fd") ;;
-                    esac
-                done
+                rss=$((rss + $(awk '/^VmRSS:/{r=$2} END{print r+0}' "$p/status" 2>/dev/null || echo 0)))
+                pss=$((pss + $(awk '/^Pss:/{r=$2} END{print r+0}' "$p/smaps_rollup" 2>/dev/null || echo 0)))
                 break
             fi
         done
-    done
-    for d in "${memfds[@]}"; do
-        rss=$((rss + d / 2))
-        pss=$((pss + d / 2))
     done
     echo "$rss $pss"
 }

@@ -1,8 +1,9 @@
 #!/bin/busybox sh
 # /init of every sbx initramfs (busybox sh).
 #
-# Loads the virtio and vsock modules (virtio_net when `sbx.net=` asks for a NIC, 9p when
-# `sbx.mount=` shares host folders; the agent mounts them), then:
+# Loads the virtio modules, virtio_console (the agent link) and vsock (virtio_net when
+# `sbx.net=` asks for a NIC, 9p when `sbx.mount=` shares host folders; the agent
+# mounts them), then:
 # - no `root=` on the kernel command line (template `minimal`): execs the agent baked
 #   into the initramfs, so sbx-agent is PID 1; with `sbx.disk=BYTES` (`sbx create
 #   --disk`) it first copies the initramfs into a tmpfs of that size and switch_roots

@@ -29,7 +29,9 @@ need() {
 }
 
 # Modules the `minimal` image loads, in order (Debian ships them uncompressed and
-# without modules.dep, so the order is the dependency order).
+# without modules.dep, so the order is the dependency order). virtio_console carries
+# the agent link of the VMs sbx starts; the vsock modules stay for VMMs that give the
+# VM a vsock device instead (the agent serves vsock when there is one).
 SBX_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio virtio_console vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
 # Extra modules for images booted from an ext4 disk (ext4 softdeps on crc32c).
 SBX_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"

@@ -2,7 +2,9 @@
 # The one set-up for a fresh machine (Debian bookworm or similar, x86_64); idempotent,
 # so it is cheap to run again:
 #   1. apt packages: QEMU, busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
-#   2. the musl Rust target and vhost-device-vsock (`cargo install`, 2-5 minutes once)
+#   2. the musl Rust target and vhost-device-vsock (`cargo install`, 2-5 minutes once;
+#      sbx's own VMs do not use it: it gives QEMU VMs you start yourself the hybrid-vsock
+#      socket that `sbx --agent hvsock://...` reaches, and the image tests use it)
 #   3. the static agent (cargo build --release --target x86_64-unknown-linux-musl),
 #      copied to $DATA/bin/sbx-agent
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
@@ -76,7 +78,7 @@ if command -v rustup >/dev/null; then
         || die "rustup could not add the x86_64-unknown-linux-musl target"
 fi
 if ! command -v vhost-device-vsock >/dev/null && [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
-    log "cargo install vhost-device-vsock (takes a few minutes, once)"
+    log "cargo install vhost-device-vsock, for hvsock:// to QEMU VMs sbx did not start (takes a few minutes, once)"
     cargo install vhost-device-vsock --version 0.3.0 --locked
 fi
 

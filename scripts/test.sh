@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "set-up (packages and strace, musl target, vhost-device-vsock, kernel, minimal and debian templates)"
+step "set-up (packages and strace, musl target, vhost-device-vsock for vm_images, kernel, minimal and debian templates)"
 # The tests use state directories of their own, not the default one setup.sh would make
 # template snapshots in (the quickstart below makes its own).
 SBX_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools

@@ -14,6 +14,16 @@ pub struct AnnounceError {
     source: std::io::Error,
 }
 
+impl AnnounceError {
+    /// True when the announcement went to vsock and the VM has none: no vsock device
+    /// (`ENODEV`, as in a VM that sbx starts, which reaches the agent over the agent
+    /// link instead) or no vsock in the guest's kernel (`EAFNOSUPPORT`).
+    pub fn no_vsock(&self) -> bool {
+        matches!(self.addr, Address::Vsock { .. })
+            && matches!(self.source.raw_os_error(), Some(libc::ENODEV | libc::EAFNOSUPPORT))
+    }
+}
+
 /// Connects to `addr` and writes `READY <version>\n`.
 pub async fn announce_ready(addr: &Address) -> Result<(), AnnounceError> {
     use tokio::io::AsyncWriteExt;
@@ -41,5 +51,24 @@ pub async fn announce_ready(addr: &Address) -> Result<(), AnnounceError> {
             std::io::ErrorKind::Unsupported,
             "announce over vsock://2:PORT from inside the VM, not hvsock://",
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(addr: Address, errno: i32) -> AnnounceError {
+        AnnounceError { addr, source: std::io::Error::from_raw_os_error(errno) }
+    }
+
+    #[test]
+    fn only_a_missing_vsock_is_no_vsock() {
+        let host = Address::Vsock { cid: 2, port: 1025 };
+        assert!(failed(host.clone(), libc::ENODEV).no_vsock());
+        assert!(failed(host.clone(), libc::EAFNOSUPPORT).no_vsock());
+        // A device with nobody listening on the host is worth a warning.
+        assert!(!failed(host, libc::ECONNRESET).no_vsock());
+        assert!(!failed(Address::Unix("/nonexistent/ready.sock".into()), libc::ENODEV).no_vsock());
     }
 }

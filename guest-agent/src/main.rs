@@ -29,7 +29,9 @@ Logs go to stderr; SBX_AGENT_LOG sets their level, per target if wanted
 #[derive(Parser, Debug, PartialEq)]
 #[command(version, about, long_about = None, after_help = AFTER_HELP)]
 struct Args {
-    /// Address to listen on (repeatable). Default: vsock://-1:1024.
+    /// Address to listen on (repeatable). Default: vsock://-1:1024. In a VM with the
+    /// agent link's port (as sbx starts them: no vsock device), a vsock address that
+    /// cannot be bound is left out with a log line.
     #[arg(long = "listen", value_name = "ADDR", env = "SBX_AGENT_LISTEN", value_delimiter = ',')]
     listen: Vec<Address>,
 
@@ -186,26 +188,35 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut listeners = Vec::new();
-    for addr in &args.listen {
-        match listen::Listener::bind(addr).await {
-            Ok(l) => match l.check_token(token.as_ref()) {
-                Ok(()) => listeners.push(l),
-                Err(e) => {
-                    eprintln!("sbx-agent: {}", error_chain(&e));
-                    return ExitCode::FAILURE;
-                }
-            },
-            Err(e) => {
-                eprintln!("sbx-agent: {}", error_chain(&e));
-                return ExitCode::FAILURE;
-            }
+    // The link's port first: with it, a vsock address that cannot be bound (a VM that
+    // sbx starts has no vsock device) is left out instead of stopping the agent.
+    let port = match args.link_device.take() {
+        Some(path) => Some(listen::link::PortSource::Device(path)),
+        None if listen::port::virtio_ports_exist() => {
+            Some(listen::link::PortSource::Named(sbx_proto::link::PORT_NAME))
+        }
+        None => None,
+    };
+    let listeners = match listen::bind_listeners(&args.listen, port.is_some()).await {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            eprintln!("sbx-agent: {}", error_chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    for l in &listeners {
+        if let Err(e) = l.check_token(token.as_ref()) {
+            eprintln!("sbx-agent: {}", error_chain(&e));
+            return ExitCode::FAILURE;
         }
     }
     if let Some(addr) = announce {
         tokio::spawn(async move {
-            if let Err(e) = announce::announce_ready(&addr).await {
-                tracing::warn!("could not announce readiness: {}", error_chain(&e));
+            match announce::announce_ready(&addr).await {
+                Ok(()) => {}
+                // No vsock device (the agent serves only the link): nobody listens for it.
+                Err(e) if e.no_vsock() => tracing::info!("{}; not announced", error_chain(&e)),
+                Err(e) => tracing::warn!("{}", error_chain(&e)),
             }
         });
     }
@@ -215,13 +226,6 @@ async fn run() -> ExitCode {
     };
     tokio::spawn(sbx_agent::allocator::trim_when_idle());
     let svc = AgentService::with_capacity(args.job_dir, capacity);
-    let port = match args.link_device.take() {
-        Some(path) => Some(listen::link::PortSource::Device(path)),
-        None if listen::port::virtio_ports_exist() => {
-            Some(listen::link::PortSource::Named(sbx_proto::link::PORT_NAME))
-        }
-        None => None,
-    };
     match listen::serve_listeners(listeners, port, svc, token).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

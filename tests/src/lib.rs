@@ -201,6 +201,12 @@ pub fn processes_mentioning(needle: &Path) -> Vec<String> {
     found
 }
 
+/// The vhost-device-vsock processes among [`processes_mentioning`] `needle`: a sandbox
+/// that sbx starts must have none (its agent link runs inside QEMU).
+pub fn vsock_backends_mentioning(needle: &Path) -> Vec<String> {
+    processes_mentioning(needle).into_iter().filter(|p| p.contains("vhost-device-vsock")).collect()
+}
+
 /// The pid is gone from /proc: killed and reaped (stricter than [`pid_gone`]).
 pub fn pid_reaped(pid: u32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()

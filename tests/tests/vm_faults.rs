@@ -1,8 +1,9 @@
 //! Faults under a real microVM: the VM's QEMU is SIGKILLed while an `sbx exec` is
 //! streaming a long command from it. The CLI must end on its own with exit 69 and a
-//! message that says the connection was lost (vhost-device-vsock outlives QEMU, so this
-//! proves the hybrid-vsock stream really sees the end), `sbx ls` must show the sandbox
-//! `dead`, and `sbx kill` must leave no process and no state behind.
+//! message that says the connection was lost (the sandbox's `sbx net-helper`, which
+//! serves the agent link on `agent.sock`, outlives QEMU, so this proves the link's
+//! stream really sees the end), `sbx ls` must show the sandbox `dead`, and `sbx kill`
+//! must leave no process and no state behind.
 //!
 //! These boot the `minimal` template that `rootfs/setup.sh` builds into the sbx data
 //! directory; without it they fail and say so. Each test has its own state directory.
@@ -13,7 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sbx_tests::vm::{Sbx, text, wait_bounded, wait_until};
-use sbx_tests::{pid_gone, processes_mentioning};
+use sbx_tests::{pid_gone, processes_mentioning, vsock_backends_mentioning};
 /// How long the CLI may take to notice its VM is gone before we call it hung.
 const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
 
@@ -22,7 +23,8 @@ fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_
     let sbx = Sbx::new();
     let created = sbx.create("doomed");
     let qemu_pid = created["qemu_pid"].as_u64().expect("a running sandbox has a QEMU pid");
-    let vhost_pid = created["vhost_pid"].as_u64().expect("a running sandbox has a vhost-device-vsock pid");
+    let helper_pid = created["net_helper_pid"].as_u64().expect("a running sandbox has a net-helper pid");
+    assert_eq!(vsock_backends_mentioning(sbx.state_dir()), Vec::<String>::new(), "no vsock backend runs");
     let inspected = sbx.json(&["inspect", "doomed"]);
     assert_eq!(inspected["qemu_pid"].as_u64(), Some(qemu_pid), "{inspected}");
 
@@ -46,7 +48,7 @@ fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_
     assert!(err.contains("lost the connection to the agent"), "{err}");
     assert!(err.contains("check that the VM is still running"), "{err}");
 
-    // vhost-device-vsock outlived QEMU here; ls still reports the sandbox as dead.
+    // The net-helper outlived QEMU here; ls still reports the sandbox as dead.
     wait_until("QEMU to be reaped or gone", DEAD_VM_GUARD, || pid_gone(qemu_pid));
     assert_eq!(sbx.state_of("doomed").as_deref(), Some("dead"));
 
@@ -59,7 +61,7 @@ fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_
     // kill cleans up: no process, no state directory.
     let out = sbx.run(&["kill", "doomed"]);
     assert!(out.status.success(), "sbx kill failed: {}", text(&out.stderr));
-    assert!(pid_gone(vhost_pid), "vhost-device-vsock {vhost_pid} survived sbx kill");
+    assert!(pid_gone(helper_pid), "the net-helper {helper_pid} survived sbx kill");
     assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
     assert_eq!(sbx.state_of("doomed"), None);

@@ -1,11 +1,12 @@
-//! Pausing a sandbox while its vsock is busy: the guest stops, the host side keeps
+//! Pausing a sandbox while its agent link is busy: the guest stops, the host side keeps
 //! draining what the guest had already sent, and after `resume` both the call in
 //! flight and new calls work; a paused sandbox is also killed cleanly. And a long
 //! pause leaves no lockup or stall reports in the guest's kernel log.
 //!
-//! This once killed the sandbox: pausing stopped the vhost-user rings, and
-//! vhost-device-vsock ended its worker thread when host-side traffic arrived while
-//! they were stopped, so nothing reached the agent after `cont`.
+//! This once killed the sandbox, when sbx reached its agent over vhost-device-vsock:
+//! pausing stopped the vhost-user rings, and the backend ended its worker thread when
+//! host-side traffic arrived while they were stopped, so nothing reached the agent
+//! after `cont`. The agent link (a virtio-serial port inside QEMU) must hold the same.
 
 use std::io::Read;
 use std::process::Stdio;
@@ -24,8 +25,8 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     let sbx = Sbx::new();
     sbx.create("busy");
 
-    // Nobody reads the output at first, so it backs up from the pipe through sbx and
-    // vhost-device-vsock into the guest.
+    // Nobody reads the output at first, so it backs up from the pipe through sbx, the
+    // net-helper's link and QEMU's virtio-serial port into the guest.
     let mut streaming = sbx
         .command(&["-s", "busy", "exec", "--", "sh", "-c", &format!("yes | head -c {OUTPUT}")])
         .stdout(Stdio::piped())

@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
-use sbx_tests::processes_mentioning;
 use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
+use sbx_tests::{processes_mentioning, vsock_backends_mentioning};
 use serde_json::Value;
 
 fn started_from(sbx: &Sbx, name: &str) -> String {
@@ -76,6 +76,7 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     assert_eq!(sbx.sh("b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
     let random = |s: &str| sbx.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("a"), random("b"));
+    assert_eq!(vsock_backends_mentioning(sbx.state_dir()), Vec::<String>::new(), "no vsock backend runs");
     // A shape that has none: the first create boots and saves one. The egress rules are
     // the create's own, not those of the sandbox that was saved.
     let c = sbx.create_with("c", &["--deny-out", "192.0.2.0/24"]);
@@ -103,9 +104,23 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     let f = sbx.create_with("f", &["--net", "none"]);
     assert_eq!(f["started_from"], "template snapshot");
     assert_eq!(sbx.sh("f", "hostname"), "f\n");
+    // One that an older sbx saved (layout 2: its VM had a vsock device) is replaced too.
+    let meta_path = dir.join("snapshot.json");
+    let layout = || -> Value { serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap() };
+    let mut meta = layout();
+    assert_eq!(meta["format"], 3, "{meta}");
+    meta["format"] = 2.into();
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    let out =
+        sbx.run(&["-v", "--json", "create", "--name", "e2", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("is not used") && err.contains("older sbx"), "-v says why: {err}");
+    assert_eq!(started_from(&sbx, "e2"), "boot");
+    assert_eq!(layout()["format"], 3, "a new snapshot replaced it");
 
     // `sbx template snapshot` replaces a damaged one too, and leaves no sandbox.
-    sbx.json(&["kill", "a", "b", "c", "d", "e", "f", "small"]);
+    sbx.json(&["kill", "a", "b", "c", "d", "e", "e2", "f", "small"]);
     std::fs::write(&memory, b"QEVM").unwrap();
     let replaced = make_snapshot(&sbx, "minimal", &["--net", "none"]);
     assert_eq!(replaced["outcome"], "replaced", "{replaced}");

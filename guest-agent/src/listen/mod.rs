@@ -56,6 +56,16 @@ pub enum ListenError {
         "refusing to serve {0} without a token: it is not a loopback address; pass --token-file PATH or set SBX_AGENT_TOKEN, or listen on tcp://127.0.0.1:PORT"
     )]
     TokenRequired(Address),
+    /// Nothing was left to serve: every address was left out and the port never came.
+    #[error(
+        "nothing to serve on: no address could be bound and the agent link's port {port} did not appear within {secs} s; give the VM a vsock device or the virtio-serial port named sbx.agent, or pass --listen"
+    )]
+    NothingToServe {
+        /// The port waited for.
+        port: String,
+        /// How long it was waited for.
+        secs: u64,
+    },
     /// The server on the agent link's port stopped with an error.
     #[error("serving the agent link on {port} failed")]
     ServePort {
@@ -116,6 +126,14 @@ fn widen_vsock_buffer(l: &VsockListener) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+impl ListenError {
+    /// True when binding a vsock address failed (no vsock device, or no vsock in the
+    /// guest's kernel at all).
+    pub fn is_vsock_bind(&self) -> bool {
+        matches!(self, ListenError::Bind { addr: Address::Vsock { .. }, .. })
+    }
 }
 
 impl Listener {
@@ -221,15 +239,43 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
     }
 }
 
+/// Binds every address. With the agent link's port to serve (`link`), a vsock address
+/// that cannot be bound is left out with a log line, and the agent goes on: a VM that
+/// sbx starts has the port and no vsock device (an image may even lack vsock in its
+/// kernel). Any other failure, or a vsock one without the link, is returned.
+pub async fn bind_listeners(addrs: &[Address], link: bool) -> Result<Vec<Listener>, ListenError> {
+    let mut listeners = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        match Listener::bind(addr).await {
+            Ok(l) => listeners.push(l),
+            Err(e) if link && e.is_vsock_bind() => {
+                tracing::info!(
+                    "{}; left out, as the agent link's port is to be served",
+                    crate::report::error_chain(&e)
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(listeners)
+}
+
 /// How long the agent waits at start for the kernel to add the link's port.
 const PORT_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Serves `svc` on the agent link's port (a virtio-serial port, or a character device
 /// standing in for one), one host connection after another, until the process ends.
 /// The port is reached only from the host: no token is asked. A port that does not
-/// appear leaves nothing to serve; the other listeners go on.
-pub async fn serve_port(source: link::PortSource, svc: AgentService) -> Result<(), ListenError> {
+/// appear leaves nothing to serve: the other listeners go on, and with none (`alone`)
+/// that is an error.
+pub async fn serve_port(source: link::PortSource, svc: AgentService, alone: bool) -> Result<(), ListenError> {
     let Some(port) = link::first_open(&source, PORT_FIRST_WAIT).await else {
+        if alone {
+            return Err(ListenError::NothingToServe {
+                port: source.to_string(),
+                secs: PORT_FIRST_WAIT.as_secs(),
+            });
+        }
         tracing::info!(port = %source, "no agent link: the port did not appear");
         return std::future::pending().await;
     };
@@ -258,7 +304,8 @@ pub async fn serve_all(
 }
 
 /// Serves already-bound listeners, and the agent link's port if there is one; returns
-/// when any server stops. Nothing is served if any listener
+/// when any server stops, or at once with an error when there are no listeners and
+/// the port does not appear. Nothing is served if any listener
 /// [needs a token](Listener::needs_token) and there is none.
 pub async fn serve_listeners(
     listeners: Vec<Listener>,
@@ -269,17 +316,65 @@ pub async fn serve_listeners(
     for l in &listeners {
         l.check_token(token.as_ref())?;
     }
+    let alone = listeners.is_empty();
     let mut set = tokio::task::JoinSet::new();
     for l in listeners {
         tracing::info!(addr = %l.address(), token = token.is_some() && matches!(l, Listener::Tcp(..)), "listening");
         set.spawn(l.serve(svc.clone(), token.clone()));
     }
     if let Some(port) = port {
-        set.spawn(serve_port(port, svc));
+        set.spawn(serve_port(port, svc, alone));
     }
     match set.join_next().await {
         Some(Ok(result)) => result,
         Some(Err(join)) => std::panic::resume_unwind(join.into_panic()),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bind_failure(addr: Address) -> ListenError {
+        ListenError::Bind { addr, source: io::Error::from_raw_os_error(libc::EAFNOSUPPORT) }
+    }
+
+    #[test]
+    fn only_a_vsock_bind_failure_is_one() {
+        assert!(bind_failure(Address::default_listen()).is_vsock_bind());
+        assert!(!bind_failure(Address::Unix("/run/a.sock".into())).is_vsock_bind());
+        assert!(!ListenError::TokenRequired(Address::default_listen()).is_vsock_bind());
+    }
+
+    #[tokio::test]
+    async fn a_unix_address_that_cannot_be_bound_stays_fatal_beside_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = Address::Unix(dir.path().join("missing-dir/agent.sock"));
+        let e = bind_listeners(std::slice::from_ref(&addr), true).await.err().expect("bind must fail");
+        assert!(matches!(&e, ListenError::Bind { addr: a, .. } if *a == addr), "{e}");
+    }
+
+    /// No listener and no port: the agent must stop (as PID 1, the VM ends and shows why)
+    /// rather than run on serving nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_port_that_never_appears_with_no_listener_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = link::PortSource::Device(dir.path().join("no-such-port"));
+        let svc = AgentService::new(dir.path().join("jobs"));
+        let e = serve_listeners(Vec::new(), Some(source), svc, None).await.expect_err("nothing to serve");
+        assert!(matches!(e, ListenError::NothingToServe { .. }), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_port_that_never_appears_beside_a_listener_leaves_it_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let addr = Address::Unix(dir.path().join("agent.sock"));
+        let listeners = bind_listeners(std::slice::from_ref(&addr), true).await.unwrap();
+        let source = link::PortSource::Device(dir.path().join("no-such-port"));
+        let svc = AgentService::new(dir.path().join("jobs"));
+        let serving = serve_listeners(listeners, Some(source), svc, None);
+        // Well past the port's wait (virtual time): the listener is still being served.
+        assert!(tokio::time::timeout(PORT_FIRST_WAIT * 6, serving).await.is_err());
     }
 }

@@ -95,7 +95,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "RULE", value_delimiter = ',')]
     pub deny_out: Vec<Rule>,
     /// Start from a snapshot instead of booting (a fork: same files and running
-    /// processes, its own disk and network helper); its template, memory, vCPUs, network
+    /// processes, its own disk and network helper; guest memory it has not changed is
+    /// shared with the snapshot's other forks); its template, memory, vCPUs, network
     /// and egress rules are the snapshot's. Ports are published only with --publish.
     #[arg(
         long,

@@ -16,6 +16,9 @@ pub enum SnapshotCommand {
     /// Remove snapshots.
     Rm(SnapshotRmArgs),
     /// Put a sandbox back to a snapshot (memory, processes and disk); its name and id stay.
+    ///
+    /// A snapshot saved by an older sbx (whose VMs had a vsock device) cannot be
+    /// restored, nor forked: remove it and take a new one.
     Restore(SnapshotRestoreArgs),
 }
 

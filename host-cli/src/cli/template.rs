@@ -24,8 +24,8 @@ pub enum TemplateCommand {
     ///
     /// It boots a sandbox of the machine shape, saves it, and removes it. One is kept per template and machine shape (--memory, --cpus, --net, and the
     /// accelerator) in $SBX_STATE_DIR/.template-snapshots/. An up-to-date one is kept; one
-    /// that cannot be used (the template rebuilt, sbx or QEMU changed, damaged) is
-    /// replaced. Without it, the first `sbx create` of a shape boots and saves one.
+    /// that cannot be used (the template rebuilt, sbx or QEMU changed, saved by an older
+    /// sbx, damaged) is replaced. Without it, the first `sbx create` of a shape boots and saves one.
     #[command(after_help = "Examples:\n  \
         sbx template snapshot minimal\n  \
         sbx template snapshot debian --memory 1024 --cpus 2\n  \
