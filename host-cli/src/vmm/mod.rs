@@ -20,6 +20,8 @@
 //! - [`guest_ram`]: guest RAM kept outside the migration stream (`ram.bin`), copied
 //!   sparsely, and all-zero pages handed back to the host.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
+//! - [`stream_split`]: taking guest RAM out of a saved migration stream into a
+//!   sparse file of its own (`ram.bin`), the stream left with the rest.
 //! - [`storage`]: host folders (virtio-9p) and the disk size, as QEMU arguments and
 //!   kernel command line words.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
@@ -35,6 +37,7 @@ pub mod ready;
 pub mod snapfile;
 pub mod state;
 pub mod storage;
+pub mod stream_split;
 pub mod template;
 pub mod watchdog;
 
