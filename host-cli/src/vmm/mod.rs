@@ -18,8 +18,6 @@
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
 //!   agent link's port of a restored VM.
-//! - [`stream_split`]: splitting guest RAM out of a saved migration stream into a
-//!   sparse `ram.bin`.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`stream_split`]: taking guest RAM out of a saved migration stream into a
 //!   sparse file of its own (`ram.bin`), the stream left with the rest.
