@@ -254,7 +254,7 @@ fn bad_streams_are_refused_with_what_is_wrong() {
 /// Splits a stream QEMU wrote: `SBX_SPLIT_FULL` (the stream), `SBX_SPLIT_BLOCK`
 /// (default `mem`), into `SBX_SPLIT_OUT`/stream and `SBX_SPLIT_OUT`/ram.bin.
 #[test]
-#[ignore = "needs a stream saved by QEMU; see the module's tests for how"]
+#[ignore = "needs a stream saved by QEMU: spike/stream-split/run.sh makes one and runs this"]
 fn real_stream() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("set {name}"));
     let out = PathBuf::from(var("SBX_SPLIT_OUT"));
