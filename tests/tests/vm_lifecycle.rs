@@ -154,7 +154,7 @@ fn vm_create_with_a_garbage_kernel_fails_and_leaves_nothing() {
     custom_template(data.path(), "junk", Some(&[0x42; 4096]), "");
     let sbx = Sbx::with_data_dir(data.path());
     let err = sbx.fails(&["create", "--template", "junk", "--timeout", "60s"]);
-    assert!(err.contains("exited while booting") || err.contains("did not report ready"), "{err}");
+    assert!(err.contains("exited while booting") || err.contains("did not answer over its link"), "{err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
     assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
     assert_eq!(sbx.states(), vec![]);
@@ -167,7 +167,7 @@ fn vm_create_that_never_becomes_ready_times_out_and_leaves_nothing() {
     custom_template(data.path(), "sleeper", None, "rdinit=/bin/sleep -- 600");
     let sbx = Sbx::with_data_dir(data.path());
     let err = sbx.fails(&["create", "--template", "sleeper", "--timeout", "20s"]);
-    assert!(err.contains("did not report ready within 20 s"), "{err}");
+    assert!(err.contains("did not answer over its link within 20 s"), "{err}");
     assert!(err.contains("--timeout"), "the message says how to wait longer: {err}");
     assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
     assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());

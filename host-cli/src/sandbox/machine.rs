@@ -2,6 +2,7 @@
 //! snapshot, letting the saved VM run on, and bringing a VM up from a snapshot as a
 //! machine of its own (clock, hostname, randomness: [`own`]).
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use crate::client::{Client, ClientError};
 use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, QEMU, VmSpec};
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
-use crate::vmm::snapfile::{Snapshot, Staging};
+use crate::vmm::snapfile::{self, Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
 use crate::vmm::{migrate, stream_split};
@@ -33,9 +34,10 @@ pub(super) struct SavedVm {
 }
 
 /// Saves the VM of `record` (running, not frozen) into `staging`: the guest stopped,
-/// its whole state written by QEMU, then split into the device state (`memory.bin`)
-/// and guest RAM (`ram.bin`, see [`stream_split`]), and its disk overlay copied when
-/// `copy_disk`. QEMU is left stopped; [`run_on`] lets it continue.
+/// its whole state written by QEMU into a FIFO and split, as it arrives, into the
+/// device state (`memory.bin`) and guest RAM (`ram.bin`, see [`stream_split`]), and
+/// its disk overlay copied when `copy_disk`. QEMU is left stopped; [`run_on`] lets it
+/// continue.
 pub(super) async fn save(
     record: &Record,
     staging: &Staging,
@@ -43,16 +45,30 @@ pub(super) async fn save(
 ) -> Result<SavedVm, SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
     let qemu_version = qemu_version(&mut qmp).await?;
-    let full = staging.full_stream();
-    migrate::save(&mut qmp, &full, SAVE_LIMIT).await?;
-    let (memory, ram) = (staging.memory(), staging.ram());
-    let split = tokio::task::spawn_blocking(move || {
-        let split = stream_split::split(&full, GUEST_RAM, &memory, &ram);
-        let _ = std::fs::remove_file(&full);
-        split
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+    let fifo = staging.full_stream();
+    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0)
+        .map_err(|e| snapfile::SnapFileError::Write { path: fifo.clone(), source: e.into() })?;
+    let (from, memory, ram) = (fifo.clone(), staging.memory(), staging.ram());
+    let splitter = tokio::task::spawn_blocking(move || stream_split::split(&from, GUEST_RAM, &memory, &ram));
+    let saved = migrate::save(&mut qmp, &fifo, SAVE_LIMIT).await;
+    if saved.is_err() {
+        // The splitter may still wait for a writer to open the FIFO: be that writer,
+        // so that it reads an end and returns.
+        while !splitter.is_finished() {
+            let opened = std::fs::File::options()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .open(&fifo);
+            if opened.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let split = splitter.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let _ = std::fs::remove_file(&fifo);
+    saved?;
+    let split = split?;
     tracing::debug!(
         "save: {} MiB of guest RAM in ram.bin, {} MiB of zero pages left as holes",
         split.data >> 20,

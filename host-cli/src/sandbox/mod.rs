@@ -104,7 +104,7 @@ pub enum SandboxError {
     },
     /// The agent did not announce itself in time.
     #[error(
-        "the agent did not report ready within {secs} s; everything was cleaned up. Give it longer with --timeout, or check the template. Last console lines:\n{console}"
+        "the agent did not answer over its link within {secs} s; everything was cleaned up. Give it longer with --timeout, or check the template: one baked before sbx reached agents over the agent link has an agent that does not serve it (rebake it with rootfs/setup.sh or `sbx template build`). Last console lines:\n{console}"
     )]
     BootTimeout {
         /// The timeout.

@@ -114,9 +114,7 @@ pub(super) async fn save_into(
     super::mounts::refuse_snapshot(record)?;
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
     let disk_bytes = overlay.and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
-    // Guest RAM at most twice (QEMU's whole stream, then its split into memory.bin and
-    // ram.bin, before the stream is removed), and the disk.
-    let need = (u64::from(record.memory_mib) << 21) + disk_bytes;
+    let need = (u64::from(record.memory_mib) << 20) + disk_bytes;
     let staging = Staging::new(target, need)?;
     let was_paused = record.paused;
     if let Some(qemu) = record.qemu {

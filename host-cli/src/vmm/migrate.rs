@@ -1,8 +1,8 @@
 //! Saving a running VM to a file and starting one from it, over QMP.
 //!
-//! The file is QEMU's own migration stream (`migrate` to `exec:cat > FILE`), with all
-//! of guest RAM in it; sbx then splits guest RAM out into the snapshot's `ram.bin`
-//! ([`super::stream_split`]), and a restore maps that file privately
+//! A save is QEMU's own migration stream (`migrate` to `exec:cat > FIFO`), with all of
+//! guest RAM in it; sbx splits guest RAM out into the snapshot's `ram.bin` as the
+//! stream arrives ([`super::stream_split`]), and a restore maps that file privately
 //! ([`super::launcher::GuestRam::Snapshot`]) and loads the rest. QEMU 7.2 can migrate
 //! every device of an sbx VM: the agent link is a virtio-serial port inside QEMU (no
 //! vhost-user backend in another process, which QEMU 7.2 refuses to migrate).
