@@ -22,7 +22,7 @@ peers="$repo/target/bench"
 mkdir -p "$peers/peers" "$peers/home"
 
 cargo build --quiet --release -p sbx -p sbx-bench
-cargo build --quiet --release -p sbx-agent -p sbx-vsock-floor --target x86_64-unknown-linux-musl
+cargo build --quiet --release -p sbx-agent -p sbx-link-floor --target x86_64-unknown-linux-musl
 
 if [[ "${SBX_BENCH_NO_INSTALL:-}" != 1 ]]; then
     if [[ ! -x "$peers/peers/node_modules/.bin/desktop-commander" ]]; then

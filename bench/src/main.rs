@@ -9,7 +9,8 @@
 //! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
 //! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
 //! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
-//! - [`vm`]: a real VM: boot to READY next to a bare boot, exec and copies over vsock.
+//! - [`vm`]: a real VM: boot to READY next to a bare boot, exec and copies over the agent
+//!   link next to raw streams over the same virtio-serial port in the bare VM.
 //! - [`sections`]: turns measurements into table rows; [`report`]: the table.
 //! - [`stats`]: samples, quantiles, units.
 
@@ -61,9 +62,9 @@ pub(crate) struct Opts {
     /// The `sbx` binary.
     #[arg(long, default_value = "target/release/sbx")]
     pub(crate) sbx_bin: PathBuf,
-    /// The raw vsock floor run inside the VM (`sbx-vsock-floor`, static musl).
-    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-vsock-floor")]
-    pub(crate) vsock_floor_bin: PathBuf,
+    /// The bare VM's init and the raw virtio-serial floor (`sbx-link-floor`, static musl).
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-link-floor")]
+    pub(crate) link_floor_bin: PathBuf,
     /// Where the peers were installed (`node_modules/.bin`, `venv-shell`, `venv-client`).
     #[arg(long, default_value = "target/bench")]
     pub(crate) peers_dir: PathBuf,
@@ -92,6 +93,13 @@ pub(crate) struct Opts {
     /// Also write the table to this file.
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
+    /// Only stream this many MiB out of a bare VM over its virtio-serial port, read and
+    /// discarded, best of --port-stream-runs, and print the rate (bench/egress.sh's floor).
+    #[arg(long, value_name = "MIB")]
+    pub(crate) port_stream_mib: Option<u64>,
+    /// Runs of --port-stream-mib.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) port_stream_runs: usize,
 }
 
 impl Opts {
@@ -122,7 +130,7 @@ impl Opts {
 fn main() -> ExitCode {
     let mut opts = Opts::parse();
     // Servers run in the workload directory, so every path handed to them is absolute.
-    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.vsock_floor_bin, &mut opts.peers_dir] {
+    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.link_floor_bin, &mut opts.peers_dir] {
         if let Ok(abs) = std::path::absolute(&*p) {
             *p = abs;
         }
@@ -151,6 +159,16 @@ fn run(opts: &Opts) -> Result<()> {
     let scratch = scratch.canonicalize().context("scratch directory")?;
     // The runtime `sbx` runs its agent calls on, so the typed client is measured as it runs.
     let rt = sbx::app::runtime(false)?;
+    if let Some(mib) = opts.port_stream_mib {
+        let runs = opts.port_stream_runs;
+        let took = vm::port_stream(&opts.link_floor_bin, &scratch, mib, runs, &rt)?;
+        let rate = stats::fmt_rate(mib << 20, took);
+        println!(
+            "raw port stream {mib} MiB out of a bare VM (best of {runs}): {rate} ({:.3} s)",
+            took.as_secs_f64()
+        );
+        return Ok(());
+    }
     let mut out = format!("{}\n\n", sections::machine());
     out.push_str(&format!(
         "Run: {} agent calls per op, {} MCP calls per op and client, file {}, tree {}, flood {}.\n\n",

@@ -354,12 +354,12 @@ fn footprint_section(opts: &Opts, scratch: &Path, agent: &Agent, rt: &Runtime) -
 }
 
 fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
-    let title = "Inside a real VM (minimal template, virtio-vsock via vhost-device-vsock)".to_string();
+    let title = "Inside a real VM (minimal template, agent link over virtio-serial)".to_string();
     let (boots, execs, bytes, copy_runs) =
         if opts.quick { (3, 20, 16 << 20, 2) } else { (15, 100, 64 << 20, 6) };
     let run = vm::VmRun {
         sbx_bin: &opts.sbx_bin,
-        floor_bin: &opts.vsock_floor_bin,
+        floor_bin: &opts.link_floor_bin,
         scratch,
         boots,
         execs,
@@ -372,17 +372,17 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     };
     let accel = &f.accel;
     let boot = Row::latency(
-        format!("`sbx create` to READY ({accel}, {boots} boots, alternated)"),
+        format!("`sbx create --net none` to READY, cold boot ({accel}, {boots} boots, alternated)"),
         &f.create,
         Some((
-            "bare boot: same QEMU line, kernel, initramfs, /init and modules; init only announces READY",
+            "bare boot: same QEMU line, kernel, initramfs, /init and modules; init only announces READY on the port",
             &f.bare,
         )),
     );
     let exec = Row::latency(
-        format!("Exec `true` over hybrid vsock ({accel})"),
+        format!("Exec `true` over the agent link ({accel})"),
         &f.exec,
-        Some(("raw vsock echo, 64 B, same VM", &f.echo)),
+        Some(("raw virtio-serial echo, 64 B, bare VM", &f.echo)),
     );
     let spawn = Row::latency(
         "  same, vs spawn+wait of `true` inside the guest",
@@ -395,7 +395,7 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
         Row::plain(
             figure,
             fmt_rate(f.copy_bytes, sbx),
-            format!("raw vsock stream, same VM: {}", fmt_rate(f.copy_bytes, raw)),
+            format!("raw virtio-serial stream, bare VM: {}", fmt_rate(f.copy_bytes, raw)),
             format!("{:.0}% of raw", 100.0 * rate_mib(f.copy_bytes, sbx) / rate_mib(f.copy_bytes, raw)),
         )
     };

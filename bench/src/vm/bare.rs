@@ -1,8 +1,9 @@
-//! The bare boot `sbx create` is compared with: the same QEMU command line (built by
-//! sbx's own launcher), the same kernel, initramfs, `/init` and vsock modules, started
-//! the same way (vhost-device-vsock, then QEMU, a listener on `vm.vsock_1025`), but with
-//! `/sbin/sbx-agent` replaced by `sbx-vsock-floor`, which only announces `READY`.
-//! Timed from spawning vhost-device-vsock until the `READY` line arrives.
+//! The bare VM `sbx create` is compared with: the same QEMU command line (built by
+//! sbx's own launcher: the same devices, among them the agent link's virtio-serial port
+//! on `<dir>/agent.port`), the same kernel, initramfs, `/init` and modules, but with
+//! `/sbin/sbx-agent` replaced by `sbx-link-floor`, which announces `READY` on the port
+//! as soon as it has it open and then serves the raw floors ([`super::raw`]).
+//! A boot is timed from spawning QEMU until the `READY` line arrives on `agent.port`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,22 +11,47 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use sbx::sandbox::CreateOptions;
-use sbx::vmm::launcher::{self, QEMU, VHOST_VSOCK, VmSpec};
+use sbx::vmm::agent_link::PORT_SOCKET;
+use sbx::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
 use sbx::vmm::process::{find_in_path, spawn_detached};
-use sbx::vmm::ready::ReadyListener;
 use sbx::vmm::state::Paths;
 use sbx::vmm::template;
 use sbx::vmm::template::Template;
+use tokio::io::AsyncReadExt;
+use tokio::net::UnixStream;
+
+use super::raw::PortFloor;
 
 /// How long a bare boot may take before it counts as failed.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Longest `READY` line accepted.
+const MAX_LINE: usize = 256;
 
 /// The minimal template with its initramfs swapped for the bare one.
 pub(crate) struct BareVm {
     template: Template,
     qemu: PathBuf,
-    vhost: PathBuf,
     accel: launcher::Accel,
+}
+
+/// A booted bare VM's QEMU. Dropping it ends QEMU and removes the VM's directory.
+pub(crate) struct Running {
+    qemu: tokio::process::Child,
+    dir: PathBuf,
+}
+
+impl Running {
+    /// Ends QEMU and waits for it; the directory goes with the drop.
+    pub(crate) async fn stop(mut self) {
+        let _ = self.qemu.kill().await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.qemu.start_kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl BareVm {
@@ -42,7 +68,7 @@ impl BareVm {
         let mut initrd = fs::read(&base).with_context(|| format!("read {}", base.display()))?;
         let floor = fs::read(floor_bin).with_context(|| {
             format!(
-                "read {}; build it with `cargo build --release -p sbx-vsock-floor --target x86_64-unknown-linux-musl`",
+                "read {}; build it with `cargo build --release -p sbx-link-floor --target x86_64-unknown-linux-musl`",
                 floor_bin.display()
             )
         })?;
@@ -52,16 +78,13 @@ impl BareVm {
         let path = scratch.join("bare-initrd.cpio");
         fs::write(&path, initrd)?;
         template.initrd = Some(path);
-        Ok(BareVm {
-            template,
-            qemu: find_in_path(QEMU)?,
-            vhost: find_in_path(VHOST_VSOCK)?,
-            accel: launcher::probe_accel(),
-        })
+        Ok(BareVm { template, qemu: find_in_path(QEMU)?, accel: launcher::probe_accel() })
     }
 
-    /// One bare boot in `dir` (removed afterwards): spawn to `READY`.
-    pub(crate) async fn boot(&self, dir: &Path) -> Result<Duration> {
+    /// Boots one bare VM of `memory_mib` in `dir` (made afresh): returns the time from
+    /// spawning QEMU to `READY`, the running VM, and its floor over QEMU's chardev
+    /// socket of the port.
+    pub(crate) async fn boot(&self, dir: &Path, memory_mib: u32) -> Result<(Duration, Running, PortFloor)> {
         let _ = fs::remove_dir_all(dir);
         fs::create_dir_all(dir)?;
         let paths = Paths::in_dir(dir, false);
@@ -70,38 +93,55 @@ impl BareVm {
             id: "bare",
             name: "bare",
             template: &self.template,
-            memory_mib: defaults.memory_mib,
+            memory_mib,
             cpus: defaults.cpus,
             accel: self.accel,
             paths: &paths,
             network: false,
             storage: &defaults.storage,
+            ram: GuestRam::Fresh,
         };
         let t = Instant::now();
-        let mut vhost = launcher::spawn_vhost(&self.vhost, 3, &paths)?;
-        let booted = async {
-            launcher::wait_vhost_socket(&mut vhost, &paths).await?;
-            let ready = ReadyListener::bind(&paths.guest_port_socket(sbx_proto::limits::DEFAULT_READY_PORT))?;
-            let mut qemu = spawn_detached(&self.qemu, &launcher::qemu_args(&spec), &paths.qemu_log)?;
-            let r = tokio::select! {
-                r = ready.wait() => r.map(|_| t.elapsed()).map_err(anyhow::Error::from),
-                s = qemu.wait() => Err(anyhow::anyhow!(
-                    "QEMU exited during the bare boot ({s:?}); console: {}",
-                    launcher::tail(&paths.console_log, 10)
-                )),
-                () = tokio::time::sleep(BOOT_TIMEOUT) => Err(anyhow::anyhow!(
-                    "no READY from the bare boot within {} s; console: {}",
-                    BOOT_TIMEOUT.as_secs(),
-                    launcher::tail(&paths.console_log, 10)
-                )),
+        let mut qemu = spawn_detached(&self.qemu, &launcher::qemu_args(&spec), &paths.qemu_log)?;
+        let port = dir.join(PORT_SOCKET);
+        let ready = async {
+            // QEMU makes the chardev socket as it starts, before the guest runs.
+            let mut stream = loop {
+                match UnixStream::connect(&port).await {
+                    Ok(s) => break s,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
             };
-            let _ = qemu.kill().await;
-            r
-        }
-        .await;
-        let _ = vhost.kill().await;
-        let _ = fs::remove_dir_all(dir);
-        booted
+            let mut line = Vec::new();
+            while !line.ends_with(b"\n") {
+                let b = stream.read_u8().await.context("the bare VM's port closed before READY")?;
+                line.push(b);
+                if line.len() > MAX_LINE {
+                    bail!("the bare VM sent no READY line: {}", String::from_utf8_lossy(&line));
+                }
+            }
+            let took = t.elapsed();
+            if !line.starts_with(b"READY ") {
+                bail!("the bare VM announced {:?}, not READY", String::from_utf8_lossy(&line));
+            }
+            anyhow::Ok((took, stream))
+        };
+        let console = || launcher::tail(&paths.console_log, 10);
+        let booted = tokio::select! {
+            r = ready => r,
+            s = qemu.wait() => Err(anyhow::anyhow!(
+                "QEMU exited during the bare boot ({s:?}); console: {}",
+                console()
+            )),
+            () = tokio::time::sleep(BOOT_TIMEOUT) => Err(anyhow::anyhow!(
+                "no READY from the bare boot within {} s; console: {}",
+                BOOT_TIMEOUT.as_secs(),
+                console()
+            )),
+        };
+        let running = Running { qemu, dir: dir.to_path_buf() };
+        let (took, stream) = booted?;
+        Ok((took, running, PortFloor::new(stream)))
     }
 }
 

@@ -1,6 +1,8 @@
-//! Inside a real VM: `sbx create` boot-to-READY next to a bare boot that only announces
-//! itself ([`bare`]); Exec round trips next to a raw vsock echo, and `sbx cp` into and
-//! out of the guest's tmpfs next to a raw vsock stream ([`raw`]), in the same VM.
+//! Inside a real VM: `sbx create` boot-to-READY next to a bare boot of the same QEMU
+//! line whose init only announces itself on the agent link's virtio-serial port
+//! ([`bare`]); Exec round trips in the sandbox next to a raw 64-byte echo over the bare
+//! VM's port, and `sbx cp` into and out of the sandbox's tmpfs next to a raw stream over
+//! the bare VM's port into and out of its tmpfs ([`raw`]).
 
 mod bare;
 mod raw;
@@ -14,6 +16,7 @@ use anyhow::{Context, Result, ensure};
 use sbx::client::{Client, ExecSpec};
 use sbx_proto::Address;
 use serde::Deserialize;
+use tokio::runtime::Runtime;
 
 use crate::stats::Samples;
 
@@ -33,9 +36,9 @@ pub(crate) struct VmFigures {
     pub(crate) create: Samples,
     /// The same VM whose init only announces itself: spawn until READY.
     pub(crate) bare: Samples,
-    /// Exec `true` through the typed client over hybrid vsock.
+    /// Exec `true` through the typed client over the agent link.
     pub(crate) exec: Samples,
-    /// 64-byte ping-pong with the raw vsock echo in the same VM.
+    /// 64-byte ping-pong with the raw echo over the bare VM's port.
     pub(crate) echo: Samples,
     /// Spawn+wait of `true` inside the guest, no RPC.
     pub(crate) spawn: Samples,
@@ -51,9 +54,9 @@ pub(crate) struct Copies {
     pub(crate) upload: Duration,
     /// `sbx cp --sync` guest tmpfs to host.
     pub(crate) download: Duration,
-    /// Raw vsock stream host to guest tmpfs (fsynced).
+    /// Raw port stream host to the bare guest's tmpfs (fsynced).
     pub(crate) raw_upload: Duration,
-    /// Raw vsock stream guest tmpfs to host (fsynced).
+    /// Raw port stream the bare guest's tmpfs to host (fsynced).
     pub(crate) raw_download: Duration,
 }
 
@@ -74,9 +77,12 @@ pub(crate) fn template_dir() -> Option<PathBuf> {
     (dir.join("vmlinux").exists() && dir.join("initrd.cpio").exists()).then_some(dir)
 }
 
+/// Runs `sbx` on the state directory `state`; template snapshots are off, so `sbx
+/// create` boots, as the bare VM does.
 fn sbx(sbx_bin: &Path, state: &Path, args: &[&str]) -> Result<std::process::Output> {
     let out = Command::new(sbx_bin)
         .env("SBX_STATE_DIR", state)
+        .env("SBX_TEMPLATE_SNAPSHOT", "off")
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -91,28 +97,47 @@ fn sbx(sbx_bin: &Path, state: &Path, args: &[&str]) -> Result<std::process::Outp
     Ok(out)
 }
 
-/// Alternates bare boots and `sbx create` `boots` times (keeping the last sandbox for
-/// the other figures), so both see the same machine load.
-pub(crate) fn measure(run: &VmRun<'_>, rt: &tokio::runtime::Runtime) -> Result<VmFigures> {
+/// Guest memory of both VMs: `sbx create`'s default.
+const MEMORY_MIB: u32 = 512;
+
+/// Alternates bare boots and `sbx create --net none` `boots` times (keeping the last
+/// sandbox for the other figures), so both see the same machine load and the same
+/// devices; then boots one more bare VM for the raw floors.
+pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
     template_dir().context("no minimal template; build it with rootfs/build-minimal.sh")?;
     let bare_vm = bare::BareVm::prepare(run.floor_bin, run.scratch)?;
+    let bare_dir = run.scratch.join("bare-vm");
     let state = run.scratch.join("vm-state");
     fs::create_dir_all(&state)?;
     let (mut create, mut bare) = (Vec::new(), Vec::new());
     let mut last: Option<Created> = None;
+    let memory = MEMORY_MIB.to_string();
     for i in 0..run.boots.max(1) {
         if let Some(prev) = last.take() {
             sbx(run.sbx_bin, &state, &["kill", &prev.name])?;
         }
-        bare.push(rt.block_on(bare_vm.boot(&run.scratch.join("bare-vm")))?);
+        rt.block_on(async {
+            let (took, vm, _floor) = bare_vm.boot(&bare_dir, MEMORY_MIB).await?;
+            vm.stop().await;
+            bare.push(took);
+            anyhow::Ok(())
+        })?;
         let name = format!("bench-{i}");
         let t = Instant::now();
-        let out = sbx(run.sbx_bin, &state, &["create", "--name", &name, "--json"])?;
+        let out = sbx(
+            run.sbx_bin,
+            &state,
+            &["create", "--name", &name, "--memory", &memory, "--net", "none", "--json"],
+        )?;
         create.push(t.elapsed());
         last = Some(serde_json::from_slice(&out.stdout).context("sbx create --json printed no sandbox")?);
     }
     let vm = last.context("no sandbox booted")?;
-    let result = with_vm(run, rt, &state, &vm);
+    let result = rt.block_on(bare_vm.boot(&bare_dir, MEMORY_MIB)).and_then(|(_, bare_running, mut floor)| {
+        let r = with_vms(run, rt, &state, &vm, &mut floor);
+        rt.block_on(bare_running.stop());
+        r
+    });
     let killed = sbx(run.sbx_bin, &state, &["kill", &vm.name]);
     let (exec, echo, spawn, copies) = result?;
     killed?;
@@ -128,26 +153,56 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &tokio::runtime::Runtime) -> Result<V
     })
 }
 
+/// `bench/egress.sh`'s floor: a bare VM with room for `mib` MiB on its tmpfs gets that
+/// many random bytes (untimed), then streams them to the host `runs` times, read and
+/// discarded; returns the best time.
+pub(crate) fn port_stream(
+    floor_bin: &Path,
+    scratch: &Path,
+    mib: u64,
+    runs: usize,
+    rt: &Runtime,
+) -> Result<Duration> {
+    template_dir().context("no minimal template; build it with rootfs/build-minimal.sh")?;
+    let bare_vm = bare::BareVm::prepare(floor_bin, scratch)?;
+    let src = scratch.join("port-stream.bin");
+    crate::throughput::random_file(&src, mib << 20, 0x78)?;
+    let memory = u32::try_from(mib * 2 + 256).context("too many MiB")?;
+    rt.block_on(async {
+        let (_, vm, mut floor) = bare_vm.boot(&scratch.join("bare-vm"), memory).await?;
+        let streamed = async {
+            floor.upload(&src).await?;
+            let mut best = Duration::MAX;
+            for _ in 0..runs.max(1) {
+                let (took, len) = floor.download(None).await?;
+                ensure!(len == mib << 20, "the port source sent {len} bytes, not {}", mib << 20);
+                best = best.min(took);
+            }
+            anyhow::Ok(best)
+        }
+        .await;
+        vm.stop().await;
+        fs::remove_file(&src)?;
+        streamed
+    })
+}
+
 /// MiB of guest memory written once before the copies (the guest has 512 MiB; its
 /// tmpfs takes up to half).
 const WARM_FILL_MIB: u64 = 224;
 
-fn with_vm(
+/// The figures with both VMs up: the sandbox `vm` (exec, spawn, `sbx cp`) and the bare
+/// VM behind `floor` (echo, raw streams).
+fn with_vms(
     run: &VmRun<'_>,
-    rt: &tokio::runtime::Runtime,
+    rt: &Runtime,
     state: &Path,
     vm: &Created,
+    floor: &mut raw::PortFloor,
 ) -> Result<(Samples, Samples, Samples, Copies)> {
     let addr: Address = vm.address.parse().context("the sandbox's agent address")?;
-    let Address::HybridVsock { path: vsock, .. } = &addr else {
-        anyhow::bail!("the sandbox's address {addr} is not hybrid vsock");
-    };
     let guest_file = "/tmp/vm-copy.bin";
-    let (client, floor) = rt.block_on(async {
-        let c = Client::connect(&addr, Duration::from_secs(10)).await?;
-        let floor = raw::Floor::start(&c, vsock, run.floor_bin, guest_file).await?;
-        anyhow::Ok((c, floor))
-    })?;
+    let client = rt.block_on(Client::connect(&addr, Duration::from_secs(10)))?;
     let (warm, n) = (run.execs / 10 + 1, run.execs);
     let exec = rt.block_on(async {
         let spec = ExecSpec::argv(["true"]);
@@ -161,7 +216,7 @@ fn with_vm(
         .await
     })?;
     let echo = rt.block_on(floor.echo(warm, n))?;
-    let spawn = rt.block_on(raw::Floor::spawn_true(&client, n))?;
+    let spawn = rt.block_on(raw::spawn_true(&client, run.floor_bin, n))?;
 
     let src = run.scratch.join("vm-copy.bin");
     let back = run.scratch.join("vm-copy.back");
@@ -179,9 +234,10 @@ fn with_vm(
         raw_download: Duration::MAX,
     };
     // Guest memory the VM never touched costs more to write under TCG (QEMU backs it on
-    // first use), so most of it is written once first (a tmpfs file, removed), then one
-    // untimed round, and the copy's old file goes before each upload: both sides then
-    // write into guest memory that was just freed.
+    // first use), so in both VMs most of it is written once first (a tmpfs file,
+    // removed), then one untimed round, and the copy's old file goes before each upload
+    // (the floor's sink truncates its file): both sides then write into guest memory
+    // that was just freed.
     rt.block_on(async {
         // busybox's `head -c` takes no size suffix, and `&&` keeps a failed fill from
         // passing unseen, as it once did.
@@ -195,50 +251,39 @@ fn with_vm(
             r.status,
             String::from_utf8_lossy(&r.stderr.data)
         );
-        anyhow::Ok(())
+        floor.warm(WARM_FILL_MIB).await
     })?;
     sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
     rt.block_on(floor.upload(&src))?;
     // Alternated, best of `copy_runs`: the best run is the least disturbed one. Each
     // side copies in and straight back out, and which side goes first swaps every round.
     // Under TCG, a 64 MiB `sbx cp` into the guest right after a raw stream took 0.6-0.7 s
-    // where one after another `sbx cp` took 0.37 s: the guest spent up to twice the CPU
-    // on the same work, and it wore off over two copies. This way each side's download
-    // follows its own upload, and each side's upload follows itself in half the rounds
-    // and the other side in the rest. The raw source streams the guest file `sbx cp`
-    // wrote, which is removed only right before the next `sbx cp` upload.
-    let upload_sbx = || -> Result<Duration> {
-        rt.block_on(client.remove(guest_file, false))?;
-        let t = Instant::now();
-        sbx(run.sbx_bin, state, &["cp", "--sync", &src.display().to_string(), &guest])?;
-        Ok(t.elapsed())
-    };
-    let download_sbx = || -> Result<Duration> {
-        let t = Instant::now();
-        sbx(run.sbx_bin, state, &["cp", "--sync", &guest, &back.display().to_string()])?;
-        let took = t.elapsed();
-        check_back("sbx cp")?;
-        Ok(took)
-    };
-    let download_raw = || -> Result<Duration> {
-        let (took, len) = rt.block_on(floor.download(&back))?;
-        ensure!(len == run.copy_bytes, "the vsock source sent {len} bytes, not {}", run.copy_bytes);
-        check_back("the raw vsock stream")?;
-        Ok(took)
-    };
+    // where one after another `sbx cp` took 0.37 s (both in one VM, when the raw floor
+    // ran in the sandbox): the guest spent up to twice the CPU on the same work, and it
+    // wore off over two copies. This way each side's download follows its own upload,
+    // and each side's upload follows itself in half the rounds and the other side in
+    // the rest.
     for round in 0..run.copy_runs.max(1) {
         let turns = if round % 2 == 0 { [true, false] } else { [false, true] };
         for sbx_turn in turns {
             if sbx_turn {
-                best.upload = best.upload.min(upload_sbx()?);
-                best.download = best.download.min(download_sbx()?);
+                rt.block_on(client.remove(guest_file, false))?;
+                let t = Instant::now();
+                sbx(run.sbx_bin, state, &["cp", "--sync", &src.display().to_string(), &guest])?;
+                best.upload = best.upload.min(t.elapsed());
+                let t = Instant::now();
+                sbx(run.sbx_bin, state, &["cp", "--sync", &guest, &back.display().to_string()])?;
+                best.download = best.download.min(t.elapsed());
+                check_back("sbx cp")?;
             } else {
                 best.raw_upload = best.raw_upload.min(rt.block_on(floor.upload(&src))?);
-                best.raw_download = best.raw_download.min(download_raw()?);
+                let (took, len) = rt.block_on(floor.download(Some(&back)))?;
+                ensure!(len == run.copy_bytes, "the port source sent {len} bytes, not {}", run.copy_bytes);
+                best.raw_download = best.raw_download.min(took);
+                check_back("the raw port stream")?;
             }
         }
     }
     fs::remove_file(&src)?;
-    rt.block_on(client.remove(raw::SINK_FILE, false))?;
     Ok((exec, echo, spawn, best))
 }
