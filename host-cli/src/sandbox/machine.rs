@@ -57,7 +57,7 @@ pub(super) async fn save(
         while !splitter.is_finished() {
             let opened = std::fs::File::options()
                 .write(true)
-                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
                 .open(&fifo);
             if opened.is_ok() {
                 break;
@@ -67,8 +67,13 @@ pub(super) async fn save(
     }
     let split = splitter.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let _ = std::fs::remove_file(&fifo);
-    saved?;
-    let split = split?;
+    let split = match (saved, split) {
+        // The splitter could not write (a full disk, say): QEMU then only saw its pipe
+        // break, so the splitter's error is the one that says why.
+        (_, Err(e @ stream_split::StreamSplitError::Write { .. })) => return Err(e.into()),
+        (Err(e), _) => return Err(e.into()),
+        (Ok(()), split) => split?,
+    };
     tracing::debug!(
         "save: {} MiB of guest RAM in ram.bin, {} MiB of zero pages left as holes",
         split.data >> 20,
