@@ -14,7 +14,8 @@ use crate::vmm::{dirs, now_unix_ms};
 
 /// How long QEMU gets to quit when asked before it is killed.
 const QUIT_GRACE: Duration = Duration::from_secs(5);
-/// How long vhost-device-vsock gets after SIGTERM.
+/// How long the vhost-device-vsock of a sandbox started by an older sbx gets after
+/// SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
 /// How long QEMU's threads get to stop after SIGSTOP.
 const FREEZE_GRACE: Duration = Duration::from_secs(5);
@@ -37,12 +38,9 @@ pub(super) fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, 
 /// control socket all stand still, and its memory stays as it is. Pausing a paused
 /// sandbox does nothing.
 ///
-/// Not QMP `stop`: that also stops the vhost-user rings, and vhost-device-vsock 0.3.0
-/// handles host-side socket traffic that arrives meanwhile (say, output a client
-/// reads after the pause) by ending its only worker thread, which leaves the
-/// sandbox's vsock dead after `cont`. With QEMU frozen the rings stay up, and the
-/// backend keeps serving the host side into guest memory until the guest runs again.
-/// The guest's clock is not frozen with it, so sbx boots guests with their lockup and
+/// Not QMP `stop`: it froze a VM with a vhost-user vsock device badly (the backend
+/// lost its worker thread), and SIGSTOP also stands the control socket still, which
+/// makes "paused" plain to see. The guest's clock is not frozen with it, so sbx boots guests with their lockup and
 /// RCU-stall detectors off (`launcher::qemu_args`).
 pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;

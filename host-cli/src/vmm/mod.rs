@@ -14,7 +14,6 @@
 //! - [`process`]: starting detached processes, pid identity, killing.
 //! - [`launcher`]: QEMU's command line (guest RAM fresh or a snapshot's, mapped
 //!   privately), accelerator probe.
-//! - [`ready`]: the listener for the agent's vsock `READY` announcement (the bench's).
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
 //!   agent link's port of a restored VM.
@@ -29,7 +28,6 @@ pub mod launcher;
 pub mod migrate;
 pub mod process;
 pub mod qmp;
-pub mod ready;
 pub mod snapfile;
 pub mod state;
 pub mod storage;

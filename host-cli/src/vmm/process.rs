@@ -1,4 +1,4 @@
-//! The processes a sandbox owns (QEMU and vhost-device-vsock): starting them in their
+//! The processes a sandbox owns (QEMU and its network helper): starting them in their
 //! own session, telling whether they still live, and ending them.
 //!
 //! A process is recorded as its pid plus its start time (field 22 of
@@ -173,7 +173,7 @@ fn stat_fields_at(path: &Path) -> Option<Vec<String>> {
 }
 
 /// Finds `program` in `PATH`, then in `~/.cargo/bin` (where `cargo install` puts
-/// vhost-device-vsock).
+/// programs).
 pub fn find_in_path(program: &str) -> Result<std::path::PathBuf, ProcessError> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     let cargo_bin = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin"));

@@ -17,7 +17,7 @@ pub enum NetworkMode {
     /// A NIC: the public internet by policy, DNS through the host.
     #[default]
     Default,
-    /// No NIC at all. Published ports still work (they go over vsock).
+    /// No NIC at all. Published ports still work (they go over the agent link).
     None,
 }
 

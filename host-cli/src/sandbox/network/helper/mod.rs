@@ -1,6 +1,6 @@
 //! `sbx net-helper`: the per-sandbox host process behind its network and published
-//! ports. `sbx create` starts it before QEMU (like vhost-device-vsock), records its pid,
-//! and `sbx kill` stops it; it outlives pauses.
+//! ports. `sbx create` starts it before QEMU, records its pid, and `sbx kill` stops
+//! it; it outlives pauses.
 //!
 //! - The agent link ([`crate::vmm::agent_link`]): `agent.sock`, where every call of
 //!   `sbx` and `sbx mcp` to this sandbox's agent goes, multiplexed over the VM's
