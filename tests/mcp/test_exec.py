@@ -118,8 +118,12 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie has finished; only its parent's wait is missing.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(")")[-1].split()[0] != "Z"
+    # The process may be reaped between the kill and the read: then it is gone.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.split(")")[-1].split()[0] != "Z"
 
 
 async def start_and_cancel_a_sleeper(session, pids: Path) -> tuple[int, int]:
