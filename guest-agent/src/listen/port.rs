@@ -93,18 +93,24 @@ impl PortIo {
 }
 
 impl AsyncRead for PortIo {
+    /// Reads until `out` is full or the port has nothing more now: one `read()` returns
+    /// at most one guest buffer (a page), so a single one per call would hand HTTP/2 its
+    /// frames 4 KiB at a time. Waits only after `EAGAIN` with nothing read; `0` (no host)
+    /// or an error after some bytes ends the call with the bytes, and the next call
+    /// sees it again.
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, out: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        loop {
+        let start = out.filled().len();
+        while out.remaining() > 0 {
             match rustix::io::read(&self.port, out.initialize_unfilled()) {
-                Ok(n) => {
-                    out.advance(n);
-                    return Poll::Ready(Ok(()));
-                }
-                Err(rustix::io::Errno::AGAIN) => ready!(self.poll_change(cx))?,
+                Ok(0) => break,
+                Ok(n) => out.advance(n),
                 Err(rustix::io::Errno::INTR) => {}
+                Err(_) if out.filled().len() > start => break,
+                Err(rustix::io::Errno::AGAIN) => ready!(self.poll_change(cx))?,
                 Err(e) => return Poll::Ready(Err(e.into())),
             }
         }
+        Poll::Ready(Ok(()))
     }
 }
 
