@@ -118,10 +118,11 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie has finished; only its parent's wait is missing.
-    # The process may be reaped between the kill and the read: then it is gone.
+    # The process may be reaped between the kill and the read (the open then fails
+    # with ENOENT, or the read with ESRCH): then it is gone.
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.split(")")[-1].split()[0] != "Z"
 

@@ -18,6 +18,8 @@
 //! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
 //!   agent link's port of a restored VM.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
+//! - [`stream_split`]: taking guest RAM out of a saved migration stream into a
+//!   sparse file of its own (`ram.bin`), the stream left with the rest.
 //! - [`storage`]: host folders (virtio-9p) and the disk size, as QEMU arguments and
 //!   kernel command line words.
 //! - [`watchdog`]: noticing a boot that wedged, so that it is tried again.
