@@ -2,7 +2,6 @@
 //! snapshot, letting the saved VM run on, and bringing a VM up from a snapshot as a
 //! machine of its own (clock, hostname, randomness: [`own`]).
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -10,12 +9,12 @@ use super::network::lifecycle::{self, RestoredNet};
 use super::{SandboxError, agent_address, own};
 use crate::client::{Client, ClientError};
 use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, QEMU, VmSpec};
+use crate::vmm::migrate;
 use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
 use crate::vmm::qmp::Qmp;
-use crate::vmm::snapfile::{self, Snapshot, Staging};
+use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
-use crate::vmm::{migrate, stream_split};
 
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
@@ -35,7 +34,7 @@ pub(super) struct SavedVm {
 
 /// Saves the VM of `record` (running, not frozen) into `staging`: the guest stopped,
 /// its whole state written by QEMU into a FIFO and split, as it arrives, into the
-/// device state (`memory.bin`) and guest RAM (`ram.bin`, see [`stream_split`]), and
+/// device state (`memory.bin`) and guest RAM (`ram.bin`, see [`migrate::save_split`]), and
 /// its disk overlay copied when `copy_disk`. QEMU is left stopped; [`run_on`] lets it
 /// continue.
 pub(super) async fn save(
@@ -45,35 +44,9 @@ pub(super) async fn save(
 ) -> Result<SavedVm, SandboxError> {
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
     let qemu_version = qemu_version(&mut qmp).await?;
-    let fifo = staging.full_stream();
-    rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0)
-        .map_err(|e| snapfile::SnapFileError::Write { path: fifo.clone(), source: e.into() })?;
-    let (from, memory, ram) = (fifo.clone(), staging.memory(), staging.ram());
-    let splitter = tokio::task::spawn_blocking(move || stream_split::split(&from, GUEST_RAM, &memory, &ram));
-    let saved = migrate::save(&mut qmp, &fifo, SAVE_LIMIT).await;
-    if saved.is_err() {
-        // The splitter may still wait for a writer to open the FIFO: be that writer,
-        // so that it reads an end and returns.
-        while !splitter.is_finished() {
-            let opened = std::fs::File::options()
-                .write(true)
-                .custom_flags(rustix::fs::OFlags::NONBLOCK.bits().cast_signed())
-                .open(&fifo);
-            if opened.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    let split = splitter.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    let _ = std::fs::remove_file(&fifo);
-    let split = match (saved, split) {
-        // The splitter could not write (a full disk, say): QEMU then only saw its pipe
-        // break, so the splitter's error is the one that says why.
-        (_, Err(e @ stream_split::StreamSplitError::Write { .. })) => return Err(e.into()),
-        (Err(e), _) => return Err(e.into()),
-        (Ok(()), split) => split?,
-    };
+    let memory_ram = (staging.memory(), staging.ram());
+    let split =
+        migrate::save_split(&mut qmp, &staging.full_stream(), GUEST_RAM, memory_ram, SAVE_LIMIT).await?;
     tracing::debug!(
         "save: {} MiB of guest RAM in ram.bin, {} MiB of zero pages left as holes",
         split.data >> 20,

@@ -164,9 +164,6 @@ pub enum SandboxError {
     /// Saving or loading a VM's state.
     #[error(transparent)]
     Migrate(#[from] crate::vmm::migrate::MigrateError),
-    /// Splitting guest RAM out of a saved VM's state.
-    #[error(transparent)]
-    StreamSplit(#[from] crate::vmm::stream_split::StreamSplitError),
     /// A snapshot on disk.
     #[error(transparent)]
     SnapFile(#[from] crate::vmm::snapfile::SnapFileError),

@@ -59,6 +59,18 @@ pub enum MigrateError {
         /// The limit.
         secs: u64,
     },
+    /// Splitting guest RAM out of the stream failed.
+    #[error(transparent)]
+    Split(#[from] super::stream_split::StreamSplitError),
+    /// The FIFO the stream goes through could not be made.
+    #[error("could not make the FIFO {} for the VM state; check the state directory's permissions", path.display())]
+    Fifo {
+        /// The FIFO.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// A path that cannot go on a shell command line.
     #[error("the path {} holds a quote or a newline; use a state directory without them", .0.display())]
     BadPath(PathBuf),
@@ -123,6 +135,44 @@ pub async fn save(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), Mig
     qmp.execute_with("migrate-set-parameters", json!({ "max-bandwidth": 64_i64 << 30 })).await?;
     qmp.execute_with("migrate", json!({ "uri": format!("exec:cat > {quoted}") })).await?;
     wait_migration(qmp, "save", limit).await.map(drop)
+}
+
+/// [`save`]s into a new FIFO at `fifo` while [`super::stream_split`] reads it as it
+/// arrives, writing guest RAM (block `ram_block`) into `ram` and the rest into
+/// `memory`; the FIFO is removed afterwards. When the splitter could not write (a full
+/// disk, say), its error is the one returned: QEMU then only saw its pipe break.
+pub async fn save_split(
+    qmp: &mut Qmp,
+    fifo: &Path,
+    ram_block: &'static str,
+    (memory, ram): (PathBuf, PathBuf),
+    limit: Duration,
+) -> Result<super::stream_split::Split, MigrateError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    rustix::fs::mknodat(rustix::fs::CWD, fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0)
+        .map_err(|e| MigrateError::Fifo { path: fifo.into(), source: e.into() })?;
+    let from = fifo.to_path_buf();
+    let splitter =
+        tokio::task::spawn_blocking(move || super::stream_split::split(&from, ram_block, &memory, &ram));
+    let saved = save(qmp, fifo, limit).await;
+    if saved.is_err() {
+        // The splitter may still wait for a writer to open the FIFO: be that writer,
+        // so that it reads an end and returns.
+        while !splitter.is_finished() {
+            let nonblock = rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
+            if std::fs::File::options().write(true).custom_flags(nonblock).open(fifo).is_ok() {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+    let split = splitter.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let _ = std::fs::remove_file(fifo);
+    match (saved, split) {
+        (_, Err(e @ super::stream_split::StreamSplitError::Write { .. })) => Err(e.into()),
+        (Err(e), _) => Err(e),
+        (Ok(()), split) => Ok(split?),
+    }
 }
 
 /// Loads `file` into a QEMU started with [`restore_args`]; the guest stays stopped
