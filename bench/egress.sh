@@ -6,20 +6,20 @@
 #   bench/egress.sh 64 5       # 64 MiB, best of 5
 #
 # Needs root (it makes two network namespaces, as tests/src/netns.rs does), QEMU and a
-# `minimal` template (rootfs/setup.sh), and builds release `sbx`, `sbx-bench` and the musl
-# `sbx-link-floor`. Nothing leaves the machine: the "outside world" is a namespace
+# `minimal` template (rootfs/setup.sh), and builds release `atoll`, `atoll-bench` and the musl
+# `atoll-link-floor`. Nothing leaves the machine: the "outside world" is a namespace
 # holding 203.0.113.10 (documentation address) with `python3 -m http.server` serving a
 # file from /dev/shm; the sandbox (QEMU and its network helper) runs in a second
 # namespace routed to it.
 #
 # - egress: `wget -O /dev/null` of the file in the guest (busybox), through virtio-net,
 #   QEMU's stream netdev, the helper's user-space TCP/IP stack and policy check, and a
-#   host TCP socket to the server; timed on the host around `sbx exec`.
+#   host TCP socket to the server; timed on the host around `atoll exec`.
 # - floor: the same number of bytes from a file on a guest's tmpfs, written by
-#   `sbx-link-floor` straight into the virtio-serial port the agent link uses and read on
+#   `atoll-link-floor` straight into the virtio-serial port the agent link uses and read on
 #   the host from QEMU's chardev socket, discarded (no file write on either side, like
 #   the wget). The sandbox's one port carries its agent link, so this runs in a bare VM
-#   of the same QEMU line and memory whose init is the floor (`sbx-bench
+#   of the same QEMU line and memory whose init is the floor (`atoll-bench
 #   --port-stream-mib`, BENCHMARKS.md "Real VM"), after the sandbox is gone.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,18 +27,18 @@ mib="${1:-256}"
 runs="${2:-3}"
 [[ "$(id -u)" == 0 ]] || { echo "bench/egress.sh: needs root (network namespaces)" >&2; exit 1; }
 
-cargo build --quiet --release -p sbx -p sbx-bench --manifest-path "$repo/Cargo.toml"
-cargo build --quiet --release -p sbx-link-floor --target x86_64-unknown-linux-musl --manifest-path "$repo/Cargo.toml"
-sbx="$repo/target/release/sbx"
-bench="$repo/target/release/sbx-bench"
-floor="$repo/target/x86_64-unknown-linux-musl/release/sbx-link-floor"
+cargo build --quiet --release -p atoll -p atoll-bench --manifest-path "$repo/Cargo.toml"
+cargo build --quiet --release -p atoll-link-floor --target x86_64-unknown-linux-musl --manifest-path "$repo/Cargo.toml"
+atoll="$repo/target/release/atoll"
+bench="$repo/target/release/atoll-bench"
+floor="$repo/target/x86_64-unknown-linux-musl/release/atoll-link-floor"
 
-tag="sbxeg$$"
+tag="ateg$$"
 world="$tag-w" client="$tag-c" name="$tag"
 files="/dev/shm/$tag"
 server=""
 cleanup() {
-    "$sbx" kill "$name" >/dev/null 2>&1 || true
+    "$atoll" kill "$name" >/dev/null 2>&1 || true
     [[ -n "$server" ]] && kill "$server" 2>/dev/null || true
     ip netns del "$world" 2>/dev/null || true
     ip netns del "$client" 2>/dev/null || true
@@ -68,23 +68,23 @@ server=$!
 
 # Memory for the guest's copy of the file on its tmpfs, plus room to run.
 memory=$(( mib * 2 + 256 ))
-ip netns exec "$client" "$sbx" create --name "$name" --memory "$memory" \
+ip netns exec "$client" "$atoll" create --name "$name" --memory "$memory" \
     2>/dev/null \
     --allow-out 203.0.113.10 >/dev/null
-python3 - "$sbx" "$name" "$mib" "$runs" "$bench" "$floor" <<'EOF'
+python3 - "$atoll" "$name" "$mib" "$runs" "$bench" "$floor" <<'EOF'
 import re, subprocess, sys, time
-sbx, name, mib, runs, bench, floor = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+atoll, name, mib, runs, bench, floor = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 
 def egress():
     t = time.perf_counter()
-    subprocess.run([sbx, "-s", name, "exec", "--", "wget", "-q", "-O", "/dev/null",
+    subprocess.run([atoll, "-s", name, "exec", "--", "wget", "-q", "-O", "/dev/null",
                     "http://203.0.113.10/big"], check=True)
     return time.perf_counter() - t
 
 egress()  # warm: ARP, the helper's first flow, page cache on the server
 e = min(egress() for _ in range(runs))
 # The floor's bare VM runs after the sandbox is gone, so the two never share the machine.
-subprocess.run([sbx, "kill", name], check=True, stdout=subprocess.DEVNULL)
+subprocess.run([atoll, "kill", name], check=True, stdout=subprocess.DEVNULL)
 out = subprocess.run([bench, "--link-floor-bin", floor, "--port-stream-mib", str(mib),
                       "--port-stream-runs", str(runs)], check=True, capture_output=True, text=True).stdout
 f = float(re.search(r"\(([0-9.]+) s\)", out).group(1))

@@ -2,10 +2,10 @@
 fsync of the directory (what WriteFile does with `sync`), 200 times after 20 warm-ups; prints
 p50 and p90. This is what the overlay's cache mode costs a guest program.
 
-    sbx create --template debian --name dw
-    sbx -s dw write /root/guest_durable_write.py < bench/guest_durable_write.py
-    sbx -s dw exec -- python3 /root/guest_durable_write.py
-    sbx kill dw
+    atoll create --template debian --name dw
+    atoll -s dw write /root/guest_durable_write.py < bench/guest_durable_write.py
+    atoll -s dw exec -- python3 /root/guest_durable_write.py
+    atoll kill dw
 """
 import os, time
 d = "/root/fs"; os.makedirs(d, exist_ok=True)

@@ -1,5 +1,5 @@
-"""Drives `sbx mcp` over stdio and over Streamable HTTP with the official Python MCP SDK,
-for sbx-bench's `http` group (bench/src/http.rs).
+"""Drives `atoll mcp` over stdio and over Streamable HTTP with the official Python MCP SDK,
+for atoll-bench's `http` group (bench/src/http.rs).
 
 Reads a JSON document on stdin:
 {"url", "stdio": {"command", "args"}, "call": {"tool", "arguments", "expect"},

@@ -1,4 +1,4 @@
-"""Drives MCP servers with the official Python MCP SDK's stdio client, for sbx-bench.
+"""Drives MCP servers with the official Python MCP SDK's stdio client, for atoll-bench.
 
 Reads a JSON document on stdin: {"cold_runs", "warmup", "iterations", "servers": [ServerSpec]}
 (see bench/src/mcp.rs), and prints one JSON document on stdout:

@@ -3,12 +3,12 @@ sequential HTTP/1.0 GETs of a small file, a new connection each (the worst case 
 forwarding path: every request is a new ConnectPort call); prints requests per second
 and the p50 / p90 time from connect to the first response byte.
 
-    sbx create --template debian --name pp --publish 8000
-    sbx -s pp run -d --cwd /tmp -- python3 -m http.server 8000 --bind 127.0.0.1
-    sbx -s pp write /root/published_port.py < bench/published_port.py
-    sbx -s pp exec -- python3 /root/published_port.py http://127.0.0.1:8000/ 300   # in the guest
-    python3 bench/published_port.py "$(sbx port ls pp --json | jq -r '.[0].url')/" 300    # through the port
-    sbx kill pp
+    atoll create --template debian --name pp --publish 8000
+    atoll -s pp run -d --cwd /tmp -- python3 -m http.server 8000 --bind 127.0.0.1
+    atoll -s pp write /root/published_port.py < bench/published_port.py
+    atoll -s pp exec -- python3 /root/published_port.py http://127.0.0.1:8000/ 300   # in the guest
+    python3 bench/published_port.py "$(atoll port ls pp --json | jq -r '.[0].url')/" 300    # through the port
+    atoll kill pp
 """
 import socket, sys, time
 from urllib.parse import urlsplit

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Runs the sbx benchmarks and prints one markdown table.
+# Runs the atoll benchmarks and prints one markdown table.
 #
 #   bench/run.sh            full run: 1 GiB copies, 200 MiB tree, 1 GiB flood, 1000 calls/op
 #   bench/run.sh --quick    smaller: 64 MiB file, 32 MiB tree, 256 MiB flood, 200 calls/op
 #
-# Other flags go to sbx-bench (`target/release/sbx-bench --help`), e.g. --no-peers,
+# Other flags go to atoll-bench (`target/release/atoll-bench --help`), e.g. --no-peers,
 # --no-python, --no-typescript, --iterations N, --file-bytes N, --out FILE.
 #
-# It builds sbx and sbx-bench in release and the agent as the shipped static musl binary,
+# It builds atoll and atoll-bench in release and the agent as the shipped static musl binary,
 # then installs the peer MCP servers into target/bench (npm: server-filesystem,
 # desktop-commander, mcp-server-commands; PyPI: mcp-shell-server in its own venv, since it
 # needs the 1.x MCP SDK), the official Python MCP clients (mcp 2.3.0 and mcp 1.30.0) into
 # two more venvs, and the official TypeScript client (bench/ts, npm ci) for Node.js; the
-# `http` group (`--only http`) drives `sbx mcp --http` next to stdio with those clients.
-# Installs are skipped when already there; SBX_BENCH_NO_INSTALL=1 skips them outright.
+# `http` group (`--only http`) drives `atoll mcp --http` next to stdio with those clients.
+# Installs are skipped when already there; ATOLL_BENCH_NO_INSTALL=1 skips them outright.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,10 +21,10 @@ cd "$repo"
 peers="$repo/target/bench"
 mkdir -p "$peers/peers" "$peers/home"
 
-cargo build --quiet --release -p sbx -p sbx-bench
-cargo build --quiet --release -p sbx-agent -p sbx-link-floor --target x86_64-unknown-linux-musl
+cargo build --quiet --release -p atoll -p atoll-bench
+cargo build --quiet --release -p atoll-agent -p atoll-link-floor --target x86_64-unknown-linux-musl
 
-if [[ "${SBX_BENCH_NO_INSTALL:-}" != 1 ]]; then
+if [[ "${ATOLL_BENCH_NO_INSTALL:-}" != 1 ]]; then
     if [[ ! -x "$peers/peers/node_modules/.bin/desktop-commander" ]]; then
         echo "bench/run.sh: installing the npm peers into $peers/peers" >&2
         # desktop-commander pulls in puppeteer, whose browser download we do not need.
@@ -49,11 +49,11 @@ if [[ "${SBX_BENCH_NO_INSTALL:-}" != 1 ]]; then
         python3 -m venv "$peers/venv-client1"
         "$peers/venv-client1/bin/pip" install --quiet --disable-pip-version-check mcp==1.30.0
     fi
-    if ! cmp -s "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.sbx-package-lock" 2>/dev/null; then
+    if ! cmp -s "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.atoll-package-lock" 2>/dev/null; then
         echo "bench/run.sh: installing the official MCP TypeScript SDK into bench/ts/node_modules" >&2
         (cd "$repo/bench/ts" && npm ci --silent --no-audit --no-fund)
-        cp "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.sbx-package-lock"
+        cp "$repo/bench/ts/package-lock.json" "$repo/bench/ts/node_modules/.atoll-package-lock"
     fi
 fi
 
-exec "$repo/target/release/sbx-bench" --peers-dir "$peers" "$@"
+exec "$repo/target/release/atoll-bench" --peers-dir "$peers" "$@"

@@ -1,12 +1,12 @@
 """sandbox_run_code against sandbox_exec of the same interpreter line, per call, with
-the official MCP Python SDK (stdio client) driving `sbx mcp` against a real sbx-agent.
+the official MCP Python SDK (stdio client) driving `atoll mcp` against a real atoll-agent.
 
-Rerun (from the repository root, after `cargo build --release -p sbx -p sbx-agent` and
+Rerun (from the repository root, after `cargo build --release -p atoll -p atoll-agent` and
 `tests/mcp/run.sh --co -q` once, which makes .venv with the SDK):
 
     .venv/bin/python bench/run_code.py [--iterations 40] [--agent ADDR] [--target release]
 
-Without --agent it starts target/<target>/sbx-agent on a Unix socket in a temp dir (the
+Without --agent it starts target/<target>/atoll-agent on a Unix socket in a temp dir (the
 interpreters are then the host's); with --agent hvsock:///.../vm.vsock:1024 it measures
 a booted sandbox. Every result is checked (exit code 0, the expected output) before it
 counts. Prints one Markdown table row per figure.
@@ -54,8 +54,8 @@ async def timed(session: ClientSession, tool: str, args: dict, expect: str) -> f
     return took
 
 
-async def bench(sbx: Path, agent: str, iterations: int) -> None:
-    params = StdioServerParameters(command=str(sbx), args=["mcp", "--agent", agent], env=dict(os.environ))
+async def bench(atoll: Path, agent: str, iterations: int) -> None:
+    params = StdioServerParameters(command=str(atoll), args=["mcp", "--agent", agent], env=dict(os.environ))
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -87,10 +87,10 @@ def main() -> None:
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / a.target
     agent, tmp = a.agent, None
     if agent is None:
-        tmp = tempfile.TemporaryDirectory(prefix="sbx-bench-")
+        tmp = tempfile.TemporaryDirectory(prefix="atoll-bench-")
         sock = Path(tmp.name) / "agent.sock"
         proc = subprocess.Popen(
-            [str(target / "sbx-agent"), "--listen", f"unix://{sock}", "--job-dir", f"{tmp.name}/jobs"],
+            [str(target / "atoll-agent"), "--listen", f"unix://{sock}", "--job-dir", f"{tmp.name}/jobs"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -98,7 +98,7 @@ def main() -> None:
             time.sleep(0.01)
         agent = f"unix://{sock}"
     try:
-        anyio.run(bench, target / "sbx", agent, a.iterations)
+        anyio.run(bench, target / "atoll", agent, a.iterations)
     finally:
         if tmp is not None:
             proc.kill()

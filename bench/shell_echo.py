@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Keystroke echo round trip in `sbx shell` against `sbx exec -- true`, on one microVM.
+"""Keystroke echo round trip in `atoll shell` against `atoll exec -- true`, on one microVM.
 
 Echo: the host side of a real pty (as a terminal emulator) types one byte and waits for
-it to come back: host pty -> sbx (raw mode) -> the agent link -> the guest's pty ->
+it to come back: host pty -> atoll (raw mode) -> the agent link -> the guest's pty ->
 `cat` started in the shell (terminal echo off, byte at a time, so the program echoes it as an editor or a
 shell's line editor would) -> back the same way. Floor: the same `cat` on a local pty.
-`sbx exec -- true`: the whole command, from starting the sbx process to its exit.
+`atoll exec -- true`: the whole command, from starting the atoll process to its exit.
 
-Usage: bench/shell_echo.py [--sbx PATH] [--keys N] [--execs N]   (rows for BENCHMARKS.md)
-  (default sbx: target/release/sbx if built, else target/debug/sbx; build it with
-   `cargo build --release -p sbx`; the `minimal` template must exist: rootfs/setup.sh)
+Usage: bench/shell_echo.py [--atoll PATH] [--keys N] [--execs N]   (rows for BENCHMARKS.md)
+  (default atoll: target/release/atoll if built, else target/debug/atoll; build it with
+   `cargo build --release -p atoll`; the `minimal` template must exist: rootfs/setup.sh)
 Prints markdown table rows (p50 and p99).
 """
 import argparse
@@ -25,7 +25,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAT = "stty -echo -icanon min 1 time 0; echo READY; exec cat"
-# Typed into `sbx shell`: the quotes keep the typed line's echo from showing READY.
+# Typed into `atoll shell`: the quotes keep the typed line's echo from showing READY.
 CAT_TYPED = "stty -echo -icanon min 1 time 0; echo RE''ADY; exec cat\r"
 
 
@@ -75,36 +75,36 @@ def echo_round_trips(argv, keys, env=None, typed=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    release = os.path.join(REPO, "target/release/sbx")
-    ap.add_argument("--sbx", default=release if os.path.exists(release) else os.path.join(REPO, "target/debug/sbx"))
+    release = os.path.join(REPO, "target/release/atoll")
+    ap.add_argument("--atoll", default=release if os.path.exists(release) else os.path.join(REPO, "target/debug/atoll"))
     ap.add_argument("--keys", type=int, default=500)
     ap.add_argument("--execs", type=int, default=100)
     a = ap.parse_args()
-    state = tempfile.mkdtemp(prefix="sbx-bench-echo-", dir="/tmp")
-    env = dict(os.environ, SBX_STATE_DIR=state, TERM="xterm")
-    env.pop("SBX_AGENT", None)
-    env.pop("SBX_SANDBOX", None)
-    sbx = a.sbx
+    state = tempfile.mkdtemp(prefix="atoll-bench-echo-", dir="/tmp")
+    env = dict(os.environ, ATOLL_STATE_DIR=state, TERM="xterm")
+    env.pop("ATOLL_AGENT", None)
+    env.pop("ATOLL_SANDBOX", None)
+    atoll = a.atoll
     try:
-        subprocess.run([sbx, "create", "--name", "echo", "--net", "none", "--timeout", "240s"],
+        subprocess.run([atoll, "create", "--name", "echo", "--net", "none", "--timeout", "240s"],
                        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         local = echo_round_trips(["sh", "-c", CAT], a.keys)
-        guest = echo_round_trips([sbx, "shell", "echo"], a.keys, env, CAT_TYPED)
+        guest = echo_round_trips([atoll, "shell", "echo"], a.keys, env, CAT_TYPED)
         execs = []
         for _ in range(a.execs):
             t0 = time.perf_counter()
-            subprocess.run([sbx, "-s", "echo", "exec", "--", "true"], env=env, check=True)
+            subprocess.run([atoll, "-s", "echo", "exec", "--", "true"], env=env, check=True)
             execs.append(time.perf_counter() - t0)
     finally:
-        subprocess.run([sbx, "kill", "--all", "--force"], env=env,
+        subprocess.run([atoll, "kill", "--all", "--force"], env=env,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(state, ignore_errors=True)
-    print(f"| keystroke echo round trip in `sbx shell` ({a.keys} keys) | "
+    print(f"| keystroke echo round trip in `atoll shell` ({a.keys} keys) | "
           f"{fmt(statistics.median(guest))} | {fmt(pct(guest, 0.99))} | "
-          f"`sbx exec -- true`, whole command: {fmt(statistics.median(execs))} (p99 {fmt(pct(execs, 0.99))}) | "
+          f"`atoll exec -- true`, whole command: {fmt(statistics.median(execs))} (p99 {fmt(pct(execs, 0.99))}) | "
           f"{statistics.median(guest) / statistics.median(execs):.2f}x |")
     print(f"| same echo on a local pty (floor) | {fmt(statistics.median(local))} | {fmt(pct(local, 0.99))} | | "
-          f"sbx adds {fmt(statistics.median(guest) - statistics.median(local))} |")
+          f"atoll adds {fmt(statistics.median(guest) - statistics.median(local))} |")
 
 
 if __name__ == "__main__":

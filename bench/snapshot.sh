@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Snapshots against a cold boot, in one run (real microVMs, `minimal`, 512 MiB, with a
 # network, the default):
-# - cold `sbx create` until the first exec answers (SBX_TEMPLATE_SNAPSHOT=off: a boot);
-# - plain `sbx create` restored from the template's snapshot until the first exec
+# - cold `atoll create` until the first exec answers (ATOLL_TEMPLATE_SNAPSHOT=off: a boot);
+# - plain `atoll create` restored from the template's snapshot until the first exec
 #   (a first, untimed create with template snapshots on saves that snapshot);
-# - `sbx create --from` (fork) until the first exec;
+# - `atoll create --from` (fork) until the first exec;
 # - park-to-first-exec, and the host memory a parked sandbox holds (RSS of every process
 #   whose command line names its directory);
 # - the snapshot's size on disk;
@@ -20,17 +20,17 @@
 # cold, ...), and the median is shown with the range, so one slow moment on a busy
 # machine does not decide a ratio.
 #
-# Usage: bench/snapshot.sh [path/to/sbx]   (default: target/debug/sbx)
+# Usage: bench/snapshot.sh [path/to/atoll]   (default: target/debug/atoll)
 #        N=5 for fewer forks, R=5 for more rounds (default 3).
 set -euo pipefail
-sbx="${1:-$(dirname "$0")/../target/debug/sbx}"
+atoll="${1:-$(dirname "$0")/../target/debug/atoll}"
 n="${N:-10}"
 rounds="${R:-3}"
-export SBX_STATE_DIR="$(mktemp -d /tmp/sbx-bench-XXXX)"
-trap '"$sbx" kill --all --force >/dev/null 2>&1; rm -rf "$SBX_STATE_DIR"' EXIT
+export ATOLL_STATE_DIR="$(mktemp -d /tmp/atoll-bench-XXXX)"
+trap '"$atoll" kill --all --force >/dev/null 2>&1; rm -rf "$ATOLL_STATE_DIR"' EXIT
 now() { date +%s.%N; }
 secs() { echo "$2 - $1" | bc; }
-dir_of() { "$sbx" --json inspect "$1" | sed -n 's/.*"dir": *"\([^"]*\)".*/\1/p'; }
+dir_of() { "$atoll" --json inspect "$1" | sed -n 's/.*"dir": *"\([^"]*\)".*/\1/p'; }
 mem_of() { # "RSS PSS" in KiB, summed over the processes whose command line names any of the dirs
     local rss=0 pss=0 p d
     for p in /proc/[0-9]*; do
@@ -49,8 +49,8 @@ timed_create() {
     local name="$1" t0 t1
     shift
     t0=$(now)
-    "$sbx" create --name "$name" "$@" >/dev/null 2>&1
-    "$sbx" -s "$name" exec -- true
+    "$atoll" create --name "$name" "$@" >/dev/null 2>&1
+    "$atoll" -s "$name" exec -- true
     t1=$(now)
     secs "$t0" "$t1"
 }
@@ -59,42 +59,42 @@ median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {m=v[int((NR+1)/2)
 
 # The first create boots and saves the template snapshot (not timed); `base` is a
 # snapshot of a booted sandbox, for the forks.
-"$sbx" create --name first >/dev/null 2>&1
-"$sbx" snapshot create first --name base >/dev/null
+"$atoll" create --name first >/dev/null 2>&1
+"$atoll" snapshot create first --name base >/dev/null
 colds=() warms=() forks=()
 for r in $(seq 1 "$rounds"); do
-    colds+=("$(SBX_TEMPLATE_SNAPSHOT=off timed_create "cold$r")")
+    colds+=("$(ATOLL_TEMPLATE_SNAPSHOT=off timed_create "cold$r")")
     warms+=("$(timed_create "warm$r")")
-    from=$("$sbx" --json inspect "warm$r" | sed -n 's/.*"started_from": *"\([^"]*\)".*/\1/p')
+    from=$("$atoll" --json inspect "warm$r" | sed -n 's/.*"started_from": *"\([^"]*\)".*/\1/p')
     [ "$from" = "template snapshot" ] || { echo "warm$r started from $from" >&2; exit 1; }
     forks+=("$(timed_create "fork$r" --from base)")
-    "$sbx" kill "cold$r" "warm$r" >/dev/null
-    [ "$r" = "$rounds" ] || "$sbx" kill "fork$r" >/dev/null
+    "$atoll" kill "cold$r" "warm$r" >/dev/null
+    [ "$r" = "$rounds" ] || "$atoll" kill "fork$r" >/dev/null
 done
 read -r cold cold_lo cold_hi <<<"$(median "${colds[@]}")"
 read -r warm warm_lo warm_hi <<<"$(median "${warms[@]}")"
 read -r fork fork_lo fork_hi <<<"$(median "${forks[@]}")"
 parked="fork$rounds"
-"$sbx" pause --to-disk "$parked" >/dev/null
+"$atoll" pause --to-disk "$parked" >/dev/null
 read -r parked_rss _ <<<"$(mem_of "$(dir_of "$parked")")"
-t0=$(now); "$sbx" -s "$parked" exec -- true; t1=$(now)
+t0=$(now); "$atoll" -s "$parked" exec -- true; t1=$(now)
 park=$(secs "$t0" "$t1")
-"$sbx" kill first "$parked" >/dev/null
+"$atoll" kill first "$parked" >/dev/null
 
 cold_dirs=() fork_dirs=()
 t0=$(now)
-for i in $(seq 1 "$n"); do "$sbx" create --from base --name "f$i" >/dev/null 2>&1; done
+for i in $(seq 1 "$n"); do "$atoll" create --from base --name "f$i" >/dev/null 2>&1; done
 t1=$(now)
 per_fork=$(echo "($t1 - $t0) / $n" | bc -l)
 for i in $(seq 1 "$n"); do
-    SBX_TEMPLATE_SNAPSHOT=off "$sbx" create --name "c$i" >/dev/null 2>&1
+    ATOLL_TEMPLATE_SNAPSHOT=off "$atoll" create --name "c$i" >/dev/null 2>&1
     cold_dirs+=("$(dir_of "c$i")")
     fork_dirs+=("$(dir_of "f$i")")
 done
 sleep 5
 read -r forks_rss forks_pss <<<"$(mem_of "${fork_dirs[@]}")"
 read -r cold_rss cold_pss <<<"$(mem_of "${cold_dirs[@]}")"
-size=$("$sbx" --json snapshot ls | sed -n 's/.*"size_bytes": *\([0-9]*\).*/\1/p' | head -n1)
+size=$("$atoll" --json snapshot ls | sed -n 's/.*"size_bytes": *\([0-9]*\).*/\1/p' | head -n1)
 
 ratio() { echo "$1 / $2" | bc -l; }
 echo "($rounds rounds; median (min-max))"

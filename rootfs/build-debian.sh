@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the `debian` template: Debian bookworm (debootstrap minbase, python3, nodejs,
-# systemd) with sbx-agent baked in as /sbin/sbx-agent, as an ext4 image made with
+# systemd) with atoll-agent baked in as /sbin/atoll-agent, as an ext4 image made with
 # `mkfs.ext4 -d` (no loop mounts), booted from virtio-blk through the shared initramfs,
 # which loads virtio_blk and ext4, mounts /dev/vda and switch_roots to the agent (PID 1).
 #
@@ -9,16 +9,16 @@
 # (debootstrap chroots into the new tree).
 #
 # Usage: rootfs/build-debian.sh [--mirror URL] [--size 4G] [--packages a,b,c]
-#   --mirror    default: $SBX_DEBIAN_MIRROR, else the first Debian mirror apt uses here
+#   --mirror    default: $ATOLL_DEBIAN_MIRROR, else the first Debian mirror apt uses here
 #   --size      the image's size (sparse; sandboxes write into a copy-on-write overlay)
 #   --packages  extra packages, added to python3, nodejs and systemd-sysv (the two
 #               interpreters `sandbox_run_code` offers besides sh; systemd is not PID 1
 #               here, the agent is; it is in the image so that the tree can be re-baked
-#               with `sbx template build --init systemd`)
+#               with `atoll template build --init systemd`)
 
 source "$(dirname "$0")/lib.sh"
 
-mirror="${SBX_DEBIAN_MIRROR:-}"
+mirror="${ATOLL_DEBIAN_MIRROR:-}"
 size=4G
 packages=python3,nodejs,systemd-sysv
 while [ $# -gt 0 ]; do
@@ -43,9 +43,9 @@ if [ -z "$mirror" ]; then
     [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
 fi
 
-agent="$(sbx_agent_bin)"
-kdir="$(sbx_kernel_dir)"
-templates="$(sbx_data_dir)/templates"
+agent="$(atoll_agent_bin)"
+kdir="$(atoll_kernel_dir)"
+templates="$(atoll_data_dir)/templates"
 mkdir -p "$templates"
 stage="$templates/.debian.tmp"
 rm -rf "$stage"
@@ -58,16 +58,16 @@ debootstrap --variant=minbase --include="$packages" bookworm "$stage/root" "$mir
 
 log "baking the agent"
 root="$stage/root"
-install -m 0755 "$agent" "$root/sbin/sbx-agent"
-echo sbx >"$root/etc/hostname"
-printf '127.0.0.1 localhost\n127.0.1.1 sbx\n::1 localhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+install -m 0755 "$agent" "$root/sbin/atoll-agent"
+echo atoll >"$root/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 atoll\n::1 localhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 printf '/dev/vda / ext4 rw,relatime 0 1\n' >"$root/etc/fstab"
 # The apt indexes are re-fetchable and large; the image ships without them.
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
 rm -f "$root"/etc/machine-id && : >"$root/etc/machine-id"
 
 log "making the ext4 image ($size, sparse)"
-mkfs.ext4 -q -F -L sbx-root -d "$root" "$stage/rootfs.ext4" "$size" \
+mkfs.ext4 -q -F -L atoll-root -d "$root" "$stage/rootfs.ext4" "$size" \
     || die "mkfs.ext4 -d failed; it needs e2fsprogs 1.43 or later"
 rm -rf "$root" "$stage/debootstrap.log"
 

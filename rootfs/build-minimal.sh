@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the `minimal` template: the kernel plus an initramfs holding busybox, the
-# virtio/vsock modules and sbx-agent, which becomes PID 1 (see initramfs-init.sh).
+# virtio/vsock modules and atoll-agent, which becomes PID 1 (see initramfs-init.sh).
 #
 # Writes $DATA/templates/minimal/{vmlinux,initrd.cpio[.gz],template.json}; an existing
 # template is replaced only once the new one is complete.
 #
 # Usage: rootfs/build-minimal.sh [--compress none|gzip]
-#   The agent comes from $SBX_AGENT_BIN or target/x86_64-unknown-linux-musl/release/.
+#   The agent comes from $ATOLL_AGENT_BIN or target/x86_64-unknown-linux-musl/release/.
 #   An uncompressed initramfs boots faster under software emulation (no gunzip in TCG).
 
 source "$(dirname "$0")/lib.sh"
@@ -26,9 +26,9 @@ case "$compress" in
     *) die "--compress takes none or gzip, not \`$compress\`" ;;
 esac
 
-agent="$(sbx_agent_bin)"
-kdir="$(sbx_kernel_dir)"
-templates="$(sbx_data_dir)/templates"
+agent="$(atoll_agent_bin)"
+kdir="$(atoll_kernel_dir)"
+templates="$(atoll_data_dir)/templates"
 mkdir -p "$templates"
 stage="$templates/.minimal.tmp"
 rm -rf "$stage"

@@ -31,14 +31,14 @@ if [ -z "$package" ]; then
     [ -n "$package" ] || die "apt-cache found no linux-image-*-amd64 behind linux-image-amd64; run \`apt-get update\` or pass --package"
 fi
 version="${package#linux-image-}"
-data="$(sbx_data_dir)"
+data="$(atoll_data_dir)"
 dest="$data/kernel/$version"
 
 # Every module the images load must be there: a kernel fetched before a module joined
 # the lists is fetched again.
 have_all_modules() {
     local m
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
+    for m in $ATOLL_VSOCK_MODULES $ATOLL_DISK_MODULES $ATOLL_NET_MODULES $ATOLL_SHARE_MODULES; do
         [ -f "$dest/modules/$m.ko" ] || return 1
     done
 }
@@ -72,7 +72,7 @@ else
         || die "extracted vmlinux is not an ELF file"
 
     moddir="$(ls -d "$work"/x/lib/modules/*)"
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
+    for m in $ATOLL_VSOCK_MODULES $ATOLL_DISK_MODULES $ATOLL_NET_MODULES $ATOLL_SHARE_MODULES; do
         ko="$(find "$moddir/kernel" -name "$m.ko" -print -quit)"
         [ -n "$ko" ] || die "module $m.ko is not in $package"
         cp "$ko" "$work/out/modules/"

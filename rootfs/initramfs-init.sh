@@ -1,23 +1,23 @@
 #!/bin/busybox sh
-# /init of every sbx initramfs (busybox sh).
+# /init of every atoll initramfs (busybox sh).
 #
 # Loads the virtio modules, virtio_console (the agent link) and vsock (virtio_net when
-# `sbx.net=` asks for a NIC, 9p when `sbx.mount=` shares host folders; the agent
+# `atoll.net=` asks for a NIC, 9p when `atoll.mount=` shares host folders; the agent
 # mounts them), then:
 # - no `root=` on the kernel command line (template `minimal`): execs the agent baked
-#   into the initramfs, so sbx-agent is PID 1; with `sbx.disk=BYTES` (`sbx create
+#   into the initramfs, so atoll-agent is PID 1; with `atoll.disk=BYTES` (`atoll create
 #   --disk`) it first copies the initramfs into a tmpfs of that size and switch_roots
 #   to it, so that the root has the size asked for and `df` lists it (the kernel's
 #   initial rootfs cannot be moved, and busybox `df` hides it);
 # - `root=DEV` (disk templates): loads virtio_blk and ext4, mounts DEV and switch_roots
-#   to `sbx.init=` (default /sbin/sbx-agent; /sbin/init for systemd templates).
+#   to `atoll.init=` (default /sbin/atoll-agent; /sbin/init for systemd templates).
 # Any failure prints one line on the console and powers the VM off, so the host sees
 # QEMU exit instead of a hang.
 
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
 fail() {
-    echo "sbx-init: $*; powering off" >&2
+    echo "atoll-init: $*; powering off" >&2
     busybox poweroff -f
 }
 
@@ -28,7 +28,7 @@ busybox mount -t proc proc /proc || fail "cannot mount /proc"
 root=""
 rootfstype=ext4
 rootflags=""
-init=/sbin/sbx-agent
+init=/sbin/atoll-agent
 net=""
 share=""
 disk=""
@@ -37,10 +37,10 @@ for arg in $(cat /proc/cmdline); do
         root=*) root="${arg#root=}" ;;
         rootfstype=*) rootfstype="${arg#rootfstype=}" ;;
         rootflags=*) rootflags="${arg#rootflags=}" ;;
-        sbx.init=*) init="${arg#sbx.init=}" ;;
-        sbx.net=*) net=1 ;;
-        sbx.mount=*) share=1 ;;
-        sbx.disk=*) disk="${arg#sbx.disk=}" ;;
+        atoll.init=*) init="${arg#atoll.init=}" ;;
+        atoll.net=*) net=1 ;;
+        atoll.mount=*) share=1 ;;
+        atoll.disk=*) disk="${arg#atoll.disk=}" ;;
     esac
 done
 
@@ -49,17 +49,17 @@ load() {
         insmod "/lib/modules/$m.ko" || fail "could not load module $m"
     done
 }
-load $(cat /etc/sbx/modules-vsock)
+load $(cat /etc/atoll/modules-vsock)
 # The agent configures the NIC (guest-agent/src/net.rs); it needs the driver first.
-[ -n "$net" ] && load $(cat /etc/sbx/modules-net)
+[ -n "$net" ] && load $(cat /etc/atoll/modules-net)
 # The agent mounts the host folders (guest-agent/src/storage.rs); 9p must be loaded first.
-[ -n "$share" ] && load $(cat /etc/sbx/modules-share)
+[ -n "$share" ] && load $(cat /etc/atoll/modules-share)
 
 if [ -z "$root" ]; then
-    [ -x /sbin/sbx-agent ] || fail "no /sbin/sbx-agent in this initramfs and no root= to boot from"
+    [ -x /sbin/atoll-agent ] || fail "no /sbin/atoll-agent in this initramfs and no root= to boot from"
     if [ -z "$disk" ]; then
         busybox umount /proc
-        exec /sbin/sbx-agent
+        exec /sbin/atoll-agent
     fi
     mkdir -p /newroot
     busybox mount -t tmpfs -o "size=$disk,mode=0755" tmpfs /newroot || fail "cannot mount a $disk-byte tmpfs root"
@@ -67,11 +67,11 @@ if [ -z "$root" ]; then
         case "$entry" in
             /newroot) ;;
             /dev|/proc) mkdir -p "/newroot$entry" ;;
-            *) busybox cp -a "$entry" /newroot/ || fail "cannot copy $entry into the new root (is sbx.disk=$disk too small?)" ;;
+            *) busybox cp -a "$entry" /newroot/ || fail "cannot copy $entry into the new root (is atoll.disk=$disk too small?)" ;;
         esac
     done
 else
-    load $(cat /etc/sbx/modules-disk)
+    load $(cat /etc/atoll/modules-disk)
     tries=0
     while [ ! -b "$root" ]; do
         tries=$((tries + 1))

@@ -1,20 +1,20 @@
 # Shared helpers for the rootfs/ scripts. Source it; do not run it.
 #
-# The sbx data directory is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else
-# $HOME/.local/share/sbx (the same rule as `sbx`).
+# The atoll data directory is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else
+# $HOME/.local/share/atoll (the same rule as `atoll`).
 
 set -euo pipefail
 
-SBX_ROOTFS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-SBX_REPO_DIR="$(cd "$SBX_ROOTFS_DIR/.." && pwd)"
+ATOLL_ROOTFS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ATOLL_REPO_DIR="$(cd "$ATOLL_ROOTFS_DIR/.." && pwd)"
 
-sbx_data_dir() {
-    if [ -n "${SBX_DATA_DIR:-}" ]; then
-        printf '%s\n' "$SBX_DATA_DIR"
+atoll_data_dir() {
+    if [ -n "${ATOLL_DATA_DIR:-}" ]; then
+        printf '%s\n' "$ATOLL_DATA_DIR"
     elif [ -n "${XDG_DATA_HOME:-}" ]; then
-        printf '%s\n' "$XDG_DATA_HOME/sbx"
+        printf '%s\n' "$XDG_DATA_HOME/atoll"
     else
-        printf '%s\n' "$HOME/.local/share/sbx"
+        printf '%s\n' "$HOME/.local/share/atoll"
     fi
 }
 
@@ -30,22 +30,22 @@ need() {
 
 # Modules the `minimal` image loads, in order (Debian ships them uncompressed and
 # without modules.dep, so the order is the dependency order). virtio_console carries
-# the agent link of the VMs sbx starts; the vsock modules stay for VMMs that give the
+# the agent link of the VMs atoll starts; the vsock modules stay for VMMs that give the
 # VM a vsock device instead (the agent serves vsock when there is one).
-SBX_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio virtio_console vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
+ATOLL_VSOCK_MODULES="virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_mmio virtio_console vsock vmw_vsock_virtio_transport_common vmw_vsock_virtio_transport"
 # Extra modules for images booted from an ext4 disk (ext4 softdeps on crc32c).
-SBX_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"
-# The guest NIC (virtio-net), loaded only when the kernel command line carries `sbx.net=`
+ATOLL_DISK_MODULES="virtio_blk crc16 mbcache jbd2 crc32c_generic ext4"
+# The guest NIC (virtio-net), loaded only when the kernel command line carries `atoll.net=`
 # (a sandbox with a network); virtio_net needs net_failover, which needs failover.
-SBX_NET_MODULES="failover net_failover virtio_net"
-# Host folders shared over virtio-9p (`sbx create --mount`), loaded only when the kernel
-# command line carries `sbx.mount=`; 9p needs fscache and netfs.
-SBX_SHARE_MODULES="netfs fscache 9pnet 9pnet_virtio 9p"
+ATOLL_NET_MODULES="failover net_failover virtio_net"
+# Host folders shared over virtio-9p (`atoll create --mount`), loaded only when the kernel
+# command line carries `atoll.mount=`; 9p needs fscache and netfs.
+ATOLL_SHARE_MODULES="netfs fscache 9pnet 9pnet_virtio 9p"
 
-# The agent to bake: $SBX_AGENT_BIN, else the workspace's musl release build.
-sbx_agent_bin() {
-    local bin="${SBX_AGENT_BIN:-$SBX_REPO_DIR/target/x86_64-unknown-linux-musl/release/sbx-agent}"
-    [ -x "$bin" ] || die "no agent binary at $bin; build it with \`cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent\` or set SBX_AGENT_BIN"
+# The agent to bake: $ATOLL_AGENT_BIN, else the workspace's musl release build.
+atoll_agent_bin() {
+    local bin="${ATOLL_AGENT_BIN:-$ATOLL_REPO_DIR/target/x86_64-unknown-linux-musl/release/atoll-agent}"
+    [ -x "$bin" ] || die "no agent binary at $bin; build it with \`cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent\` or set ATOLL_AGENT_BIN"
     file_is_static "$bin" || die "$bin is not a static binary; build it for x86_64-unknown-linux-musl"
     printf '%s\n' "$bin"
 }
@@ -56,9 +56,9 @@ file_is_static() {
 }
 
 # The kernel dir: $DATA/kernel/current, which fetch-kernel.sh creates.
-sbx_kernel_dir() {
+atoll_kernel_dir() {
     local dir
-    dir="$(sbx_data_dir)/kernel/current"
+    dir="$(atoll_data_dir)/kernel/current"
     [ -f "$dir/vmlinux" ] || die "no kernel at $dir/vmlinux; run rootfs/fetch-kernel.sh first"
     (cd "$dir" && pwd -P)
 }
@@ -83,7 +83,7 @@ JSON
     mv "$dir/template.json.tmp" "$dir/template.json"
 }
 
-# The baked agent's version: it is static, so `sbx-agent --version` runs here too.
+# The baked agent's version: it is static, so `atoll-agent --version` runs here too.
 agent_version() {
     "$1" --version 2>/dev/null | awk '{print $2; exit}'
 }
@@ -94,36 +94,36 @@ link_or_copy() {
 }
 
 # build_initramfs OUT COMPRESS [AGENT]: a newc cpio of busybox, the kernel's modules,
-# /init (rootfs/initramfs-init.sh) and, when given, AGENT as /sbin/sbx-agent.
+# /init (rootfs/initramfs-init.sh) and, when given, AGENT as /sbin/atoll-agent.
 # COMPRESS is `gzip` or `none`.
 build_initramfs() {
     local out="$1" compress="$2" agent="${3:-}" kdir busybox tree applet
     need cpio find
-    kdir="$(sbx_kernel_dir)"
+    kdir="$(atoll_kernel_dir)"
     busybox="$(command -v busybox)" || die "busybox is not installed; run rootfs/setup.sh"
     file_is_static "$busybox" || die "$busybox is dynamically linked; install busybox-static"
     tree="$(mktemp -d)"
-    mkdir -p "$tree"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,root,etc/sbx,lib/modules}
+    mkdir -p "$tree"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,root,etc/atoll,lib/modules}
     chmod 1777 "$tree/tmp"
     chmod 0700 "$tree/root"
     cp "$busybox" "$tree/bin/busybox"
     for applet in $("$busybox" --list-full); do
         [ -e "$tree/$applet" ] || ln -s /bin/busybox "$tree/$applet"
     done
-    for m in $SBX_VSOCK_MODULES $SBX_DISK_MODULES $SBX_NET_MODULES $SBX_SHARE_MODULES; do
+    for m in $ATOLL_VSOCK_MODULES $ATOLL_DISK_MODULES $ATOLL_NET_MODULES $ATOLL_SHARE_MODULES; do
         [ -f "$kdir/modules/$m.ko" ] || die "module $m.ko is missing from $kdir/modules (a kernel fetched before it joined the lists); run rootfs/fetch-kernel.sh, which fetches it again"
     done
     cp "$kdir"/modules/*.ko "$tree/lib/modules/"
-    printf '%s\n' $SBX_VSOCK_MODULES >"$tree/etc/sbx/modules-vsock"
-    printf '%s\n' $SBX_DISK_MODULES >"$tree/etc/sbx/modules-disk"
-    printf '%s\n' $SBX_NET_MODULES >"$tree/etc/sbx/modules-net"
-    printf '%s\n' $SBX_SHARE_MODULES >"$tree/etc/sbx/modules-share"
-    install -m 0755 "$SBX_ROOTFS_DIR/initramfs-init.sh" "$tree/init"
+    printf '%s\n' $ATOLL_VSOCK_MODULES >"$tree/etc/atoll/modules-vsock"
+    printf '%s\n' $ATOLL_DISK_MODULES >"$tree/etc/atoll/modules-disk"
+    printf '%s\n' $ATOLL_NET_MODULES >"$tree/etc/atoll/modules-net"
+    printf '%s\n' $ATOLL_SHARE_MODULES >"$tree/etc/atoll/modules-share"
+    install -m 0755 "$ATOLL_ROOTFS_DIR/initramfs-init.sh" "$tree/init"
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$tree/etc/passwd"
     printf 'root:x:0:\nnogroup:x:65534:\n' >"$tree/etc/group"
     printf '127.0.0.1 localhost\n' >"$tree/etc/hosts"
     if [ -n "$agent" ]; then
-        install -m 0755 "$agent" "$tree/sbin/sbx-agent"
+        install -m 0755 "$agent" "$tree/sbin/atoll-agent"
     fi
     (
         cd "$tree"

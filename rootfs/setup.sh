@@ -3,28 +3,28 @@
 # so it is cheap to run again:
 #   1. apt packages: QEMU, busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
 #   2. the musl Rust target and vhost-device-vsock (`cargo install`, 2-5 minutes once;
-#      sbx's own VMs do not use it: it gives QEMU VMs you start yourself the hybrid-vsock
-#      socket that `sbx --agent hvsock://...` reaches, and the image tests use it)
+#      atoll's own VMs do not use it: it gives QEMU VMs you start yourself the hybrid-vsock
+#      socket that `atoll --agent hvsock://...` reaches, and the image tests use it)
 #   3. the static agent (cargo build --release --target x86_64-unknown-linux-musl),
-#      copied to $DATA/bin/sbx-agent
+#      copied to $DATA/bin/atoll-agent
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
-#   5. with --with-debian (or SBX_WITH_DEBIAN=1): the `debian` template, rebuilt only
+#   5. with --with-debian (or ATOLL_WITH_DEBIAN=1): the `debian` template, rebuilt only
 #      when the agent changed (about a minute)
-#   6. the snapshots of those templates, which a plain `sbx create` restores instead of
-#      booting (`sbx template snapshot`, a few seconds each), made by the `sbx` on PATH
-#      (or $SBX_BIN) in the state directory it uses; skipped when there is no `sbx` yet
-#      (the first `sbx create` of a template then makes its snapshot) or with
-#      SBX_TEMPLATE_SNAPSHOT=off. One that cannot be made is warned about, not fatal.
+#   6. the snapshots of those templates, which a plain `atoll create` restores instead of
+#      booting (`atoll template snapshot`, a few seconds each), made by the `atoll` on PATH
+#      (or $ATOLL_BIN) in the state directory it uses; skipped when there is no `atoll` yet
+#      (the first `atoll create` of a template then makes its snapshot) or with
+#      ATOLL_TEMPLATE_SNAPSHOT=off. One that cannot be made is warned about, not fatal.
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
 #   openssl and python3.
 #
 # Usage: rootfs/setup.sh [--with-debian] [--with-test-tools]
-# $DATA is $SBX_DATA_DIR, else $XDG_DATA_HOME/sbx, else ~/.local/share/sbx.
+# $DATA is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else ~/.local/share/atoll.
 
 source "$(dirname "$0")/lib.sh"
 
-with_debian="${SBX_WITH_DEBIAN:-0}"
+with_debian="${ATOLL_WITH_DEBIAN:-0}"
 test_tools=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -74,59 +74,59 @@ if ! command -v cargo >/dev/null; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
 if command -v rustup >/dev/null; then
-    (cd "$SBX_REPO_DIR" && rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1) \
+    (cd "$ATOLL_REPO_DIR" && rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1) \
         || die "rustup could not add the x86_64-unknown-linux-musl target"
 fi
 if ! command -v vhost-device-vsock >/dev/null && [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
-    log "cargo install vhost-device-vsock, for hvsock:// to QEMU VMs sbx did not start (takes a few minutes, once)"
+    log "cargo install vhost-device-vsock, for hvsock:// to QEMU VMs atoll did not start (takes a few minutes, once)"
     cargo install vhost-device-vsock --version 0.3.0 --locked
 fi
 
 # 3. The static agent.
 log "building the static agent"
-(cd "$SBX_REPO_DIR" && cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent)
-agent="$(sbx_agent_bin)"
-data="$(sbx_data_dir)"
+(cd "$ATOLL_REPO_DIR" && cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent)
+agent="$(atoll_agent_bin)"
+data="$(atoll_data_dir)"
 mkdir -p "$data/bin"
-if ! cmp -s "$agent" "$data/bin/sbx-agent"; then
-    install -m 0755 "$agent" "$data/bin/sbx-agent.tmp"
-    mv "$data/bin/sbx-agent.tmp" "$data/bin/sbx-agent"
+if ! cmp -s "$agent" "$data/bin/atoll-agent"; then
+    install -m 0755 "$agent" "$data/bin/atoll-agent.tmp"
+    mv "$data/bin/atoll-agent.tmp" "$data/bin/atoll-agent"
 fi
 
 # 4. Kernel and the default template (rebuilt every time: under a second).
-"$SBX_ROOTFS_DIR/fetch-kernel.sh"
-"$SBX_ROOTFS_DIR/build-minimal.sh"
+"$ATOLL_ROOTFS_DIR/fetch-kernel.sh"
+"$ATOLL_ROOTFS_DIR/build-minimal.sh"
 
 # 5. The debian template, when asked, if missing or older than the agent.
 if [ "$with_debian" = 1 ]; then
     image="$data/templates/debian/rootfs.ext4"
-    if [ ! -f "$image" ] || [ "$agent" -nt "$image" ] || [ "$SBX_ROOTFS_DIR/build-debian.sh" -nt "$image" ]; then
+    if [ ! -f "$image" ] || [ "$agent" -nt "$image" ] || [ "$ATOLL_ROOTFS_DIR/build-debian.sh" -nt "$image" ]; then
         if [ -n "$sudo" ]; then
-            $sudo env SBX_DATA_DIR="$data" SBX_AGENT_BIN="$agent" "$SBX_ROOTFS_DIR/build-debian.sh"
+            $sudo env ATOLL_DATA_DIR="$data" ATOLL_AGENT_BIN="$agent" "$ATOLL_ROOTFS_DIR/build-debian.sh"
         else
-            "$SBX_ROOTFS_DIR/build-debian.sh"
+            "$ATOLL_ROOTFS_DIR/build-debian.sh"
         fi
     else
         log "template debian is up to date"
     fi
 fi
 
-# 6. Template snapshots. A snapshot records the `sbx` that made it and is used only by
-# that one, so they are made by the `sbx` you run (not one built here), as you, in the
-# state directory your `sbx create` uses. A failure leaves sbx working: create boots.
+# 6. Template snapshots. A snapshot records the `atoll` that made it and is used only by
+# that one, so they are made by the `atoll` you run (not one built here), as you, in the
+# state directory your `atoll create` uses. A failure leaves atoll working: create boots.
 templates_made="minimal"
 [ "$with_debian" = 1 ] && templates_made="$templates_made debian"
-sbx_bin="${SBX_BIN:-$(command -v sbx || true)}"
-if [[ "${SBX_TEMPLATE_SNAPSHOT:-}" =~ ^(off|0|no)$ ]]; then
-    log "not making template snapshots (SBX_TEMPLATE_SNAPSHOT=$SBX_TEMPLATE_SNAPSHOT)"
-elif [ -z "$sbx_bin" ]; then
-    log "no \`sbx\` on PATH yet: the first \`sbx create\` of each template makes its snapshot (or run \`sbx template snapshot minimal\` once sbx is installed)"
+atoll_bin="${ATOLL_BIN:-$(command -v atoll || true)}"
+if [[ "${ATOLL_TEMPLATE_SNAPSHOT:-}" =~ ^(off|0|no)$ ]]; then
+    log "not making template snapshots (ATOLL_TEMPLATE_SNAPSHOT=$ATOLL_TEMPLATE_SNAPSHOT)"
+elif [ -z "$atoll_bin" ]; then
+    log "no \`atoll\` on PATH yet: the first \`atoll create\` of each template makes its snapshot (or run \`atoll template snapshot minimal\` once atoll is installed)"
 else
     for t in $templates_made; do
-        log "making the snapshot of template $t with $sbx_bin"
-        if ! SBX_DATA_DIR="$data" "$sbx_bin" template snapshot "$t"; then
-            log "warning: could not make the snapshot of template $t (see above); \`sbx create --template $t\` boots it and makes one"
+        log "making the snapshot of template $t with $atoll_bin"
+        if ! ATOLL_DATA_DIR="$data" "$atoll_bin" template snapshot "$t"; then
+            log "warning: could not make the snapshot of template $t (see above); \`atoll create --template $t\` boots it and makes one"
         fi
     done
 fi
-log "ready: templates in $data/templates; try \`sbx create\`"
+log "ready: templates in $data/templates; try \`atoll create\`"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs each cargo-fuzz target of sbx for a bounded time (default 30 s each) and keeps
+# Runs each cargo-fuzz target of atoll for a bounded time (default 30 s each) and keeps
 # what it finds in fuzz/corpus/<target>/. A crash stops the script with the reproducer
 # under fuzz/artifacts/<target>/.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole sbx test suite, from a fresh machine: installs what it needs (idempotent),
+# The whole atoll test suite, from a fresh machine: installs what it needs (idempotent),
 # then runs formatting and lint checks, the static musl build of the agent, every Rust
 # test (real VMs included), the MCP suite driven by the official Python MCP client, and
 # the agent driven by a stock gRPC client (grpcio).
@@ -11,7 +11,7 @@ step() { printf '\n==> %s\n' "$*"; }
 step "set-up (packages and strace, musl target, vhost-device-vsock for vm_images, kernel, minimal and debian templates)"
 # The tests use state directories of their own, not the default one setup.sh would make
 # template snapshots in (the quickstart below makes its own).
-SBX_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools
+ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"
@@ -28,7 +28,7 @@ step "cargo doc (no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 step "static musl build of the agent"
-cargo build --release --target x86_64-unknown-linux-musl -p sbx-agent
+cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent
 
 step "build"
 cargo build --workspace
@@ -36,8 +36,8 @@ cargo build --workspace
 step "Rust tests (agent, CLI, VMs)"
 cargo nextest run --workspace --no-fail-fast
 
-step "quickstart (installs the sbx just built into ~/.cargo/bin, boots a VM, finds sbx in a new login shell)"
-SBX_QUICKSTART_BIN="$PWD/target/debug/sbx" scripts/quickstart.sh
+step "quickstart (installs the atoll just built into ~/.cargo/bin, boots a VM, finds atoll in a new login shell)"
+ATOLL_QUICKSTART_BIN="$PWD/target/debug/atoll" scripts/quickstart.sh
 
 step "MCP tests (official Python MCP SDK as the client)"
 tests/mcp/run.sh

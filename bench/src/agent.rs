@@ -1,4 +1,4 @@
-//! A real `sbx-agent` on a Unix socket in a scratch directory, the typed client connected
+//! A real `atoll-agent` on a Unix socket in a scratch directory, the typed client connected
 //! to it, and what `/proc` says about its memory.
 
 use std::os::unix::net::UnixStream;
@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sbx::client::Client;
-use sbx_proto::Address;
+use atoll::client::Client;
+use atoll_proto::Address;
 
 /// A running agent; killed when dropped.
 pub(crate) struct Agent {
@@ -50,12 +50,12 @@ impl Agent {
         Ok(Agent { child, socket, startup })
     }
 
-    /// `unix:///...` for `sbx --agent`.
+    /// `unix:///...` for `atoll --agent`.
     pub(crate) fn address(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
 
-    /// The typed client of `sbx`, connected.
+    /// The typed client of `atoll`, connected.
     pub(crate) async fn client(&self) -> Result<Client> {
         let addr: Address = self.address().parse().context("agent address")?;
         Ok(Client::connect(&addr, Duration::from_secs(5)).await?)

@@ -1,4 +1,4 @@
-//! Agent calls on one warm connection through the typed client of `sbx`, and many
+//! Agent calls on one warm connection through the typed client of `atoll`, and many
 //! concurrent execs on it.
 
 use std::path::Path;
@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
+use atoll::client::{Client, ExecSpec, ListOpts, ReadOpts, WriteOpts};
+use atoll::sandbox::files::read_to_vec;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use sbx::client::{Client, ExecSpec, ListOpts, ReadOpts, WriteOpts};
-use sbx::sandbox::files::read_to_vec;
 
 use crate::floors::{self, PingPong};
 use crate::peers::{Workload, kib_text};
@@ -20,7 +20,7 @@ use crate::stats::Samples;
 const CALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Awaits `call`, failing with a clear message if it takes over [`CALL_LIMIT`].
-async fn bounded<T>(what: &str, call: impl Future<Output = sbx::client::Result<T>>) -> Result<T> {
+async fn bounded<T>(what: &str, call: impl Future<Output = atoll::client::Result<T>>) -> Result<T> {
     match tokio::time::timeout(CALL_LIMIT, call).await {
         Ok(r) => Ok(r?),
         Err(_) => bail!("{what} got no answer from the agent within {CALL_LIMIT:?}; the agent is stuck"),
@@ -31,7 +31,7 @@ async fn bounded<T>(what: &str, call: impl Future<Output = sbx::client::Result<T
 /// in turn call by call.
 pub(crate) struct Paired {
     /// The agent call.
-    pub(crate) sbx: Samples,
+    pub(crate) atoll: Samples,
     /// Each floor, in the order given.
     pub(crate) floors: Vec<Samples>,
 }
@@ -70,7 +70,7 @@ pub(crate) async fn latency(
     warmup: usize,
     n: usize,
 ) -> Result<CallLatency> {
-    let pair = |(sbx, floors)| Paired { sbx, floors };
+    let pair = |(atoll, floors)| Paired { atoll, floors };
     let spec = ExecSpec::argv(["true"]);
     let exec_true = Samples::alternate(
         warmup,

@@ -108,7 +108,7 @@ const COPY_BLOCK: usize = 1 << 20;
 
 /// Copies `src` to `dst` through a Unix socket (a reader thread writing the file, this
 /// thread streaming it in), the raw transport the agent's copies are compared with.
-/// It moves data as `sbx cp` does, 1 MiB per socket call and 64 KiB per file write
+/// It moves data as `atoll cp` does, 1 MiB per socket call and 64 KiB per file write
 /// (`std::io::copy` would move 8 KiB at a time and make a weak floor).
 pub(crate) fn unix_copy(dir: &Path, src: &Path, dst: &Path) -> Result<Duration> {
     let path = dir.join("copy.sock");
@@ -129,7 +129,7 @@ pub(crate) fn unix_copy(dir: &Path, src: &Path, dst: &Path) -> Result<Duration> 
             buf[..got].chunks(64 * 1024).try_for_each(|piece| out.write_all(piece))?;
             n += got as u64;
         }
-        // Durable like `sbx cp --sync`: the file, then the directory entry of the new file.
+        // Durable like `atoll cp --sync`: the file, then the directory entry of the new file.
         out.sync_all()?;
         fs::File::open(dst.parent().unwrap_or(Path::new("/")))?.sync_all()?;
         Ok(n)

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use atoll::client::{ExecEvent, ExecSpec};
 use futures::StreamExt;
-use sbx::client::{ExecEvent, ExecSpec};
 
 use crate::agent::{Agent, Memory};
 use crate::stats::Samples;

@@ -1,4 +1,4 @@
-//! `sbx mcp --http` next to `sbx mcp` over stdio, with the official clients: the same tool
+//! `atoll mcp --http` next to `atoll mcp` over stdio, with the official clients: the same tool
 //! call one at a time over stdio, over HTTP in a session and (Python) over stateless
 //! 2026-07-28 HTTP; then 50 HTTP clients calling at once. The drivers are
 //! `bench/mcp_http.py` and `bench/ts/mcp_http.mjs`.
@@ -19,7 +19,7 @@ use crate::stats::{Samples, fmt_dur};
 /// The clients that call at once.
 const CLIENTS: usize = 50;
 
-/// A running `sbx mcp --http 127.0.0.1:0`; killed when dropped.
+/// A running `atoll mcp --http 127.0.0.1:0`; killed when dropped.
 pub(crate) struct HttpServer {
     child: Child,
     /// `http://127.0.0.1:PORT/mcp`.
@@ -27,15 +27,15 @@ pub(crate) struct HttpServer {
 }
 
 impl HttpServer {
-    /// Starts `sbx --agent AGENT mcp --http 127.0.0.1:0` and reads its URL from its log.
-    pub(crate) fn start(sbx: &Path, agent: &str, log: &Path) -> Result<HttpServer> {
-        let mut child = Command::new(sbx)
+    /// Starts `atoll --agent AGENT mcp --http 127.0.0.1:0` and reads its URL from its log.
+    pub(crate) fn start(atoll: &Path, agent: &str, log: &Path) -> Result<HttpServer> {
+        let mut child = Command::new(atoll)
             .args(["--agent", agent, "mcp", "--http", "127.0.0.1:0"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log)?)
             .spawn()
-            .with_context(|| format!("could not start {}", sbx.display()))?;
+            .with_context(|| format!("could not start {}", atoll.display()))?;
         let t = Instant::now();
         loop {
             let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -45,11 +45,11 @@ impl HttpServer {
                 return Ok(HttpServer { child, url: url.to_owned() });
             }
             if let Some(status) = child.try_wait()? {
-                bail!("sbx mcp --http exited with {status}: {text}");
+                bail!("atoll mcp --http exited with {status}: {text}");
             }
             if t.elapsed() > Duration::from_secs(20) {
                 let _ = child.kill();
-                bail!("sbx mcp --http printed no URL within 20 s: {text}");
+                bail!("atoll mcp --http printed no URL within 20 s: {text}");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -106,13 +106,13 @@ struct Report {
 pub(crate) fn rows(
     driver: &Driver,
     server: &HttpServer,
-    sbx: &Path,
+    atoll: &Path,
     agent: &str,
     (warmup, n, per_client): (usize, usize, usize),
 ) -> Result<Vec<Row>> {
     let input = json!({
         "url": server.url,
-        "stdio": {"command": sbx, "args": ["--agent", agent, "mcp"]},
+        "stdio": {"command": atoll, "args": ["--agent", agent, "mcp"]},
         "call": {"tool": "sandbox_exec", "arguments": {"command": "echo hi"}, "expect": "hi\\n"},
         "warmup": warmup,
         "iterations": n,
@@ -156,7 +156,7 @@ pub(crate) fn rows(
     let one = 1.0 / session.p50().as_secs_f64().max(1e-9);
     let per_call = server_cpu / u32::try_from(http_calls.max(1)).unwrap_or(u32::MAX);
     rows.push(Row::plain(
-        format!("  sbx mcp --http CPU per HTTP call, {name} run"),
+        format!("  atoll mcp --http CPU per HTTP call, {name} run"),
         fmt_dur(per_call),
         format!(
             "{} of server CPU over {http_calls} HTTP tool calls (and their connects)",

@@ -1,13 +1,13 @@
-//! `sbx-bench`: measures sbx next to its floor and its peers, in one run, and prints one
+//! `atoll-bench`: measures atoll next to its floor and its peers, in one run, and prints one
 //! markdown table. `bench/run.sh` builds everything, installs the peers and runs it.
 //!
-//! - [`agent`]: a real `sbx-agent` on a Unix socket; its memory from `/proc`.
+//! - [`agent`]: a real `atoll-agent` on a Unix socket; its memory from `/proc`.
 //! - [`floors`]: the same operations done locally, and bare Unix-socket transfers.
 //! - [`calls`]: agent call latency on a warm connection; concurrent execs.
 //! - [`mcp`]: a bare newline-JSON-RPC MCP client; [`official`]: the official Python
-//!   (2.x, 1.x) and TypeScript ones; [`http`]: `sbx mcp --http` next to stdio with them.
-//! - [`peers`]: `sbx mcp` and the peer servers, and how each spells the operations.
-//! - [`throughput`]: `sbx cp` and `sbx download` next to a raw socket copy.
+//!   (2.x, 1.x) and TypeScript ones; [`http`]: `atoll mcp --http` next to stdio with them.
+//! - [`peers`]: `atoll mcp` and the peer servers, and how each spells the operations.
+//! - [`throughput`]: `atoll cp` and `atoll download` next to a raw socket copy.
 //! - [`footprint`]: agent startup and memory, idle and under a 1 GiB flood.
 //! - [`vm`]: a real VM: boot to READY next to a bare boot, exec and copies over the agent
 //!   link next to raw streams over the same virtio-serial port in the bare VM.
@@ -34,9 +34,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Parser;
 
-/// Measure sbx against the local floor and against peer MCP servers.
+/// Measure atoll against the local floor and against peer MCP servers.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "sbx-bench", max_term_width = 100)]
+#[command(name = "atoll-bench", max_term_width = 100)]
 pub(crate) struct Opts {
     /// Fewer iterations and smaller copies (64 MiB file, 32 MiB tree, 256 MiB flood).
     #[arg(long)]
@@ -47,28 +47,28 @@ pub(crate) struct Opts {
     /// Measured calls per MCP operation and client (default 200; --quick 40).
     #[arg(long)]
     pub(crate) mcp_iterations: Option<usize>,
-    /// Bytes of the file `sbx cp` moves each way (default 1 GiB).
+    /// Bytes of the file `atoll cp` moves each way (default 1 GiB).
     #[arg(long)]
     pub(crate) file_bytes: Option<u64>,
-    /// Bytes of the tree `sbx download` zips (default 200 MiB).
+    /// Bytes of the tree `atoll download` zips (default 200 MiB).
     #[arg(long)]
     pub(crate) tree_bytes: Option<u64>,
     /// Bytes a command prints through ExecStream for the peak-RSS figure (default 1 GiB).
     #[arg(long)]
     pub(crate) flood_bytes: Option<u64>,
     /// The agent binary (the shipped one: static musl, stripped).
-    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-agent")]
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/atoll-agent")]
     pub(crate) agent_bin: PathBuf,
-    /// The `sbx` binary.
-    #[arg(long, default_value = "target/release/sbx")]
-    pub(crate) sbx_bin: PathBuf,
-    /// The bare VM's init and the raw virtio-serial floor (`sbx-link-floor`, static musl).
-    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/sbx-link-floor")]
+    /// The `atoll` binary.
+    #[arg(long, default_value = "target/release/atoll")]
+    pub(crate) atoll_bin: PathBuf,
+    /// The bare VM's init and the raw virtio-serial floor (`atoll-link-floor`, static musl).
+    #[arg(long, default_value = "target/x86_64-unknown-linux-musl/release/atoll-link-floor")]
     pub(crate) link_floor_bin: PathBuf,
     /// Where the peers were installed (`node_modules/.bin`, `venv-shell`, `venv-client`).
     #[arg(long, default_value = "target/bench")]
     pub(crate) peers_dir: PathBuf,
-    /// Skip the peer servers (sbx mcp is still measured).
+    /// Skip the peer servers (atoll mcp is still measured).
     #[arg(long)]
     pub(crate) no_peers: bool,
     /// Compare with only these peers (comma-separated names as the table shows them, e.g.
@@ -130,7 +130,7 @@ impl Opts {
 fn main() -> ExitCode {
     let mut opts = Opts::parse();
     // Servers run in the workload directory, so every path handed to them is absolute.
-    for p in [&mut opts.agent_bin, &mut opts.sbx_bin, &mut opts.link_floor_bin, &mut opts.peers_dir] {
+    for p in [&mut opts.agent_bin, &mut opts.atoll_bin, &mut opts.link_floor_bin, &mut opts.peers_dir] {
         if let Ok(abs) = std::path::absolute(&*p) {
             *p = abs;
         }
@@ -138,7 +138,7 @@ fn main() -> ExitCode {
     match run(&opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sbx-bench: {e:#}");
+            eprintln!("atoll-bench: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -152,13 +152,13 @@ fn run(opts: &Opts) -> Result<()> {
             d.clone()
         }
         None => {
-            tmp = tempfile::Builder::new().prefix("sbx-bench-").tempdir()?;
+            tmp = tempfile::Builder::new().prefix("atoll-bench-").tempdir()?;
             tmp.path().to_path_buf()
         }
     };
     let scratch = scratch.canonicalize().context("scratch directory")?;
-    // The runtime `sbx` runs its agent calls on, so the typed client is measured as it runs.
-    let rt = sbx::app::runtime(false)?;
+    // The runtime `atoll` runs its agent calls on, so the typed client is measured as it runs.
+    let rt = atoll::app::runtime(false)?;
     if let Some(mib) = opts.port_stream_mib {
         let runs = opts.port_stream_runs;
         let took = vm::port_stream(&opts.link_floor_bin, &scratch, mib, runs, &rt)?;

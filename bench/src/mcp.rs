@@ -110,7 +110,7 @@ impl Session {
             json!({
                 "protocolVersion": PROTOCOL_VERSION,
                 "capabilities": {},
-                "clientInfo": {"name": "sbx-bench", "version": env!("CARGO_PKG_VERSION")},
+                "clientInfo": {"name": "atoll-bench", "version": env!("CARGO_PKG_VERSION")},
             }),
         )?;
         s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;

@@ -1,4 +1,4 @@
-//! Which MCP servers are compared and how each one spells the four operations: `sbx mcp`
+//! Which MCP servers are compared and how each one spells the four operations: `atoll mcp`
 //! and the local servers users would pick instead, installed by `bench/run.sh`.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use crate::mcp::{Op, ServerSpec, ToolCall};
 
 /// The content every write sends: 1 KiB of text that a check can recognise.
 pub(crate) fn kib_text() -> String {
-    "sbx-bench\n".repeat(103)[..1024].to_string()
+    "atoll-bench\n".repeat(103)[..1024].to_string()
 }
 
 /// Files the servers work on, the same for all of them.
@@ -63,8 +63,8 @@ impl Workload {
     fn call(&self, op: Op, tool: &str, arguments: serde_json::Value) -> ToolCall {
         let expect = match op {
             Op::Exec => "hi",
-            Op::Read => "sbx-bench",
-            // Peers answer writes with prose; sbx with JSON. Both name the path.
+            Op::Read => "atoll-bench",
+            // Peers answer writes with prose; atoll with JSON. Both name the path.
             Op::Write | Op::WriteMem => "write-1k",
             Op::List | Op::ListStat => "entry-099",
         };
@@ -82,12 +82,12 @@ pub(crate) struct PeerInstall {
     pub(crate) home: PathBuf,
 }
 
-/// `sbx mcp` pinned to the agent at `agent`.
-pub(crate) fn sbx(sbx_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
+/// `atoll mcp` pinned to the agent at `agent`.
+pub(crate) fn atoll(atoll_bin: &Path, agent: &str, w: &Workload) -> ServerSpec {
     let (r, wr, l) = (Workload::s(&w.read_file), Workload::s(&w.write_file), Workload::s(&w.list_dir));
     ServerSpec {
-        name: "sbx mcp".into(),
-        command: sbx_bin.to_path_buf(),
+        name: "atoll mcp".into(),
+        command: atoll_bin.to_path_buf(),
         args: vec!["--agent".into(), agent.into(), "mcp".into()],
         env: vec![],
         cwd: w.root.clone(),

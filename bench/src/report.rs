@@ -64,7 +64,7 @@ pub(crate) fn compare(a: Duration, b: Duration) -> String {
 
 /// A section heading and its rows, as markdown.
 pub(crate) fn markdown(sections: &[(String, Vec<Row>)]) -> String {
-    let mut out = String::from("| Figure | sbx p50 / value | p99 | Floor or peer (same run) | Ratio |\n");
+    let mut out = String::from("| Figure | atoll p50 / value | p99 | Floor or peer (same run) | Ratio |\n");
     out.push_str("|---|---|---|---|---|\n");
     for (title, rows) in sections {
         out.push_str(&format!("| **{title}** | | | | |\n"));

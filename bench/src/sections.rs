@@ -17,7 +17,7 @@ use crate::{Opts, agent::Agent, calls, floors, footprint, http, official, throug
 pub(crate) type Section = (String, Vec<Row>);
 
 fn say(what: &str) {
-    eprintln!("sbx-bench: {what}");
+    eprintln!("atoll-bench: {what}");
 }
 
 /// The machine the figures come from.
@@ -44,7 +44,7 @@ pub(crate) fn machine() -> String {
 /// Every section, in table order.
 pub(crate) fn all(opts: &Opts, scratch: &Path, rt: &Runtime) -> Result<Vec<Section>> {
     // The tmpfs the writes are also measured on; dropped (removed) at the end.
-    let shm = tempfile::Builder::new().prefix("sbx-bench-").tempdir_in("/dev/shm").ok();
+    let shm = tempfile::Builder::new().prefix("atoll-bench-").tempdir_in("/dev/shm").ok();
     if shm.is_none() {
         say("  no writable /dev/shm: the tmpfs write rows are left out");
     }
@@ -87,24 +87,24 @@ fn agent_latency(opts: &Opts, scratch: &Path, agent: &Agent, w: &Workload, rt: &
     let client = rt.block_on(agent.client())?;
     let c = rt.block_on(calls::latency(&client, w, scratch, warm, n))?;
     Ok((
-        "Agent calls, warm connection, Unix socket (typed client of sbx; each call alternates with its floors)"
+        "Agent calls, warm connection, Unix socket (typed client of atoll; each call alternates with its floors)"
             .into(),
         vec![
-            Row::latency("Info (the smallest unary RPC)", &c.info.sbx, Some(("64 B Unix ping-pong", c.info.floor(0)))),
-            Row::latency("Exec `true`", &c.exec_true.sbx, Some(("local spawn+wait of `true`", c.exec_true.floor(0)))),
-            Row::latency("ReadFile 1 KiB", &c.read_1k.sbx, Some(("local open+read+close", c.read_1k.floor(0)))),
+            Row::latency("Info (the smallest unary RPC)", &c.info.atoll, Some(("64 B Unix ping-pong", c.info.floor(0)))),
+            Row::latency("Exec `true`", &c.exec_true.atoll, Some(("local spawn+wait of `true`", c.exec_true.floor(0)))),
+            Row::latency("ReadFile 1 KiB", &c.read_1k.atoll, Some(("local open+read+close", c.read_1k.floor(0)))),
             Row::latency(
                 "WriteFile 1 KiB (atomic)",
-                &c.write_1k.sbx,
+                &c.write_1k.atoll,
                 Some(("local temp+write+rename", c.write_1k.floor(0))),
             ),
-            Row::latency("  same, vs plain write", &c.write_1k.sbx, Some(("local open+write+close", c.write_1k.floor(1)))),
+            Row::latency("  same, vs plain write", &c.write_1k.atoll, Some(("local open+write+close", c.write_1k.floor(1)))),
             Row::latency(
                 "WriteFile 1 KiB, sync (durable)",
-                &c.write_1k_sync.sbx,
+                &c.write_1k_sync.atoll,
                 Some(("local temp+write+fsync+rename+dir fsync", c.write_1k_sync.floor(0))),
             ),
-            Row::latency("ListDir 100 entries", &c.list_100.sbx, Some(("local readdir+lstat", c.list_100.floor(0)))),
+            Row::latency("ListDir 100 entries", &c.list_100.atoll, Some(("local readdir+lstat", c.list_100.floor(0)))),
         ],
     ))
 }
@@ -114,7 +114,7 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
     std::fs::create_dir_all(&logs)?;
     let (n, warm) = (opts.mcp_iters(), opts.mcp_iters() / 10 + 1);
     let cold_runs = if opts.quick { 5 } else { 15 };
-    let mut servers = vec![peers::sbx(&opts.sbx_bin, &agent.address(), w)];
+    let mut servers = vec![peers::atoll(&opts.atoll_bin, &agent.address(), w)];
     let mut notes = Vec::new();
     if !opts.no_peers {
         let install = PeerInstall {
@@ -167,9 +167,9 @@ fn mcp_sections(opts: &Opts, agent: &Agent, w: &Workload) -> Result<Vec<Section>
     Ok(out)
 }
 
-/// `sbx mcp --http` next to stdio, with the official Python and TypeScript clients.
+/// `atoll mcp --http` next to stdio, with the official Python and TypeScript clients.
 fn http_section(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
-    let server = http::HttpServer::start(&opts.sbx_bin, &agent.address(), &scratch.join("mcp-http.log"))?;
+    let server = http::HttpServer::start(&opts.atoll_bin, &agent.address(), &scratch.join("mcp-http.log"))?;
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut drivers = Vec::new();
     if !opts.no_python {
@@ -191,26 +191,26 @@ fn http_section(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
     for driver in &drivers {
         say(&format!("  {}", driver.name));
         rows.extend(
-            http::rows(driver, &server, &opts.sbx_bin, &agent.address(), counts).context(driver.name)?,
+            http::rows(driver, &server, &opts.atoll_bin, &agent.address(), counts).context(driver.name)?,
         );
     }
-    Ok(("MCP over Streamable HTTP (`sbx mcp --http`), the same call over stdio beside it".to_owned(), rows))
+    Ok(("MCP over Streamable HTTP (`atoll mcp --http`), the same call over stdio beside it".to_owned(), rows))
 }
 
-/// Rows: per operation, `sbx mcp` then each peer with peer/sbx ratios.
+/// Rows: per operation, `atoll mcp` then each peer with peer/atoll ratios.
 fn mcp_section(
     title: &str,
     servers: &[ServerSpec],
     res: &[(String, Result<Measured, String>)],
     notes: &[String],
 ) -> Section {
-    let sbx = res.first().and_then(|(_, r)| r.as_ref().ok());
+    let atoll = res.first().and_then(|(_, r)| r.as_ref().ok());
     let mut rows = Vec::new();
     let peer_row = |figure: String, s: &Samples, base: Option<&Samples>| {
         let mut r = Row::latency(figure, s, None);
         if let Some(b) = base {
-            r.against = format!("sbx mcp {}", fmt_dur(b.p50()));
-            r.ratio = format!("peer/sbx {:.2}x", s.p50().as_secs_f64() / b.p50().as_secs_f64().max(1e-9));
+            r.against = format!("atoll mcp {}", fmt_dur(b.p50()));
+            r.ratio = format!("peer/atoll {:.2}x", s.p50().as_secs_f64() / b.p50().as_secs_f64().max(1e-9));
         }
         r
     };
@@ -220,7 +220,7 @@ fn mcp_section(
             Ok(m) => rows.push(peer_row(
                 format!("cold: spawn+initialize+tools/list, {name}"),
                 &m.cold,
-                if i == 0 { None } else { sbx.map(|m| &m.cold) },
+                if i == 0 { None } else { atoll.map(|m| &m.cold) },
             )),
             Err(e) => rows.push(Row::missing(name.clone(), e.clone())),
         }
@@ -232,7 +232,7 @@ fn mcp_section(
             let base = if i == 0 {
                 None
             } else {
-                sbx.and_then(|m| m.calls.iter().find(|(o, _)| *o == op)).map(|(_, s)| s)
+                atoll.and_then(|m| m.calls.iter().find(|(o, _)| *o == op)).map(|(_, s)| s)
             };
             let tool = servers
                 .iter()
@@ -253,8 +253,14 @@ fn copies(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
     let dir = scratch.join("copies");
     std::fs::create_dir_all(&dir)?;
     let runs = 3;
-    let t =
-        throughput::measure(&opts.sbx_bin, &agent.address(), &dir, opts.file_size(), opts.tree_size(), runs)?;
+    let t = throughput::measure(
+        &opts.atoll_bin,
+        &agent.address(),
+        &dir,
+        opts.file_size(),
+        opts.tree_size(),
+        runs,
+    )?;
     let raw = rate_mib(t.file_bytes, t.raw);
     let row = |figure: String, bytes: u64, d: Duration| {
         Row::plain(
@@ -267,14 +273,14 @@ fn copies(opts: &Opts, scratch: &Path, agent: &Agent) -> Result<Section> {
     let size = fmt_bytes(t.file_bytes);
     Ok((
         format!(
-            "Throughput, Unix socket (best of {runs}; `sbx cp --sync` and the raw copy both fsync; same disk)"
+            "Throughput, Unix socket (best of {runs}; `atoll cp --sync` and the raw copy both fsync; same disk)"
         ),
         vec![
-            row(format!("`sbx cp --sync` {size} file, host to guest"), t.file_bytes, t.upload),
-            row(format!("`sbx cp --sync` {size} file, guest to host"), t.file_bytes, t.download),
+            row(format!("`atoll cp --sync` {size} file, host to guest"), t.file_bytes, t.upload),
+            row(format!("`atoll cp --sync` {size} file, guest to host"), t.file_bytes, t.download),
             row(
                 format!(
-                    "`sbx download` {} tree ({} files, random bytes)",
+                    "`atoll download` {} tree ({} files, random bytes)",
                     fmt_bytes(t.tree_bytes),
                     t.tree_files
                 ),
@@ -358,7 +364,7 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     let (boots, execs, bytes, copy_runs) =
         if opts.quick { (3, 20, 16 << 20, 2) } else { (15, 100, 64 << 20, 6) };
     let run = vm::VmRun {
-        sbx_bin: &opts.sbx_bin,
+        atoll_bin: &opts.atoll_bin,
         floor_bin: &opts.link_floor_bin,
         scratch,
         boots,
@@ -372,7 +378,7 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     };
     let accel = &f.accel;
     let boot = Row::latency(
-        format!("`sbx create --net none` to READY, cold boot ({accel}, {boots} boots, alternated)"),
+        format!("`atoll create --net none` to READY, cold boot ({accel}, {boots} boots, alternated)"),
         &f.create,
         Some((
             "bare boot: same QEMU line, kernel, initramfs, /init and modules; init only announces READY on the port",
@@ -391,12 +397,12 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
     );
     let size = fmt_bytes(f.copy_bytes);
     let c = &f.copies;
-    let row = |figure: String, sbx: Duration, raw: Duration| {
+    let row = |figure: String, atoll: Duration, raw: Duration| {
         Row::plain(
             figure,
-            fmt_rate(f.copy_bytes, sbx),
+            fmt_rate(f.copy_bytes, atoll),
             format!("raw virtio-serial stream, bare VM: {}", fmt_rate(f.copy_bytes, raw)),
-            format!("{:.0}% of raw", 100.0 * rate_mib(f.copy_bytes, sbx) / rate_mib(f.copy_bytes, raw)),
+            format!("{:.0}% of raw", 100.0 * rate_mib(f.copy_bytes, atoll) / rate_mib(f.copy_bytes, raw)),
         )
     };
     let rows = vec![
@@ -404,12 +410,12 @@ fn vm_section(opts: &Opts, scratch: &Path, rt: &Runtime) -> Section {
         exec,
         spawn,
         row(
-            format!("`sbx cp --sync` {size} host to guest tmpfs (best of {copy_runs})"),
+            format!("`atoll cp --sync` {size} host to guest tmpfs (best of {copy_runs})"),
             c.upload,
             c.raw_upload,
         ),
         row(
-            format!("`sbx cp --sync` {size} guest tmpfs to host (best of {copy_runs})"),
+            format!("`atoll cp --sync` {size} guest tmpfs to host (best of {copy_runs})"),
             c.download,
             c.raw_download,
         ),

@@ -1,4 +1,4 @@
-//! Copy throughput: `sbx cp` each way and `sbx download` of a tree, next to a raw
+//! Copy throughput: `atoll cp` each way and `atoll download` of a tree, next to a raw
 //! Unix-socket copy of the same bytes between the same disks.
 
 use std::fs;
@@ -17,15 +17,15 @@ pub(crate) struct Throughput {
     pub(crate) file_bytes: u64,
     /// Raw Unix-socket copy of that file.
     pub(crate) raw: Duration,
-    /// `sbx cp FILE :/dst` (host to guest).
+    /// `atoll cp FILE :/dst` (host to guest).
     pub(crate) upload: Duration,
-    /// `sbx cp :/src FILE` (guest to host).
+    /// `atoll cp :/src FILE` (guest to host).
     pub(crate) download: Duration,
     /// Bytes in the tree and its file count.
     pub(crate) tree_bytes: u64,
     /// Files in the tree.
     pub(crate) tree_files: u64,
-    /// `sbx download DIR -o ZIP`.
+    /// `atoll download DIR -o ZIP`.
     pub(crate) tree: Duration,
 }
 
@@ -51,20 +51,20 @@ pub(crate) fn random_file(path: &Path, bytes: u64, seed: u64) -> Result<()> {
     Ok(())
 }
 
-fn sbx(sbx_bin: &Path, agent: &str, args: &[&str]) -> Result<Duration> {
+fn atoll(atoll_bin: &Path, agent: &str, args: &[&str]) -> Result<Duration> {
     let t = Instant::now();
-    let out = Command::new(sbx_bin)
+    let out = Command::new(atoll_bin)
         .arg("--agent")
         .arg(agent)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .output()
-        .context("run sbx")?;
+        .context("run atoll")?;
     let took = t.elapsed();
     ensure!(
         out.status.success(),
-        "`sbx {}` failed with {}: {}",
+        "`atoll {}` failed with {}: {}",
         args.join(" "),
         out.status,
         String::from_utf8_lossy(&out.stderr)
@@ -73,7 +73,7 @@ fn sbx(sbx_bin: &Path, agent: &str, args: &[&str]) -> Result<Duration> {
 }
 
 /// The fastest of `runs` timings of `op`: on a shared machine the best run is the one
-/// least disturbed by others, for the floor and for sbx alike.
+/// least disturbed by others, for the floor and for atoll alike.
 fn best_of(runs: usize, mut op: impl FnMut() -> Result<Duration>) -> Result<Duration> {
     let mut best = Duration::MAX;
     for _ in 0..runs.max(1) {
@@ -84,7 +84,7 @@ fn best_of(runs: usize, mut op: impl FnMut() -> Result<Duration>) -> Result<Dura
 
 /// Runs the copies in `dir` (removed as it goes to bound disk use), each `runs` times.
 pub(crate) fn measure(
-    sbx_bin: &Path,
+    atoll_bin: &Path,
     agent: &str,
     dir: &Path,
     file_bytes: u64,
@@ -103,24 +103,24 @@ pub(crate) fn measure(
 
     let up = dir.join("uploaded.bin");
     let upload = best_of(runs, || {
-        let took = sbx(
-            sbx_bin,
+        let took = atoll(
+            atoll_bin,
             agent,
             &["cp", "--sync", &src.display().to_string(), &format!(":{}", up.display())],
         )?;
-        ensure!(fs::metadata(&up)?.len() == file_bytes, "sbx cp (upload) wrote the wrong size");
+        ensure!(fs::metadata(&up)?.len() == file_bytes, "atoll cp (upload) wrote the wrong size");
         fs::remove_file(&up)?;
         Ok(took)
     })?;
 
     let down = dir.join("downloaded.bin");
     let download = best_of(runs, || {
-        let took = sbx(
-            sbx_bin,
+        let took = atoll(
+            atoll_bin,
             agent,
             &["cp", "--sync", &format!(":{}", src.display()), &down.display().to_string()],
         )?;
-        ensure!(fs::metadata(&down)?.len() == file_bytes, "sbx cp (download) wrote the wrong size");
+        ensure!(fs::metadata(&down)?.len() == file_bytes, "atoll cp (download) wrote the wrong size");
         fs::remove_file(&down)?;
         Ok(took)
     })?;
@@ -141,12 +141,12 @@ pub(crate) fn measure(
     }
     let zip = dir.join("tree.zip");
     let took = best_of(runs, || {
-        let took = sbx(
-            sbx_bin,
+        let took = atoll(
+            atoll_bin,
             agent,
             &["download", &tree.display().to_string(), "-o", &zip.display().to_string()],
         )?;
-        ensure!(fs::metadata(&zip)?.len() >= tree_bytes, "sbx download wrote a zip smaller than the tree");
+        ensure!(fs::metadata(&zip)?.len() >= tree_bytes, "atoll download wrote a zip smaller than the tree");
         fs::remove_file(&zip)?;
         Ok(took)
     })?;

@@ -1,5 +1,5 @@
-// Drives `sbx mcp` over stdio and over Streamable HTTP with the official TypeScript MCP
-// SDK, for sbx-bench's `http` group (bench/src/http.rs); the same protocol as
+// Drives `atoll mcp` over stdio and over Streamable HTTP with the official TypeScript MCP
+// SDK, for atoll-bench's `http` group (bench/src/http.rs); the same protocol as
 // bench/mcp_http.py, without the stateless row (this SDK speaks no 2026-07-28). Reads
 // {"url", "stdio": {"command", "args"}, "call": {"tool", "arguments", "expect"},
 //  "warmup", "iterations", "clients", "calls_per_client"} on stdin and prints
@@ -34,7 +34,7 @@ async function timed(client, cfg) {
 }
 
 async function connect(transport) {
-  const client = new Client({ name: "sbx-bench", version: "0" });
+  const client = new Client({ name: "atoll-bench", version: "0" });
   await client.connect(transport);
   return client;
 }

@@ -1,4 +1,4 @@
-// Drives MCP servers with the official TypeScript MCP SDK's stdio client, for sbx-bench;
+// Drives MCP servers with the official TypeScript MCP SDK's stdio client, for atoll-bench;
 // the same protocol as bench/mcp_official.py. Reads a JSON document on stdin:
 // {"cold_runs", "warmup", "iterations", "servers": [ServerSpec]} (see bench/src/mcp.rs),
 // and prints one JSON document on stdout:
@@ -21,7 +21,7 @@ async function connected(spec) {
     cwd: spec.cwd ?? undefined,
     stderr: "ignore",
   });
-  const client = new Client({ name: "sbx-bench", version: "0" });
+  const client = new Client({ name: "atoll-bench", version: "0" });
   await client.connect(transport);
   await client.listTools();
   return client;

@@ -4,7 +4,7 @@
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
-use sbx_agent::archive::upload::entry_path;
+use atoll_agent::archive::upload::entry_path;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(rel) = entry_path(data) {

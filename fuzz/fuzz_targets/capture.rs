@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sbx_agent::exec::capture::Capture;
+use atoll_agent::exec::capture::Capture;
 
 fuzz_target!(|data: &[u8]| {
     let [l0, l1, cut, rest @ ..] = data else { return };

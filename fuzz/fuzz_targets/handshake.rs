@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(port) = sbx::connect::parse_handshake_reply(data) {
+    if let Ok(port) = atoll::connect::parse_handshake_reply(data) {
         let text = std::str::from_utf8(data).expect("an accepted reply is UTF-8");
         assert!(text.starts_with("OK "), "accepted {text:?}");
         assert!(text.contains(&port.to_string()), "{text:?} gave port {port}");

@@ -19,7 +19,7 @@
 //!   [`on_worker_park`]). mimalloc would otherwise do so only when that thread next
 //!   allocates, and an idle agent would keep what its last transfer used (20 MiB
 //!   after an output flood). Never during one: a transfer trimmed half-way faults its
-//!   buffers in again, which halved `sbx cp` into a TCG VM.
+//!   buffers in again, which halved `atoll cp` into a TCG VM.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

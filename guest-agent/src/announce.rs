@@ -1,7 +1,7 @@
 //! The READY announcement: once listening, the agent tells whoever started it (the
 //! host's vsock listener, or a test's Unix socket) that it serves.
 
-use sbx_proto::Address;
+use atoll_proto::Address;
 
 /// Why the announcement failed.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +16,7 @@ pub struct AnnounceError {
 
 impl AnnounceError {
     /// True when the announcement went to vsock and the VM has none: no vsock device
-    /// (`ENODEV`, as in a VM that sbx starts, which reaches the agent over the agent
+    /// (`ENODEV`, as in a VM that atoll starts, which reaches the agent over the agent
     /// link instead) or no vsock in the guest's kernel (`EAFNOSUPPORT`).
     pub fn no_vsock(&self) -> bool {
         matches!(self.addr, Address::Vsock { .. })

@@ -4,7 +4,7 @@
 //! vsock is reachable only from the VM's host and Unix sockets are created 0600, so
 //! they need no token. A TCP listener on a loopback address is as private as the
 //! machine; on any other address the agent refuses to start without a token
-//! (`--token-file` or `SBX_AGENT_TOKEN`).
+//! (`--token-file` or `ATOLL_AGENT_TOKEN`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use subtle::ConstantTimeEq;
 use tonic::{Request, Status};
 
 /// The environment variable holding the token, read by both the agent and the CLI.
-pub const TOKEN_ENV: &str = "SBX_AGENT_TOKEN";
+pub const TOKEN_ENV: &str = "ATOLL_AGENT_TOKEN";
 
 /// Why the token could not be set up.
 #[derive(Debug, thiserror::Error)]

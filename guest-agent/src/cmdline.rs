@@ -1,9 +1,9 @@
-//! The `sbx.*` settings on the kernel command line (`sbx.listen=`, `sbx.announce=`,
-//! `sbx.hostname=`, `sbx.net=`, `sbx.mount=`, `sbx.disk=`).
+//! The `atoll.*` settings on the kernel command line (`atoll.listen=`, `atoll.announce=`,
+//! `atoll.hostname=`, `atoll.net=`, `atoll.mount=`, `atoll.disk=`).
 
-use sbx_proto::Address;
+use atoll_proto::Address;
 
-/// The `sbx.*` settings from the kernel command line.
+/// The `atoll.*` settings from the kernel command line.
 #[derive(Debug, Default)]
 pub struct KernelCmdline {
     listen: Option<Address>,
@@ -27,36 +27,36 @@ impl KernelCmdline {
         for word in text.split_whitespace() {
             let Some((key, value)) = word.split_once('=') else { continue };
             let slot = match key {
-                "sbx.listen" => &mut out.listen,
-                "sbx.announce" => &mut out.announce,
-                "sbx.hostname" => {
+                "atoll.listen" => &mut out.listen,
+                "atoll.announce" => &mut out.announce,
+                "atoll.hostname" => {
                     if valid_hostname(value) {
                         out.hostname = Some(value.to_owned());
                     } else {
                         tracing::warn!(
-                            "ignoring sbx.hostname={value}: use 1 to 64 letters, digits, `-` and `.`"
+                            "ignoring atoll.hostname={value}: use 1 to 64 letters, digits, `-` and `.`"
                         );
                     }
                     continue;
                 }
-                "sbx.mount" => {
+                "atoll.mount" => {
                     match value.parse() {
                         Ok(spec) => out.mounts.push(spec),
-                        Err(e) => tracing::warn!("ignoring sbx.mount: {e}"),
+                        Err(e) => tracing::warn!("ignoring atoll.mount: {e}"),
                     }
                     continue;
                 }
-                "sbx.disk" => {
+                "atoll.disk" => {
                     match value.parse() {
                         Ok(bytes) => out.disk = Some(bytes),
-                        Err(e) => tracing::warn!("ignoring sbx.disk={value}: {e}"),
+                        Err(e) => tracing::warn!("ignoring atoll.disk={value}: {e}"),
                     }
                     continue;
                 }
-                "sbx.net" => {
+                "atoll.net" => {
                     match value.parse() {
                         Ok(spec) => out.net = Some(spec),
-                        Err(e) => tracing::warn!("ignoring sbx.net: {e}"),
+                        Err(e) => tracing::warn!("ignoring atoll.net: {e}"),
                     }
                     continue;
                 }
@@ -70,32 +70,32 @@ impl KernelCmdline {
         out
     }
 
-    /// `sbx.listen=`, if given.
+    /// `atoll.listen=`, if given.
     pub fn listen(&self) -> Option<Address> {
         self.listen.clone()
     }
 
-    /// `sbx.announce=`, if given.
+    /// `atoll.announce=`, if given.
     pub fn announce(&self) -> Option<Address> {
         self.announce.clone()
     }
 
-    /// `sbx.net=`, if given and valid: the guest's NIC settings.
+    /// `atoll.net=`, if given and valid: the guest's NIC settings.
     pub fn net(&self) -> Option<crate::net::NetSpec> {
         self.net
     }
 
-    /// Every valid `sbx.mount=`: the host folders to mount, in order.
+    /// Every valid `atoll.mount=`: the host folders to mount, in order.
     pub fn mounts(&self) -> &[crate::storage::ShareSpec] {
         &self.mounts
     }
 
-    /// `sbx.disk=`, if given: the size of the writable root in bytes.
+    /// `atoll.disk=`, if given: the size of the writable root in bytes.
     pub fn disk(&self) -> Option<u64> {
         self.disk
     }
 
-    /// `sbx.hostname=`, if given and valid.
+    /// `atoll.hostname=`, if given and valid.
     pub fn hostname(&self) -> Option<&str> {
         self.hostname.as_deref()
     }
@@ -113,28 +113,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cmdline_reads_sbx_settings_and_ignores_the_rest() {
+    fn cmdline_reads_atoll_settings_and_ignores_the_rest() {
         let c = KernelCmdline::parse(
-            "console=ttyS0 quiet sbx.listen=vsock://-1:2000 sbx.announce=vsock://2:1025 sbx.hostname=box-1 sbx.net=10.0.2.15/24,10.0.2.2",
+            "console=ttyS0 quiet atoll.listen=vsock://-1:2000 atoll.announce=vsock://2:1025 atoll.hostname=box-1 atoll.net=10.0.2.15/24,10.0.2.2",
         );
         assert_eq!(c.net().map(|n| n.addr), Some(std::net::Ipv4Addr::new(10, 0, 2, 15)));
-        assert_eq!(KernelCmdline::parse("sbx.net=nonsense").net(), None);
+        assert_eq!(KernelCmdline::parse("atoll.net=nonsense").net(), None);
         assert_eq!(c.listen(), Some(Address::Vsock { cid: u32::MAX, port: 2000 }));
         assert_eq!(c.announce(), Some(Address::Vsock { cid: 2, port: 1025 }));
         assert_eq!(c.hostname(), Some("box-1"));
-        let c =
-            KernelCmdline::parse("sbx.mount=sbx0:/a:ro sbx.mount=sbx1:/b:rw sbx.mount=bad sbx.disk=1048576");
+        let c = KernelCmdline::parse(
+            "atoll.mount=atoll0:/a:ro atoll.mount=atoll1:/b:rw atoll.mount=bad atoll.disk=1048576",
+        );
         assert_eq!(c.mounts().len(), 2);
         assert_eq!(c.disk(), Some(1 << 20));
-        assert_eq!(KernelCmdline::parse("sbx.disk=8G").disk(), None);
+        assert_eq!(KernelCmdline::parse("atoll.disk=8G").disk(), None);
     }
 
     #[test]
     fn cmdline_refuses_bad_hostnames() {
-        for bad in ["sbx.hostname=", "sbx.hostname=-x", "sbx.hostname=a/b", "sbx.hostname=a;reboot"] {
+        for bad in ["atoll.hostname=", "atoll.hostname=-x", "atoll.hostname=a/b", "atoll.hostname=a;reboot"] {
             assert_eq!(KernelCmdline::parse(bad).hostname(), None, "{bad}");
         }
-        let long = format!("sbx.hostname={}", "a".repeat(65));
+        let long = format!("atoll.hostname={}", "a".repeat(65));
         assert_eq!(KernelCmdline::parse(&long).hostname(), None);
     }
 }

@@ -1,4 +1,4 @@
-//! sbx-agent: the program inside every sbx microVM.
+//! atoll-agent: the program inside every atoll microVM.
 //!
 //! - [`listen`]: binds the addresses of the shared grammar and serves the gRPC service.
 //! - [`auth`]: the token that TCP clients must present.
@@ -18,12 +18,12 @@
 //!   its own (clock, hostname, randomness) without a process.
 //! - [`ports`]: ConnectPort, a TCP connection to a port of the guest's loopback (published
 //!   ports).
-//! - [`net`]: configuring the guest's NIC from `sbx.net=` on the kernel command line.
-//! - [`storage`]: host folders (9p) and the root filesystem's size, from `sbx.mount=`
-//!   and `sbx.disk=` on the kernel command line.
+//! - [`net`]: configuring the guest's NIC from `atoll.net=` on the kernel command line.
+//! - [`storage`]: host folders (9p) and the root filesystem's size, from `atoll.mount=`
+//!   and `atoll.disk=` on the kernel command line.
 //! - [`report`]: errors rendered as one line with their causes.
 //! - [`init`]: PID 1 duties (mounts, `lo`, hostname, power-off).
-//! - [`cmdline`]: the `sbx.*` settings on the kernel command line.
+//! - [`cmdline`]: the `atoll.*` settings on the kernel command line.
 //! - [`announce`]: the READY line the agent sends once it listens.
 
 pub mod allocator;

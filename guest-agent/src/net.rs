@@ -1,4 +1,4 @@
-//! The guest's NIC, configured from `sbx.net=ADDR/PREFIX,GATEWAY[,DNS]` on the kernel
+//! The guest's NIC, configured from `atoll.net=ADDR/PREFIX,GATEWAY[,DNS]` on the kernel
 //! command line (the host adds it only when the sandbox has a network): the first
 //! interface other than `lo` gets the address and comes up, the default route goes
 //! through the gateway, and `/etc/resolv.conf` names the DNS server (the gateway unless
@@ -20,8 +20,8 @@ const NIC_WAIT: Duration = Duration::from_secs(3);
 /// Why the NIC could not be configured.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
-    /// `sbx.net=` does not parse.
-    #[error("sbx.net={0} is not ADDR/PREFIX,GATEWAY[,DNS] (e.g. 10.0.2.15/24,10.0.2.2)")]
+    /// `atoll.net=` does not parse.
+    #[error("atoll.net={0} is not ADDR/PREFIX,GATEWAY[,DNS] (e.g. 10.0.2.15/24,10.0.2.2)")]
     BadSpec(String),
     /// No interface but `lo`.
     #[error("no network interface appeared within {} s; is the virtio_net module loaded?", NIC_WAIT.as_secs())]
@@ -42,7 +42,7 @@ pub enum NetError {
     Resolv(#[source] std::io::Error),
 }
 
-/// The guest's addressing, as `sbx.net=` gives it.
+/// The guest's addressing, as `atoll.net=` gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetSpec {
     /// The guest's address.
@@ -121,7 +121,7 @@ fn wait_for_interface(sys_class_net: &Path) -> Result<String, NetError> {
 /// Writes `nameserver DNS` to `etc/resolv.conf` through a temp file and a rename, which
 /// also replaces a symlink (to systemd-resolved's file, say) instead of following it.
 fn write_resolv_conf(etc: &Path, dns: Ipv4Addr) -> std::io::Result<()> {
-    let tmp = etc.join(".resolv.conf.sbx");
+    let tmp = etc.join(".resolv.conf.atoll");
     std::fs::write(&tmp, format!("nameserver {dns}\n"))?;
     std::fs::rename(&tmp, etc.join("resolv.conf"))
 }

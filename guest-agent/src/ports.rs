@@ -9,9 +9,9 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};

@@ -77,7 +77,7 @@ pub fn restored(unix_ms: i64, hostname: &str, entropy: &[u8]) -> Result<i64, Res
 }
 
 /// A hostname the kernel takes and shells print sanely, wide enough for every sandbox
-/// name `sbx` accepts (those may hold `_` and start with any of their characters).
+/// name `atoll` accepts (those may hold `_` and start with any of their characters).
 fn valid_hostname(name: &str) -> bool {
     (1..=MAX_HOSTNAME).contains(&name.len())
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))

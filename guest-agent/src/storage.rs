@@ -1,12 +1,12 @@
 //! The sandbox's storage as the host asked for it on the kernel command line: host
-//! folders shared over virtio-9p (`sbx.mount=TAG:GUESTPATH:ro|rw`), mounted where the
-//! host said, and the size of the writable root (`sbx.disk=BYTES`): a tmpfs root (the
+//! folders shared over virtio-9p (`atoll.mount=TAG:GUESTPATH:ro|rw`), mounted where the
+//! host said, and the size of the writable root (`atoll.disk=BYTES`): a tmpfs root (the
 //! `minimal` template) is remounted with that size, an ext4 root on a disk the host made
 //! larger than the filesystem is grown online to fill it.
 //!
 //! Runs before the agent listens, as PID 1 and as a service alike: once the host hears
 //! READY, the folders are there. The initramfs loads the 9p modules when it sees
-//! `sbx.mount=` (rootfs/initramfs-init.sh).
+//! `atoll.mount=` (rootfs/initramfs-init.sh).
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use rustix::mount::MountFlags;
 /// is seen at once, but programs may still `mmap` shared files.
 const NINEP_OPTIONS: &str = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap";
 
-/// One `sbx.mount=` entry.
+/// One `atoll.mount=` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShareSpec {
     /// The 9p mount tag QEMU gave the share.
@@ -165,10 +165,10 @@ mod tests {
 
     #[test]
     fn share_specs_parse_and_bad_ones_are_refused() {
-        let s: ShareSpec = "sbx0:/work/src:ro".parse().unwrap();
-        assert_eq!(s, ShareSpec { tag: "sbx0".into(), target: "/work/src".into(), read_only: true });
-        assert!(!"sbx1:/w:rw".parse::<ShareSpec>().unwrap().read_only);
-        for bad in ["sbx0:/w", "sbx0:w:rw", ":/w:rw", "sbx0:/w:rx", "a:/b:rw:x"] {
+        let s: ShareSpec = "atoll0:/work/src:ro".parse().unwrap();
+        assert_eq!(s, ShareSpec { tag: "atoll0".into(), target: "/work/src".into(), read_only: true });
+        assert!(!"atoll1:/w:rw".parse::<ShareSpec>().unwrap().read_only);
+        for bad in ["atoll0:/w", "atoll0:w:rw", ":/w:rw", "atoll0:/w:rx", "a:/b:rw:x"] {
             assert!(bad.parse::<ShareSpec>().is_err(), "{bad}");
         }
     }

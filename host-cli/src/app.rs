@@ -1,4 +1,4 @@
-//! The top of the `sbx` command: parse, set up logging and the runtime, run the
+//! The top of the `atoll` command: parse, set up logging and the runtime, run the
 //! subcommand, and turn its error into one message (or one JSON document) and an exit
 //! code. This is the only place that uses `anyhow`'s error chain for display.
 
@@ -14,7 +14,7 @@ use crate::cmd::UsageError;
 use crate::connect::ConnectError;
 use crate::sandbox::TargetError;
 
-/// Runs `sbx` with the process's arguments and returns its exit code.
+/// Runs `atoll` with the process's arguments and returns its exit code.
 pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "net-helper") {
         return net_helper();
@@ -42,12 +42,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// `sbx net-helper` lives as long as its sandbox, so it parses only its own arguments:
+/// `atoll net-helper` lives as long as its sandbox, so it parses only its own arguments:
 /// building the whole command tree would page in code it never runs again, and the
 /// helper's resident set is measured per sandbox (BENCHMARKS.md).
 fn net_helper() -> ExitCode {
     #[derive(Parser)]
-    #[command(name = "sbx net-helper", about = "The per-sandbox network helper (sbx create runs it)")]
+    #[command(name = "atoll net-helper", about = "The per-sandbox network helper (atoll create runs it)")]
     struct HelperCli {
         #[command(flatten)]
         args: crate::cli::HelperArgs,
@@ -70,21 +70,21 @@ fn net_helper() -> ExitCode {
     }
 }
 
-/// `sbx agent-link` (hidden, for now run by hand): serves a VM's agent link (QEMU's
-/// chardev socket of the port `sbx.agent`) on a Unix socket, in the foreground. The
-/// per-sandbox `sbx net-helper` is meant to run the same module.
+/// `atoll agent-link` (hidden, for now run by hand): serves a VM's agent link (QEMU's
+/// chardev socket of the port `atoll.agent`) on a Unix socket, in the foreground. The
+/// per-sandbox `atoll net-helper` is meant to run the same module.
 fn agent_link() -> ExitCode {
     #[derive(Parser)]
     #[command(
-        name = "sbx agent-link",
+        name = "atoll agent-link",
         about = "Serve a VM's agent link (its virtio-serial port) on a Unix socket for every client"
     )]
     struct LinkCli {
-        /// QEMU's chardev socket of the port sbx.agent (`<sandbox dir>/agent.port`).
+        /// QEMU's chardev socket of the port atoll.agent (`<sandbox dir>/agent.port`).
         #[arg(long, value_name = "PATH")]
         port: std::path::PathBuf,
         /// The Unix socket to serve (`<sandbox dir>/agent.sock`); reach the agent with
-        /// `sbx --agent unix://PATH`.
+        /// `atoll --agent unix://PATH`.
         #[arg(long, value_name = "PATH")]
         socket: std::path::PathBuf,
         /// How long a call waits for the link to come up before it fails (UNAVAILABLE).
@@ -115,7 +115,7 @@ fn agent_link() -> ExitCode {
 /// one read, decode). On a current-thread runtime they all run on the calling thread;
 /// a multi-thread runtime hands the request to the connection task on a worker and the
 /// answer back, a futex wake and a context switch each way (tens of microseconds each
-/// inside a VM). So calls, and `sbx mcp`, run on one thread. Bulk copies (`cp` and
+/// inside a VM). So calls, and `atoll mcp`, run on one thread. Bulk copies (`cp` and
 /// `download`) keep two workers, so that reading and writing files overlaps the
 /// HTTP/2 framing of the stream.
 pub fn runtime(bulk: bool) -> io::Result<tokio::runtime::Runtime> {
@@ -152,8 +152,8 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
-        1 => "sbx=info",
-        2 => "sbx=debug",
+        1 => "atoll=info",
+        2 => "atoll=debug",
         _ => "trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -199,7 +199,7 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
 
 fn report(e: &anyhow::Error, json: bool) -> ExitCode {
     // Decided by where the error came from, not by its kind: only a write to stdout
-    // whose reader went away (`sbx cat big | head`) ends quietly, as pipelines do. A
+    // whose reader went away (`atoll cat big | head`) ends quietly, as pipelines do. A
     // broken pipe on the agent's socket is a failure like any other.
     if crate::output::is_stdout_closed(e) {
         return ExitCode::SUCCESS;
@@ -216,7 +216,7 @@ fn report(e: &anyhow::Error, json: bool) -> ExitCode {
         print_json_error(kind, &format!("{e}{step}"), &causes, code);
     } else {
         let mut err = io::stderr().lock();
-        let _ = writeln!(err, "sbx: {e:#}{step}");
+        let _ = writeln!(err, "atoll: {e:#}{step}");
     }
     ExitCode::from(code)
 }
@@ -245,7 +245,7 @@ mod tests {
         // A broken pipe on the agent's socket is a failure, at whatever depth.
         let socket = io::Error::from(io::ErrorKind::BrokenPipe);
         assert_ne!(exit(anyhow::Error::new(socket).context("sending the request")), ExitCode::SUCCESS);
-        let addr: sbx_proto::Address = "hvsock:///run/vm.sock:1024".parse().unwrap();
+        let addr: atoll_proto::Address = "hvsock:///run/vm.sock:1024".parse().unwrap();
         let refused = ConnectError::Refused { addr, source: io::ErrorKind::BrokenPipe.into() };
         assert_eq!(exit(refused.into()), ExitCode::from(EXIT_UNREACHABLE));
     }

@@ -1,4 +1,4 @@
-//! Zip archives on the host side of `sbx cp` for directories: packing a host directory
+//! Zip archives on the host side of `atoll cp` for directories: packing a host directory
 //! for `UploadDir`, and unpacking a `DownloadDir` archive safely.
 //!
 //! Unpacking checks every entry before writing anything: a name that would land outside

@@ -1,4 +1,4 @@
-//! [`Client`]: the one typed client of the agent. The `sbx` subcommands and the MCP
+//! [`Client`]: the one typed client of the agent. The `atoll` subcommands and the MCP
 //! tools are both thin callers of it, so a capability is written once and reaches both.
 //!
 //! Methods take plain Rust types ([`ExecSpec`], [`ReadOpts`], readers) and return domain
@@ -8,7 +8,7 @@
 //! The records, with their conversions from and to the generated messages, one file per
 //! area: `exec` (commands), `jobs` (background jobs), `files` (entries, listings, read
 //! and write options), `archive` (directory downloads and uploads), `system`
-//! ([`AgentInfo`]). They serialize to the JSON `sbx --json` prints.
+//! ([`AgentInfo`]). They serialize to the JSON `atoll --json` prints.
 
 mod archive;
 mod error;
@@ -24,12 +24,12 @@ mod terminal;
 use std::io;
 use std::time::Duration;
 
+use atoll_proto::Address;
+use atoll_proto::agent::v1::{self as pb, agent_client::AgentClient};
+use atoll_proto::limits::{CHUNK_SIZE, MAX_MESSAGE_BYTES, UPLOAD_CHUNK_SIZE};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
-use sbx_proto::Address;
-use sbx_proto::agent::v1::{self as pb, agent_client::AgentClient};
-use sbx_proto::limits::{CHUNK_SIZE, MAX_MESSAGE_BYTES, UPLOAD_CHUNK_SIZE};
 use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;

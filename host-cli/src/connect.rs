@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use atoll_proto::Address;
+use atoll_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 use hyper_util::rt::TokioIo;
-use sbx_proto::Address;
-use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -60,7 +60,7 @@ pub enum ConnectError {
     /// The VMM's socket accepted us but the guest side is not there yet.
     #[error(
         "the VM socket at {addr} did not let us through to guest port {port} ({why}): the VM is \
-         not booted yet or sbx-agent is not listening on port {port}; retry in a moment"
+         not booted yet or atoll-agent is not listening on port {port}; retry in a moment"
     )]
     NotReady {
         /// Where we looked.
@@ -74,7 +74,7 @@ pub enum ConnectError {
     #[error(
         "the VM socket at {addr} took the connection but its vsock backend did not read the request \
          within {secs}: the backend (vhost-device-vsock) has stopped serving it; restart the backend \
-         (for an sbx sandbox, `sbx pause --to-disk NAME` then `sbx resume NAME` gives it a new one)",
+         (for an atoll sandbox, `atoll pause --to-disk NAME` then `atoll resume NAME` gives it a new one)",
         secs = seconds(*after)
     )]
     Stalled {
@@ -85,7 +85,7 @@ pub enum ConnectError {
     },
     /// The HTTP/2 layer failed on an established connection.
     #[error(
-        "connected to {addr} but could not start a gRPC session: is sbx-agent the program listening there?"
+        "connected to {addr} but could not start a gRPC session: is atoll-agent the program listening there?"
     )]
     Protocol {
         /// Where we looked.
@@ -118,9 +118,9 @@ fn seconds(d: Duration) -> String {
 fn hint(addr: &Address) -> String {
     match addr {
         Address::Vsock { port, .. } | Address::HybridVsock { port, .. } => {
-            format!("is the VM booted and sbx-agent listening on port {port}?")
+            format!("is the VM booted and atoll-agent listening on port {port}?")
         }
-        Address::Unix(_) | Address::Tcp(_) => "is sbx-agent running and listening there?".to_string(),
+        Address::Unix(_) | Address::Tcp(_) => "is atoll-agent running and listening there?".to_string(),
     }
 }
 
@@ -428,15 +428,15 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<(Channel, Link
     Ok((channel, link))
 }
 
-/// Adds `authorization: Bearer $SBX_AGENT_TOKEN` to every call when that variable is
+/// Adds `authorization: Bearer $ATOLL_AGENT_TOKEN` to every call when that variable is
 /// set: an agent listening on a non-loopback TCP address requires it.
 #[derive(Clone, Default)]
 pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
 
 impl Bearer {
-    /// The token from `SBX_AGENT_TOKEN`, if set and usable in a header.
+    /// The token from `ATOLL_AGENT_TOKEN`, if set and usable in a header.
     pub fn from_env() -> Self {
-        let token = std::env::var("SBX_AGENT_TOKEN").ok().filter(|t| !t.trim().is_empty());
+        let token = std::env::var("ATOLL_AGENT_TOKEN").ok().filter(|t| !t.trim().is_empty());
         let value = token.and_then(|t| {
             let mut v = tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim())).ok()?;
             v.set_sensitive(true);
@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "no agent answered at hvsock:///run/vm/v.sock:1024 within 5 s: is the VM booted and \
-             sbx-agent listening on port 1024?"
+             atoll-agent listening on port 1024?"
         );
     }
 

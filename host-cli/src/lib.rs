@@ -1,4 +1,4 @@
-//! `sbx`: the host side of sbx, as a library the `sbx` binary and the MCP server share.
+//! `atoll`: the host side of atoll, as a library the `atoll` binary and the MCP server share.
 //!
 //! The crate has layers, top to bottom; a module imports only from layers below its own,
 //! and never from the other face.
@@ -7,16 +7,16 @@
 //!    - [`app`] (`main`: runtime, logging, exit codes, the one error report), [`cli`]
 //!      (every clap type; imports nothing from [`cmd`] or [`app`]), [`cmd`] (one module
 //!      per subcommand group), [`output`] (stdout/stderr/JSON/progress), [`tty`] (the
-//!      host terminal of `sbx shell` and `sbx exec -t`: raw mode, size, signals);
-//!    - [`mcp`]: `sbx mcp`, one file per group of tools in `mcp/tools/`.
+//!      host terminal of `atoll shell` and `atoll exec -t`: raw mode, size, signals);
+//!    - [`mcp`]: `atoll mcp`, one file per group of tools in `mcp/tools/`.
 //! 2. **Use-cases**, the rules both faces share, written once:
 //!    - [`sandbox`]: which agent a call goes to ([`sandbox::Target`]), the sandbox
 //!      lifecycle (create, list, inspect, pause, resume, kill), reading a guest file into
 //!      memory, permission modes. A new capability (network policy, published ports,
 //!      snapshots, mounts) is one module here, with a thin command in `cmd/` and a thin
 //!      tool in `mcp/tools/` on top.
-//!    - [`template`]: `sbx template build|save|ls|rm`, baking the agent into your own image.
-//!    - [`signal`]: signal names and numbers; [`archive`]: host-side zips for `sbx cp` of
+//!    - [`template`]: `atoll template build|save|ls|rm`, baking the agent into your own image.
+//!    - [`signal`]: signal names and numbers; [`archive`]: host-side zips for `atoll cp` of
 //!      directories (pack; safe unpack).
 //! 3. **Below the use-cases**, called only by them (and by the faces for the client):
 //!    - [`vmm`]: what a microVM runs on: QEMU's command line, its processes, QMP,
@@ -24,7 +24,7 @@
 //!      [`template`] call it.
 //!    - [`client`]: [`client::Client`], the one typed client of the agent, and its
 //!      records (one file per area).
-//! 4. **Transport**: [`connect`] dials any [`sbx_proto::Address`] (vsock, hybrid vsock,
+//! 4. **Transport**: [`connect`] dials any [`atoll_proto::Address`] (vsock, hybrid vsock,
 //!    unix, tcp) into a tonic channel, with a connect timeout and the hybrid-vsock
 //!    handshake.
 

@@ -1,5 +1,5 @@
-//! `sbx`: the host command. Everything lives in the library; see [`sbx::app`].
+//! `atoll`: the host command. Everything lives in the library; see [`atoll::app`].
 
 fn main() -> std::process::ExitCode {
-    sbx::app::main()
+    atoll::app::main()
 }

@@ -1,8 +1,8 @@
 //! Where results go: stdout carries only the result (text, raw bytes, or one JSON
 //! document with `--json`); logs, progress bars and errors go to stderr. Write errors
-//! are returned, never panicked on. A write to a stdout whose reader went away (`sbx
+//! are returned, never panicked on. A write to a stdout whose reader went away (`atoll
 //! cat big | head`) fails with [`StdoutClosed`] inside its `io::Error`: that, and only
-//! that, ends `sbx` quietly. A broken pipe anywhere else (the agent's socket) is an
+//! that, ends `atoll` quietly. A broken pipe anywhere else (the agent's socket) is an
 //! error like any other, so it can never pass for success.
 
 use std::io::{self, IsTerminal, Write};
@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
-/// The reader of `sbx`'s stdout went away: how pipelines like `sbx cat big | head`
+/// The reader of `atoll`'s stdout went away: how pipelines like `atoll cat big | head`
 /// end. Carried inside the `io::Error` of the failed write.
 #[derive(Debug, thiserror::Error)]
 #[error("the reader of stdout went away")]
@@ -115,5 +115,5 @@ impl Output {
     }
 }
 
-/// `1.5 MiB`: a byte count for people, written once for both sides in sbx-proto.
-pub use sbx_proto::units::human_bytes;
+/// `1.5 MiB`: a byte count for people, written once for both sides in atoll-proto.
+pub use atoll_proto::units::human_bytes;

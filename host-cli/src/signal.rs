@@ -1,4 +1,4 @@
-//! Signal names and numbers, as `sbx job kill --signal` and the MCP tools take them.
+//! Signal names and numbers, as `atoll job kill --signal` and the MCP tools take them.
 
 /// Parses a signal name (`TERM`, `SIGTERM`, `term`) or number (`15`).
 pub fn parse(s: &str) -> Result<i32, String> {

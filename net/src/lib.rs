@@ -1,4 +1,4 @@
-//! sbx-net: a sandbox's network, run by its host-side helper process.
+//! atoll-net: a sandbox's network, run by its host-side helper process.
 //!
 //! The guest's NIC is a QEMU `-netdev stream` socket; its frames reach [`stack`], a
 //! userspace TCP/IP stack (smoltcp) that terminates every guest connection here, so

@@ -1,6 +1,6 @@
 //! The audit log: one JSON line per connection attempt and per DNS query, in
 //! `DIR/net.log`, rotated to `net.log.1` (one old file kept) when it would pass
-//! [`ROTATE_BYTES`]. [`Record`] is also what readers (`sbx net log`) parse.
+//! [`ROTATE_BYTES`]. [`Record`] is also what readers (`atoll net log`) parse.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;

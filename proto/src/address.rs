@@ -1,4 +1,4 @@
-//! The address grammar shared by `sbx` and `sbx-agent`.
+//! The address grammar shared by `atoll` and `atoll-agent`.
 //!
 //! | form                      | meaning                                                     |
 //! |---------------------------|-------------------------------------------------------------|
@@ -58,7 +58,7 @@ pub enum AddressError {
     #[error("`{0}` needs a CID: a number, or -1 for any")]
     BadCid(String),
     /// Unix and hybrid-vsock paths must be absolute.
-    #[error("`{0}` needs an absolute socket path, as in unix:///run/sbx/agent.sock")]
+    #[error("`{0}` needs an absolute socket path, as in unix:///run/atoll/agent.sock")]
     RelativePath(String),
     /// A NUL byte in a path.
     #[error("`{0}` contains a NUL byte")]

@@ -403,7 +403,7 @@ mod tests {
         [
             (&b":method"[..], &b"POST"[..]),
             (b":scheme", b"http"),
-            (b":path", b"/sbx.agent.v1.Agent/Info"),
+            (b":path", b"/atoll.agent.v1.Agent/Info"),
             (b":authority", authority),
             (b"content-type", b"application/grpc"),
         ]

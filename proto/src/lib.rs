@@ -1,4 +1,4 @@
-//! The contract between `sbx` (host) and `sbx-agent` (guest).
+//! The contract between `atoll` (host) and `atoll-agent` (guest).
 //!
 //! - [`agent::v1`]: the generated gRPC messages, with the client half behind the
 //!   `client` feature and the server half behind the `server` feature.
@@ -24,11 +24,11 @@ pub mod units;
 
 pub use address::{Address, AddressError};
 
-/// Generated code for package `sbx.agent.v1`.
+/// Generated code for package `atoll.agent.v1`.
 pub mod agent {
     /// Version 1 of the agent API.
     #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
     pub mod v1 {
-        tonic::include_proto!("sbx.agent.v1");
+        tonic::include_proto!("atoll.agent.v1");
     }
 }

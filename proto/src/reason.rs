@@ -1,13 +1,13 @@
 //! [`Reason`]: why the agent refused a call, as a stable token it attaches to the gRPC
-//! status in the `sbx-reason` metadata entry ([`REASON_KEY`]).
+//! status in the `atoll-reason` metadata entry ([`REASON_KEY`]).
 //!
-//! The agent's messages are face-neutral (they name no RPC, no MCP tool, no `sbx`
-//! command), since a stock gRPC client, the `sbx` CLI and the MCP server all show them.
+//! The agent's messages are face-neutral (they name no RPC, no MCP tool, no `atoll`
+//! command), since a stock gRPC client, the `atoll` CLI and the MCP server all show them.
 //! Each face adds its own next step from the reason: a token the agent chose where it
 //! knew what went wrong, so a face does not guess from the gRPC code or the words.
 
 /// The metadata key of the reason on an error status.
-pub const REASON_KEY: &str = "sbx-reason";
+pub const REASON_KEY: &str = "atoll-reason";
 
 /// Why the agent refused a call, for the faces to say what to do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,7 +9,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 W=${1:-$(mktemp -d /tmp/stream-split.XXXXXX)}
-T=${SBX_DATA_DIR:-$HOME/.local/share/sbx}/templates/minimal
+T=${ATOLL_DATA_DIR:-$HOME/.local/share/atoll}/templates/minimal
 mkdir -p "$W/init" "$W/out"
 cp "$here/counter" "$W/init/counter"
 (cd "$W/init" && echo counter | cpio -o -H newc 2>/dev/null) | cat "$T/initrd.cpio" - > "$W/initrd.cpio"
@@ -43,8 +43,8 @@ sleep 0.5
 last=$(console saved | grep '^count' | tail -1 | cut -d' ' -f2)
 hash=$(console saved | grep '^blob' | head -1)
 
-(cd "$repo" && SBX_SPLIT_FULL="$W/full" SBX_SPLIT_OUT="$W/out" \
-  cargo test -q --release -p sbx --lib stream_split::tests::real_stream -- --ignored --nocapture 2>&1) |
+(cd "$repo" && ATOLL_SPLIT_FULL="$W/full" ATOLL_SPLIT_OUT="$W/out" \
+  cargo test -q --release -p atoll --lib stream_split::tests::real_stream -- --ignored --nocapture 2>&1) |
   grep Split
 
 boot "memory-backend-file,id=mem,size=512M,mem-path=$W/out/ram.bin,share=off" restored -S -incoming defer

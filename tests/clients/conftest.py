@@ -1,4 +1,4 @@
-"""Fixtures: stubs generated from agent.proto by grpcio-tools, and a real sbx-agent on a
+"""Fixtures: stubs generated from agent.proto by grpcio-tools, and a real atoll-agent on a
 Unix socket whose path holds `/` (as every path does), reached by a stock grpcio channel.
 
 The agent comes from $CARGO_TARGET_DIR/debug (or ./target/debug); run.sh builds it.
@@ -27,7 +27,7 @@ def stubs() -> tuple[ModuleType, ModuleType]:
     user of the proto would generate them."""
     from grpc_tools import protoc
 
-    out = Path(tempfile.mkdtemp(prefix="sbx-stubs-"))
+    out = Path(tempfile.mkdtemp(prefix="atoll-stubs-"))
     args = ["protoc", f"-I{PROTO_ROOT}", f"--python_out={out}", f"--grpc_python_out={out}", PROTO]
     assert protoc.main(args) == 0, "grpc_tools.protoc failed on agent.proto"
     sys.path.insert(0, str(out))
@@ -42,6 +42,6 @@ def stubs() -> tuple[ModuleType, ModuleType]:
 
 @pytest.fixture(scope="module")
 def agent_socket() -> Path:
-    """A running sbx-agent on `unix://<tmp>/x/agent.sock`; yields the socket's path."""
-    with running_agent("sbx-clients-", "x/agent.sock") as (_, _, sock):
+    """A running atoll-agent on `unix://<tmp>/x/agent.sock`; yields the socket's path."""
+    with running_agent("atoll-clients-", "x/agent.sock") as (_, _, sock):
         yield sock

@@ -1,8 +1,8 @@
 """Shared by the Python suites (tests/mcp, tests/clients; their pytest.ini puts this folder on
-the path): the workspace's built binaries, and a real sbx-agent started on a Unix socket.
+the path): the workspace's built binaries, and a real atoll-agent started on a Unix socket.
 
 - `binary(name)`: the path of a binary in $CARGO_TARGET_DIR/debug (or ./target/debug).
-- `start_agent(sock, jobs, log)`: an sbx-agent listening on `unix://SOCK`.
+- `start_agent(sock, jobs, log)`: an atoll-agent listening on `unix://SOCK`.
 - `running_agent(prefix, sock_name)`: the same in a fresh temp dir, for a fixture; killed
   and removed afterwards.
 - `wait_for(predicate, what)`: a bounded wait for an event.
@@ -26,7 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # The cargo arguments that build each binary the suites run.
-BUILDS = {"sbx": "-p sbx", "sbx-agent": "-p sbx-agent", "netns-world": "-p sbx-tests --bin netns-world"}
+BUILDS = {"atoll": "-p atoll", "atoll-agent": "-p atoll-agent", "netns-world": "-p atoll-tests --bin netns-world"}
 
 
 def binary(name: str) -> Path:
@@ -59,24 +59,24 @@ def connectable(path: Path) -> bool:
 
 
 def start_agent(sock: Path, jobs: Path, log: Path) -> subprocess.Popen[bytes]:
-    """An sbx-agent listening on `unix://SOCK`, keeping its jobs' logs in JOBS and
+    """An atoll-agent listening on `unix://SOCK`, keeping its jobs' logs in JOBS and
     appending its own output to LOG; returns once it accepts connections. The caller
     kills it; one that never listens is killed here and fails the test."""
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [str(binary("sbx-agent")), "--listen", f"unix://{sock}", "--job-dir", str(jobs)],
+            [str(binary("atoll-agent")), "--listen", f"unix://{sock}", "--job-dir", str(jobs)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
         )
     try:
-        wait_for(lambda: connectable(sock) or process.poll() is not None, "sbx-agent to listen")
+        wait_for(lambda: connectable(sock) or process.poll() is not None, "atoll-agent to listen")
     except BaseException:
         process.kill()
         process.wait()
         raise
     if process.poll() is not None:
-        pytest.fail(f"sbx-agent exited with {process.returncode}: {log.read_text()}")
+        pytest.fail(f"atoll-agent exited with {process.returncode}: {log.read_text()}")
     return process
 
 
@@ -84,7 +84,7 @@ def start_agent(sock: Path, jobs: Path, log: Path) -> subprocess.Popen[bytes]:
 def running_agent(
     prefix: str, sock_name: str = "agent.sock"
 ) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
-    """An sbx-agent in a fresh temp dir named PREFIX..., on the socket SOCK_NAME there (its
+    """An atoll-agent in a fresh temp dir named PREFIX..., on the socket SOCK_NAME there (its
     parents created), with its jobs in `jobs/` and its output in `agent.log`: yields
     (process, dir, socket); then kills it and removes the dir."""
     tmp = Path(tempfile.mkdtemp(prefix=prefix))

@@ -5,7 +5,7 @@
 
 ensure_venv() {
     local venv="$1" requirements="$2"
-    local stamp="$venv/.sbx-requirements"
+    local stamp="$venv/.atoll-requirements"
     if [[ ! -x "$venv/bin/python" ]]; then
         rm -rf "$venv"
         if ! python3 -m venv "$venv"; then

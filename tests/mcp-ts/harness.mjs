@@ -1,4 +1,4 @@
-// Shared by the TypeScript-client tests: a real sbx-agent on a Unix socket, `sbx mcp`
+// Shared by the TypeScript-client tests: a real atoll-agent on a Unix socket, `atoll mcp`
 // against it through the official TypeScript SDK's stdio client or, with `--http`, its
 // Streamable HTTP client, and the binaries' paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
 
@@ -33,19 +33,19 @@ function connectable(path) {
   });
 }
 
-/** Starts sbx-agent on a Unix socket in a fresh temp dir; `stop()` kills it and cleans up. */
+/** Starts atoll-agent on a Unix socket in a fresh temp dir; `stop()` kills it and cleans up. */
 export async function startAgent() {
-  const dir = mkdtempSync(join(tmpdir(), "sbx-mcp-ts-"));
+  const dir = mkdtempSync(join(tmpdir(), "atoll-mcp-ts-"));
   const socket = join(dir, "agent.sock");
-  const agent = spawn(binary("sbx-agent"), ["--listen", `unix://${socket}`, "--job-dir", join(dir, "jobs")], {
+  const agent = spawn(binary("atoll-agent"), ["--listen", `unix://${socket}`, "--job-dir", join(dir, "jobs")], {
     stdio: ["ignore", "ignore", "inherit"],
   });
   let exited = false;
   agent.on("exit", () => (exited = true));
   const deadline = Date.now() + 20_000;
   while (!(await connectable(socket))) {
-    if (exited) throw new Error("sbx-agent exited before listening");
-    if (Date.now() > deadline) throw new Error("gave up waiting for sbx-agent to listen");
+    if (exited) throw new Error("atoll-agent exited before listening");
+    if (Date.now() > deadline) throw new Error("gave up waiting for atoll-agent to listen");
     await new Promise((r) => setTimeout(r, 20));
   }
   return {
@@ -62,32 +62,32 @@ export async function startAgent() {
   };
 }
 
-/** `sbx mcp --agent ADDR` with an initialized TypeScript SDK client. */
+/** `atoll mcp --agent ADDR` with an initialized TypeScript SDK client. */
 export async function mcpClient(address) {
   const env = { ...process.env, RUST_LOG: "warn" };
-  delete env.SBX_AGENT;
-  delete env.SBX_SANDBOX;
+  delete env.ATOLL_AGENT;
+  delete env.ATOLL_SANDBOX;
   const transport = new StdioClientTransport({
-    command: binary("sbx"),
+    command: binary("atoll"),
     args: ["mcp", "--agent", address],
     env,
     stderr: "inherit",
   });
-  const client = new Client({ name: "sbx-mcp-ts-tests", version: "0" });
+  const client = new Client({ name: "atoll-mcp-ts-tests", version: "0" });
   await client.connect(transport);
   return client;
 }
 
 /**
- * `sbx mcp --http 127.0.0.1:0 ARGS` (the server picks a free port and prints its URL on
+ * `atoll mcp --http 127.0.0.1:0 ARGS` (the server picks a free port and prints its URL on
  * stderr); `stop()` sends SIGTERM (SIGKILL if it lingers) and waits for the exit.
  */
 export async function startHttpServer(args = [], extraEnv = {}) {
   const env = { ...process.env, RUST_LOG: "warn", ...extraEnv };
-  delete env.SBX_AGENT;
-  delete env.SBX_SANDBOX;
-  if (!("SBX_MCP_TOKEN" in extraEnv)) delete env.SBX_MCP_TOKEN;
-  const server = spawn(binary("sbx"), ["mcp", "--http", "127.0.0.1:0", ...args], {
+  delete env.ATOLL_AGENT;
+  delete env.ATOLL_SANDBOX;
+  if (!("ATOLL_MCP_TOKEN" in extraEnv)) delete env.ATOLL_MCP_TOKEN;
+  const server = spawn(binary("atoll"), ["mcp", "--http", "127.0.0.1:0", ...args], {
     env,
     stdio: ["ignore", "ignore", "pipe"],
   });
@@ -101,8 +101,8 @@ export async function startHttpServer(args = [], extraEnv = {}) {
       const found = /serving MCP over Streamable HTTP at (http:\/\/\S+\/mcp)/.exec(stderr);
       if (found) done(found[1]);
     });
-    server.on("exit", (code) => fail(new Error(`sbx mcp --http exited with ${code}: ${stderr}`)));
-    timer = setTimeout(() => fail(new Error(`gave up waiting for sbx mcp --http: ${stderr}`)), 30_000);
+    server.on("exit", (code) => fail(new Error(`atoll mcp --http exited with ${code}: ${stderr}`)));
+    timer = setTimeout(() => fail(new Error(`gave up waiting for atoll mcp --http: ${stderr}`)), 30_000);
   }).finally(() => clearTimeout(timer));
   return {
     url,
@@ -122,7 +122,7 @@ export async function startHttpServer(args = [], extraEnv = {}) {
 /** An initialized TypeScript SDK client on the Streamable HTTP transport. */
 export async function httpClient(url, headers = {}) {
   const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
-  const client = new Client({ name: "sbx-mcp-ts-http-tests", version: "0" });
+  const client = new Client({ name: "atoll-mcp-ts-http-tests", version: "0" });
   await client.connect(transport);
   return client;
 }

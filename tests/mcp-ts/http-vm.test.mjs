@@ -1,4 +1,4 @@
-// `sbx mcp --http` against one booted microVM, driven by the official TypeScript SDK's
+// `atoll mcp --http` against one booted microVM, driven by the official TypeScript SDK's
 // StreamableHTTPClientTransport: create with progress, exec, files, and an aborted call
 // whose guest command is killed. Skipped when the `minimal` template or QEMU is missing.
 
@@ -12,9 +12,9 @@ import { test } from "node:test";
 import { binary, httpClient, startHttpServer } from "./harness.mjs";
 
 function dataDir() {
-  if (process.env.SBX_DATA_DIR) return process.env.SBX_DATA_DIR;
-  if (process.env.XDG_DATA_HOME) return join(process.env.XDG_DATA_HOME, "sbx");
-  return join(homedir(), ".local/share/sbx");
+  if (process.env.ATOLL_DATA_DIR) return process.env.ATOLL_DATA_DIR;
+  if (process.env.XDG_DATA_HOME) return join(process.env.XDG_DATA_HOME, "atoll");
+  return join(homedir(), ".local/share/atoll");
 }
 
 function missing() {
@@ -45,8 +45,8 @@ async function until(predicate, what, within = 120_000) {
 
 test("over HTTP: a real microVM from create to kill", { skip: missing() }, async () => {
   // Short: the sandbox's Unix sockets live under it.
-  const state = mkdtempSync("/tmp/sbxt-");
-  const server = await startHttpServer([], { SBX_STATE_DIR: state });
+  const state = mkdtempSync("/tmp/atollt-");
+  const server = await startHttpServer([], { ATOLL_STATE_DIR: state });
   let client;
   let sid;
   try {
@@ -100,7 +100,7 @@ test("over HTTP: a real microVM from create to kill", { skip: missing() }, async
     }
     await client?.close();
     await server.stop();
-    execFileSync(binary("sbx"), ["kill", "--all", "--force"], { env: { ...process.env, SBX_STATE_DIR: state }, stdio: "ignore" });
+    execFileSync(binary("atoll"), ["kill", "--all", "--force"], { env: { ...process.env, ATOLL_STATE_DIR: state }, stdio: "ignore" });
     rmSync(state, { recursive: true, force: true });
   }
 });

@@ -1,5 +1,5 @@
-// `sbx mcp --http` driven by the official TypeScript SDK's StreamableHTTPClientTransport
-// against a real sbx-agent: the same tools as stdio, progress, cancellation killing the
+// `atoll mcp --http` driven by the official TypeScript SDK's StreamableHTTPClientTransport
+// against a real atoll-agent: the same tools as stdio, progress, cancellation killing the
 // command, the bearer token, and 50 clients at once.
 
 import assert from "node:assert/strict";
@@ -93,7 +93,7 @@ test("over HTTP: aborting a call kills the command and the client goes on", asyn
 });
 
 test("over HTTP with a token: the client with it works, one without it is refused", async () => {
-  const server = await startHttpServer(["--agent", agent.address], { SBX_MCP_TOKEN: TOKEN });
+  const server = await startHttpServer(["--agent", agent.address], { ATOLL_MCP_TOKEN: TOKEN });
   try {
     const client = await httpClient(server.url, { Authorization: `Bearer ${TOKEN}` });
     const out = await client.callTool({ name: "sandbox_exec", arguments: { command: "echo authorized" } });

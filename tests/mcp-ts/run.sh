@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the TypeScript-client tests: `sbx mcp` driven by the official TypeScript MCP SDK
-# and checked by the MCP Inspector CLI --strict, against a real sbx-agent. Installs
+# Runs the TypeScript-client tests: `atoll mcp` driven by the official TypeScript MCP SDK
+# and checked by the MCP Inspector CLI --strict, against a real atoll-agent. Installs
 # Node.js when missing (Debian's nodejs and npm) and the locked npm packages when
 # node_modules is missing or package-lock.json changed, builds the binaries, then runs
 # node's test runner. Extra arguments go to `node --test` (e.g. --test-name-pattern).
@@ -8,7 +8,7 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 here="$repo/tests/mcp-ts"
-stamp="$here/node_modules/.sbx-package-lock"
+stamp="$here/node_modules/.atoll-package-lock"
 
 if ! command -v npm >/dev/null; then
     if command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
@@ -23,8 +23,8 @@ if ! cmp -s "$here/package-lock.json" "$stamp" 2>/dev/null; then
     cp "$here/package-lock.json" "$stamp"
 fi
 
-if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
-    (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent)
+if [[ "${ATOLL_MCP_SKIP_BUILD:-}" != 1 ]]; then
+    (cd "$repo" && cargo build --quiet -p atoll -p atoll-agent)
 fi
 
 cd "$here"

@@ -55,7 +55,7 @@ test("the Inspector CLI --strict has no warning for any tool", async () => {
   const inspector = join(REPO, "tests/mcp-ts/node_modules/.bin/mcp-inspector");
   const { stdout, stderr } = await promisify(execFile)(
     inspector,
-    ["--cli", "--strict", "--method", "tools/list", binary("sbx"), "mcp", "--agent", agent.address],
+    ["--cli", "--strict", "--method", "tools/list", binary("atoll"), "mcp", "--agent", agent.address],
     { maxBuffer: 16 << 20, env: { ...process.env, RUST_LOG: "warn" } },
   );
   assert.ok(JSON.parse(stdout).tools.length >= 18, "the Inspector listed no tools");

@@ -1,8 +1,8 @@
-"""Shared fixtures: a real sbx-agent on a Unix socket, and `sbx mcp` driven by the
+"""Shared fixtures: a real atoll-agent on a Unix socket, and `atoll mcp` driven by the
 official MCP Python SDK over stdio.
 
 Binaries come from $CARGO_TARGET_DIR/debug (or ./target/debug); build them first with
-`cargo build -p sbx -p sbx-agent`. tests/lib/local_agent.py (on the path by pytest.ini)
+`cargo build -p atoll -p atoll-agent`. tests/lib/local_agent.py (on the path by pytest.ini)
 finds them and starts the agent.
 """
 
@@ -28,7 +28,7 @@ from local_agent import REPO, binary, running_agent, start_agent, wait_for  # no
 
 @dataclass
 class Agent:
-    """A running sbx-agent and the scratch directory it serves."""
+    """A running atoll-agent and the scratch directory it serves."""
 
     process: subprocess.Popen[bytes]
     dir: Path
@@ -52,43 +52,43 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def agent() -> Agent:
-    with running_agent("sbx-mcp-test-") as (process, tmp, sock):
+    with running_agent("atoll-mcp-test-") as (process, tmp, sock):
         yield Agent(process=process, dir=tmp, socket=sock)
 
 
 def data_dir() -> Path:
-    """Where sbx keeps its kernel and templates, as sbx itself finds it."""
-    for var, rel in (("SBX_DATA_DIR", ""), ("XDG_DATA_HOME", "sbx")):
+    """Where atoll keeps its kernel and templates, as atoll itself finds it."""
+    for var, rel in (("ATOLL_DATA_DIR", ""), ("XDG_DATA_HOME", "atoll")):
         if os.environ.get(var):
             return Path(os.environ[var]) / rel
-    return Path.home() / ".local/share/sbx"
+    return Path.home() / ".local/share/atoll"
 
 
 @pytest.fixture
 def state_dir() -> Path:
-    """A fresh SBX_STATE_DIR for the tests that make sandboxes; short, as the sandboxes'
+    """A fresh ATOLL_STATE_DIR for the tests that make sandboxes; short, as the sandboxes'
     Unix sockets live under it. Removed afterwards."""
-    path = Path(tempfile.mkdtemp(prefix="sbxs-", dir="/tmp"))
+    path = Path(tempfile.mkdtemp(prefix="atolls-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
 
 def server_params(*args: str, env: dict[str, str] | None = None) -> StdioServerParameters:
-    base = {k: v for k, v in os.environ.items() if k not in ("SBX_AGENT", "SBX_SANDBOX")}
+    base = {k: v for k, v in os.environ.items() if k not in ("ATOLL_AGENT", "ATOLL_SANDBOX")}
     base.setdefault("RUST_LOG", "warn")
     base.update(env or {})
-    return StdioServerParameters(command=str(binary("sbx")), args=["mcp", *args], env=base)
+    return StdioServerParameters(command=str(binary("atoll")), args=["mcp", *args], env=base)
 
 
-# `SBX_MCP_TEST_TRANSPORT=http` runs the same tests through `sbx mcp --http` and the SDK's
+# `ATOLL_MCP_TEST_TRANSPORT=http` runs the same tests through `atoll mcp --http` and the SDK's
 # streamable HTTP client (run.sh does so for the guest tools' files).
-TRANSPORT = os.environ.get("SBX_MCP_TEST_TRANSPORT", "stdio")
+TRANSPORT = os.environ.get("ATOLL_MCP_TEST_TRANSPORT", "stdio")
 
 
 @asynccontextmanager
 async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
-    """`sbx mcp ARGS` as a subprocess, with an initialized SDK session (over stdio, or
-    over HTTP when SBX_MCP_TEST_TRANSPORT=http)."""
+    """`atoll mcp ARGS` as a subprocess, with an initialized SDK session (over stdio, or
+    over HTTP when ATOLL_MCP_TEST_TRANSPORT=http)."""
     if TRANSPORT == "http":
         from http_server import http_server, session_client
 

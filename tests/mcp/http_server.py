@@ -1,4 +1,4 @@
-"""`sbx mcp --http` as a subprocess on a free port, and the official SDK's streamable
+"""`atoll mcp --http` as a subprocess on a free port, and the official SDK's streamable
 HTTP clients connected to it: a session (the initialize handshake, 2025-11-25) or a
 stateless 2026-07-28 client."""
 
@@ -26,7 +26,7 @@ URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp)")
 
 @dataclass
 class HttpServer:
-    """A running `sbx mcp --http` and where it logs."""
+    """A running `atoll mcp --http` and where it logs."""
 
     process: subprocess.Popen[bytes]
     url: str
@@ -37,7 +37,7 @@ class HttpServer:
 
 
 def server_env(env: dict[str, str] | None) -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if k not in ("SBX_AGENT", "SBX_SANDBOX", "SBX_MCP_TOKEN")}
+    base = {k: v for k, v in os.environ.items() if k not in ("ATOLL_AGENT", "ATOLL_SANDBOX", "ATOLL_MCP_TOKEN")}
     base.setdefault("RUST_LOG", "warn")
     base.update(env or {})
     return base
@@ -45,22 +45,22 @@ def server_env(env: dict[str, str] | None) -> dict[str, str]:
 
 @contextmanager
 def http_server(*args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> Iterator[HttpServer]:
-    """`sbx mcp --http BIND ARGS`; port 0 lets the server pick a free port, which it
+    """`atoll mcp --http BIND ARGS`; port 0 lets the server pick a free port, which it
     prints. Always stopped (SIGTERM, then SIGKILL) on the way out."""
-    log = Path(tempfile.mkstemp(prefix="sbx-mcp-http-", suffix=".log")[1])
+    log = Path(tempfile.mkstemp(prefix="atoll-mcp-http-", suffix=".log")[1])
     with open(log, "wb") as sink:
         process = subprocess.Popen(
-            [str(binary("sbx")), "mcp", "--http", bind, *args],
+            [str(binary("atoll")), "mcp", "--http", bind, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sink,
             env=server_env(env),
         )
     try:
-        wait_for(lambda: URL_LINE.search(log.read_text()) or process.poll() is not None, "sbx mcp --http to listen")
+        wait_for(lambda: URL_LINE.search(log.read_text()) or process.poll() is not None, "atoll mcp --http to listen")
         match = URL_LINE.search(log.read_text())
         if match is None:
-            pytest.fail(f"sbx mcp --http exited with {process.returncode}: {log.read_text()}")
+            pytest.fail(f"atoll mcp --http exited with {process.returncode}: {log.read_text()}")
         yield HttpServer(process=process, url=match.group(1), log=log)
     finally:
         if process.poll() is None:

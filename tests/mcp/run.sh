@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the MCP test suite: `sbx mcp` driven by the official MCP Python SDK (stdio
-# client, and its streamable HTTP client for `sbx mcp --http`) against a real sbx-agent;
+# Runs the MCP test suite: `atoll mcp` driven by the official MCP Python SDK (stdio
+# client, and its streamable HTTP client for `atoll mcp --http`) against a real atoll-agent;
 # without arguments, the tools' suites run a second time over HTTP. Creates the virtual
 # environment at .venv when it is missing or its requirements changed, builds the
 # binaries, then runs pytest.
@@ -12,8 +12,8 @@ source "$repo/tests/lib/venv.sh"
 venv="$repo/.venv"
 ensure_venv "$venv" "$repo/tests/mcp/requirements.txt"
 
-if [[ "${SBX_MCP_SKIP_BUILD:-}" != 1 ]]; then
-    (cd "$repo" && cargo build --quiet -p sbx -p sbx-agent && cargo build --quiet -p sbx-tests --bin netns-world)
+if [[ "${ATOLL_MCP_SKIP_BUILD:-}" != 1 ]]; then
+    (cd "$repo" && cargo build --quiet -p atoll -p atoll-agent && cargo build --quiet -p atoll-tests --bin netns-world)
 fi
 
 cd "$repo/tests/mcp"
@@ -23,10 +23,10 @@ if [[ $# -gt 0 ]]; then
 fi
 status=0
 "${pytest[@]}" || status=$?
-# The tools' own suites once more through `sbx mcp --http` and the SDK's streamable HTTP
-# client (conftest.py: SBX_MCP_TEST_TRANSPORT); test_http*.py test HTTP itself above.
+# The tools' own suites once more through `atoll mcp --http` and the SDK's streamable HTTP
+# client (conftest.py: ATOLL_MCP_TEST_TRANSPORT); test_http*.py test HTTP itself above.
 echo "tests/mcp/run.sh: the tools' suites again, over Streamable HTTP" >&2
-SBX_MCP_TEST_TRANSPORT=http "${pytest[@]}" test_exec.py test_files.py test_jobs.py test_archive_info.py \
+ATOLL_MCP_TEST_TRANSPORT=http "${pytest[@]}" test_exec.py test_files.py test_jobs.py test_archive_info.py \
     test_tools_list.py test_vocabulary.py test_sandboxes.py test_snapshots.py test_network.py test_faults.py \
     test_templates_code_metrics.py test_mounts.py \
     || status=$?

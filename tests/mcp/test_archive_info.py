@@ -36,14 +36,14 @@ async def test_download_dir_returns_a_zip_and_lists_skipped_symlinks(agent: Agen
     assert out["skipped"][0]["reason"]
 
 
-async def test_download_dir_over_ten_mib_names_the_sbx_command(agent: Agent) -> None:
+async def test_download_dir_over_ten_mib_names_the_atoll_command(agent: Agent) -> None:
     work = agent.scratch("zip-big")
     # Random bytes do not compress, so the zip is as large as the file.
     (work / "noise.bin").write_bytes(os.urandom(11 * MiB))
     async with agent_session(agent) as session:
         text = await call_err(session, "sandbox_files_download_dir", path=str(work))
     assert "10 MiB" in text
-    assert f"sbx --agent {agent.address} download {work}" in text, text
+    assert f"atoll --agent {agent.address} download {work}" in text, text
 
 
 async def test_download_dir_of_a_missing_directory(agent: Agent) -> None:
@@ -74,11 +74,11 @@ async def test_without_an_agent_tools_list_but_calls_say_how_to_configure() -> N
         tools = await session.list_tools()
         assert any(tool.name == "sandbox_exec" for tool in tools.tools)
         text = await call_err(session, "sandbox_exec", command="true")
-    assert "sandbox_id" in text and "--agent" in text and "SBX_AGENT" in text
+    assert "sandbox_id" in text and "--agent" in text and "ATOLL_AGENT" in text
 
 
-async def test_sbx_agent_env_pins_the_agent(agent: Agent) -> None:
-    async with mcp_session(env={"SBX_AGENT": agent.address}) as session:
+async def test_atoll_agent_env_pins_the_agent(agent: Agent) -> None:
+    async with mcp_session(env={"ATOLL_AGENT": agent.address}) as session:
         info = await call_ok(session, "sandbox_info")
     assert info["address"] == agent.address
 

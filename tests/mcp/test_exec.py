@@ -174,7 +174,7 @@ async def test_parallel_calls_on_one_session_are_independent(agent: Agent) -> No
 
 
 def test_a_client_that_goes_away_leaves_no_command_running(agent: Agent) -> None:
-    """An editor that quits mid-command closes stdin; sbx mcp exits and the agent kills
+    """An editor that quits mid-command closes stdin; atoll mcp exits and the agent kills
     the command's process group."""
     import json
     import subprocess
@@ -184,7 +184,7 @@ def test_a_client_that_goes_away_leaves_no_command_running(agent: Agent) -> None
     work = agent.scratch("exec-client-gone")
     pids = work / "pids"
     process = subprocess.Popen(
-        [str(binary("sbx")), "mcp", "--agent", agent.address],
+        [str(binary("atoll")), "mcp", "--agent", agent.address],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

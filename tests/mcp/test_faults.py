@@ -1,4 +1,4 @@
-"""Faults under a long-lived `sbx mcp`: the sandbox's QEMU is SIGKILLed under an open
+"""Faults under a long-lived `atoll mcp`: the sandbox's QEMU is SIGKILLed under an open
 sandbox_exec (the call must come back as a tool error that says the connection was lost,
 not hang), and the agent is restarted on the same socket (the next call must work)."""
 
@@ -31,30 +31,30 @@ def state_dir(state_dir: Path):
     path = state_dir
     yield path
     subprocess.run(
-        [str(binary("sbx")), "kill", "--all", "--force"],
-        env={**os.environ, "SBX_STATE_DIR": str(path)},
+        [str(binary("atoll")), "kill", "--all", "--force"],
+        env={**os.environ, "ATOLL_STATE_DIR": str(path)},
         capture_output=True,
         timeout=120,
     )
 
 
-def sbx_json(state_dir: Path, *args: str):
+def atoll_json(state_dir: Path, *args: str):
     out = subprocess.run(
-        [str(binary("sbx")), "--json", *args],
-        env={**os.environ, "SBX_STATE_DIR": str(state_dir)},
+        [str(binary("atoll")), "--json", *args],
+        env={**os.environ, "ATOLL_STATE_DIR": str(state_dir)},
         capture_output=True,
         timeout=120,
     )
-    assert out.returncode == 0, f"sbx {args}: {out.stderr.decode()}"
+    assert out.returncode == 0, f"atoll {args}: {out.stderr.decode()}"
     return json.loads(out.stdout)
 
 
 async def test_vm_killed_under_an_open_sandbox_exec_is_a_clear_tool_error(state_dir: Path) -> None:
     need_vm()
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         sandbox = await call_ok(session, "sandbox_create", template="minimal", name="doomed", boot_timeout_s=300)
         sid = sandbox["id"]
-        qemu_pid = sbx_json(state_dir, "inspect", "doomed")["qemu_pid"]
+        qemu_pid = atoll_json(state_dir, "inspect", "doomed")["qemu_pid"]
         results = []
 
         async def long_exec() -> None:
@@ -96,7 +96,7 @@ async def test_vm_killed_under_an_open_sandbox_exec_is_a_clear_tool_error(state_
 
 
 async def test_agent_restarted_under_a_long_lived_server_works_on_the_next_call() -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="sbxr-"))
+    tmp = Path(tempfile.mkdtemp(prefix="atollr-"))
     sock, jobs, log = tmp / "agent.sock", tmp / "jobs", tmp / "agent.log"
     agents = [start_agent(sock, jobs, log)]
     try:

@@ -1,6 +1,6 @@
-"""`sbx mcp --http`: the same tools over Streamable HTTP, driven by the official Python
+"""`atoll mcp --http`: the same tools over Streamable HTTP, driven by the official Python
 SDK's streamable HTTP client (a session, and a stateless 2026-07-28 client) against a
-real sbx-agent; the bearer token, the Host/Origin checks, many clients at once, and
+real atoll-agent; the bearer token, the Host/Origin checks, many clients at once, and
 clients that go away mid-call."""
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ async def test_a_client_that_disconnects_mid_call_has_its_command_killed(agent: 
 async def test_without_the_right_token_nothing_runs(agent: Agent) -> None:
     marker = agent.scratch("http-auth") / "ran"
     headers, body = stateless_call("sandbox_exec", {"command": f"touch {marker}"})
-    with http_server("--agent", agent.address, env={"SBX_MCP_TOKEN": TOKEN}) as server:
+    with http_server("--agent", agent.address, env={"ATOLL_MCP_TOKEN": TOKEN}) as server:
         async with httpx2.AsyncClient(timeout=60) as http:
             for label, auth in (("no token", {}), ("wrong token", bearer(TOKEN + "x")), ("other scheme", {"Authorization": f"Basic {TOKEN}"})):
                 refused = await http.post(server.url, headers={**headers, **auth}, json=body)
@@ -210,7 +210,7 @@ async def test_without_the_right_token_nothing_runs(agent: Agent) -> None:
 
 def test_a_wildcard_bind_without_a_token_is_refused_with_how_to_make_one() -> None:
     out = subprocess.run(
-        [str(binary("sbx")), "mcp", "--http", "0.0.0.0:0"],
+        [str(binary("atoll")), "mcp", "--http", "0.0.0.0:0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -222,21 +222,21 @@ def test_a_wildcard_bind_without_a_token_is_refused_with_how_to_make_one() -> No
     assert "serving MCP" not in out.stderr
     # A token that is too short is refused too.
     out = subprocess.run(
-        [str(binary("sbx")), "mcp", "--http", "0.0.0.0:0"],
-        capture_output=True, text=True, timeout=60, env=server_env({"SBX_MCP_TOKEN": "short"}), stdin=subprocess.DEVNULL,
+        [str(binary("atoll")), "mcp", "--http", "0.0.0.0:0"],
+        capture_output=True, text=True, timeout=60, env=server_env({"ATOLL_MCP_TOKEN": "short"}), stdin=subprocess.DEVNULL,
     )
     assert out.returncode != 0 and "at least 16" in out.stderr, out.stderr
 
 
 async def test_a_wildcard_bind_with_a_token_file_serves_and_checks_host(agent: Agent) -> None:
-    token_file = Path(tempfile.mkdtemp(prefix="sbx-token-")) / "mcp-token"
+    token_file = Path(tempfile.mkdtemp(prefix="atoll-token-")) / "mcp-token"
     token_file.write_text(TOKEN + "\n")
-    with http_server("--agent", agent.address, "--token-file", str(token_file), "--allowed-host", "sbx.internal", bind="0.0.0.0:0") as server:
+    with http_server("--agent", agent.address, "--token-file", str(token_file), "--allowed-host", "atoll.internal", bind="0.0.0.0:0") as server:
         port = server.url.rsplit(":", 1)[1].split("/")[0]
         url = f"http://127.0.0.1:{port}/mcp"
         headers, body = stateless_call("sandbox_exec", {"command": "echo wildcard"})
         async with httpx2.AsyncClient(timeout=60) as http:
-            for host in (f"127.0.0.1:{port}", f"sbx.internal:{port}", f"10.1.2.3:{port}"):
+            for host in (f"127.0.0.1:{port}", f"atoll.internal:{port}", f"10.1.2.3:{port}"):
                 ok = await http.post(url, headers={**headers, **bearer(TOKEN), "Host": host}, json=body)
                 assert ok.status_code == 200, (host, ok.text)
             rebound = await http.post(url, headers={**headers, **bearer(TOKEN), "Host": f"rebound.example:{port}"}, json=body)

@@ -1,4 +1,4 @@
-"""`sbx mcp --http` against a booted microVM (one VM for every check): the official
+"""`atoll mcp --http` against a booted microVM (one VM for every check): the official
 Python SDK's streamable HTTP clients create it, run commands and move files in it, see
 progress, cancel a guest command, and vanish mid-call; either way the guest command is
 killed. Needs the `minimal` template and QEMU, like test_sandboxes.py."""
@@ -49,7 +49,7 @@ async def test_a_real_microvm_over_http(state_dir: Path) -> None:  # noqa: F811
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         updates.append(message)
 
-    with http_server(env={"SBX_STATE_DIR": str(state_dir)}) as server:
+    with http_server(env={"ATOLL_STATE_DIR": str(state_dir)}) as server:
         async with session_client(server.url) as session:
             created = await session.call_tool(
                 "sandbox_create", {"template": "minimal", "name": "http-vm", "boot_timeout_s": 300},

@@ -1,5 +1,5 @@
 """Host folders over MCP: `sandbox_create` mounts only folders under the roots the client
-declares (MCP roots/list) or under `sbx mcp --allow-mount DIR`; anything else is a tool
+declares (MCP roots/list) or under `atoll mcp --allow-mount DIR`; anything else is a tool
 error naming what is allowed. Paths are made canonical first, so a symlink or `..`
 inside an allowed folder cannot lead out of it.
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def dirs():
     # Short: the sandbox's Unix sockets live under the state dir.
-    base = Path(tempfile.mkdtemp(prefix="sbxm-", dir="/tmp"))
+    base = Path(tempfile.mkdtemp(prefix="atollm-", dir="/tmp"))
     (base / "state").mkdir()
     (base / "root" / "proj").mkdir(parents=True)
     (base / "outside").mkdir()
@@ -40,7 +40,7 @@ def dirs():
 async def session_with_roots(
     roots: list[Path], *args: str, env: dict[str, str]
 ) -> AsyncIterator[ClientSession]:
-    """`sbx mcp ARGS` driven by a client that declares `roots`."""
+    """`atoll mcp ARGS` driven by a client that declares `roots`."""
 
     async def list_roots(_context) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=p.as_uri(), name=p.name) for p in roots])
@@ -56,7 +56,7 @@ def mount(host: Path | str, guest: str = "/work", **kw) -> dict:
 
 
 async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) -> None:
-    env = {"SBX_STATE_DIR": str(dirs / "state")}
+    env = {"ATOLL_STATE_DIR": str(dirs / "state")}
     async with session_with_roots([dirs / "root"], env=env) as session:
         created = await call_ok(
             session,
@@ -84,7 +84,7 @@ async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) 
 
 
 async def test_folders_outside_the_roots_are_refused_naming_the_roots(dirs: Path) -> None:
-    env = {"SBX_STATE_DIR": str(dirs / "state")}
+    env = {"ATOLL_STATE_DIR": str(dirs / "state")}
     root = str((dirs / "root").resolve())
     async with session_with_roots([dirs / "root"], env=env) as session:
         for host in (
@@ -105,7 +105,7 @@ async def test_folders_outside_the_roots_are_refused_naming_the_roots(dirs: Path
 
 
 async def test_allow_mount_opens_a_folder_for_a_client_without_roots(dirs: Path) -> None:
-    env = {"SBX_STATE_DIR": str(dirs / "state")}
+    env = {"ATOLL_STATE_DIR": str(dirs / "state")}
     allowed = dirs / "outside"
     async with session_with_roots([], "--allow-mount", str(allowed), env=env) as session:
         text = await call_err(session, "sandbox_create", mounts=[mount(dirs / "root" / "proj")])

@@ -1,4 +1,4 @@
-"""The network tools through the official MCP SDK, on a booted `debian` sandbox: `sbx mcp`
+"""The network tools through the official MCP SDK, on a booted `debian` sandbox: `atoll mcp`
 (and so QEMU and the network helper) runs in the client namespace of the test "outside
 world" (tests/src/netns.rs, started by the `netns-world` binary), whose hosts answer
 `allowed.test` and `other.test`.
@@ -52,11 +52,11 @@ def world() -> dict:
 
 @asynccontextmanager
 async def session_in(netns: str, state_dir: Path) -> AsyncIterator[ClientSession]:
-    """`sbx mcp` inside the network namespace `netns`."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SBX_AGENT", "SBX_SANDBOX")}
-    env.update({"SBX_STATE_DIR": str(state_dir), "RUST_LOG": "warn"})
+    """`atoll mcp` inside the network namespace `netns`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ATOLL_AGENT", "ATOLL_SANDBOX")}
+    env.update({"ATOLL_STATE_DIR": str(state_dir), "RUST_LOG": "warn"})
     params = StdioServerParameters(
-        command="ip", args=["netns", "exec", netns, str(binary("sbx")), "mcp"], env=env
+        command="ip", args=["netns", "exec", netns, str(binary("atoll")), "mcp"], env=env
     )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:

@@ -23,7 +23,7 @@ async def test_initialize_with_the_sdk_default_version(agent: Agent) -> None:
         result = session.initialize_result
         assert result is not None
         assert result.protocol_version == "2025-11-25"
-        assert result.server_info.name == "sbx"
+        assert result.server_info.name == "atoll"
         assert result.capabilities.tools is not None
         assert "sandbox_exec" in (result.instructions or "")
 
@@ -65,10 +65,10 @@ async def test_the_stateless_2026_revision_is_served_over_discover(agent: Agent)
 
 
 def raw_exchange(agent: Agent, lines: list[str], log: str = "warn") -> tuple[list[dict], str]:
-    """Writes raw lines to `sbx mcp`, closes stdin, returns every stdout line parsed as
+    """Writes raw lines to `atoll mcp`, closes stdin, returns every stdout line parsed as
     JSON (the test fails if one is not) and stderr."""
     process = subprocess.run(
-        [str(binary("sbx")), "mcp", "--agent", agent.address],
+        [str(binary("atoll")), "mcp", "--agent", agent.address],
         input="".join(line + "\n" for line in lines).encode(),
         capture_output=True,
         timeout=60,

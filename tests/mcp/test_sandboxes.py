@@ -1,6 +1,6 @@
 """Sandbox lifecycle tools, and guest tools reaching a real microVM by sandbox_id.
 
-Each test uses its own SBX_STATE_DIR, so it sees only the sandboxes it made. The
+Each test uses its own ATOLL_STATE_DIR, so it sees only the sandboxes it made. The
 microVM test needs the `minimal` template (rootfs/build-minimal.sh) and QEMU; it boots
 under KVM or, without it, software emulation."""
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_no_sandboxes_yet_and_unknown_ids_are_tool_errors(state_dir: Path) -> None:
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         listed = await call_ok(session, "sandbox_list")
         assert listed == {"sandboxes": []}
         state_dir.mkdir(exist_ok=True)
@@ -33,7 +33,7 @@ async def test_no_sandboxes_yet_and_unknown_ids_are_tool_errors(state_dir: Path)
 
 
 async def test_create_refuses_bad_arguments_before_booting(state_dir: Path) -> None:
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         text = await call_err(session, "sandbox_create", boot_timeout_s=601)
         assert "boot_timeout_s must be between 1 and 600 s" in text
         text = await call_err(session, "sandbox_create", template="no-such-template")
@@ -50,7 +50,7 @@ def sandbox_dirs(state_dir: Path) -> list[Path]:
 
 
 def processes_mentioning(text: str) -> list[int]:
-    """Processes (QEMU, the sandbox's `sbx net-helper`) whose command line mentions `text`."""
+    """Processes (QEMU, the sandbox's `atoll net-helper`) whose command line mentions `text`."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -76,7 +76,7 @@ async def test_a_real_microvm_from_create_to_kill(state_dir: Path) -> None:
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         updates.append(message)
 
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         created = await session.call_tool(
             "sandbox_create", {"template": "minimal", "name": "mcp-test", "boot_timeout_s": 300},
             progress_callback=on_progress,
@@ -116,14 +116,14 @@ async def test_a_real_microvm_from_create_to_kill(state_dir: Path) -> None:
 
 
 async def test_a_server_pinned_to_a_sandbox_needs_no_sandbox_id(state_dir: Path) -> None:
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir), "SBX_SANDBOX": "ghost"}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir), "ATOLL_SANDBOX": "ghost"}) as session:
         text = await call_err(session, "sandbox_exec", command="true")
     assert "ghost" in text
 
 
 async def test_cancelling_sandbox_create_leaves_nothing_behind(state_dir: Path) -> None:
     need_vm()
-    env = {"SBX_STATE_DIR": str(state_dir)}
+    env = {"ATOLL_STATE_DIR": str(state_dir)}
     progressed = anyio.Event()
     created: list = []
 

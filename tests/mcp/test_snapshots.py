@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
     need_vm()
-    async with mcp_session(env={"SBX_STATE_DIR": str(state_dir)}) as session:
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         text = await call_err(session, "sandbox_snapshot_create", sandbox_id="nope")
         assert "nope" in text
         src = await call_ok(

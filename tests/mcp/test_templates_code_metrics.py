@@ -24,8 +24,8 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture
 def dirs():
-    state = Path(tempfile.mkdtemp(prefix="sbxt-", dir="/tmp"))
-    data = Path(tempfile.mkdtemp(prefix="sbxd-", dir="/tmp"))
+    state = Path(tempfile.mkdtemp(prefix="atollt-", dir="/tmp"))
+    data = Path(tempfile.mkdtemp(prefix="atolld-", dir="/tmp"))
     real = data_dir()
     (data / "kernel").symlink_to(real / "kernel")
     for name in ("minimal", "debian"):
@@ -46,7 +46,7 @@ def dirs():
 async def test_run_code_metrics_and_templates_from_a_sandbox(dirs) -> None:
     need_vm()
     state, data = dirs
-    env = {"SBX_STATE_DIR": str(state), "SBX_DATA_DIR": str(data)}
+    env = {"ATOLL_STATE_DIR": str(state), "ATOLL_DATA_DIR": str(data)}
     async with mcp_session(env=env) as session:
         listed = await call_ok(session, "sandbox_template_list")
         kinds = {t["name"]: t["kind"] for t in listed["templates"]}

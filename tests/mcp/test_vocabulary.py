@@ -1,4 +1,4 @@
-"""Every error text `sbx mcp` can give names MCP tools and their arguments, never an RPC
+"""Every error text `atoll mcp` can give names MCP tools and their arguments, never an RPC
 of the agent's proto (the model cannot call those) nor a tool that does not exist; a
 missing thing also says what to do next."""
 

@@ -1,6 +1,6 @@
-//! Helpers shared by the whole-system tests: a real `sbx-agent` process on a Unix
+//! Helpers shared by the whole-system tests: a real `atoll-agent` process on a Unix
 //! socket in a temp dir, and the generated gRPC client connected to it; [`vm`] runs the
-//! real `sbx` binary against microVMs; [`netns`] builds the test "outside world" for
+//! real `atoll` binary against microVMs; [`netns`] builds the test "outside world" for
 //! network tests; [`pty`] runs a program on a real pseudo-terminal.
 
 pub mod netns;
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use atoll_proto::agent::v1::agent_client::AgentClient;
 use hyper_util::rt::TokioIo;
-use sbx_proto::agent::v1::agent_client::AgentClient;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-/// Path of a binary built by this workspace (`sbx-agent`, `sbx`), next to the test's own
+/// Path of a binary built by this workspace (`atoll-agent`, `atoll`), next to the test's own
 /// `target/<profile>/deps/` directory.
 pub fn workspace_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
@@ -25,7 +25,7 @@ pub fn workspace_bin(name: &str) -> PathBuf {
     bin
 }
 
-/// A real `sbx-agent` serving on `unix://<tmp>/agent.sock`; killed when dropped.
+/// A real `atoll-agent` serving on `unix://<tmp>/agent.sock`; killed when dropped.
 pub struct Agent {
     child: Child,
     /// The temp dir holding the socket and the job logs; tests may use it as scratch.
@@ -42,13 +42,13 @@ impl Agent {
 
     /// Starts the agent with extra command-line arguments.
     pub fn start_with(extra: &[&str]) -> Agent {
-        Self::spawn(extra, Command::new(workspace_bin("sbx-agent")))
+        Self::spawn(extra, Command::new(workspace_bin("atoll-agent")))
     }
 
     /// Starts the agent so that any process of the same user may trace it (`strace -p`),
     /// even where Yama's `ptrace_scope` lets only ancestors do so.
     pub fn start_traceable() -> Agent {
-        let mut cmd = Command::new(workspace_bin("sbx-agent"));
+        let mut cmd = Command::new(workspace_bin("atoll-agent"));
         // SAFETY: prctl is async-signal-safe and touches only the child's own state.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -66,7 +66,7 @@ impl Agent {
         if rustix::process::geteuid().as_raw() != 0 {
             return None;
         }
-        let mut cmd = Command::new(workspace_bin("sbx-agent"));
+        let mut cmd = Command::new(workspace_bin("atoll-agent"));
         // SAFETY: unshare is async-signal-safe and changes only the child's namespaces.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -91,12 +91,12 @@ impl Agent {
             .args(extra)
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawn sbx-agent");
+            .expect("spawn atoll-agent");
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "sbx-agent did not listen on {} within 20 s",
+                "atoll-agent did not listen on {} within 20 s",
                 socket.display()
             );
             std::thread::sleep(Duration::from_millis(10));
@@ -104,7 +104,7 @@ impl Agent {
         Agent { child, dir, socket }
     }
 
-    /// The address to hand to `sbx --agent`.
+    /// The address to hand to `atoll --agent`.
     pub fn address(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
@@ -138,8 +138,8 @@ pub async fn connect_unix(path: &Path) -> AgentClient<Channel> {
         .await
         .expect("connect to agent");
     AgentClient::new(channel)
-        .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(atoll_proto::limits::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(atoll_proto::limits::MAX_MESSAGE_BYTES)
 }
 
 /// Deterministic bytes that do not compress away (xorshift), for transfer tests.
@@ -156,7 +156,7 @@ pub fn noise(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Whether the `debian` template is built. Missing, it fails the calling test (a skipped
-/// proof is no proof), unless SBX_TEST_SKIP_DEBIAN=1 asks to skip it on purpose: then
+/// proof is no proof), unless ATOLL_TEST_SKIP_DEBIAN=1 asks to skip it on purpose: then
 /// this says so and returns false.
 pub fn debian_or_skip() -> bool {
     if data_dir().join("templates/debian/template.json").is_file() {
@@ -164,23 +164,23 @@ pub fn debian_or_skip() -> bool {
     }
     let hint = "template `debian` is not built; build it with `rootfs/setup.sh --with-debian`";
     assert!(
-        std::env::var_os("SBX_TEST_SKIP_DEBIAN").is_some(),
-        "{hint} (or set SBX_TEST_SKIP_DEBIAN=1 to skip)"
+        std::env::var_os("ATOLL_TEST_SKIP_DEBIAN").is_some(),
+        "{hint} (or set ATOLL_TEST_SKIP_DEBIAN=1 to skip)"
     );
-    eprintln!("SKIPPED (SBX_TEST_SKIP_DEBIAN is set): {hint}");
+    eprintln!("SKIPPED (ATOLL_TEST_SKIP_DEBIAN is set): {hint}");
     false
 }
 
-/// sbx's data directory, where rootfs/setup.sh puts the kernel and templates:
-/// `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
+/// atoll's data directory, where rootfs/setup.sh puts the kernel and templates:
+/// `$ATOLL_DATA_DIR`, else `$XDG_DATA_HOME/atoll`, else `$HOME/.local/share/atoll`.
 pub fn data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("SBX_DATA_DIR").filter(|d| !d.is_empty()) {
+    if let Some(d) = std::env::var_os("ATOLL_DATA_DIR").filter(|d| !d.is_empty()) {
         return d.into();
     }
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("sbx");
+        return PathBuf::from(d).join("atoll");
     }
-    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/sbx")
+    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".local/share/atoll")
 }
 
 /// Live (non-zombie) processes whose command line mentions `needle`, as "pid: cmdline".
@@ -202,7 +202,7 @@ pub fn processes_mentioning(needle: &Path) -> Vec<String> {
 }
 
 /// The vhost-device-vsock processes among [`processes_mentioning`] `needle`: a sandbox
-/// that sbx starts must have none (its agent link runs inside QEMU).
+/// that atoll starts must have none (its agent link runs inside QEMU).
 pub fn vsock_backends_mentioning(needle: &Path) -> Vec<String> {
     processes_mentioning(needle).into_iter().filter(|p| p.contains("vhost-device-vsock")).collect()
 }

@@ -5,7 +5,7 @@
 //!   private) addresses, served by `tests/netns/world.py`: HTTP :80 and HTTPS :443
 //!   (one self-signed certificate for every test name, [`World::cert`]) on every
 //!   address, a TCP echo on :7; and dnsmasq on [`WORLD_DNS`] answering the test names.
-//! - namespace *client* is where the code under test runs (sbx, QEMU, the network
+//! - namespace *client* is where the code under test runs (atoll, QEMU, the network
 //!   helper): default route into the world, `/etc/netns/<client>/resolv.conf` naming
 //!   the world's dnsmasq, so `ip netns exec <client> ...` resolves through it.
 //!
@@ -276,7 +276,7 @@ impl World {
             .arg(self.dir.path().join("key.pem"))
             .arg("-out")
             .arg(self.cert())
-            .args(["-days", "2", "-subj", "/CN=sbx test world"])
+            .args(["-days", "2", "-subj", "/CN=atoll test world"])
             .arg("-addext")
             .arg(format!("subjectAltName={}", names.join(",")))
             .output()

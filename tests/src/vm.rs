@@ -1,4 +1,4 @@
-//! [`Sbx`]: the real `sbx` binary with a private state directory, for tests that boot
+//! [`Atoll`]: the real `atoll` binary with a private state directory, for tests that boot
 //! microVMs. Every sandbox it leaves is force-killed when it is dropped, and a call that
 //! hangs is killed and fails the test instead of hanging the suite.
 
@@ -13,7 +13,7 @@ use crate::{data_dir, workspace_bin};
 /// Generous bound for a boot under software emulation on a busy 2-core machine.
 pub const BOOT_TIMEOUT: &str = "240s";
 
-/// Longer than any single `sbx` call can take here (a boot included): a call still
+/// Longer than any single `atoll` call can take here (a boot included): a call still
 /// running then is hung. A hang guard, not a timing check.
 pub const HANG_GUARD: Duration = Duration::from_secs(300);
 
@@ -31,7 +31,7 @@ pub fn minimal_template_dir() -> PathBuf {
 
 /// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
 pub fn short_tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("sbx-vm-").tempdir_in("/tmp").expect("tempdir")
+    tempfile::Builder::new().prefix("atoll-vm-").tempdir_in("/tmp").expect("tempdir")
 }
 
 /// Bytes as text, lossily, for messages and comparisons.
@@ -63,97 +63,97 @@ pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// `sbx` with its own state directory.
-pub struct Sbx {
+/// `atoll` with its own state directory.
+pub struct Atoll {
     state: tempfile::TempDir,
     data: Option<PathBuf>,
     netns: Option<String>,
 }
 
-impl Sbx {
+impl Atoll {
     /// With the usual data directory, which must hold the `minimal` template.
-    pub fn new() -> Sbx {
+    pub fn new() -> Atoll {
         minimal_template_dir();
-        Sbx { state: short_tempdir(), data: None, netns: None }
+        Atoll { state: short_tempdir(), data: None, netns: None }
     }
 
-    /// Like [`Sbx::new`], but every `sbx` runs inside the network namespace `netns`
+    /// Like [`Atoll::new`], but every `atoll` runs inside the network namespace `netns`
     /// (`ip netns exec`), and so do the QEMU and network helper it starts.
-    pub fn in_netns(netns: &str) -> Sbx {
+    pub fn in_netns(netns: &str) -> Atoll {
         minimal_template_dir();
-        Sbx { state: short_tempdir(), data: None, netns: Some(netns.to_owned()) }
+        Atoll { state: short_tempdir(), data: None, netns: Some(netns.to_owned()) }
     }
 
     /// With templates taken from `data` instead of the usual data directory.
-    pub fn with_data_dir(data: &Path) -> Sbx {
-        Sbx { state: short_tempdir(), data: Some(data.to_path_buf()), netns: None }
+    pub fn with_data_dir(data: &Path) -> Atoll {
+        Atoll { state: short_tempdir(), data: Some(data.to_path_buf()), netns: None }
     }
 
-    /// The private state directory (`SBX_STATE_DIR`).
+    /// The private state directory (`ATOLL_STATE_DIR`).
     pub fn state_dir(&self) -> &Path {
         self.state.path()
     }
 
-    /// `sbx ARGS`, ready to spawn, with piped output and no inherited target.
+    /// `atoll ARGS`, ready to spawn, with piped output and no inherited target.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(workspace_bin("sbx"));
+                c.args(["netns", "exec", ns]).arg(workspace_bin("atoll"));
                 c
             }
-            None => Command::new(workspace_bin("sbx")),
+            None => Command::new(workspace_bin("atoll")),
         };
-        cmd.env_remove("SBX_AGENT")
-            .env_remove("SBX_SANDBOX")
-            .env("SBX_STATE_DIR", self.state.path())
+        cmd.env_remove("ATOLL_AGENT")
+            .env_remove("ATOLL_SANDBOX")
+            .env("ATOLL_STATE_DIR", self.state.path())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(data) = &self.data {
-            cmd.env("SBX_DATA_DIR", data);
+            cmd.env("ATOLL_DATA_DIR", data);
         }
         cmd
     }
 
-    /// Runs `sbx ARGS`; a run that hangs is killed and fails the test.
+    /// Runs `atoll ARGS`; a run that hangs is killed and fails the test.
     pub fn run(&self, args: &[&str]) -> Output {
-        let child = self.command(args).spawn().expect("spawn sbx");
+        let child = self.command(args).spawn().expect("spawn atoll");
         wait_bounded(child, HANG_GUARD)
-            .unwrap_or_else(|| panic!("sbx {args:?} hung for {} s and was killed", HANG_GUARD.as_secs()))
+            .unwrap_or_else(|| panic!("atoll {args:?} hung for {} s and was killed", HANG_GUARD.as_secs()))
     }
 
-    /// Runs `sbx --json ARGS`, asserts success and parses stdout.
+    /// Runs `atoll --json ARGS`, asserts success and parses stdout.
     pub fn json(&self, args: &[&str]) -> Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let out = self.run(&all);
-        assert!(out.status.success(), "sbx {args:?} failed: {}", text(&out.stderr));
+        assert!(out.status.success(), "atoll {args:?} failed: {}", text(&out.stderr));
         serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("sbx {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
+            .unwrap_or_else(|e| panic!("atoll {args:?} printed no JSON ({e}): {}", text(&out.stdout)))
     }
 
-    /// Runs `sbx ARGS` and asserts that it fails; returns stderr.
+    /// Runs `atoll ARGS` and asserts that it fails; returns stderr.
     pub fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(!out.status.success(), "sbx {args:?} should fail; printed {}", text(&out.stdout));
+        assert!(!out.status.success(), "atoll {args:?} should fail; printed {}", text(&out.stdout));
         text(&out.stderr)
     }
 
-    /// `sbx create --name NAME` with a boot timeout fit for software emulation.
+    /// `atoll create --name NAME` with a boot timeout fit for software emulation.
     pub fn create(&self, name: &str) -> Value {
         self.create_with(name, &[])
     }
 
-    /// `sbx create --name NAME ARGS` with a boot timeout fit for software emulation.
+    /// `atoll create --name NAME ARGS` with a boot timeout fit for software emulation.
     pub fn create_with(&self, name: &str, args: &[&str]) -> Value {
         let mut all = vec!["create", "--name", name, "--timeout", BOOT_TIMEOUT];
         all.extend_from_slice(args);
         self.json(&all)
     }
 
-    /// `sbx -s SANDBOX exec -- sh -c SCRIPT`, waiting up to 30 s for the agent to answer;
+    /// `atoll -s SANDBOX exec -- sh -c SCRIPT`, waiting up to 30 s for the agent to answer;
     /// asserts that it succeeds and returns its stdout.
     pub fn sh(&self, sandbox: &str, script: &str) -> String {
         let out = self.run(&["-s", sandbox, "--connect-timeout", "30s", "exec", "--", "sh", "-c", script]);
@@ -161,7 +161,7 @@ impl Sbx {
         text(&out.stdout)
     }
 
-    /// `sbx ls --json` as (name, state) pairs.
+    /// `atoll ls --json` as (name, state) pairs.
     pub fn states(&self) -> Vec<(String, String)> {
         let list = self.json(&["ls"]);
         list.as_array()
@@ -171,7 +171,7 @@ impl Sbx {
             .collect()
     }
 
-    /// The state `sbx ls` shows for the sandbox `name`, if it is listed.
+    /// The state `atoll ls` shows for the sandbox `name`, if it is listed.
     pub fn state_of(&self, name: &str) -> Option<String> {
         self.states().into_iter().find(|(n, _)| n == name).map(|(_, state)| state)
     }
@@ -187,13 +187,13 @@ impl Sbx {
     }
 }
 
-impl Default for Sbx {
-    fn default() -> Sbx {
-        Sbx::new()
+impl Default for Atoll {
+    fn default() -> Atoll {
+        Atoll::new()
     }
 }
 
-impl Drop for Sbx {
+impl Drop for Atoll {
     fn drop(&mut self) {
         let _ = self.run(&["kill", "--all", "--force"]);
     }

@@ -1,13 +1,13 @@
-//! DownloadDir and UploadDir through a real `sbx-agent`: the zip is read and written
+//! DownloadDir and UploadDir through a real `atoll-agent`: the zip is read and written
 //! here with the `zip` crate, so the archive is checked as any unzip tool would see it.
 
 use std::io::{Cursor, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use sbx_proto::agent::v1::agent_client::AgentClient;
-use sbx_proto::agent::v1::{self as pb, download_dir_chunk, upload_dir_request};
-use sbx_tests::{Agent, assert_status, noise};
+use atoll_proto::agent::v1::agent_client::AgentClient;
+use atoll_proto::agent::v1::{self as pb, download_dir_chunk, upload_dir_request};
+use atoll_tests::{Agent, assert_status, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 use zip::write::SimpleFileOptions;
@@ -186,7 +186,7 @@ async fn a_client_that_leaves_mid_download_stops_the_archiver() {
     for i in 0..8 {
         std::fs::write(root.join(format!("{i}.bin")), block.repeat(8)).unwrap();
     }
-    let before = sbx_tests::bytes_read(agent.pid());
+    let before = atoll_tests::bytes_read(agent.pid());
     {
         let req = pb::DownloadDirRequest { path: s(&root), max_bytes: 0 };
         let mut stream = c.download_dir(req).await.unwrap().into_inner();
@@ -195,7 +195,7 @@ async fn a_client_that_leaves_mid_download_stops_the_archiver() {
     }
     // Once the archiver notices the client is gone it stops reading files; wait until
     // the agent's read counter settles, then check it never read the whole tree.
-    let last = sbx_tests::bytes_read_once_settled(agent.pid()).await;
+    let last = atoll_tests::bytes_read_once_settled(agent.pid()).await;
     let read = last - before;
     assert!(read < 32 * 1024 * 1024, "the agent read {read} bytes of a 64 MiB tree for a client that left");
 
@@ -231,11 +231,11 @@ async fn uploads_with_escaping_entries_are_refused_and_extract_nothing() {
     );
     let sneaky = zip_with(&[("good.txt", b"fine"), ("a/../../evil", b"bad")]);
     assert_status(upload(&mut c, &target, &sneaky).await, Code::InvalidArgument, &["a/../../evil", ".."]);
-    let absolute = zip_with(&[("good.txt", b"fine"), ("/tmp/sbx-evil", b"bad")]);
+    let absolute = zip_with(&[("good.txt", b"fine"), ("/tmp/atoll-evil", b"bad")]);
     assert_status(
         upload(&mut c, &target, &absolute).await,
         Code::InvalidArgument,
-        &["/tmp/sbx-evil", "absolute"],
+        &["/tmp/atoll-evil", "absolute"],
     );
 
     let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
@@ -247,7 +247,7 @@ async fn uploads_with_escaping_entries_are_refused_and_extract_nothing() {
 
     assert!(!target.exists(), "a refused upload does not even create the target");
     assert!(!base.join("evil").exists() && !agent.dir.path().join("evil").exists());
-    assert!(!Path::new("/tmp/sbx-evil").exists());
+    assert!(!Path::new("/tmp/atoll-evil").exists());
 }
 
 #[tokio::test]

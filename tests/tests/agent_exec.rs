@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::exec_event::Event;
+use atoll_tests::{Agent, pid_reaped};
 use futures::SinkExt;
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::exec_event::Event;
-use sbx_tests::{Agent, pid_reaped};
 use tonic::Code;
 
 use pb::exit_status::Kind;
@@ -158,9 +158,9 @@ async fn every_command_leads_a_session_with_default_signals_and_only_its_stdio()
         assert_eq!(stdout(&run(&agent, req).await), "0\n1\n2\n3\n", "user {user:?}");
         let req = with_command(argv(&["env"]), |c| {
             c.user = user.into();
-            _ = c.env.insert("SBX_PROBE".into(), "here".into());
+            _ = c.env.insert("ATOLL_PROBE".into(), "here".into());
         });
-        assert!(stdout(&run(&agent, req).await).lines().any(|l| l == "SBX_PROBE=here"), "user {user:?}");
+        assert!(stdout(&run(&agent, req).await).lines().any(|l| l == "ATOLL_PROBE=here"), "user {user:?}");
     }
     // A script without `#!` runs through /bin/sh, as execvp would run it.
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! The agent's file RPCs, driven through the generated client against a real
-//! `sbx-agent` on a Unix socket: reads, atomic writes, listings and the small
+//! `atoll-agent` on a Unix socket: reads, atomic writes, listings and the small
 //! operations, with their limits and error paths.
 
 use std::ffi::OsStr;
@@ -8,9 +8,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sbx_proto::agent::v1::agent_client::AgentClient;
-use sbx_proto::agent::v1::{self as pb, write_file_request::Part};
-use sbx_tests::{Agent, assert_status, noise};
+use atoll_proto::agent::v1::agent_client::AgentClient;
+use atoll_proto::agent::v1::{self as pb, write_file_request::Part};
+use atoll_tests::{Agent, assert_status, noise};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -372,11 +372,11 @@ async fn permission_denied_is_reported_even_to_root() {
     // Neither /proc nor /sys lets anyone, root included, create files in it.
     assert_status(write(&mut c, Path::new("/proc/version"), b"x").await, Code::PermissionDenied, &["/proc"]);
     assert_status(
-        write(&mut c, Path::new("/sys/sbx-test-file"), b"x").await,
+        write(&mut c, Path::new("/sys/atoll-test-file"), b"x").await,
         Code::PermissionDenied,
         &["/sys"],
     );
-    let mkdir = pb::MakeDirRequest { path: "/sys/kernel/sbx-test-dir".into(), ..Default::default() };
+    let mkdir = pb::MakeDirRequest { path: "/sys/kernel/atoll-test-dir".into(), ..Default::default() };
     assert_status(c.make_dir(mkdir).await, Code::PermissionDenied, &["permission denied"]);
 }
 
@@ -602,7 +602,7 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
     let mut c = agent.client().await;
     let path = agent.dir.path().join("huge.bin");
     std::fs::write(&path, noise(MIB, 8).repeat(64)).unwrap();
-    let before = sbx_tests::bytes_read(agent.pid());
+    let before = atoll_tests::bytes_read(agent.pid());
     {
         let mut stream = c
             .read_file(pb::ReadFileRequest { path: s(&path), ..Default::default() })
@@ -613,7 +613,7 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
         assert_eq!(first.file_size, 64 * MIB as u64);
     }
     // Wait until the agent's read counter settles, then check it stopped early.
-    let last = sbx_tests::bytes_read_once_settled(agent.pid()).await;
+    let last = atoll_tests::bytes_read_once_settled(agent.pid()).await;
     let consumed = last - before;
     assert!(
         consumed < 32 * MIB as u64,
@@ -624,7 +624,7 @@ async fn a_client_that_leaves_mid_read_stops_the_reader() {
     assert_eq!(small.len(), 10, "the agent serves the next read");
 }
 
-/// The machine-readable reason (`sbx-reason`) the agent attached to a refusal.
+/// The machine-readable reason (`atoll-reason`) the agent attached to a refusal.
 fn reason_of<T>(result: &Result<T, tonic::Status>) -> Option<&str> {
-    result.as_ref().err()?.metadata().get(sbx_proto::reason::REASON_KEY)?.to_str().ok()
+    result.as_ref().err()?.metadata().get(atoll_proto::reason::REASON_KEY)?.to_str().ok()
 }

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::exit_status::Kind;
-use sbx_proto::limits::JOB_TAIL_BYTES;
-use sbx_tests::{Agent, pid_reaped};
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::exit_status::Kind;
+use atoll_proto::limits::JOB_TAIL_BYTES;
+use atoll_tests::{Agent, pid_reaped};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -224,7 +224,7 @@ async fn unknown_ids_and_bad_requests_are_refused() {
     assert_eq!(missing.code(), Code::NotFound);
     assert!(
         missing.message().contains("job-999")
-            && missing.metadata().get(sbx_proto::reason::REASON_KEY).is_some_and(|r| r == "unknown_job"),
+            && missing.metadata().get(atoll_proto::reason::REASON_KEY).is_some_and(|r| r == "unknown_job"),
         "{}",
         missing.message()
     );

@@ -1,8 +1,8 @@
 //! The agent link end to end with a stand-in for the VM's virtio-serial port: the
 //! real agent serves the link (`--link-device`) on a pseudo-terminal's slave in raw
 //! mode, a bridge in this test plays QEMU's chardev socket (`agent.port`, one host
-//! connection at a time, bytes to and from the pty's master), and the real `sbx
-//! agent-link` multiplexer serves `agent.sock`, which the real `sbx` CLI (the typed
+//! connection at a time, bytes to and from the pty's master), and the real `atoll
+//! agent-link` multiplexer serves `agent.sock`, which the real `atoll` CLI (the typed
 //! client) calls. The pty is NOT a virtio-serial port: its "no host" and replug
 //! behaviour (EOF, `ENODEV`) are not exercised here, only a VM shows those.
 //!
@@ -21,9 +21,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cli_util::{code, ok, s, sbx, sbx_cmd, sbx_stdin, sha256_file, stderr};
+use atoll_tests::Agent;
+use cli_util::{atoll, atoll_cmd, atoll_stdin, code, ok, s, sha256_file, stderr};
 use rustix::pty::OpenptFlags;
-use sbx_tests::Agent;
 
 /// A pty whose slave is raw (no echo, no line editing): a clean byte pipe.
 fn raw_pty() -> (File, OwnedFd, PathBuf) {
@@ -88,7 +88,7 @@ impl Bridge {
     }
 }
 
-/// `sbx agent-link`, killed when dropped.
+/// `atoll agent-link`, killed when dropped.
 struct Link(Child);
 
 impl Link {
@@ -97,15 +97,15 @@ impl Link {
     }
 
     fn start_with(port: &Path, socket: &Path, extra: &[&str]) -> Link {
-        let child = Command::new(sbx_tests::workspace_bin("sbx"))
+        let child = Command::new(atoll_tests::workspace_bin("atoll"))
             .args(["agent-link", "--port", s(port), "--socket", s(socket)])
             .args(extra)
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawn sbx agent-link");
+            .expect("spawn atoll agent-link");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "sbx agent-link did not make {}", socket.display());
+            assert!(Instant::now() < deadline, "atoll agent-link did not make {}", socket.display());
             std::thread::sleep(Duration::from_millis(10));
         }
         Link(child)
@@ -131,9 +131,9 @@ fn exec_streams_and_files_cross_the_link_and_survive_a_reconnect() {
     let addr = format!("unix://{}", socket.display());
 
     // Exec (unary), then ExecStream with stdin in and output out.
-    assert_eq!(ok(&sbx(&addr, &["exec", "--capture", "--", "echo", "over the link"])), "over the link\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--capture", "--", "echo", "over the link"])), "over the link\n");
     let out =
-        sbx_stdin(&addr, &["exec", "--", "sh", "-c", "tr a-z A-Z; echo done >&2; exit 3"], b"streamed\n");
+        atoll_stdin(&addr, &["exec", "--", "sh", "-c", "tr a-z A-Z; echo done >&2; exit 3"], b"streamed\n");
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "STREAMED\n");
     assert!(stderr(&out).contains("done"), "{}", stderr(&out));
@@ -141,18 +141,18 @@ fn exec_streams_and_files_cross_the_link_and_survive_a_reconnect() {
     // A few MiB up and back down: many DATA frames, flow control both ways.
     let host = tempfile::tempdir().unwrap();
     let src = host.path().join("up.bin");
-    std::fs::write(&src, sbx_tests::noise(6 << 20, 7)).unwrap();
+    std::fs::write(&src, atoll_tests::noise(6 << 20, 7)).unwrap();
     let guest = agent.dir.path().join("landed.bin");
-    ok(&sbx(&addr, &["cp", s(&src), &format!(":{}", s(&guest))]));
+    ok(&atoll(&addr, &["cp", s(&src), &format!(":{}", s(&guest))]));
     assert_eq!(sha256_file(&guest), sha256_file(&src), "host -> guest changed the bytes");
     let back = host.path().join("back.bin");
-    ok(&sbx(&addr, &["cp", &format!(":{}", s(&guest)), s(&back)]));
+    ok(&atoll(&addr, &["cp", &format!(":{}", s(&guest)), s(&back)]));
     assert_eq!(sha256_file(&back), sha256_file(&src), "guest -> host changed the bytes");
 
     // QEMU drops the host connection; the multiplexer connects again, and the agent,
     // which saw no end of its session, finds the new SYNC.
     bridge.drop_host();
-    assert_eq!(ok(&sbx(&addr, &["exec", "--capture", "--", "echo", "again"])), "again\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--capture", "--", "echo", "again"])), "again\n");
     drop(agent);
 }
 
@@ -167,20 +167,20 @@ fn a_client_that_goes_away_cancels_its_call_in_the_guest() {
     let addr = format!("unix://{}", socket.display());
     let pidfile = agent.dir.path().join("pid");
     let script = format!("echo $$ > {}; exec sleep 1000", pidfile.display());
-    let mut client = sbx_cmd(&addr, &["exec", "--", "sh", "-c", &script])
+    let mut client = atoll_cmd(&addr, &["exec", "--", "sh", "-c", &script])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
-        .expect("spawn sbx exec");
+        .expect("spawn atoll exec");
     let pid = eventually("the command to start", || {
         std::fs::read_to_string(&pidfile).ok().and_then(|p| p.trim().parse::<u32>().ok())
     });
     // SIGKILL: the client says nothing, its connection to agent.sock just closes.
     client.kill().unwrap();
     client.wait().unwrap();
-    eventually("the guest command to be killed", || sbx_tests::pid_reaped(pid).then_some(()));
+    eventually("the guest command to be killed", || atoll_tests::pid_reaped(pid).then_some(()));
     // The link is still there for the next client.
-    assert_eq!(ok(&sbx(&addr, &["exec", "--capture", "--", "echo", "next"])), "next\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--capture", "--", "echo", "next"])), "next\n");
 }
 
 #[test]
@@ -189,14 +189,14 @@ fn calls_fail_unavailable_when_the_link_stays_down() {
     // No QEMU behind agent.port: the link never comes up.
     let (port, socket) = (dir.path().join("agent.port"), dir.path().join("agent.sock"));
     let _link = Link::start_with(&port, &socket, &["--wait", "200ms"]);
-    let out = sbx(&format!("unix://{}", socket.display()), &["exec", "--capture", "--", "true"]);
+    let out = atoll(&format!("unix://{}", socket.display()), &["exec", "--capture", "--", "true"]);
     assert_ne!(code(&out), 0);
     assert!(stderr(&out).contains("the agent link is down (waited 200ms)"), "{}", stderr(&out));
 }
 
 /// gRPC's C core (grpcio for Python, Ruby, PHP...) sends a Unix socket's path,
 /// percent-encoded, as `:authority`, which HTTP/2 servers refuse as no authority: the
-/// multiplexer must serve such a call as the agent does (sbx-proto's `AuthorityFix`).
+/// multiplexer must serve such a call as the agent does (atoll-proto's `AuthorityFix`).
 /// Spoken here in raw HTTP/2, as no Rust client can send that authority.
 #[test]
 fn a_call_whose_authority_is_the_socket_path_is_served() {
@@ -215,7 +215,7 @@ fn a_call_whose_authority_is_the_socket_path_is_served() {
     for (name, value) in [
         (":method", "POST"),
         (":scheme", "http"),
-        (":path", "/sbx.agent.v1.Agent/Info"),
+        (":path", "/atoll.agent.v1.Agent/Info"),
         (":authority", authority.as_str()),
         ("content-type", "application/grpc"),
         ("te", "trailers"),

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_tests::Agent;
 use futures::SinkExt;
-use sbx_proto::agent::v1 as pb;
-use sbx_tests::Agent;
 use tonic::Code;
 
 use pb::exec_event::Event;

@@ -1,13 +1,13 @@
-//! Restored through a real `sbx-agent`: one call makes a guest restored from a snapshot
+//! Restored through a real `atoll-agent`: one call makes a guest restored from a snapshot
 //! a machine of its own (clock, hostname, host randomness). As root the agent runs in a
 //! UTS namespace of its own, so its hostname changes and this machine's does not;
 //! without root only what an unprivileged agent answers is checked. A restored VM's
-//! hostname is checked through `sbx` in vm_snapshot.rs.
+//! hostname is checked through `atoll` in vm_snapshot.rs.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sbx_proto::agent::v1 as pb;
-use sbx_tests::Agent;
+use atoll_proto::agent::v1 as pb;
+use atoll_tests::Agent;
 use tonic::Code;
 
 fn now_ms() -> i64 {
@@ -51,7 +51,7 @@ async fn restored_sets_the_clock_and_the_hostname_in_one_call() {
     assert_eq!(hostname_of(&agent).await, "fork-1");
     assert_eq!(this_hostname(), ours, "the agent's own UTS namespace kept the change to itself");
 
-    // Any sbx sandbox name is a hostname: `_` too; no randomness is fine.
+    // Any atoll sandbox name is a hostname: `_` too; no randomness is fine.
     c.restored(request(now_ms(), "my_box.2", b"")).await.unwrap();
     assert_eq!(hostname_of(&agent).await, "my_box.2");
 }

@@ -1,10 +1,10 @@
-//! Info and SetTime through a real `sbx-agent`, checked against what this machine
+//! Info and SetTime through a real `atoll-agent`, checked against what this machine
 //! says about itself.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sbx_proto::agent::v1 as pb;
-use sbx_tests::Agent;
+use atoll_proto::agent::v1 as pb;
+use atoll_tests::Agent;
 use tonic::Code;
 
 fn now_ms() -> i64 {

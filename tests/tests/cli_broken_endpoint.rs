@@ -1,7 +1,7 @@
-//! `sbx` never exits 0 when the agent's socket breaks: every subcommand, against a
+//! `atoll` never exits 0 when the agent's socket breaks: every subcommand, against a
 //! hybrid-vsock endpoint that misbehaves at each step (accepts and closes, closes
 //! after `OK`, answers garbage instead of `OK`, cuts the connection mid-call), 100
-//! tries each. A closed stdout (`sbx cat big | head -c 1`) still ends quietly.
+//! tries each. A closed stdout (`atoll cat big | head -c 1`) still ends quietly.
 
 mod cli_util;
 
@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use cli_util::{code, s, sbx_cmd, stderr};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll_cmd, code, s, stderr};
 
 /// Tries per subcommand and endpoint behaviour.
 const TRIES: usize = 100;
@@ -306,7 +306,7 @@ fn never_exits_zero(fault: Fault) {
                         assert_eq!(
                             code(&out),
                             0,
-                            "`sbx {}` with its calls whole (try {i}): {err}",
+                            "`atoll {}` with its calls whole (try {i}): {err}",
                             case.name
                         );
                         continue;
@@ -315,38 +315,38 @@ fn never_exits_zero(fault: Fault) {
                     assert_ne!(
                         code(&out),
                         0,
-                        "{fault:?}: `sbx {}` exited 0 (try {i}): {err} stdout={:?}",
+                        "{fault:?}: `atoll {}` exited 0 (try {i}): {err} stdout={:?}",
                         case.name,
                         String::from_utf8_lossy(&out.stdout)
                     );
-                    assert_eq!(code(&out), 69, "{fault:?}: `sbx {}` (try {i}): {err}", case.name);
+                    assert_eq!(code(&out), 69, "{fault:?}: `atoll {}` (try {i}): {err}", case.name);
                     assert!(
                         err.contains("did not let us through")
                             || err.contains("lost the connection")
                             || err.contains("could not start a gRPC session")
                             || err.contains("\"kind\":\"unreachable\"")
                             || err.contains("\"kind\":\"disconnected\""),
-                        "{fault:?}: `sbx {}` (try {i}) said: {err}",
+                        "{fault:?}: `atoll {}` (try {i}) said: {err}",
                         case.name
                     );
                     if let Some(path) = &case.leaves_nothing_at {
                         let path = path(host, i);
-                        assert!(!path.exists(), "{fault:?}: `sbx {}` left {}", case.name, path.display());
+                        assert!(!path.exists(), "{fault:?}: `atoll {}` left {}", case.name, path.display());
                     }
                 }
-                assert!(broken >= TRIES / 4, "{fault:?}: `sbx {}` broke in only {broken} tries", case.name);
+                assert!(broken >= TRIES / 4, "{fault:?}: `atoll {}` broke in only {broken} tries", case.name);
             });
         }
     });
 }
 
 fn run(addr: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
-    let mut child = sbx_cmd(addr, &[&["--connect-timeout", "20s"], args].concat())
+    let mut child = atoll_cmd(addr, &[&["--connect-timeout", "20s"], args].concat())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn sbx");
+        .expect("spawn atoll");
     let mut input = child.stdin.take().unwrap();
     let _ = input.write_all(stdin);
     drop(input);
@@ -380,7 +380,7 @@ fn a_closed_stdout_still_ends_quietly() {
     std::fs::write(&big, vec![b'x'; 8 << 20]).unwrap();
     let addr = format!("unix://{}", agent.socket.display());
     for args in [vec!["cat", s(&big)], vec!["exec", "--", "cat", s(&big)]] {
-        let mut child = sbx_cmd(&addr, &args)
+        let mut child = atoll_cmd(&addr, &args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -391,14 +391,14 @@ fn a_closed_stdout_still_ends_quietly() {
         // The reader is gone (dropped above), as after `| head -c 1`.
         let out = child.wait_with_output().unwrap();
         assert_eq!(first, *b"x");
-        assert_eq!(code(&out), 0, "`sbx {}` with its reader gone: {}", args[0], stderr(&out));
-        assert_eq!(stderr(&out), "", "`sbx {}` with its reader gone said something", args[0]);
+        assert_eq!(code(&out), 0, "`atoll {}` with its reader gone: {}", args[0], stderr(&out));
+        assert_eq!(stderr(&out), "", "`atoll {}` with its reader gone said something", args[0]);
     }
     // The shell pipeline itself, as users write it.
     let out = Command::new("bash")
         .arg("-c")
-        .arg(format!("set -o pipefail; \"$SBX\" --agent '{addr}' cat '{}' | head -c 1", big.display()))
-        .env("SBX", sbx_tests::workspace_bin("sbx"))
+        .arg(format!("set -o pipefail; \"$ATOLL\" --agent '{addr}' cat '{}' | head -c 1", big.display()))
+        .env("ATOLL", atoll_tests::workspace_bin("atoll"))
         .output()
         .unwrap();
     assert_eq!(out.stdout, b"x");

@@ -9,8 +9,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use cli_util::{code, json, json_error, s, sbx, stderr};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll, code, json, json_error, s, stderr};
 
 /// How the fake VMM socket treats each connection.
 #[derive(Clone, Copy)]
@@ -89,11 +89,11 @@ fn hybrid_vsock_handshake_reaches_the_agent() {
     let file = agent.dir.path().join("hello.txt");
     std::fs::write(&file, b"through the VMM socket\n").unwrap();
     let addr = format!("hvsock://{}:1024", sock.display());
-    let out = sbx(&addr, &["cat", s(&file)]);
+    let out = atoll(&addr, &["cat", s(&file)]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(out.stdout, b"through the VMM socket\n");
     assert_eq!(connects.recv().unwrap(), "CONNECT 1024\n");
-    let st = json(&sbx(&addr, &["--json", "stat", s(&file)]));
+    let st = json(&atoll(&addr, &["--json", "stat", s(&file)]));
     assert_eq!(st["size"], 23);
 }
 
@@ -102,11 +102,11 @@ fn eof_before_ok_means_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let (sock, connects) = fake_vmm(dir.path(), Vmm::HangUp, None);
     let addr = format!("hvsock://{}:1024", sock.display());
-    let out = sbx(&addr, &["stat", "/"]);
+    let out = atoll(&addr, &["stat", "/"]);
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("closed the connection before answering OK"), "{err}");
-    assert!(err.contains("not booted yet or sbx-agent is not listening on port 1024"), "{err}");
+    assert!(err.contains("not booted yet or atoll-agent is not listening on port 1024"), "{err}");
     assert_eq!(connects.recv().unwrap(), "CONNECT 1024\n");
 }
 
@@ -114,7 +114,7 @@ fn eof_before_ok_means_not_ready() {
 fn a_refusal_is_reported_with_its_words() {
     let dir = tempfile::tempdir().unwrap();
     let (sock, _connects) = fake_vmm(dir.path(), Vmm::Garbage, None);
-    let out = sbx(&format!("hvsock://{}:5000", sock.display()), &["--json", "stat", "/"]);
+    let out = atoll(&format!("hvsock://{}:5000", sock.display()), &["--json", "stat", "/"]);
     assert_eq!(code(&out), 69);
     let e = json_error(&out);
     assert_eq!(e["kind"], "unreachable");
@@ -127,12 +127,12 @@ fn a_silent_vmm_hits_the_connect_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let (sock, _connects) = fake_vmm(dir.path(), Vmm::Silent, None);
     let addr = format!("hvsock://{}:1024", sock.display());
-    let out = sbx(&addr, &["--connect-timeout", "1s", "info"]);
+    let out = atoll(&addr, &["--connect-timeout", "1s", "info"]);
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert_eq!(
         stderr(&out).trim_end(),
         format!(
-            "sbx: no agent answered at {addr} within 1 s: is the VM booted and sbx-agent listening on port 1024?"
+            "atoll: no agent answered at {addr} within 1 s: is the VM booted and atoll-agent listening on port 1024?"
         )
     );
 }
@@ -141,12 +141,12 @@ fn a_silent_vmm_hits_the_connect_timeout() {
 fn a_missing_socket_is_unreachable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nothing.sock");
-    let out = sbx(&format!("unix://{}", path.display()), &["info"]);
+    let out = atoll(&format!("unix://{}", path.display()), &["info"]);
     assert_eq!(code(&out), 69);
     let err = stderr(&out);
     assert!(err.contains(&format!("no socket at {}", path.display())), "{err}");
 
-    let out = sbx(&format!("unix://{}", path.display()), &["--json", "exec", "--", "true"]);
+    let out = atoll(&format!("unix://{}", path.display()), &["--json", "exec", "--", "true"]);
     assert_eq!(code(&out), 69);
     let e = json_error(&out);
     assert_eq!((e["kind"].as_str(), e["exit_code"].as_i64()), (Some("unreachable"), Some(69)));
@@ -157,32 +157,32 @@ fn a_missing_socket_is_unreachable() {
 fn a_refused_tcp_port_is_unreachable() {
     // Bind and drop to find a port nobody listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let out = sbx(&format!("tcp://127.0.0.1:{port}"), &["info"]);
+    let out = atoll(&format!("tcp://127.0.0.1:{port}"), &["info"]);
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(stderr(&out).contains("could not connect to the agent at tcp://127.0.0.1"), "{}", stderr(&out));
 }
 
 #[test]
 fn bad_addresses_and_usage_errors_exit_2() {
-    let out = sbx("/tmp/x.sock", &["info"]);
+    let out = atoll("/tmp/x.sock", &["info"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("use vsock://CID:PORT, hvsock:///PATH:PORT"), "{}", stderr(&out));
 
-    let out = sbx("", &["info"]);
+    let out = atoll("", &["info"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("pass --agent ADDR"), "{}", stderr(&out));
 
-    let out = sbx("", &["--json", "info", "--no-such-flag"]);
+    let out = atoll("", &["--json", "info", "--no-such-flag"]);
     assert_eq!(code(&out), 2);
     assert_eq!(json_error(&out)["kind"], "usage");
 
-    let out = sbx("unix:///x.sock", &["cp", "a", "b"]);
+    let out = atoll("unix:///x.sock", &["cp", "a", "b"]);
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("write the guest side as :/path"), "{}", stderr(&out));
 
     let state = tempfile::tempdir().unwrap();
-    let out = cli_util::sbx_cmd("", &["--sandbox", "ghost", "info"])
-        .env("SBX_STATE_DIR", state.path())
+    let out = cli_util::atoll_cmd("", &["--sandbox", "ghost", "info"])
+        .env("ATOLL_STATE_DIR", state.path())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -192,29 +192,29 @@ fn bad_addresses_and_usage_errors_exit_2() {
 
 #[test]
 fn help_teaches_and_completions_generate() {
-    let out = sbx("", &["--help"]);
+    let out = atoll("", &["--help"]);
     let help = cli_util::ok(&out);
     assert!(help.contains("Examples:") && help.contains("Exit codes:") && help.contains("69"), "{help}");
-    let script = cli_util::ok(&sbx("", &["completions", "bash"]));
-    assert!(script.contains("_sbx") && script.contains("exec"), "{}", &script[..200.min(script.len())]);
+    let script = cli_util::ok(&atoll("", &["completions", "bash"]));
+    assert!(script.contains("_atoll") && script.contains("exec"), "{}", &script[..200.min(script.len())]);
 }
 
 #[test]
 fn info_reports_the_agent() {
     let agent = Agent::start();
-    let doc = json(&sbx(&agent.address(), &["--json", "info"]));
+    let doc = json(&atoll(&agent.address(), &["--json", "info"]));
     assert!(doc["agent_version"].as_str().is_some_and(|v| !v.is_empty()), "{doc}");
     assert!(doc["cpus"].as_u64().is_some_and(|n| n >= 1), "{doc}");
     assert_eq!(doc["pid1"], false);
-    let text = cli_util::ok(&sbx(&agent.address(), &["info"]));
+    let text = cli_util::ok(&atoll(&agent.address(), &["info"]));
     assert!(text.contains(&format!("at {}", agent.address())), "{text}");
 }
 
 #[test]
 fn ls_without_a_path_lists_sandboxes() {
     let state = tempfile::tempdir().unwrap();
-    let out = cli_util::sbx_cmd("", &["--json", "ls"])
-        .env("SBX_STATE_DIR", state.path())
+    let out = cli_util::atoll_cmd("", &["--json", "ls"])
+        .env("ATOLL_STATE_DIR", state.path())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! `sbx cp` both ways (files of any size, directories via zip) and `sbx download`,
+//! `atoll cp` both ways (files of any size, directories via zip) and `atoll download`,
 //! driven as a subprocess against a real agent.
 
 mod cli_util;
@@ -7,8 +7,8 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use cli_util::{code, json, ok, s, sbx, sha256_file, stderr};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll, code, json, ok, s, sha256_file, stderr};
 
 /// Writes `len` bytes of noise to `path` in pieces, without holding it all in memory.
 fn write_noise(path: &Path, len: usize, seed: u64) {
@@ -16,7 +16,7 @@ fn write_noise(path: &Path, len: usize, seed: u64) {
     let piece = 1 << 20;
     for i in 0..len.div_ceil(piece) {
         let n = piece.min(len - i * piece);
-        f.write_all(&sbx_tests::noise(n, seed + i as u64)).unwrap();
+        f.write_all(&atoll_tests::noise(n, seed + i as u64)).unwrap();
     }
     f.flush().unwrap();
 }
@@ -30,12 +30,12 @@ fn a_100_mib_binary_file_copies_both_ways_intact() {
     let want = sha256_file(&src);
 
     let guest = agent.dir.path().join("in-guest/big.bin");
-    let out = sbx(&agent.address(), &["cp", s(&src), &format!(":{}", s(&guest))]);
+    let out = atoll(&agent.address(), &["cp", s(&src), &format!(":{}", s(&guest))]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(sha256_file(&guest), want, "host -> guest changed the bytes");
 
     let back = host.path().join("back.bin");
-    let out = sbx(&agent.address(), &["--json", "cp", &format!(":{}", s(&guest)), s(&back)]);
+    let out = atoll(&agent.address(), &["--json", "cp", &format!(":{}", s(&guest)), s(&back)]);
     let doc = json(&out);
     assert_eq!(doc["bytes"], 100u64 << 20);
     assert_eq!(doc["kind"], "file");
@@ -51,19 +51,19 @@ fn files_copied_into_a_directory_keep_their_name_and_mode() {
     std::fs::set_permissions(&src, std::fs::Permissions::from_mode(0o755)).unwrap();
     let guest_dir = agent.dir.path().join("work");
     std::fs::create_dir(&guest_dir).unwrap();
-    ok(&sbx(&agent.address(), &["cp", s(&src), &format!(":{}", s(&guest_dir))]));
+    ok(&atoll(&agent.address(), &["cp", s(&src), &format!(":{}", s(&guest_dir))]));
     let landed = guest_dir.join("run.sh");
     assert_eq!(std::fs::read(&landed).unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(std::fs::metadata(&landed).unwrap().permissions().mode() & 0o777, 0o755);
 
     // A destination ending in `/` is a directory, created if missing.
     let fresh = agent.dir.path().join("fresh");
-    ok(&sbx(&agent.address(), &["cp", s(&src), &format!(":{}/", s(&fresh))]));
+    ok(&atoll(&agent.address(), &["cp", s(&src), &format!(":{}/", s(&fresh))]));
     assert_eq!(std::fs::read(fresh.join("run.sh")).unwrap(), b"#!/bin/sh\necho hi\n");
 
     let into = host.path().join("down");
     std::fs::create_dir(&into).unwrap();
-    ok(&sbx(&agent.address(), &["cp", &format!(":{}", s(&landed)), s(&into)]));
+    ok(&atoll(&agent.address(), &["cp", &format!(":{}", s(&landed)), s(&into)]));
     assert_eq!(std::fs::read(into.join("run.sh")).unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(std::fs::metadata(into.join("run.sh")).unwrap().permissions().mode() & 0o777, 0o755);
 }
@@ -92,7 +92,7 @@ fn directories_copy_both_ways() {
 
     // To a new guest path: the tree becomes that path.
     let guest_new = agent.dir.path().join("copy");
-    let out = sbx(&agent.address(), &["--json", "cp", s(&tree), &format!(":{}", s(&guest_new))]);
+    let out = atoll(&agent.address(), &["--json", "cp", s(&tree), &format!(":{}", s(&guest_new))]);
     let doc = json(&out);
     assert_eq!((doc["kind"].as_str(), doc["files"].as_u64()), (Some("dir"), Some(3)), "{doc}");
     assert_same_tree(&tree, &guest_new);
@@ -100,20 +100,20 @@ fn directories_copy_both_ways() {
     // Into an existing guest directory: the tree lands inside it, by name.
     let guest_dir = agent.dir.path().join("work");
     std::fs::create_dir(&guest_dir).unwrap();
-    ok(&sbx(&agent.address(), &["cp", s(&tree), &format!(":{}/", s(&guest_dir))]));
+    ok(&atoll(&agent.address(), &["cp", s(&tree), &format!(":{}/", s(&guest_dir))]));
     assert_same_tree(&tree, &guest_dir.join("project"));
 
     // Back to the host, to a new path.
     let back = host.path().join("back");
-    ok(&sbx(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&back)]));
+    ok(&atoll(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&back)]));
     assert_same_tree(&tree, &back);
 
     // Into an existing host directory, by name; a second copy refuses to merge.
     let into = host.path().join("into");
     std::fs::create_dir(&into).unwrap();
-    ok(&sbx(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&into)]));
+    ok(&atoll(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&into)]));
     assert_same_tree(&tree, &into.join("copy"));
-    let again = sbx(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&into)]);
+    let again = atoll(&agent.address(), &["cp", &format!(":{}", s(&guest_new)), s(&into)]);
     assert_eq!(code(&again), 2);
     assert!(stderr(&again).contains("already exists"), "{}", stderr(&again));
     let leftovers: Vec<_> = std::fs::read_dir(&into).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -127,7 +127,7 @@ fn download_writes_a_zip() {
     make_tree(&tree);
     let host = tempfile::tempdir().unwrap();
     let zip_path = host.path().join("out.zip");
-    let doc = json(&sbx(&agent.address(), &["--json", "download", s(&tree), "-o", s(&zip_path)]));
+    let doc = json(&atoll(&agent.address(), &["--json", "download", s(&tree), "-o", s(&zip_path)]));
     assert_eq!(doc["files"], 3);
     let mut zip = zip::ZipArchive::new(std::fs::File::open(&zip_path).unwrap()).unwrap();
     let names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
@@ -136,7 +136,8 @@ fn download_writes_a_zip() {
     std::io::Read::read_to_string(&mut zip.by_name("src/main.rs").unwrap(), &mut main).unwrap();
     assert_eq!(main, "fn main() {}\n");
 
-    let missing = sbx(&agent.address(), &["download", s(&agent.dir.path().join("nope")), "-o", s(&zip_path)]);
+    let missing =
+        atoll(&agent.address(), &["download", s(&agent.dir.path().join("nope")), "-o", s(&zip_path)]);
     assert_eq!(code(&missing), 1);
     assert!(zip_path.exists(), "a failed download leaves the old file alone");
 }
@@ -145,7 +146,7 @@ fn download_writes_a_zip() {
 fn a_missing_guest_source_is_not_found() {
     let agent = Agent::start();
     let host = tempfile::tempdir().unwrap();
-    let out = sbx(
+    let out = atoll(
         &agent.address(),
         &["--json", "cp", &format!(":{}/nope", agent.dir.path().display()), s(host.path())],
     );

@@ -1,26 +1,26 @@
-//! `sbx exec`, `sbx run` and `sbx job ...` driven as a subprocess against a real agent:
+//! `atoll exec`, `atoll run` and `atoll job ...` driven as a subprocess against a real agent:
 //! exit codes passed through, output streamed intact, stdin forwarded, JSON results.
 
 mod cli_util;
 
-use cli_util::{code, json, ok, sbx, sbx_stdin, sha256, stderr, stdout};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll, atoll_stdin, code, json, ok, sha256, stderr, stdout};
 
 #[test]
 fn exit_codes_are_passed_through() {
     let agent = Agent::start();
     let a = agent.address();
-    assert_eq!(code(&sbx(&a, &["exec", "--", "sh", "-c", "exit 7"])), 7);
-    assert_eq!(code(&sbx(&a, &["exec", "--", "true"])), 0);
-    assert_eq!(code(&sbx(&a, &["exec", "--sh", "exit 42"])), 42);
+    assert_eq!(code(&atoll(&a, &["exec", "--", "sh", "-c", "exit 7"])), 7);
+    assert_eq!(code(&atoll(&a, &["exec", "--", "true"])), 0);
+    assert_eq!(code(&atoll(&a, &["exec", "--sh", "exit 42"])), 42);
     // Killed by SIGKILL: 128 + 9.
-    assert_eq!(code(&sbx(&a, &["exec", "--", "sh", "-c", "kill -9 $$"])), 137);
+    assert_eq!(code(&atoll(&a, &["exec", "--", "sh", "-c", "kill -9 $$"])), 137);
 }
 
 #[test]
 fn a_timeout_exits_124_and_says_so() {
     let agent = Agent::start();
-    let out = sbx(&agent.address(), &["exec", "--timeout", "1s", "--", "sleep", "30"]);
+    let out = atoll(&agent.address(), &["exec", "--timeout", "1s", "--", "sleep", "30"]);
     assert_eq!(code(&out), 124, "{}", stderr(&out));
     assert!(stderr(&out).contains("timeout"), "{}", stderr(&out));
 }
@@ -28,10 +28,10 @@ fn a_timeout_exits_124_and_says_so() {
 #[test]
 fn ten_megabytes_of_output_arrive_intact() {
     let agent = Agent::start();
-    let data = sbx_tests::noise(10_000_000, 3);
+    let data = atoll_tests::noise(10_000_000, 3);
     let file = agent.dir.path().join("big.bin");
     std::fs::write(&file, &data).unwrap();
-    let out = sbx(&agent.address(), &["exec", "--", "cat", cli_util::s(&file)]);
+    let out = atoll(&agent.address(), &["exec", "--", "cat", cli_util::s(&file)]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(out.stdout.len(), data.len());
     assert_eq!(sha256(&out.stdout), sha256(&data));
@@ -40,7 +40,7 @@ fn ten_megabytes_of_output_arrive_intact() {
 #[test]
 fn stdout_and_stderr_stay_apart() {
     let agent = Agent::start();
-    let out = sbx(&agent.address(), &["exec", "--sh", "echo out; echo err >&2; exit 3"]);
+    let out = atoll(&agent.address(), &["exec", "--sh", "echo out; echo err >&2; exit 3"]);
     assert_eq!(code(&out), 3);
     assert_eq!(stdout(&out), "out\n");
     assert_eq!(stderr(&out), "err\n");
@@ -49,11 +49,11 @@ fn stdout_and_stderr_stay_apart() {
 #[test]
 fn stdin_is_forwarded() {
     let agent = Agent::start();
-    let input = sbx_tests::noise(3_000_000, 9);
-    let out = sbx_stdin(&agent.address(), &["exec", "--", "cat"], &input);
+    let input = atoll_tests::noise(3_000_000, 9);
+    let out = atoll_stdin(&agent.address(), &["exec", "--", "cat"], &input);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(sha256(&out.stdout), sha256(&input));
-    let out = sbx_stdin(&agent.address(), &["exec", "--", "wc", "-c"], b"12345");
+    let out = atoll_stdin(&agent.address(), &["exec", "--", "wc", "-c"], b"12345");
     assert_eq!(ok(&out).trim(), "5");
 }
 
@@ -61,7 +61,7 @@ fn stdin_is_forwarded() {
 fn cwd_env_and_argv_reach_the_command() {
     let agent = Agent::start();
     let dir = agent.dir.path();
-    let out = sbx(
+    let out = atoll(
         &agent.address(),
         &[
             "exec",
@@ -84,7 +84,7 @@ fn cwd_env_and_argv_reach_the_command() {
 fn capture_and_json_give_the_capped_result() {
     let agent = Agent::start();
     let out =
-        sbx(&agent.address(), &["--json", "exec", "--", "sh", "-c", "echo hello; echo oops >&2; exit 5"]);
+        atoll(&agent.address(), &["--json", "exec", "--", "sh", "-c", "echo hello; echo oops >&2; exit 5"]);
     assert_eq!(code(&out), 5);
     let doc = json(&out);
     assert_eq!(doc["status"]["code"], 5);
@@ -93,7 +93,7 @@ fn capture_and_json_give_the_capped_result() {
     assert_eq!(doc["stderr"]["data"], "oops\n");
     assert_eq!(doc["stdout"]["truncated"], false);
 
-    let out = sbx(
+    let out = atoll(
         &agent.address(),
         &[
             "exec",
@@ -115,35 +115,36 @@ fn capture_and_json_give_the_capped_result() {
 fn background_jobs_run_and_report() {
     let agent = Agent::start();
     let a = agent.address();
-    let id = ok(&sbx(&a, &["run", "-d", "--", "sh", "-c", "echo started; sleep 0.2; echo done; exit 3"]))
+    let id = ok(&atoll(&a, &["run", "-d", "--", "sh", "-c", "echo started; sleep 0.2; echo done; exit 3"]))
         .trim()
         .to_string();
     assert!(!id.is_empty());
-    let waited = sbx(&a, &["--json", "job", "wait", &id]);
+    let waited = atoll(&a, &["--json", "job", "wait", &id]);
     assert_eq!(code(&waited), 3, "{}", stderr(&waited));
     let doc = json(&waited);
     assert_eq!(doc["state"], "exited");
     assert_eq!(doc["status"]["code"], 3);
-    assert_eq!(ok(&sbx(&a, &["job", "logs", &id])), "started\ndone\n");
-    let jobs = json(&sbx(&a, &["--json", "jobs"]));
+    assert_eq!(ok(&atoll(&a, &["job", "logs", &id])), "started\ndone\n");
+    let jobs = json(&atoll(&a, &["--json", "jobs"]));
     assert!(jobs.as_array().unwrap().iter().any(|j| j["id"] == id.as_str()), "{jobs}");
 
-    let id = ok(&sbx(&a, &["run", "-d", "--", "sleep", "300"])).trim().to_string();
-    let killed = sbx(&a, &["job", "kill", "--signal", "TERM", &id]);
+    let id = ok(&atoll(&a, &["run", "-d", "--", "sleep", "300"])).trim().to_string();
+    let killed = atoll(&a, &["job", "kill", "--signal", "TERM", &id]);
     assert_eq!(code(&killed), 0, "{}", stderr(&killed));
-    let waited = sbx(&a, &["job", "wait", &id]);
+    let waited = atoll(&a, &["job", "wait", &id]);
     assert_eq!(code(&waited), 128 + 15, "{}", stdout(&waited));
 
     // Following a job prints its output as it comes and ends with its exit code.
-    let id = ok(&sbx(&a, &["run", "-d", "--sh", "for i in 1 2 3; do echo line $i; sleep 0.3; done; exit 6"]))
-        .trim()
-        .to_string();
-    let followed = sbx(&a, &["job", "logs", "-f", &id]);
+    let id =
+        ok(&atoll(&a, &["run", "-d", "--sh", "for i in 1 2 3; do echo line $i; sleep 0.3; done; exit 6"]))
+            .trim()
+            .to_string();
+    let followed = atoll(&a, &["job", "logs", "-f", &id]);
     assert_eq!(code(&followed), 6, "{}", stderr(&followed));
     assert_eq!(stdout(&followed), "line 1\nline 2\nline 3\n");
 
     // Without -d, run waits and prints the output.
-    let out = sbx(&a, &["run", "--", "sh", "-c", "echo attached; exit 4"]);
+    let out = atoll(&a, &["run", "--", "sh", "-c", "echo attached; exit 4"]);
     assert_eq!(code(&out), 4);
     assert_eq!(stdout(&out), "attached\n");
 }
@@ -151,7 +152,7 @@ fn background_jobs_run_and_report() {
 #[test]
 fn unknown_job_is_not_found() {
     let agent = Agent::start();
-    let out = sbx(&agent.address(), &["--json", "job", "status", "nope"]);
+    let out = atoll(&agent.address(), &["--json", "job", "status", "nope"]);
     assert_eq!(code(&out), 1);
     assert_eq!(cli_util::json_error(&out)["kind"], "not_found");
 }
@@ -161,7 +162,7 @@ fn a_closed_pipe_ends_exec_quietly() {
     use std::io::Read;
     use std::process::Stdio;
     let agent = Agent::start();
-    let mut child = cli_util::sbx_cmd(&agent.address(), &["exec", "--", "yes"])
+    let mut child = cli_util::atoll_cmd(&agent.address(), &["exec", "--", "yes"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -181,7 +182,7 @@ fn an_agent_that_dies_mid_command_is_reported_as_unreachable() {
     use std::io::Read;
     use std::process::Stdio;
     let agent = Agent::start();
-    let mut child = cli_util::sbx_cmd(&agent.address(), &["exec", "--sh", "echo up; sleep 5"])
+    let mut child = cli_util::atoll_cmd(&agent.address(), &["exec", "--sh", "echo up; sleep 5"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,4 +1,4 @@
-//! `sbx cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir`, driven as a subprocess
+//! `atoll cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir`, driven as a subprocess
 //! against a real agent (whose "guest" paths are this machine's temp dir).
 
 mod cli_util;
@@ -6,32 +6,32 @@ mod cli_util;
 use std::io::Read;
 use std::process::Stdio;
 
-use cli_util::{code, json, json_error, ok, s, sbx, sbx_cmd, sbx_stdin, sha256, stderr};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll, atoll_cmd, atoll_stdin, code, json, json_error, ok, s, sha256, stderr};
 
 #[test]
 fn write_then_cat_round_trips_binary_bytes() {
     let agent = Agent::start();
     let a = agent.address();
     let path = agent.dir.path().join("sub/dir/blob.bin");
-    let data = sbx_tests::noise(5_000_000, 1);
-    let out = sbx_stdin(&a, &["write", s(&path)], &data);
+    let data = atoll_tests::noise(5_000_000, 1);
+    let out = atoll_stdin(&a, &["write", s(&path)], &data);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(std::fs::read(&path).unwrap(), data);
-    let out = sbx(&a, &["cat", s(&path)]);
+    let out = atoll(&a, &["cat", s(&path)]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(sha256(&out.stdout), sha256(&data));
 
-    let slice = sbx(&a, &["cat", "--offset", "10", "--length", "5", s(&path)]);
+    let slice = atoll(&a, &["cat", "--offset", "10", "--length", "5", s(&path)]);
     assert_eq!(code(&slice), 0, "{}", stderr(&slice));
     assert_eq!(slice.stdout, &data[10..15]);
 
     let src = agent.dir.path().join("local.txt");
     std::fs::write(&src, b"from a file\n").unwrap();
     let dst = agent.dir.path().join("copy.txt");
-    let out = sbx(&a, &["--json", "write", "--from", s(&src), "--mode", "600", s(&dst)]);
+    let out = atoll(&a, &["--json", "write", "--from", s(&src), "--mode", "600", s(&dst)]);
     assert_eq!(json(&out)["file_size"], 12);
-    let out = sbx_stdin(&a, &["write", "--append", s(&dst)], b"more\n");
+    let out = atoll_stdin(&a, &["write", "--append", s(&dst)], b"more\n");
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&dst).unwrap(), "from a file\nmore\n");
 }
@@ -42,41 +42,41 @@ fn small_operations_and_their_json() {
     let a = agent.address();
     let root = agent.dir.path().join("tree");
     let deep = root.join("a/b");
-    assert_eq!(code(&sbx(&a, &["mkdir", s(&deep)])), 1, "mkdir without -p needs the parent");
-    ok(&sbx(&a, &["mkdir", "-p", s(&deep)]));
+    assert_eq!(code(&atoll(&a, &["mkdir", s(&deep)])), 1, "mkdir without -p needs the parent");
+    ok(&atoll(&a, &["mkdir", "-p", s(&deep)]));
     std::fs::write(deep.join("f.txt"), b"hello").unwrap();
 
-    let listing = json(&sbx(&a, &["--json", "ls", "-R", s(&root)]));
+    let listing = json(&atoll(&a, &["--json", "ls", "-R", s(&root)]));
     let paths: Vec<&str> =
         listing["entries"].as_array().unwrap().iter().map(|e| e["path"].as_str().unwrap()).collect();
     assert!(paths.contains(&"a/b/f.txt"), "{paths:?}");
-    let shallow = json(&sbx(&a, &["--json", "ls", "-R", "--depth", "1", s(&root)]));
+    let shallow = json(&atoll(&a, &["--json", "ls", "-R", "--depth", "1", s(&root)]));
     assert_eq!(shallow["entries"].as_array().unwrap().len(), 1, "{shallow}");
-    let text = ok(&sbx(&a, &["ls", s(&deep)]));
+    let text = ok(&atoll(&a, &["ls", s(&deep)]));
     assert!(text.contains("f.txt") && text.starts_with("-rw"), "{text}");
-    let names = ok(&sbx(&a, &["ls", "--names", "-R", s(&root)]));
+    let names = ok(&atoll(&a, &["ls", "--names", "-R", s(&root)]));
     assert_eq!(names, "a/\na/b/\na/b/f.txt\n");
-    let names = json(&sbx(&a, &["--json", "ls", "--names", s(&deep)]));
+    let names = json(&atoll(&a, &["--json", "ls", "--names", s(&deep)]));
     assert_eq!(
         names,
         serde_json::json!({"entries": [{"path": "f.txt", "kind": "file"}], "truncated": false})
     );
 
-    let st = json(&sbx(&a, &["--json", "stat", s(&deep.join("f.txt"))]));
+    let st = json(&atoll(&a, &["--json", "stat", s(&deep.join("f.txt"))]));
     assert_eq!(st["kind"], "file");
     assert_eq!(st["size"], 5);
 
     let moved = root.join("g.txt");
-    ok(&sbx(&a, &["mv", s(&deep.join("f.txt")), s(&moved)]));
+    ok(&atoll(&a, &["mv", s(&deep.join("f.txt")), s(&moved)]));
     assert!(moved.exists() && !deep.join("f.txt").exists());
     std::fs::write(deep.join("f.txt"), b"again").unwrap();
-    let clash = sbx(&a, &["--json", "mv", s(&deep.join("f.txt")), s(&moved)]);
+    let clash = atoll(&a, &["--json", "mv", s(&deep.join("f.txt")), s(&moved)]);
     assert_eq!(json_error(&clash)["kind"], "already_exists");
-    ok(&sbx(&a, &["mv", "-f", s(&deep.join("f.txt")), s(&moved)]));
+    ok(&atoll(&a, &["mv", "-f", s(&deep.join("f.txt")), s(&moved)]));
     assert_eq!(std::fs::read(&moved).unwrap(), b"again");
 
-    assert_eq!(code(&sbx(&a, &["rm", s(&root)])), 1, "a directory needs -r");
-    ok(&sbx(&a, &["rm", "-r", s(&root)]));
+    assert_eq!(code(&atoll(&a, &["rm", s(&root)])), 1, "a directory needs -r");
+    ok(&atoll(&a, &["rm", "-r", s(&root)]));
     assert!(!root.exists());
 }
 
@@ -85,7 +85,7 @@ fn a_failing_local_source_writes_nothing() {
     let agent = Agent::start();
     let dst = agent.dir.path().join("never.txt");
     // Opening a directory works; reading it fails half-way into the upload.
-    let out = sbx(&agent.address(), &["write", "--from", s(agent.dir.path()), s(&dst)]);
+    let out = atoll(&agent.address(), &["write", "--from", s(agent.dir.path()), s(&dst)]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains("nothing was written in the guest"), "{}", stderr(&out));
     assert!(!dst.exists());
@@ -95,13 +95,13 @@ fn a_failing_local_source_writes_nothing() {
 fn a_missing_file_says_so() {
     let agent = Agent::start();
     let missing = agent.dir.path().join("no/such/file");
-    let out = sbx(&agent.address(), &["cat", s(&missing)]);
+    let out = atoll(&agent.address(), &["cat", s(&missing)]);
     assert_eq!(code(&out), 1);
     let err = stderr(&out);
-    assert!(err.starts_with("sbx: ") && err.contains(s(&missing)), "{err}");
+    assert!(err.starts_with("atoll: ") && err.contains(s(&missing)), "{err}");
     assert!(out.stdout.is_empty());
 
-    let out = sbx(&agent.address(), &["--json", "stat", s(&missing)]);
+    let out = atoll(&agent.address(), &["--json", "stat", s(&missing)]);
     assert_eq!(code(&out), 1);
     let e = json_error(&out);
     assert_eq!(e["kind"], "not_found");
@@ -113,7 +113,7 @@ fn a_missing_file_says_so() {
 #[test]
 fn a_relative_path_is_refused_by_the_agent() {
     let agent = Agent::start();
-    let out = sbx(&agent.address(), &["--json", "cat", "relative/path"]);
+    let out = atoll(&agent.address(), &["--json", "cat", "relative/path"]);
     assert_eq!(json_error(&out)["kind"], "invalid_argument");
 }
 
@@ -121,8 +121,8 @@ fn a_relative_path_is_refused_by_the_agent() {
 fn a_closed_pipe_ends_cat_quietly() {
     let agent = Agent::start();
     let path = agent.dir.path().join("big.bin");
-    std::fs::write(&path, sbx_tests::noise(20_000_000, 5)).unwrap();
-    let mut child = sbx_cmd(&agent.address(), &["cat", s(&path)])
+    std::fs::write(&path, atoll_tests::noise(20_000_000, 5)).unwrap();
+    let mut child = atoll_cmd(&agent.address(), &["cat", s(&path)])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

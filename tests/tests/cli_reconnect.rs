@@ -1,4 +1,4 @@
-//! The agent restarted in service mode: an `sbx` call open when it dies ends with exit
+//! The agent restarted in service mode: an `atoll` call open when it dies ends with exit
 //! 69 and says the connection was lost; a call while it is down says nobody answers;
 //! the next call after it is back on the same socket works at once.
 
@@ -9,31 +9,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_util::{code, ok, sbx, sbx_cmd, stderr};
+use cli_util::{atoll, atoll_cmd, code, ok, stderr};
 
 /// A call still running after this long is hung (a hang guard, not a timing check).
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-/// An sbx-agent on a fixed socket path, so that a new one can take the old one's place.
+/// An atoll-agent on a fixed socket path, so that a new one can take the old one's place.
 struct ServiceAgent {
     child: Child,
 }
 
 impl ServiceAgent {
     fn start(socket: &Path, jobs: &Path) -> ServiceAgent {
-        let child = Command::new(sbx_tests::workspace_bin("sbx-agent"))
+        let child = Command::new(atoll_tests::workspace_bin("atoll-agent"))
             .arg("--listen")
             .arg(format!("unix://{}", socket.display()))
             .arg("--job-dir")
             .arg(jobs)
             .stdin(Stdio::null())
             .spawn()
-            .expect("spawn sbx-agent");
+            .expect("spawn atoll-agent");
         let mut agent = ServiceAgent { child };
         let deadline = Instant::now() + HANG_GUARD;
         while std::os::unix::net::UnixStream::connect(socket).is_err() {
-            assert!(agent.child.try_wait().unwrap().is_none(), "sbx-agent exited before listening");
-            assert!(Instant::now() < deadline, "sbx-agent did not listen on {}", socket.display());
+            assert!(agent.child.try_wait().unwrap().is_none(), "atoll-agent exited before listening");
+            assert!(Instant::now() < deadline, "atoll-agent did not listen on {}", socket.display());
             std::thread::sleep(Duration::from_millis(10));
         }
         agent
@@ -41,8 +41,8 @@ impl ServiceAgent {
 
     /// SIGKILL, as a crash or an OOM kill would: the socket file stays behind.
     fn crash(mut self) {
-        self.child.kill().expect("kill sbx-agent");
-        self.child.wait().expect("reap sbx-agent");
+        self.child.kill().expect("kill atoll-agent");
+        self.child.wait().expect("reap atoll-agent");
     }
 }
 
@@ -65,19 +65,19 @@ fn consecutive_cli_calls_across_an_agent_restart_work_on_the_next_call() {
     let (socket, jobs, addr) = paths(&dir);
 
     let first = ServiceAgent::start(&socket, &jobs);
-    assert_eq!(ok(&sbx(&addr, &["exec", "--", "echo", "one"])), "one\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--", "echo", "one"])), "one\n");
     first.crash();
     assert!(socket.exists(), "a crashed agent leaves its socket file");
 
     // While it is down: exit 69 and a sentence that says nobody answers there.
-    let down = sbx(&addr, &["exec", "--", "true"]);
+    let down = atoll(&addr, &["exec", "--", "true"]);
     assert_eq!(code(&down), 69, "{}", stderr(&down));
-    assert!(stderr(&down).contains("is sbx-agent running and listening there?"), "{}", stderr(&down));
+    assert!(stderr(&down).contains("is atoll-agent running and listening there?"), "{}", stderr(&down));
 
     // A new agent on the same (stale) socket path serves the very next call.
     let _second = ServiceAgent::start(&socket, &jobs);
-    assert_eq!(ok(&sbx(&addr, &["exec", "--", "echo", "two"])), "two\n");
-    assert_eq!(ok(&sbx(&addr, &["exec", "--", "echo", "three"])), "three\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--", "echo", "two"])), "two\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--", "echo", "three"])), "three\n");
 }
 
 #[test]
@@ -86,12 +86,12 @@ fn an_open_cli_call_ends_with_a_clear_error_when_the_agent_dies() {
     let (socket, jobs, addr) = paths(&dir);
     let agent = ServiceAgent::start(&socket, &jobs);
 
-    let mut exec = sbx_cmd(&addr, &["exec", "--", "sh", "-c", "echo started; exec sleep 600"])
+    let mut exec = atoll_cmd(&addr, &["exec", "--", "sh", "-c", "echo started; exec sleep 600"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn sbx exec");
+        .expect("spawn atoll exec");
     let mut first = String::new();
     BufReader::new(exec.stdout.take().unwrap()).read_line(&mut first).unwrap();
     assert_eq!(first, "started\n");
@@ -104,12 +104,12 @@ fn an_open_cli_call_ends_with_a_clear_error_when_the_agent_dies() {
         Ok(out) => out.unwrap(),
         Err(_) => {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            panic!("sbx exec hung after its agent was killed");
+            panic!("atoll exec hung after its agent was killed");
         }
     };
     assert_eq!(code(&out), 69, "{}", stderr(&out));
     assert!(stderr(&out).contains("lost the connection to the agent"), "{}", stderr(&out));
 
     let _back = ServiceAgent::start(&socket, &jobs);
-    assert_eq!(ok(&sbx(&addr, &["exec", "--", "echo", "back"])), "back\n");
+    assert_eq!(ok(&atoll(&addr, &["exec", "--", "echo", "back"])), "back\n");
 }

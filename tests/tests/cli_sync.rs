@@ -1,6 +1,6 @@
-//! What reaches the disk and when: `sbx write` and `sbx cp` leave flushing to the
+//! What reaches the disk and when: `atoll write` and `atoll cp` leave flushing to the
 //! kernel unless given `--sync`, and then flush the destination before they return,
-//! on whichever side it is. Proved by tracing the real agent's (or the real `sbx`'s)
+//! on whichever side it is. Proved by tracing the real agent's (or the real `atoll`'s)
 //! sync system calls with strace.
 
 mod cli_util;
@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_util::{ok, s, sbx, sbx_stdin};
-use sbx_tests::{Agent, noise, workspace_bin};
+use atoll_tests::{Agent, noise, workspace_bin};
+use cli_util::{atoll, atoll_stdin, ok, s};
 
 /// The system calls that flush data to disk.
 const SYNC_CALLS: &str = "trace=fsync,fdatasync,syncfs,sync,sync_file_range";
@@ -89,23 +89,23 @@ fn sync_lines(log: &Path) -> Vec<String> {
     text.lines().filter(|l| l.contains("sync")).map(str::to_owned).collect()
 }
 
-/// Runs the real `sbx` under strace; returns its sync calls.
-fn traced_sbx(addr: &str, args: &[&str]) -> Vec<String> {
+/// Runs the real `atoll` under strace; returns its sync calls.
+fn traced_atoll(addr: &str, args: &[&str]) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("strace.log");
     let out = Command::new(strace_bin())
         .args(["-f", "-qq", "-y", "-e", SYNC_CALLS, "-o"])
         .arg(&log)
         .arg("--")
-        .arg(workspace_bin("sbx"))
+        .arg(workspace_bin("atoll"))
         .args(["--agent", addr])
         .args(args)
-        .env_remove("SBX_AGENT")
-        .env_remove("SBX_SANDBOX")
+        .env_remove("ATOLL_AGENT")
+        .env_remove("ATOLL_SANDBOX")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .output()
-        .expect("run sbx under strace");
+        .expect("run atoll under strace");
     ok(&out);
     sync_lines(&log)
 }
@@ -125,7 +125,7 @@ fn a_write_is_flushed_only_with_sync() {
     let tracer = Tracer::attach(agent.pid());
 
     let plain = dir.join("plain.txt");
-    ok(&sbx_stdin(&addr, &["write", s(&plain)], &[b'p'; 1024]));
+    ok(&atoll_stdin(&addr, &["write", s(&plain)], &[b'p'; 1024]));
     let unsynced = tracer.finish();
     assert_eq!(std::fs::read(&plain).unwrap(), vec![b'p'; 1024]);
     assert!(unsynced.is_empty(), "a write without --sync flushed: {unsynced:#?}");
@@ -137,11 +137,11 @@ fn a_write_is_flushed_only_with_sync() {
         let target = dir.join(name);
         let tracer = Tracer::attach(agent.pid());
         match args {
-            None => ok(&sbx_stdin(&addr, &["write", "--sync", s(&target)], &[b's'; 1024])),
-            Some(src) => ok(&sbx(&addr, &["write", "--sync", "--from", s(src), s(&target)])),
+            None => ok(&atoll_stdin(&addr, &["write", "--sync", s(&target)], &[b's'; 1024])),
+            Some(src) => ok(&atoll(&addr, &["write", "--sync", "--from", s(src), s(&target)])),
         };
         let calls = tracer.finish();
-        let temp = format!("<{}/.sbx-write-", s(&dir));
+        let temp = format!("<{}/.atoll-write-", s(&dir));
         assert_eq!(count(&calls, "fsync", &temp), 1, "{name}: the temp file was not fsynced: {calls:#?}");
         let parent = format!("<{}>", s(&dir));
         assert_eq!(count(&calls, "fsync", &parent), 1, "{name}: the directory was not fsynced: {calls:#?}");
@@ -165,27 +165,27 @@ fn cp_sync_flushes_the_destination_on_either_side() {
     // Host to guest, a directory: the agent extracts it and, with --sync, flushes its
     // filesystem once; without, not at all.
     let tracer = Tracer::attach(agent.pid());
-    ok(&sbx(&addr, &["cp", s(&tree), &format!(":{}/plain", s(guest))]));
+    ok(&atoll(&addr, &["cp", s(&tree), &format!(":{}/plain", s(guest))]));
     let plain = tracer.finish();
     assert!(plain.is_empty(), "cp of a directory without --sync flushed: {plain:#?}");
     let tracer = Tracer::attach(agent.pid());
-    ok(&sbx(&addr, &["cp", "--sync", s(&tree), &format!(":{}/synced", s(guest))]));
+    ok(&atoll(&addr, &["cp", "--sync", s(&tree), &format!(":{}/synced", s(guest))]));
     let synced = tracer.finish();
     assert_eq!(count(&synced, "syncfs", &format!("<{}/synced>", s(guest))), 1, "{synced:#?}");
     assert_eq!(std::fs::read(guest.join("synced/sub/b.txt")).unwrap(), b"b");
 
     // Host to guest, a file: WriteFile with sync.
     let tracer = Tracer::attach(agent.pid());
-    ok(&sbx(&addr, &["cp", "--sync", s(&tree.join("a.txt")), &format!(":{}/a.txt", s(guest))]));
+    ok(&atoll(&addr, &["cp", "--sync", s(&tree.join("a.txt")), &format!(":{}/a.txt", s(guest))]));
     let calls = tracer.finish();
-    assert_eq!(count(&calls, "fsync", &format!("<{}/.sbx-write-", s(guest))), 1, "{calls:#?}");
+    assert_eq!(count(&calls, "fsync", &format!("<{}/.atoll-write-", s(guest))), 1, "{calls:#?}");
 
-    // Guest to host: sbx itself flushes the file, or the filesystem of the directory.
+    // Guest to host: atoll itself flushes the file, or the filesystem of the directory.
     let back = host.join("back.txt");
-    let calls = traced_sbx(&addr, &["cp", &format!(":{}/a.txt", s(guest)), s(&back)]);
+    let calls = traced_atoll(&addr, &["cp", &format!(":{}/a.txt", s(guest)), s(&back)]);
     assert!(calls.is_empty(), "cp to the host without --sync flushed: {calls:#?}");
     let back = host.join("back-synced.txt");
-    let calls = traced_sbx(&addr, &["cp", "--sync", &format!(":{}/a.txt", s(guest)), s(&back)]);
+    let calls = traced_atoll(&addr, &["cp", "--sync", &format!(":{}/a.txt", s(guest)), s(&back)]);
     assert_eq!(count(&calls, "fsync", &format!("<{}/", s(&host))), 1, "the file was not fsynced: {calls:#?}");
     assert_eq!(
         count(&calls, "fsync", &format!("<{}>", s(&host))),
@@ -194,7 +194,7 @@ fn cp_sync_flushes_the_destination_on_either_side() {
     );
     assert_eq!(std::fs::read(&back).unwrap(), b"a");
     let back_tree = host.join("back-tree");
-    let calls = traced_sbx(&addr, &["cp", "--sync", &format!(":{}/synced", s(guest)), s(&back_tree)]);
+    let calls = traced_atoll(&addr, &["cp", "--sync", &format!(":{}/synced", s(guest)), s(&back_tree)]);
     assert_eq!(count(&calls, "syncfs", &format!("<{}>", s(&back_tree))), 1, "{calls:#?}");
     assert_eq!(std::fs::read(back_tree.join("sub/b.txt")).unwrap(), b"b");
 }

@@ -1,11 +1,11 @@
-//! Every error the `sbx` CLI shows names `sbx` commands, never an RPC of the agent's
+//! Every error the `atoll` CLI shows names `atoll` commands, never an RPC of the agent's
 //! proto nor an MCP tool: each failure a user can cause on a real agent is driven as a
 //! subprocess and its stderr checked. A missing thing also says what to do next.
 
 mod cli_util;
 
-use cli_util::{code, s, sbx, sbx_stdin, stderr};
-use sbx_tests::Agent;
+use atoll_tests::Agent;
+use cli_util::{atoll, atoll_stdin, code, s, stderr};
 
 /// The agent's RPC names, read from the proto the agent is built from.
 fn rpc_names() -> Vec<String> {
@@ -26,7 +26,7 @@ fn words(text: &str) -> Vec<&str> {
 }
 
 #[test]
-fn every_cli_error_names_only_sbx_commands() {
+fn every_cli_error_names_only_atoll_commands() {
     let agent = Agent::start();
     let a = agent.address();
     let dir = agent.dir.path();
@@ -42,7 +42,7 @@ fn every_cli_error_names_only_sbx_commands() {
     let to = dir.join("to");
     let inner = sub.join("inner");
 
-    // (argv, a missing thing: the message must say what to do next with `sbx`)
+    // (argv, a missing thing: the message must say what to do next with `atoll`)
     let cases: Vec<(Vec<&str>, bool)> = vec![
         (vec!["cat", s(dir)], false),
         (vec!["cat", s(&missing)], true),
@@ -74,23 +74,23 @@ fn every_cli_error_names_only_sbx_commands() {
     let rpcs = rpc_names();
     let mut seen = Vec::new();
     for (argv, missing_thing) in &cases {
-        let out = sbx(&a, argv);
+        let out = atoll(&a, argv);
         let text = stderr(&out);
-        assert_ne!(code(&out), 0, "sbx {argv:?} should fail");
-        assert!(text.starts_with("sbx: "), "sbx {argv:?}: {text}");
+        assert_ne!(code(&out), 0, "atoll {argv:?} should fail");
+        assert!(text.starts_with("atoll: "), "atoll {argv:?}: {text}");
         for word in words(&text) {
-            assert!(!rpcs.iter().any(|r| r == word), "sbx {argv:?} names the RPC {word}: {text}");
-            assert!(!word.starts_with("sandbox_"), "sbx {argv:?} names the MCP tool {word}: {text}");
+            assert!(!rpcs.iter().any(|r| r == word), "atoll {argv:?} names the RPC {word}: {text}");
+            assert!(!word.starts_with("sandbox_"), "atoll {argv:?} names the MCP tool {word}: {text}");
         }
         if *missing_thing {
-            assert!(text.contains("`sbx "), "sbx {argv:?} does not say what to do next: {text}");
+            assert!(text.contains("`atoll "), "atoll {argv:?} does not say what to do next: {text}");
         }
         seen.push(text);
     }
     // Writing under a regular file, from stdin.
-    let out = sbx_stdin(&a, &["write", s(&under_file)], b"data");
+    let out = atoll_stdin(&a, &["write", s(&under_file)], b"data");
     let text = stderr(&out);
-    assert!(text.contains("not a directory") && text.contains("`sbx "), "{text}");
+    assert!(text.contains("not a directory") && text.contains("`atoll "), "{text}");
     assert!(words(&text).iter().all(|w| !rpcs.iter().any(|r| r == w)), "{text}");
     seen.push(text);
     // The cases above are failures of different kinds, not one message repeated.

@@ -8,10 +8,10 @@ mod hardening_util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::write_file_request::Part;
+use atoll_tests::Agent;
 use hardening_util::shell;
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::write_file_request::Part;
-use sbx_tests::Agent;
 use tonic::Code;
 
 /// A 1 MiB tmpfs, unmounted when dropped (also when the test fails).
@@ -122,5 +122,5 @@ async fn an_upload_that_fills_the_disk_fails_and_keeps_the_old_files() {
     assert_eq!(status.code(), Code::ResourceExhausted, "{}", status.message());
     assert!(!disk.0.join("huge.bin").exists(), "a partial file was left");
     let left = entries(&disk.0);
-    assert!(left.iter().all(|n| !n.starts_with(".sbx")), "temp files left: {left:?}");
+    assert!(left.iter().all(|n| !n.starts_with(".atoll")), "temp files left: {left:?}");
 }

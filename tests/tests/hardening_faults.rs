@@ -3,11 +3,11 @@
 
 mod hardening_util;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::{upload_dir_request, write_file_request};
+use atoll_tests::Agent;
 use futures::SinkExt;
 use hardening_util::{eventually, shell};
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::{upload_dir_request, write_file_request};
-use sbx_tests::Agent;
 
 fn names(dir: &std::path::Path) -> Vec<String> {
     let mut n: Vec<String> = std::fs::read_dir(dir)

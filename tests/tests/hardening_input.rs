@@ -9,10 +9,10 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_tests::{Agent, noise};
 use futures::StreamExt;
 use hardening_util::{alive, argv, shell};
-use sbx_proto::agent::v1 as pb;
-use sbx_tests::{Agent, noise};
 use tonic::Code;
 
 fn with_env(mut req: pb::ExecRequest, key: &str, value: &str) -> pb::ExecRequest {
@@ -64,7 +64,7 @@ async fn a_message_over_the_maximum_is_rejected_and_the_agent_keeps_serving() {
     // This client would send anything; the agent must be the one refusing.
     let mut client = agent.client().await.max_encoding_message_size(64 << 20);
     let big = pb::ExecRequest {
-        stdin: vec![b'x'; sbx_proto::limits::MAX_MESSAGE_BYTES + 1024].into(),
+        stdin: vec![b'x'; atoll_proto::limits::MAX_MESSAGE_BYTES + 1024].into(),
         ..shell("wc -c")
     };
     let status = client.exec(big).await.expect_err("a 16 MiB+ message must be refused");

@@ -8,10 +8,10 @@ mod hardening_util;
 use futures::StreamExt;
 use std::time::Duration;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::write_file_request::Part;
+use atoll_tests::Agent;
 use hardening_util::{eventually, eventually_within, fd_count, read_pids, rss_kib, shell};
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::write_file_request::Part;
-use sbx_tests::Agent;
 use tonic::Code;
 
 /// A command that records its pid and then waits for `go` to exist.
@@ -172,7 +172,7 @@ async fn ten_thousand_calls_leave_fds_and_memory_at_baseline() {
     let file = agent.dir.path().join("f");
     let path = file.display().to_string();
     let kind = |n| n % 4;
-    let one = |client: &mut sbx_proto::agent::v1::agent_client::AgentClient<tonic::transport::Channel>,
+    let one = |client: &mut atoll_proto::agent::v1::agent_client::AgentClient<tonic::transport::Channel>,
                i: usize| {
         let mut client = client.clone();
         let path = path.clone();

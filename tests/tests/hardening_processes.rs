@@ -5,10 +5,10 @@
 
 mod hardening_util;
 
+use atoll_proto::agent::v1 as pb;
+use atoll_tests::Agent;
 use futures::SinkExt;
 use hardening_util::{alive, children_of, eventually, gone, read_pids, shell, stat};
-use sbx_proto::agent::v1 as pb;
-use sbx_tests::Agent;
 
 /// A shell snippet that starts, in the background, a `sleep 1000` in a new session
 /// which first appends its pid to `file`.

@@ -1,14 +1,14 @@
-//! The sbx-net engine end to end with a real kernel TCP/IP stack as the guest (a TAP
+//! The atoll-net engine end to end with a real kernel TCP/IP stack as the guest (a TAP
 //! device in a namespace, relayed to the engine's NIC socket in QEMU's stream
 //! framing) against the test "outside world": real `curl`, `getent` and `python3`.
-//! netvm's VM tests prove the same through QEMU and the `sbx` binary.
+//! netvm's VM tests prove the same through QEMU and the `atoll` binary.
 
 mod net_util;
 
+use atoll_net::log::Kind;
+use atoll_net::policy::{Policy, Verdict};
+use atoll_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, MANY_COUNT, MANY_NAME, METADATA_HOST, PRIVATE_HOST};
 use net_util::{Rig, curl_failed, ok};
-use sbx_net::log::Kind;
-use sbx_net::policy::{Policy, Verdict};
-use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, MANY_COUNT, MANY_NAME, METADATA_HOST, PRIVATE_HOST};
 
 fn policy(allow: &[&str], deny: &[&str]) -> Policy {
     Policy::from_lists(allow, deny).expect("valid policy")
@@ -211,24 +211,24 @@ fn shutdown_removes_the_nic_socket_and_a_taken_path_is_a_clear_error() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let err = runtime
         .block_on(async {
-            let config = sbx_net::EngineConfig::new(
-                sbx_net::Frames::Path(socket.clone()),
+            let config = atoll_net::EngineConfig::new(
+                atoll_net::Frames::Path(socket.clone()),
                 rig.world.dir().join("second.log"),
                 Policy::default(),
             );
-            sbx_net::Engine::start(config)
+            atoll_net::Engine::start(config)
         })
         .expect_err("the path is taken");
     assert!(err.to_string().contains("net.sock"), "{err}");
     assert!(!rig.world.dir().join("second.log").exists(), "a failed start leaves no file");
     let err = runtime
         .block_on(async {
-            let config = sbx_net::EngineConfig::new(
-                sbx_net::Frames::Path(rig.world.dir().join("other.sock")),
+            let config = atoll_net::EngineConfig::new(
+                atoll_net::Frames::Path(rig.world.dir().join("other.sock")),
                 rig.world.dir().join("no-such-dir/net.log"),
                 Policy::default(),
             );
-            sbx_net::Engine::start(config)
+            atoll_net::Engine::start(config)
         })
         .expect_err("the log's directory is missing");
     assert!(err.to_string().contains("no-such-dir/net.log"), "{err}");
@@ -299,7 +299,7 @@ fn a_new_nic_connection_resets_the_connections_the_guest_had_open() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(reader.try_wait().unwrap().is_none(), "the reader waits while the connection is up");
     rig.reconnect();
-    let done = sbx_tests::vm::wait_bounded(reader, std::time::Duration::from_secs(60))
+    let done = atoll_tests::vm::wait_bounded(reader, std::time::Duration::from_secs(60))
         .expect("the guest's connection hung after the NIC reconnected");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let _ = done;

@@ -4,7 +4,7 @@
 
 use std::process::Output;
 
-use sbx_tests::netns::{ALLOWED_HOST, METADATA_HOST, PRIVATE_HOST, World};
+use atoll_tests::netns::{ALLOWED_HOST, METADATA_HOST, PRIVATE_HOST, World};
 
 fn ok(out: Output) -> String {
     assert!(out.status.success(), "failed: {}", String::from_utf8_lossy(&out.stderr));

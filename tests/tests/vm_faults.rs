@@ -1,11 +1,11 @@
-//! Faults under a real microVM: the VM's QEMU is SIGKILLed while an `sbx exec` is
+//! Faults under a real microVM: the VM's QEMU is SIGKILLed while an `atoll exec` is
 //! streaming a long command from it. The CLI must end on its own with exit 69 and a
-//! message that says the connection was lost (the sandbox's `sbx net-helper`, which
+//! message that says the connection was lost (the sandbox's `atoll net-helper`, which
 //! serves the agent link on `agent.sock`, outlives QEMU, so this proves the link's
-//! stream really sees the end), `sbx ls` must show the sandbox `dead`, and `sbx kill`
+//! stream really sees the end), `atoll ls` must show the sandbox `dead`, and `atoll kill`
 //! must leave no process and no state behind.
 //!
-//! These boot the `minimal` template that `rootfs/setup.sh` builds into the sbx data
+//! These boot the `minimal` template that `rootfs/setup.sh` builds into the atoll data
 //! directory; without it they fail and say so. Each test has its own state directory.
 
 use std::io::{BufRead, BufReader};
@@ -13,26 +13,26 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use sbx_tests::vm::{Sbx, text, wait_bounded, wait_until};
-use sbx_tests::{pid_gone, processes_mentioning, vsock_backends_mentioning};
+use atoll_tests::vm::{Atoll, text, wait_bounded, wait_until};
+use atoll_tests::{pid_gone, processes_mentioning, vsock_backends_mentioning};
 /// How long the CLI may take to notice its VM is gone before we call it hung.
 const DEAD_VM_GUARD: Duration = Duration::from_secs(60);
 
 #[test]
 fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_up() {
-    let sbx = Sbx::new();
-    let created = sbx.create("doomed");
+    let atoll = Atoll::new();
+    let created = atoll.create("doomed");
     let qemu_pid = created["qemu_pid"].as_u64().expect("a running sandbox has a QEMU pid");
     let helper_pid = created["net_helper_pid"].as_u64().expect("a running sandbox has a net-helper pid");
-    assert_eq!(vsock_backends_mentioning(sbx.state_dir()), Vec::<String>::new(), "no vsock backend runs");
-    let inspected = sbx.json(&["inspect", "doomed"]);
+    assert_eq!(vsock_backends_mentioning(atoll.state_dir()), Vec::<String>::new(), "no vsock backend runs");
+    let inspected = atoll.json(&["inspect", "doomed"]);
     assert_eq!(inspected["qemu_pid"].as_u64(), Some(qemu_pid), "{inspected}");
 
     // A long call, open on the VM: we know it is running once its first line arrives.
-    let mut exec = sbx
+    let mut exec = atoll
         .command(&["-s", "doomed", "exec", "--", "sh", "-c", "echo started; exec sleep 600"])
         .spawn()
-        .expect("spawn sbx exec");
+        .expect("spawn atoll exec");
     let mut stdout = BufReader::new(exec.stdout.take().expect("stdout"));
     let mut first = String::new();
     stdout.read_line(&mut first).expect("read the exec's first line");
@@ -42,27 +42,27 @@ fn vm_killed_under_an_open_exec_ends_the_cli_with_a_clear_error_and_kill_cleans_
     assert!(killed.success(), "could not SIGKILL QEMU {qemu_pid}");
 
     // The CLI ends by itself: exit 69 (EX_UNAVAILABLE) and it says the connection is lost.
-    let out = wait_bounded(exec, DEAD_VM_GUARD).expect("sbx exec hung after its VM was killed");
+    let out = wait_bounded(exec, DEAD_VM_GUARD).expect("atoll exec hung after its VM was killed");
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "sbx exec: {err}");
+    assert_eq!(out.status.code(), Some(69), "atoll exec: {err}");
     assert!(err.contains("lost the connection to the agent"), "{err}");
     assert!(err.contains("check that the VM is still running"), "{err}");
 
     // The net-helper outlived QEMU here; ls still reports the sandbox as dead.
     wait_until("QEMU to be reaped or gone", DEAD_VM_GUARD, || pid_gone(qemu_pid));
-    assert_eq!(sbx.state_of("doomed").as_deref(), Some("dead"));
+    assert_eq!(atoll.state_of("doomed").as_deref(), Some("dead"));
 
     // A new call on the dead sandbox fails at once and says why.
-    let again = sbx.run(&["-s", "doomed", "exec", "--", "true"]);
+    let again = atoll.run(&["-s", "doomed", "exec", "--", "true"]);
     assert!(!again.status.success(), "exec on a dead sandbox succeeded");
     let again_err = text(&again.stderr);
     assert!(again_err.contains("doomed"), "{again_err}");
 
     // kill cleans up: no process, no state directory.
-    let out = sbx.run(&["kill", "doomed"]);
-    assert!(out.status.success(), "sbx kill failed: {}", text(&out.stderr));
-    assert!(pid_gone(helper_pid), "the net-helper {helper_pid} survived sbx kill");
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
-    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
-    assert_eq!(sbx.state_of("doomed"), None);
+    let out = atoll.run(&["kill", "doomed"]);
+    assert!(out.status.success(), "atoll kill failed: {}", text(&out.stderr));
+    assert!(pid_gone(helper_pid), "the net-helper {helper_pid} survived atoll kill");
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
+    assert_eq!(atoll.sandbox_dirs(), Vec::<PathBuf>::new());
+    assert_eq!(atoll.state_of("doomed"), None);
 }

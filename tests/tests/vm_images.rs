@@ -1,22 +1,22 @@
 //! The images boot: real microVMs under QEMU (TCG where there is no hardware KVM) with
-//! vhost-device-vsock, reached over the hybrid vsock exactly as `sbx` reaches them.
+//! vhost-device-vsock, reached over the hybrid vsock exactly as `atoll` reaches them.
 //!
-//! These tests boot the templates that `rootfs/setup.sh` builds into the sbx data
+//! These tests boot the templates that `rootfs/setup.sh` builds into the atoll data
 //! directory. `minimal` is required; `debian` (`rootfs/setup.sh --with-debian`) is
 //! optional and its tests say so and pass when it is not built. Templates baked with
-//! `sbx template build` (which runs as root, like the suite) go to a scratch data
+//! `atoll template build` (which runs as root, like the suite) go to a scratch data
 //! directory that shares the real kernel, and the snapshot a build makes to a state
 //! directory inside it. Each test boots its own VM; the test's
-//! QEMU is started by the test itself, independently of `sbx create`.
+//! QEMU is started by the test itself, independently of `atoll create`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use atoll_proto::agent::v1::agent_client::AgentClient;
+use atoll_proto::agent::v1::{self as pb};
+use atoll_tests::data_dir;
 use hyper_util::rt::TokioIo;
-use sbx_proto::agent::v1::agent_client::AgentClient;
-use sbx_proto::agent::v1::{self as pb};
-use sbx_tests::data_dir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -198,7 +198,7 @@ impl Vm {
             .connect_with_connector(tower::service_fn(move |_: Uri| hvsock_connect(uds.clone(), AGENT_PORT)))
             .await
             .expect("connect to the agent over the hybrid vsock");
-        AgentClient::new(channel).max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
+        AgentClient::new(channel).max_decoding_message_size(atoll_proto::limits::MAX_MESSAGE_BYTES)
     }
 
     /// Runs `sh -c script` in the guest and returns (exit code, stdout).
@@ -315,7 +315,7 @@ fn qemu_command(t: &Template, extra: &str, vhost_sock: &Path, console: &Path) ->
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vm_minimal_boots_and_answers_info_over_vsock() {
-    let vm = Vm::boot(&Template::require("minimal"), "sbx.hostname=vm-images-test").await;
+    let vm = Vm::boot(&Template::require("minimal"), "atoll.hostname=vm-images-test").await;
     assert!(vm.ready_line.starts_with("READY "), "unexpected announcement {:?}", vm.ready_line);
     let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
     assert!(info.pid1, "the agent must be PID 1 in the minimal image");
@@ -336,7 +336,7 @@ async fn vm_minimal_pid1_mounts_filesystems_and_brings_up_lo() {
         vm.sh("hostname; cat /sys/class/net/lo/operstate /sys/class/net/lo/flags; echo $PATH").await;
     assert_eq!(code, 0);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "sbx", "default hostname");
+    assert_eq!(lines[0], "atoll", "default hostname");
     let flags = u32::from_str_radix(lines[2].trim_start_matches("0x"), 16).expect("lo flags");
     assert_eq!(flags & 1, 1, "lo is not up (flags {})", lines[2]);
     assert!(lines[3].contains("/usr/bin") && lines[3].contains("/bin"), "PATH {:?}", lines[3]);
@@ -374,9 +374,9 @@ async fn vm_minimal_powers_off_on_sigterm_to_pid1() {
     );
 }
 
-/// The `debian` template, if built (see [`sbx_tests::debian_or_skip`]).
+/// The `debian` template, if built (see [`atoll_tests::debian_or_skip`]).
 fn debian_template() -> Option<Template> {
-    sbx_tests::debian_or_skip().then(|| Template::load("debian").expect("the debian template.json reads"))
+    atoll_tests::debian_or_skip().then(|| Template::load("debian").expect("the debian template.json reads"))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -409,18 +409,18 @@ fn scratch_data_dir() -> tempfile::TempDir {
     data
 }
 
-/// Runs `sbx ARGS` with `SBX_DATA_DIR=data` and `SBX_STATE_DIR=data/state` (where a
+/// Runs `atoll ARGS` with `ATOLL_DATA_DIR=data` and `ATOLL_STATE_DIR=data/state` (where a
 /// build makes the template's snapshot); returns stdout, panics with stderr on failure.
-fn sbx(data: &Path, args: &[&str]) -> String {
-    let out = Command::new(sbx_tests::workspace_bin("sbx"))
+fn atoll(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(atoll_tests::workspace_bin("atoll"))
         .args(args)
-        .env("SBX_DATA_DIR", data)
-        .env("SBX_STATE_DIR", data.join("state"))
+        .env("ATOLL_DATA_DIR", data)
+        .env("ATOLL_STATE_DIR", data.join("state"))
         .output()
-        .expect("run sbx");
+        .expect("run atoll");
     assert!(
         out.status.success(),
-        "sbx {args:?} failed ({}): {}",
+        "atoll {args:?} failed ({}): {}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
@@ -445,8 +445,8 @@ async fn vm_custom_template_from_a_directory_boots_with_the_agent_as_init() {
     std::fs::write(t.join("etc/marker"), "from the user's tree\n").unwrap();
 
     let tree_arg = t.to_str().unwrap();
-    let built = sbx(data.path(), &["--json", "template", "build", "--from", tree_arg, "--name", "custom"]);
-    assert!(!t.join("bin/sbx-agent").exists(), "the user's tree must not be modified");
+    let built = atoll(data.path(), &["--json", "template", "build", "--from", tree_arg, "--name", "custom"]);
+    assert!(!t.join("bin/atoll-agent").exists(), "the user's tree must not be modified");
     // The build ends by making the template's snapshot (booted, saved, removed).
     let built: serde_json::Value = serde_json::from_str(&built).expect("build --json");
     assert_eq!(built["snapshot"]["outcome"], "made", "{built}");
@@ -457,25 +457,25 @@ async fn vm_custom_template_from_a_directory_boots_with_the_agent_as_init() {
             .unwrap_or_default()
     };
     assert!(matches!(snapshots().as_slice(), [one] if one.starts_with("custom-512m-1c-default-")));
-    assert!(sbx_tests::processes_mentioning(&state).is_empty(), "its sandbox is gone");
+    assert!(atoll_tests::processes_mentioning(&state).is_empty(), "its sandbox is gone");
     let no_sandbox = std::fs::read_dir(&state)
         .unwrap()
         .flatten()
         .all(|e| e.file_name().to_string_lossy().starts_with('.'));
     assert!(no_sandbox, "no sandbox directory is left");
-    let listed = sbx(data.path(), &["--json", "template", "ls"]);
+    let listed = atoll(data.path(), &["--json", "template", "ls"]);
     assert!(listed.contains("\"custom\""), "template ls: {listed}");
 
     let template = Template::load_from(data.path(), "custom").expect("template.json written");
     assert!(template.rootfs.is_some() && template.initrd.is_some());
     let vm = Vm::boot(&template, "").await;
-    let (code, out) = vm.sh("cat /etc/marker; ls /bin/sbx-agent").await;
-    assert_eq!((code, out.as_str()), (0, "from the user's tree\n/bin/sbx-agent\n"));
+    let (code, out) = vm.sh("cat /etc/marker; ls /bin/atoll-agent").await;
+    assert_eq!((code, out.as_str()), (0, "from the user's tree\n/bin/atoll-agent\n"));
     let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
     assert!(info.pid1);
     drop(vm);
 
-    sbx(data.path(), &["template", "rm", "custom"]);
+    atoll(data.path(), &["template", "rm", "custom"]);
     assert!(!data.path().join("templates/custom").exists());
     assert_eq!(snapshots(), Vec::<String>::new(), "its snapshot went with it");
 }
@@ -511,15 +511,15 @@ async fn vm_debian_tree_rebaked_with_systemd_as_init_boots() {
     let from = tarball.to_str().unwrap();
     let args =
         ["template", "build", "--from", from, "--name", "deb-systemd", "--init", "systemd", "--no-snapshot"];
-    sbx(data.path(), &args);
+    atoll(data.path(), &args);
     assert!(!data.path().join("state/.template-snapshots").exists(), "--no-snapshot makes none");
     let template = Template::load_from(data.path(), "deb-systemd").expect("template.json written");
-    assert!(template.cmdline.contains("sbx.init=/usr/lib/systemd/systemd"), "{}", template.cmdline);
+    assert!(template.cmdline.contains("atoll.init=/usr/lib/systemd/systemd"), "{}", template.cmdline);
 
     let vm = Vm::boot(&template, "").await;
     let info = vm.client().await.info(pb::InfoRequest {}).await.expect("Info").into_inner();
     assert!(!info.pid1, "systemd, not the agent, is PID 1");
     let (code, out) =
-        vm.sh("cat /proc/1/comm; systemctl is-active sbx-agent.service; python3 -c 'print(6*7)'").await;
+        vm.sh("cat /proc/1/comm; systemctl is-active atoll-agent.service; python3 -c 'print(6*7)'").await;
     assert_eq!((code, out.as_str()), (0, "systemd\nactive\n42\n"));
 }

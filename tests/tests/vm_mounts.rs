@@ -1,20 +1,20 @@
-//! Host folders (`sbx create --mount HOST:GUEST[:ro]`, virtio-9p) and the disk size
-//! (`--disk`), through the `sbx` binary and real microVMs: changes seen both ways,
+//! Host folders (`atoll create --mount HOST:GUEST[:ro]`, virtio-9p) and the disk size
+//! (`--disk`), through the `atoll` binary and real microVMs: changes seen both ways,
 //! files made in the guest owned by the host user, `:ro` refused in the guest, no way
 //! out of the share through a symlink, a 10,000-file tree walked, the disk size in the
 //! guest's `df`, a full disk giving the "no space" error and the sandbox still working,
-//! snapshots refused, nothing left running after `sbx kill`; and bad input refused
+//! snapshots refused, nothing left running after `atoll kill`; and bad input refused
 //! before anything starts. One `minimal` VM carries most assertions.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{Sbx, text};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, text};
 
-/// `sbx -s NAME exec --sh SCRIPT`: (exit code, stdout, stderr).
-fn sh(sbx: &Sbx, name: &str, script: &str) -> (i32, String, String) {
-    let out = sbx.run(&["-s", name, "exec", "--timeout", "5m", "--sh", script]);
+/// `atoll -s NAME exec --sh SCRIPT`: (exit code, stdout, stderr).
+fn sh(atoll: &Atoll, name: &str, script: &str) -> (i32, String, String) {
+    let out = atoll.run(&["-s", name, "exec", "--timeout", "5m", "--sh", script]);
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
@@ -41,12 +41,12 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     std::os::unix::fs::symlink("/etc", share.join("etc")).unwrap();
     make_tree(&share.join("tree"), 100, 100);
 
-    let sbx = Sbx::new();
+    let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work", share.display()), format!("{}:/data:ro", ro.display()));
     let created =
-        sbx.create_with("m", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--disk", "256M"]);
+        atoll.create_with("m", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--disk", "256M"]);
     assert_eq!(created["disk_bytes"], 256 << 20);
-    let info = sbx.json(&["inspect", "m"]);
+    let info = atoll.json(&["inspect", "m"]);
     let mounts = info["mounts"].as_array().expect("inspect lists mounts");
     assert_eq!(mounts.len(), 2, "{info}");
     assert_eq!(mounts[1]["guest"], "/data");
@@ -54,12 +54,12 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
 
     // Host writes show in the guest, also after a change (nothing is cached).
     std::fs::write(share.join("from-host"), "one\n").unwrap();
-    assert_eq!(sh(&sbx, "m", "cat /work/from-host"), (0, "one\n".into(), String::new()));
+    assert_eq!(sh(&atoll, "m", "cat /work/from-host"), (0, "one\n".into(), String::new()));
     std::fs::write(share.join("from-host"), "two\n").unwrap();
-    assert_eq!(sh(&sbx, "m", "cat /work/from-host").1, "two\n");
+    assert_eq!(sh(&atoll, "m", "cat /work/from-host").1, "two\n");
 
-    // Guest writes show on the host, owned by the user running sbx (this test's user).
-    let (code, _, err) = sh(&sbx, "m", "echo guest > /work/from-guest && mkdir /work/gdir");
+    // Guest writes show on the host, owned by the user running atoll (this test's user).
+    let (code, _, err) = sh(&atoll, "m", "echo guest > /work/from-guest && mkdir /work/gdir");
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(share.join("from-guest")).unwrap(), "guest\n");
     let me = std::fs::metadata(share.join("from-host")).unwrap().uid();
@@ -68,15 +68,15 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     }
 
     // `:ro` is refused in the guest, and the host folder is untouched.
-    let (code, _, err) = sh(&sbx, "m", "echo x > /data/new");
+    let (code, _, err) = sh(&atoll, "m", "echo x > /data/new");
     assert_ne!(code, 0);
     assert!(err.contains("Read-only file system"), "{err}");
-    let (code, _, err) = sh(&sbx, "m", "rm /data/kept");
+    let (code, _, err) = sh(&atoll, "m", "rm /data/kept");
     assert!(code != 0 && err.contains("Read-only file system"), "{err}");
     assert_eq!(std::fs::read_dir(&ro).unwrap().count(), 1);
 
     // Symlinks resolve inside the guest: neither the host's secret folder nor its /etc.
-    let (code, out, _) = sh(&sbx, "m", "cat /work/escape/marker; ls /work/escape/ /work/etc/");
+    let (code, out, _) = sh(&atoll, "m", "cat /work/escape/marker; ls /work/escape/ /work/etc/");
     assert_ne!(code, 0);
     assert!(!out.contains("host secret") && !out.contains("marker"), "escaped the share: {out}");
     let host_etc: Vec<String> = std::fs::read_dir("/etc")
@@ -92,20 +92,21 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     // Nor does a link the guest makes, or `..` past the share's top.
     let script =
         format!("ln -s / /work/up && cat /work/up{0}/marker /work/../..{0}/marker", secret.display());
-    let (code, out, _) = sh(&sbx, "m", &script);
+    let (code, out, _) = sh(&atoll, "m", &script);
     assert!(code != 0 && !out.contains("host secret"), "escaped the share: {out}");
 
     // A 10,000-file tree on the share can be walked.
-    let (code, out, err) = sh(&sbx, "m", "find /work/tree -type f | wc -l");
+    let (code, out, err) = sh(&atoll, "m", "find /work/tree -type f | wc -l");
     assert_eq!((code, out.trim()), (0, "10000"), "{err}");
 
     // The disk: df shows its size; filling it gives the "no space" error, and the
     // sandbox keeps working once space is freed.
-    let (_, out, _) = sh(&sbx, "m", "df -k / | tail -n 1");
+    let (_, out, _) = sh(&atoll, "m", "df -k / | tail -n 1");
     assert_eq!(out.split_whitespace().nth(1), Some("262144"), "df: {out}");
-    let (code, _, err) = sh(&sbx, "m", "dd if=/dev/zero of=/root/fill bs=1M count=400");
+    let (code, _, err) = sh(&atoll, "m", "dd if=/dev/zero of=/root/fill bs=1M count=400");
     assert!(code != 0 && err.contains("No space left on device"), "{err}");
-    let write = sbx.command(&["-s", "m", "write", "/root/more"]).stdin(std::process::Stdio::piped()).spawn();
+    let write =
+        atoll.command(&["-s", "m", "write", "/root/more"]).stdin(std::process::Stdio::piped()).spawn();
     let mut write = write.unwrap();
     std::io::Write::write_all(write.stdin.as_mut().unwrap(), b"more").unwrap();
     drop(write.stdin.take());
@@ -115,19 +116,19 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
         "{}",
         text(&out.stderr)
     );
-    assert_eq!(sh(&sbx, "m", "rm /root/fill && echo ok > /root/ok && cat /root/ok").1, "ok\n");
+    assert_eq!(sh(&atoll, "m", "rm /root/fill && echo ok > /root/ok && cat /root/ok").1, "ok\n");
 
     // Snapshots and parking are refused, and the sandbox runs on.
-    let err = sbx.fails(&["snapshot", "create", "m", "--name", "s"]);
+    let err = atoll.fails(&["snapshot", "create", "m", "--name", "s"]);
     assert!(err.contains("host folders"), "{err}");
-    let err = sbx.fails(&["pause", "--to-disk", "m"]);
+    let err = atoll.fails(&["pause", "--to-disk", "m"]);
     assert!(err.contains("host folders"), "{err}");
-    assert_eq!(sbx.state_of("m").as_deref(), Some("running"));
+    assert_eq!(atoll.state_of("m").as_deref(), Some("running"));
 
     // Kill leaves nothing running that holds the share.
-    sbx.json(&["kill", "m"]);
+    atoll.json(&["kill", "m"]);
     assert!(processes_mentioning(&share).is_empty(), "{:?}", processes_mentioning(&share));
-    assert!(processes_mentioning(sbx.state_dir()).is_empty());
+    assert!(processes_mentioning(atoll.state_dir()).is_empty());
     assert_eq!(std::fs::read_to_string(share.join("from-guest")).unwrap(), "guest\n", "files stay");
 }
 
@@ -135,9 +136,9 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
 fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
     let host = tempfile::tempdir().unwrap();
     let dir = host.path().display().to_string();
-    let sbx = Sbx::new();
+    let atoll = Atoll::new();
     for (args, says) in [
-        (vec!["--mount", "/nonexistent/sbx-mount:/work"], "does not exist"),
+        (vec!["--mount", "/nonexistent/atoll-mount:/work"], "does not exist"),
         (vec!["--mount", &format!("{dir}:work")], "relative"),
         (vec!["--mount", &format!("{dir}:/work"), "--mount", &format!("{dir}:/work/")], "two host folders"),
         (vec!["--disk", "0"], "no unit"),
@@ -146,32 +147,32 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
     ] {
         let mut all = vec!["create", "--net", "none"];
         all.extend(&args);
-        let out = sbx.run(&all);
+        let out = atoll.run(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
-        assert!(sbx.sandbox_dirs().is_empty(), "{args:?} left a sandbox directory");
-        assert!(processes_mentioning(sbx.state_dir()).is_empty(), "{args:?} left a process");
+        assert!(atoll.sandbox_dirs().is_empty(), "{args:?} left a sandbox directory");
+        assert!(processes_mentioning(atoll.state_dir()).is_empty(), "{args:?} left a process");
     }
 }
 
 #[test]
 fn vm_debian_disk_grows_to_the_size_asked_and_shares_mount_there_too() {
-    if !sbx_tests::debian_or_skip() {
+    if !atoll_tests::debian_or_skip() {
         return;
     }
     let host = tempfile::tempdir().unwrap();
     std::fs::write(host.path().join("f"), "shared\n").unwrap();
-    let sbx = Sbx::new();
-    let err = sbx.fails(&["create", "--template", "debian", "--net", "none", "--disk", "1G"]);
+    let atoll = Atoll::new();
+    let err = atoll.fails(&["create", "--template", "debian", "--net", "none", "--disk", "1G"]);
     assert!(err.contains("smaller than template `debian`'s disk"), "{err}");
-    assert!(sbx.sandbox_dirs().is_empty());
+    assert!(atoll.sandbox_dirs().is_empty());
 
     let mount = format!("{}:/srv/host:ro", host.path().display());
-    sbx.create_with("d", &["--template", "debian", "--net", "none", "--disk", "8G", "--mount", &mount]);
+    atoll.create_with("d", &["--template", "debian", "--net", "none", "--disk", "8G", "--mount", &mount]);
     // ext4 grown online to the 8 GiB disk: df's 1K-blocks within the filesystem's own
     // overhead of it.
-    let (_, out, _) = sh(&sbx, "d", "df -k --output=size / | tail -n 1");
+    let (_, out, _) = sh(&atoll, "d", "df -k --output=size / | tail -n 1");
     let kib: u64 = out.trim().parse().unwrap_or_else(|_| panic!("df: {out}"));
     assert!((7 << 20..=8 << 20).contains(&kib), "df says {kib} KiB");
-    assert_eq!(sh(&sbx, "d", "cat /srv/host/f").1, "shared\n");
+    assert_eq!(sh(&atoll, "d", "cat /srv/host/f").1, "shared\n");
 }

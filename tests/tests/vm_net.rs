@@ -1,21 +1,21 @@
-//! A sandbox's network through the real `sbx` binary and a booted VM, against the test
-//! "outside world" (tests/src/netns.rs): sbx, QEMU and the network helper run in the
+//! A sandbox's network through the real `atoll` binary and a booted VM, against the test
+//! "outside world" (tests/src/netns.rs): atoll, QEMU and the network helper run in the
 //! client namespace; the world holds HTTP/HTTPS/echo hosts and a DNS server.
 //!
 //! - default policy: names resolve, HTTP and HTTPS to a public test host work, and the
 //!   private host, the metadata address, the host's own services, the gateway and a
 //!   name rebound to a private address are all refused at once, each logged with its
 //!   verdict and rule;
-//! - an allowlist set live (`sbx net set`) holds the next connection: only the listed
+//! - an allowlist set live (`atoll net set`) holds the next connection: only the listed
 //!   name works, a raw-IP connect to its address (no SNI) is denied, a program with no
 //!   proxy settings is held all the same; widening it works without restarting anything;
 //! - `--net none`: nothing resolves or connects;
 //! - bad rules are usage errors naming the rule and the forms, and a host port in use
 //!   for `--publish` fails the create; neither leaves anything behind.
 
-use sbx_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, METADATA_HOST, PRIVATE_HOST, World};
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{Sbx, text};
+use atoll_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, METADATA_HOST, PRIVATE_HOST, World};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, text};
 use serde_json::Value;
 
 /// Fetches a URL from inside the guest and prints `OK <body>` or `FAIL <error>`; TLS
@@ -33,8 +33,8 @@ except Exception as e:
 "#;
 
 /// `python3 /fetch.py URL` in the guest: `Ok(body)` or `Err(error)`.
-fn fetch(sbx: &Sbx, name: &str, url: &str) -> Result<String, String> {
-    let out = sbx.run(&["-s", name, "exec", "--", "python3", "/fetch.py", url]);
+fn fetch(atoll: &Atoll, name: &str, url: &str) -> Result<String, String> {
+    let out = atoll.run(&["-s", name, "exec", "--", "python3", "/fetch.py", url]);
     assert!(out.status.success(), "fetch {url}: {}", text(&out.stderr));
     let line = text(&out.stdout).trim().to_string();
     match line.split_once(' ') {
@@ -46,8 +46,8 @@ fn fetch(sbx: &Sbx, name: &str, url: &str) -> Result<String, String> {
 
 /// A refusal that came at once from the helper (a TCP reset: "Connection refused"),
 /// not a timeout.
-fn refused(sbx: &Sbx, name: &str, url: &str) {
-    match fetch(sbx, name, url) {
+fn refused(atoll: &Atoll, name: &str, url: &str) {
+    match fetch(atoll, name, url) {
         Ok(body) => panic!("{url} should be denied, got {body}"),
         Err(why) => assert!(
             why.contains("Connection refused") || why.contains("Connection reset"),
@@ -81,8 +81,8 @@ fn logged_as(log: &Value, kind: &str, what: &str, verdict: &str, rule: &str) {
 }
 
 /// A name the policy refuses does not even resolve (the helper's DNS answers REFUSED).
-fn unresolvable(sbx: &Sbx, name: &str, url: &str) {
-    match fetch(sbx, name, url) {
+fn unresolvable(atoll: &Atoll, name: &str, url: &str) {
+    match fetch(atoll, name, url) {
         Ok(body) => panic!("{url} should be denied, got {body}"),
         Err(why) => assert!(why.contains("gaierror"), "{url} failed, but not in DNS: {why}"),
     }
@@ -92,26 +92,26 @@ fn unresolvable(sbx: &Sbx, name: &str, url: &str) {
 fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     let mut world = World::create();
     world.serve_http_in_client(8080);
-    let sbx = Sbx::in_netns(world.client.name());
-    let created = sbx.create_with("egress", &["--template", "debian"]);
+    let atoll = Atoll::in_netns(world.client.name());
+    let created = atoll.create_with("egress", &["--template", "debian"]);
     let helper = created["net_helper_pid"].as_u64().expect("a network helper pid");
     let script = world.dir().join("fetch.py");
     std::fs::write(&script, FETCH).unwrap();
-    let out = sbx.run(&["-s", "egress", "write", "/fetch.py", "--from", script.to_str().unwrap()]);
+    let out = atoll.run(&["-s", "egress", "write", "/fetch.py", "--from", script.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     // Names resolve through the helper's DNS (resolv.conf set by the agent).
-    let out = sbx.run(&["-s", "egress", "exec", "--", "getent", "hosts", "allowed.test"]);
+    let out = atoll.run(&["-s", "egress", "exec", "--", "getent", "hosts", "allowed.test"]);
     assert!(out.status.success(), "getent: {}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with(&ALLOWED_HOST.to_string()), "{}", text(&out.stdout));
 
     // Default policy: the public test host over HTTP and HTTPS (SNI passes through).
-    let body = fetch(&sbx, "egress", "http://allowed.test/").expect("HTTP to a public host");
+    let body = fetch(&atoll, "egress", "http://allowed.test/").expect("HTTP to a public host");
     assert_eq!(body, "hello from 203.0.113.10 host=allowed.test sni=-");
-    let body = fetch(&sbx, "egress", "https://allowed.test/").expect("HTTPS to a public host");
+    let body = fetch(&atoll, "egress", "https://allowed.test/").expect("HTTPS to a public host");
     assert_eq!(body, "hello from 203.0.113.10 host=allowed.test sni=allowed.test");
     // ... and raw TCP (the echo host).
-    let out = sbx.run(&[
+    let out = atoll.run(&[
         "-s", "egress", "exec", "--", "python3", "-c",
         "import socket; s=socket.create_connection(('echo.test', 7), 20); s.sendall(b'ping'); print(s.recv(4).decode())",
     ]);
@@ -125,9 +125,9 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
         "http://10.0.2.2:8080/".to_string(),
         "http://rebind.test/".to_string(),
     ] {
-        refused(&sbx, "egress", &url);
+        refused(&atoll, "egress", &url);
     }
-    let log = sbx.json(&["net", "log", "egress"]);
+    let log = atoll.json(&["net", "log", "egress"]);
     logged(&log, "allowed.test", "allow", "default");
     logged(&log, &PRIVATE_HOST.to_string(), "deny", "private-range");
     logged(&log, &METADATA_HOST.to_string(), "deny", "private-range");
@@ -139,48 +139,48 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
         .expect("the HTTPS connection is logged");
     assert!(https["bytes_in"].as_u64() > Some(0) && https["bytes_out"].as_u64() > Some(0), "{https}");
     assert_eq!(https["ip"], ALLOWED_HOST.to_string());
-    let denied = sbx.json(&["net", "log", "egress", "--verdict", "deny"]);
+    let denied = atoll.json(&["net", "log", "egress", "--verdict", "deny"]);
     assert!(denied.as_array().unwrap().iter().all(|e| e["verdict"] == "deny"), "{denied}");
-    let last = sbx.json(&["net", "log", "egress", "--limit", "1"]);
+    let last = atoll.json(&["net", "log", "egress", "--limit", "1"]);
     assert_eq!(last.as_array().unwrap().len(), 1, "{last}");
 
     // A strict allowlist, set live: the next connection follows it.
     let set =
-        sbx.json(&["net", "set", "egress", "--deny-out", "0.0.0.0/0,::/0", "--allow-out", "allowed.test"]);
+        atoll.json(&["net", "set", "egress", "--deny-out", "0.0.0.0/0,::/0", "--allow-out", "allowed.test"]);
     assert_eq!(set["allow_out"], serde_json::json!(["allowed.test"]), "{set}");
-    let body = fetch(&sbx, "egress", "https://allowed.test/").expect("the listed name");
+    let body = fetch(&atoll, "egress", "https://allowed.test/").expect("the listed name");
     assert!(body.ends_with("sni=allowed.test"), "{body}");
-    unresolvable(&sbx, "egress", "https://other.test/");
-    unresolvable(&sbx, "egress", "http://denied.test/");
+    unresolvable(&atoll, "egress", "https://other.test/");
+    unresolvable(&atoll, "egress", "http://denied.test/");
     // Its address, reached by IP, is refused too.
-    refused(&sbx, "egress", "http://198.51.100.10/");
+    refused(&atoll, "egress", "http://198.51.100.10/");
     // A raw-IP connect to the allowed name's address (TLS without SNI) is not it.
-    refused(&sbx, "egress", &format!("https://{ALLOWED_HOST}/"));
+    refused(&atoll, "egress", &format!("https://{ALLOWED_HOST}/"));
     // A program with no proxy settings at all is held the same: nothing in the guest
     // decides, the helper does.
     let out =
-        sbx.run(&["-s", "egress", "exec", "--", "env", "-i", "python3", "/fetch.py", "http://other.test/"]);
+        atoll.run(&["-s", "egress", "exec", "--", "env", "-i", "python3", "/fetch.py", "http://other.test/"]);
     assert!(text(&out.stdout).starts_with("FAIL"), "{}", text(&out.stdout));
-    let log = sbx.json(&["net", "log", "egress"]);
+    let log = atoll.json(&["net", "log", "egress"]);
     logged_as(&log, "dns", "other.test", "deny", "0.0.0.0/0");
     logged(&log, "198.51.100.10", "deny", "0.0.0.0/0");
     logged(&log, "allowed.test", "allow", "allowed.test");
 
     // Widened live, without restarting anything.
-    let set = sbx.json(&["net", "set", "egress", "--allow-out", "allowed.test,other.test"]);
+    let set = atoll.json(&["net", "set", "egress", "--allow-out", "allowed.test,other.test"]);
     assert_eq!(set["deny_out"], serde_json::json!(["0.0.0.0/0", "::/0"]), "the deny list is kept: {set}");
-    let body = fetch(&sbx, "egress", "https://other.test/").expect("other.test, now allowed");
+    let body = fetch(&atoll, "egress", "https://other.test/").expect("other.test, now allowed");
     assert!(body.ends_with("sni=other.test"), "{body}");
-    let shown = sbx.json(&["net", "show", "egress"]);
+    let shown = atoll.json(&["net", "show", "egress"]);
     assert_eq!(shown["allow_out"], serde_json::json!(["allowed.test", "other.test"]), "{shown}");
-    let info = sbx.json(&["info", "egress"]);
+    let info = atoll.json(&["info", "egress"]);
     assert_eq!(info["net_helper_pid"].as_u64(), Some(helper), "the helper was restarted: {info}");
 
     // --follow prints new entries as JSON lines, and ends when the sandbox is killed.
     let mut follow =
-        sbx.command(&["net", "log", "egress", "--follow", "--json", "--verdict", "allow"]).spawn().unwrap();
+        atoll.command(&["net", "log", "egress", "--follow", "--json", "--verdict", "allow"]).spawn().unwrap();
     let lines = std::io::BufReader::new(follow.stdout.take().unwrap());
-    fetch(&sbx, "egress", "http://other.test/followed").expect("other.test is allowed now");
+    fetch(&atoll, "egress", "http://other.test/followed").expect("other.test is allowed now");
     let mut seen = Vec::new();
     for line in std::io::BufRead::lines(lines) {
         let entry: Value = serde_json::from_str(&line.unwrap()).expect("--follow --json prints JSON lines");
@@ -193,19 +193,19 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     }
     assert!(!seen.is_empty());
 
-    sbx.json(&["kill", "egress"]);
-    let ended = sbx_tests::vm::wait_bounded(follow, std::time::Duration::from_secs(60));
+    atoll.json(&["kill", "egress"]);
+    let ended = atoll_tests::vm::wait_bounded(follow, std::time::Duration::from_secs(60));
     assert!(ended.is_some_and(|o| o.status.success()), "net log --follow did not end with the sandbox");
-    assert!(sbx_tests::pid_gone(helper), "the network helper outlived kill");
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
+    assert!(atoll_tests::pid_gone(helper), "the network helper outlived kill");
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
 }
 
 #[test]
 fn vm_net_none_resolves_and_connects_nothing() {
     let world = World::create();
-    let sbx = Sbx::in_netns(world.client.name());
-    sbx.create_with("cut", &["--net", "none"]);
-    let out = sbx.run(&[
+    let atoll = Atoll::in_netns(world.client.name());
+    atoll.create_with("cut", &["--net", "none"]);
+    let out = atoll.run(&[
         "-s", "cut", "exec", "--", "sh", "-c",
         &format!("ls /sys/class/net; nslookup allowed.test; echo dns=$?; nc -w 5 {ALLOWED_HOST} 80 </dev/null; echo tcp=$?"),
     ]);
@@ -213,18 +213,18 @@ fn vm_net_none_resolves_and_connects_nothing() {
     assert!(!all.contains("eth0"), "{all}");
     assert!(!all.contains(&ALLOWED_HOST.to_string()) || all.contains("can't connect"), "{all}");
     assert!(all.contains("dns=1") && all.contains("tcp=1"), "{all}");
-    let err = sbx.fails(&["net", "set", "cut", "--allow-out", "allowed.test"]);
+    let err = atoll.fails(&["net", "set", "cut", "--allow-out", "allowed.test"]);
     assert!(err.contains("no network"), "{err}");
-    assert_eq!(sbx.json(&["net", "log", "cut"]), serde_json::json!([]));
-    assert_eq!(sbx.json(&["net", "show", "cut"])["network"], "none");
+    assert_eq!(atoll.json(&["net", "log", "cut"]), serde_json::json!([]));
+    assert_eq!(atoll.json(&["net", "show", "cut"])["network"], "none");
 }
 
 #[test]
 fn net_bad_rules_and_a_host_port_in_use_at_create_change_nothing() {
-    let sbx = Sbx::new();
+    let atoll = Atoll::new();
     for bad in ["http://x/", "10.0.0.0/33", "*.", "pypi.org:0", "pypi.org:70000"] {
         for flag in ["--allow-out", "--deny-out"] {
-            let out = sbx.run(&["create", "--name", "never", flag, bad]);
+            let out = atoll.run(&["create", "--name", "never", flag, bad]);
             assert_eq!(out.status.code(), Some(2), "{flag} {bad}: {}", text(&out.stderr));
             let err = text(&out.stderr);
             assert!(
@@ -233,19 +233,19 @@ fn net_bad_rules_and_a_host_port_in_use_at_create_change_nothing() {
             );
         }
     }
-    let err = sbx.fails(&["create", "--name", "never", "--net", "none", "--allow-out", "pypi.org"]);
+    let err = atoll.fails(&["create", "--name", "never", "--net", "none", "--allow-out", "pypi.org"]);
     assert!(err.contains("need a network"), "{err}");
-    assert!(sbx.sandbox_dirs().is_empty(), "a refused create left {:?}", sbx.sandbox_dirs());
+    assert!(atoll.sandbox_dirs().is_empty(), "a refused create left {:?}", atoll.sandbox_dirs());
     // A port asked for at create that the host cannot give fails the create, which
     // leaves nothing behind (it is published before QEMU starts).
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let err = sbx.fails(&["create", "--name", "never", "--publish", &format!("8000:{port}")]);
+    let err = atoll.fails(&["create", "--name", "never", "--publish", &format!("8000:{port}")]);
     assert!(err.contains("guest port 8000") && err.contains("already in use"), "{err}");
-    assert!(sbx.sandbox_dirs().is_empty(), "a failed create left {:?}", sbx.sandbox_dirs());
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
-    let err = sbx.fails(&["net", "set", "nosuch", "--allow-out", "pypi.org"]);
+    assert!(atoll.sandbox_dirs().is_empty(), "a failed create left {:?}", atoll.sandbox_dirs());
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
+    let err = atoll.fails(&["net", "set", "nosuch", "--allow-out", "pypi.org"]);
     assert!(err.contains("no sandbox is called `nosuch`"), "{err}");
-    let err = sbx.fails(&["net", "log", "nosuch"]);
+    let err = atoll.fails(&["net", "log", "nosuch"]);
     assert!(err.contains("no sandbox is called `nosuch`"), "{err}");
 }

@@ -2,10 +2,10 @@
 //! "signal 9": on the CLI's stderr (with the sandbox's memory and how to give it more),
 //! in `--capture --json`, and in a background job's status.
 //!
-//! Boots the `minimal` template from the sbx data directory (`SBX_DATA_DIR` or the
+//! Boots the `minimal` template from the atoll data directory (`ATOLL_DATA_DIR` or the
 //! default); its agent must be built from this tree.
 
-use sbx_tests::vm::{Sbx, text};
+use atoll_tests::vm::{Atoll, text};
 
 /// Builds a 600 MB shell variable in a 512 MiB guest: the kernel's OOM killer ends `sh`.
 const HOG: &str = r#"x=$(head -c 600000000 /dev/zero | tr "\0" a)"#;
@@ -20,19 +20,19 @@ const SLOW: &str = "10m";
 
 #[test]
 fn vm_a_command_the_oom_killer_ended_says_so_with_the_memory_and_the_fix() {
-    let sbx = Sbx::new();
-    sbx.create_with("oom", &["--memory", "512"]);
+    let atoll = Atoll::new();
+    atoll.create_with("oom", &["--memory", "512"]);
 
     // Streamed: exit 137 as a shell gives, and a sentence on stderr.
-    let out = sbx.run(&["-s", "oom", "exec", "--timeout", SLOW, "--", "sh", "-c", HOG]);
+    let out = atoll.run(&["-s", "oom", "exec", "--timeout", SLOW, "--", "sh", "-c", HOG]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(137), "{err}");
     assert!(err.contains("killed by the guest's out-of-memory killer"), "{err}");
     assert!(err.contains("MiB of memory"), "the message gives the sandbox's memory: {err}");
-    assert!(err.contains("sbx create --memory"), "the message says how to give it more: {err}");
+    assert!(err.contains("atoll create --memory"), "the message says how to give it more: {err}");
 
     // Captured, as JSON: the status says so and gives the guest's memory.
-    let out = sbx.run(
+    let out = atoll.run(
         &[&["--json", "-s", "oom", "exec", "--capture", "--timeout", SLOW, "--"][..], &FAST_HOG].concat(),
     );
     assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
@@ -44,17 +44,17 @@ fn vm_a_command_the_oom_killer_ended_says_so_with_the_memory_and_the_fix() {
     assert!(memory > 256 << 20 && memory <= 512 << 20, "a 512 MiB guest reported {memory} bytes");
 
     // A background job's status says so too.
-    let out = sbx.run(&[&["--json", "-s", "oom", "run", "--"][..], &FAST_HOG].concat());
+    let out = atoll.run(&[&["--json", "-s", "oom", "run", "--"][..], &FAST_HOG].concat());
     assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
     let job: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     assert_eq!(job["status"]["oom_killed"], true, "{job}");
 
     // A command killed by hand with signal 9 is not called an OOM kill.
-    let out = sbx.run(&["--json", "-s", "oom", "exec", "--capture", "--", "sh", "-c", "kill -9 $$"]);
+    let out = atoll.run(&["--json", "-s", "oom", "exec", "--capture", "--", "sh", "-c", "kill -9 $$"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     assert_eq!(json["status"]["signal"], 9, "{json}");
     assert_eq!(json["status"]["oom_killed"], false, "{json}");
 
-    let out = sbx.run(&["kill", "oom"]);
-    assert!(out.status.success(), "sbx kill failed: {}", text(&out.stderr));
+    let out = atoll.run(&["kill", "oom"]);
+    assert!(out.status.success(), "atoll kill failed: {}", text(&out.stderr));
 }

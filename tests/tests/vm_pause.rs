@@ -3,7 +3,7 @@
 //! flight and new calls work; a paused sandbox is also killed cleanly. And a long
 //! pause leaves no lockup or stall reports in the guest's kernel log.
 //!
-//! This once killed the sandbox, when sbx reached its agent over vhost-device-vsock:
+//! This once killed the sandbox, when atoll reached its agent over vhost-device-vsock:
 //! pausing stopped the vhost-user rings, and the backend ended its worker thread when
 //! host-side traffic arrived while they were stopped, so nothing reached the agent
 //! after `cont`. The agent link (a virtio-serial port inside QEMU) must hold the same.
@@ -14,24 +14,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{HANG_GUARD, Sbx, text, wait_bounded, wait_until};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, HANG_GUARD, text, wait_bounded, wait_until};
 
 /// How much the guest prints: far more than the pipe, socket and backend buffers hold.
 const OUTPUT: usize = 30_000_000;
 
 #[test]
 fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
-    let sbx = Sbx::new();
-    sbx.create("busy");
+    let atoll = Atoll::new();
+    atoll.create("busy");
 
-    // Nobody reads the output at first, so it backs up from the pipe through sbx, the
+    // Nobody reads the output at first, so it backs up from the pipe through atoll, the
     // net-helper's link and QEMU's virtio-serial port into the guest.
-    let mut streaming = sbx
+    let mut streaming = atoll
         .command(&["-s", "busy", "exec", "--", "sh", "-c", &format!("yes | head -c {OUTPUT}")])
         .stdout(Stdio::piped())
         .spawn()
-        .expect("spawn sbx exec");
+        .expect("spawn atoll exec");
     let mut stdout = streaming.stdout.take().unwrap();
     let received = Arc::new(AtomicUsize::new(0));
     let (start_reading, reader_go) = std::sync::mpsc::channel::<()>();
@@ -50,7 +50,7 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     };
     std::thread::sleep(Duration::from_secs(2));
 
-    assert_eq!(sbx.json(&["pause", "busy"])["state"], "paused");
+    assert_eq!(atoll.json(&["pause", "busy"])["state"], "paused");
     // Now drain what is buffered on the host side while the guest stands still.
     start_reading.send(()).unwrap();
     wait_until("the paused sandbox's buffered output to arrive", Duration::from_secs(30), || {
@@ -62,7 +62,7 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     assert_eq!(received.load(Ordering::Relaxed), while_paused, "a paused guest kept printing");
     assert!(while_paused < OUTPUT, "the command finished before the pause; the test proves nothing");
 
-    let resumed = sbx.run(&["resume", "busy"]);
+    let resumed = atoll.run(&["resume", "busy"]);
     assert!(resumed.status.success(), "resume after a busy pause failed: {}", text(&resumed.stderr));
 
     // The call that was in flight finishes with every byte.
@@ -72,16 +72,16 @@ fn vm_pause_with_output_in_flight_then_resume_keeps_the_sandbox_working() {
     assert_eq!(received.load(Ordering::Relaxed), OUTPUT);
 
     // And new calls reach the agent.
-    let out = sbx.run(&["-s", "busy", "--connect-timeout", "30s", "exec", "--", "echo", "alive"]);
+    let out = atoll.run(&["-s", "busy", "--connect-timeout", "30s", "exec", "--", "echo", "alive"]);
     assert!(out.status.success(), "exec after resume failed: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "alive\n");
 
     // A paused sandbox is killed like a running one: its frozen QEMU is let go first.
-    assert_eq!(sbx.json(&["pause", "busy"])["state"], "paused");
-    let removed = sbx.json(&["kill", "busy"]);
+    assert_eq!(atoll.json(&["pause", "busy"])["state"], "paused");
+    let removed = atoll.json(&["kill", "busy"]);
     assert_eq!(removed[0]["was"], "paused");
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
-    assert_eq!(sbx.states(), vec![]);
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
+    assert_eq!(atoll.states(), vec![]);
 }
 
 /// Longer than the guest kernel's soft-lockup (20 s) and RCU-stall (21 s) thresholds.
@@ -89,16 +89,16 @@ const LONG_PAUSE: Duration = Duration::from_secs(26);
 
 #[test]
 fn vm_a_long_pause_leaves_no_lockup_or_stall_reports_in_the_guest() {
-    let sbx = Sbx::new();
-    sbx.create("still");
-    assert_eq!(sbx.json(&["pause", "still"])["state"], "paused");
+    let atoll = Atoll::new();
+    atoll.create("still");
+    assert_eq!(atoll.json(&["pause", "still"])["state"], "paused");
     std::thread::sleep(LONG_PAUSE);
-    let resumed = sbx.run(&["resume", "still"]);
+    let resumed = atoll.run(&["resume", "still"]);
     assert!(resumed.status.success(), "resume failed: {}", text(&resumed.stderr));
 
     // The frozen guest finds its clock 26 s ahead; its detectors must not call that a
-    // hang (sbx boots its guests with them off: it freezes guests by design).
-    let out = sbx.run(&["-s", "still", "exec", "--", "dmesg"]);
+    // hang (atoll boots its guests with them off: it freezes guests by design).
+    let out = atoll.run(&["-s", "still", "exec", "--", "dmesg"]);
     assert!(out.status.success(), "dmesg failed: {}", text(&out.stderr));
     let log = text(&out.stdout);
     let reports: Vec<&str> = log

@@ -1,11 +1,11 @@
-//! Published ports and the guest NIC, through the real `sbx` binary and booted VMs:
-//! a guest server is reached from the host over `sbx port publish` / `--publish`
+//! Published ports and the guest NIC, through the real `atoll` binary and booted VMs:
+//! a guest server is reached from the host over `atoll port publish` / `--publish`
 //! (busybox httpd and nc in `minimal`, `python3 -m http.server` and a WebSocket echo in
 //! `debian`), loopback-only guest services included; plain TCP passes both ways with
 //! half-closes; unpublish closes the port; a host port in use and bad ports are refused;
 //! a published port wakes a paused sandbox; `--net none` has no NIC while a network
-//! gets eth0, its route and resolv.conf; a helper that died shows in `sbx info` and the
-//! next call says so; `sbx kill` leaves no helper, listener or socket.
+//! gets eth0, its route and resolv.conf; a helper that died shows in `atoll info` and the
+//! next call says so; `atoll kill` leaves no helper, listener or socket.
 //!
 //! Each test shares one booted VM across its assertions (CI has two cores).
 
@@ -14,8 +14,8 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{Sbx, text, wait_until};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, text, wait_until};
 use serde_json::Value;
 
 /// Generous bound for a guest server to come up under software emulation.
@@ -85,14 +85,14 @@ fn pseudo_random(len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn kill_leaves_nothing(sbx: &Sbx, name: &str, addrs: &[SocketAddr]) {
-    let info = sbx.json(&["info", name]);
+fn kill_leaves_nothing(atoll: &Atoll, name: &str, addrs: &[SocketAddr]) {
+    let info = atoll.json(&["info", name]);
     let helper = info["net_helper_pid"].as_u64().expect("a running sandbox has a network helper");
-    sbx.json(&["kill", name]);
-    assert!(sbx_tests::pid_gone(helper), "the network helper (pid {helper}) still runs after kill");
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
+    atoll.json(&["kill", name]);
+    assert!(atoll_tests::pid_gone(helper), "the network helper (pid {helper}) still runs after kill");
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
     assert_eq!(
-        sbx.sandbox_dirs(),
+        atoll.sandbox_dirs(),
         Vec::<PathBuf>::new(),
         "kill left the sandbox directory (and its sockets)"
     );
@@ -103,18 +103,18 @@ fn kill_leaves_nothing(sbx: &Sbx, name: &str, addrs: &[SocketAddr]) {
 
 #[test]
 fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
-    let sbx = Sbx::new();
-    let created = sbx.create_with("web", &["--net", "none", "--publish", "8000"]);
+    let atoll = Atoll::new();
+    let created = atoll.create_with("web", &["--net", "none", "--publish", "8000"]);
     assert_eq!(created["state"], "running");
 
-    // --net none: no NIC, no sbx.net= for the agent.
-    let listing = sbx.sh("web", "ls /sys/class/net; cat /proc/cmdline");
+    // --net none: no NIC, no atoll.net= for the agent.
+    let listing = atoll.sh("web", "ls /sys/class/net; cat /proc/cmdline");
     assert!(
-        !listing.contains("eth0") && !listing.contains("sbx.net="),
+        !listing.contains("eth0") && !listing.contains("atoll.net="),
         "a sandbox without a network: {listing}"
     );
 
-    let info = sbx.json(&["info", "web"]);
+    let info = atoll.json(&["info", "web"]);
     assert_eq!(info["network"]["network"], "none", "{info}");
     assert_eq!(info["network"]["helper"], "running", "{info}");
     let http = &info["network"]["ports"][0];
@@ -126,16 +126,17 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     assert!(refused(http_addr), "a port with no guest server answered");
 
     // A server that listens only on the guest's loopback.
-    sbx.sh("web", "mkdir -p /www && echo hello-from-the-guest > /www/index.html");
-    let out = sbx.run(&["-s", "web", "run", "-d", "--", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]);
+    atoll.sh("web", "mkdir -p /www && echo hello-from-the-guest > /www/index.html");
+    let out =
+        atoll.run(&["-s", "web", "run", "-d", "--", "httpd", "-f", "-p", "127.0.0.1:8000", "-h", "/www"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let page = wait_http_ok(http_addr, "/index.html");
     assert!(page.ends_with("hello-from-the-guest\n"), "{page}");
 
     // Plain TCP, 2 MiB each way, with the half-close passed through: nc runs `cat`.
-    let out = sbx.run(&["-s", "web", "run", "-d", "--", "nc", "-ll", "-p", "9000", "-e", "cat"]);
+    let out = atoll.run(&["-s", "web", "run", "-d", "--", "nc", "-ll", "-p", "9000", "-e", "cat"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let echo = sbx.json(&["port", "publish", "web", "9000"]);
+    let echo = atoll.json(&["port", "publish", "web", "9000"]);
     let echo_addr = published_addr(&echo);
     wait_until("the nc echo server", SERVER_WAIT, || {
         tcp_round_trip(echo_addr, b"ping").is_ok_and(|b| b == b"ping")
@@ -143,7 +144,7 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     let data = pseudo_random(2 << 20);
     let back = tcp_round_trip(echo_addr, &data).expect("the echo of 2 MiB");
     assert!(back == data, "the echo came back different ({} bytes of {})", back.len(), data.len());
-    let ls = sbx.json(&["port", "ls", "web"]);
+    let ls = atoll.json(&["port", "ls", "web"]);
     let guest_ports: Vec<u64> =
         ls.as_array().unwrap().iter().map(|p| p["guest_port"].as_u64().unwrap()).collect();
     assert_eq!(guest_ports, [8000, 9000], "{ls}");
@@ -151,51 +152,51 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     // A host port in use is refused, saying so, and publishes nothing.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
-    let err = sbx.fails(&["port", "publish", "web", &format!("7000:{taken_port}")]);
+    let err = atoll.fails(&["port", "publish", "web", &format!("7000:{taken_port}")]);
     assert!(err.contains("already in use") && err.contains(&taken_port.to_string()), "{err}");
     // Bad ports and names are usage errors naming the form.
     for bad in ["0", "70000", "80:0", "x"] {
-        let out = sbx.run(&["port", "publish", "web", bad]);
+        let out = atoll.run(&["port", "publish", "web", bad]);
         assert_eq!(out.status.code(), Some(2), "port publish {bad}: {}", text(&out.stderr));
         assert!(text(&out.stderr).contains("GUESTPORT[:HOSTPORT]"), "{}", text(&out.stderr));
     }
-    let err = sbx.fails(&["port", "publish", "nosuch", "8000"]);
+    let err = atoll.fails(&["port", "publish", "nosuch", "8000"]);
     assert!(err.contains("no sandbox is called `nosuch`"), "{err}");
-    let err = sbx.fails(&["port", "publish", "web", "8000"]);
+    let err = atoll.fails(&["port", "publish", "web", "8000"]);
     assert!(err.contains("already published"), "{err}");
-    let ls = sbx.json(&["port", "ls", "web"]);
+    let ls = atoll.json(&["port", "ls", "web"]);
     assert_eq!(ls.as_array().unwrap().len(), 2, "a refused publish changed the ports: {ls}");
 
     // Unpublish closes the listener.
-    sbx.json(&["port", "unpublish", "web", "8000"]);
+    atoll.json(&["port", "unpublish", "web", "8000"]);
     assert!(TcpStream::connect(http_addr).is_err(), "{http_addr} still accepts after unpublish");
-    let err = sbx.fails(&["port", "unpublish", "web", "8000"]);
+    let err = atoll.fails(&["port", "unpublish", "web", "8000"]);
     assert!(err.contains("not published"), "{err}");
 
-    // A helper that died shows in `sbx info`, and the next call says what to do; kill
+    // A helper that died shows in `atoll info`, and the next call says what to do; kill
     // still cleans up.
-    let helper = sbx.json(&["info", "web"])["net_helper_pid"].as_u64().unwrap();
+    let helper = atoll.json(&["info", "web"])["net_helper_pid"].as_u64().unwrap();
     std::process::Command::new("kill").args(["-KILL", &helper.to_string()]).status().unwrap();
-    wait_until("the helper to die", SERVER_WAIT, || sbx_tests::pid_gone(helper));
-    let info = sbx.json(&["info", "web"]);
+    wait_until("the helper to die", SERVER_WAIT, || atoll_tests::pid_gone(helper));
+    let info = atoll.json(&["info", "web"]);
     assert_eq!(info["network"]["helper"], "dead", "{info}");
-    let out = sbx.run(&["info", "web"]);
+    let out = atoll.run(&["info", "web"]);
     assert!(text(&out.stdout).contains("helper DEAD"), "{}", text(&out.stdout));
-    let err = sbx.fails(&["port", "ls", "web"]);
+    let err = atoll.fails(&["port", "ls", "web"]);
     assert!(
-        err.contains("network helper") && err.contains("not running") && err.contains("sbx kill web"),
+        err.contains("network helper") && err.contains("not running") && err.contains("atoll kill web"),
         "{err}"
     );
     assert!(TcpStream::connect(echo_addr).is_err(), "a dead helper's port still accepts");
     // A dead sandbox (its QEMU gone) is refused as such.
     let qemu = info["qemu_pid"].as_u64().unwrap();
     std::process::Command::new("kill").args(["-KILL", &qemu.to_string()]).status().unwrap();
-    wait_until("QEMU to die", SERVER_WAIT, || sbx_tests::pid_gone(qemu));
-    let err = sbx.fails(&["port", "publish", "web", "8000"]);
-    assert!(err.contains("`web` is dead") && err.contains("sbx kill web"), "{err}");
-    sbx.json(&["kill", "web"]);
-    assert_eq!(processes_mentioning(sbx.state_dir()), Vec::<String>::new());
-    assert_eq!(sbx.sandbox_dirs(), Vec::<PathBuf>::new());
+    wait_until("QEMU to die", SERVER_WAIT, || atoll_tests::pid_gone(qemu));
+    let err = atoll.fails(&["port", "publish", "web", "8000"]);
+    assert!(err.contains("`web` is dead") && err.contains("atoll kill web"), "{err}");
+    atoll.json(&["kill", "web"]);
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
+    assert_eq!(atoll.sandbox_dirs(), Vec::<PathBuf>::new());
     drop(taken);
 }
 
@@ -241,11 +242,11 @@ while True:
 
 #[test]
 fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
-    let sbx = Sbx::new();
-    sbx.create_with("py", &["--template", "debian", "--publish", "8000"]);
+    let atoll = Atoll::new();
+    atoll.create_with("py", &["--template", "debian", "--publish", "8000"]);
 
     // The NIC: eth0 with the default route through the helper, and resolv.conf naming it.
-    let nic = sbx.sh("py", "cat /sys/class/net/eth0/address /etc/resolv.conf /proc/net/route");
+    let nic = atoll.sh("py", "cat /sys/class/net/eth0/address /etc/resolv.conf /proc/net/route");
     assert!(nic.contains("52:54:00:12:34:56"), "{nic}");
     assert!(nic.contains("nameserver 10.0.2.2"), "{nic}");
     assert!(
@@ -253,11 +254,11 @@ fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
         "no default route via 10.0.2.2: {nic}"
     );
 
-    let info = sbx.json(&["info", "py"]);
+    let info = atoll.json(&["info", "py"]);
     assert_eq!(info["network"]["network"], "default", "{info}");
     let http_addr = published_addr(&info["network"]["ports"][0]);
-    sbx.sh("py", "mkdir -p /srv && echo from-python > /srv/hello.txt");
-    let out = sbx.run(&[
+    atoll.sh("py", "mkdir -p /srv && echo from-python > /srv/hello.txt");
+    let out = atoll.run(&[
         "-s",
         "py",
         "run",
@@ -277,14 +278,14 @@ fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
     assert!(page.ends_with("from-python\n"), "{page}");
 
     // WebSocket: a real client (tungstenite) through a published port.
-    let ws_file = sbx_tests::vm::short_tempdir();
+    let ws_file = atoll_tests::vm::short_tempdir();
     let script = ws_file.path().join("ws.py");
     std::fs::write(&script, WS_ECHO).unwrap();
-    let out = sbx.run(&["-s", "py", "write", "/srv/ws.py", "--from", script.to_str().unwrap()]);
+    let out = atoll.run(&["-s", "py", "write", "/srv/ws.py", "--from", script.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out = sbx.run(&["-s", "py", "run", "-d", "--", "python3", "/srv/ws.py", "8765"]);
+    let out = atoll.run(&["-s", "py", "run", "-d", "--", "python3", "/srv/ws.py", "8765"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let ws = sbx.json(&["port", "publish", "py", "8765"]);
+    let ws = atoll.json(&["port", "publish", "py", "8765"]);
     let ws_addr = published_addr(&ws);
     let mut socket = None;
     wait_until("the WebSocket server", SERVER_WAIT, || {
@@ -306,10 +307,10 @@ fn vm_ports_debian_python_http_server_websocket_and_the_nic() {
     socket.close(None).unwrap();
 
     // A connection to a published port of a paused sandbox resumes it.
-    assert_eq!(sbx.json(&["pause", "py"])["state"], "paused");
+    assert_eq!(atoll.json(&["pause", "py"])["state"], "paused");
     let page = http_get(http_addr, "/hello.txt").expect("GET through a paused sandbox's port");
     assert!(page.ends_with("from-python\n"), "{page}");
-    assert_eq!(sbx.state_of("py").as_deref(), Some("running"));
+    assert_eq!(atoll.state_of("py").as_deref(), Some("running"));
 
-    kill_leaves_nothing(&sbx, "py", &[http_addr, ws_addr]);
+    kill_leaves_nothing(&atoll, "py", &[http_addr, ws_addr]);
 }

@@ -1,4 +1,4 @@
-//! Snapshots, forks, parking and restores of real microVMs, through the `sbx` binary.
+//! Snapshots, forks, parking and restores of real microVMs, through the `atoll` binary.
 //!
 //! One source sandbox is booted per template; everything else starts from its
 //! snapshots, which is the point (and keeps the test affordable on 2 cores).
@@ -6,16 +6,16 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{Sbx, text, wait_until};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, text, wait_until};
 use serde_json::Value;
 
 /// A job that writes a growing count to /tmp/count every 200 ms.
 const COUNTER: &str = "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done";
 
 /// Reads the counter twice and asserts that it grew: the job runs.
-fn counting(sbx: &Sbx, sandbox: &str) -> u64 {
-    let read = || sbx.sh(sandbox, "cat /tmp/count").trim().parse::<u64>().expect("a count");
+fn counting(atoll: &Atoll, sandbox: &str) -> u64 {
+    let read = || atoll.sh(sandbox, "cat /tmp/count").trim().parse::<u64>().expect("a count");
     let first = read();
     let mut last = first;
     wait_until(&format!("the job in {sandbox} to count on"), Duration::from_secs(60), || {
@@ -34,15 +34,15 @@ fn anon_kib(pid: u64) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-fn snapshot_dirs(sbx: &Sbx) -> Vec<PathBuf> {
-    match std::fs::read_dir(sbx.state_dir().join(".snapshots")) {
+fn snapshot_dirs(atoll: &Atoll) -> Vec<PathBuf> {
+    match std::fs::read_dir(atoll.state_dir().join(".snapshots")) {
         Ok(d) => d.flatten().map(|e| e.path()).collect(),
         Err(_) => Vec::new(),
     }
 }
 
-fn dir_of(sbx: &Sbx, name: &str) -> PathBuf {
-    PathBuf::from(sbx.json(&["inspect", name])["dir"].as_str().unwrap())
+fn dir_of(atoll: &Atoll, name: &str) -> PathBuf {
+    PathBuf::from(atoll.json(&["inspect", name])["dir"].as_str().unwrap())
 }
 
 fn host_secs() -> i64 {
@@ -59,24 +59,24 @@ fn snapshot_named<'a>(list: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn vm_snapshot_fork_park_and_restore_minimal() {
-    let sbx = Sbx::new();
+    let atoll = Atoll::new();
     // Networked sandboxes are covered by vm_snapshot_net.rs (they need the test world).
-    sbx.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
-    sbx.sh("src", "echo original > /tmp/file");
-    let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
+    atoll.json(&["create", "--name", "src", "--net", "none", "--timeout", "240s"]);
+    atoll.sh("src", "echo original > /tmp/file");
+    let job = atoll.run(&["-s", "src", "run", "-d", "--", "sh", "-c", COUNTER]);
     assert!(job.status.success(), "{}", text(&job.stderr));
-    counting(&sbx, "src");
+    counting(&atoll, "src");
 
     // Snapshot while an exec streams: over the agent link, which the save leaves up,
     // the exec streams on across it, and ends when its client goes.
-    let mut streaming = sbx
+    let mut streaming = atoll
         .command(&["-s", "src", "exec", "--", "sh", "-c", "while :; do echo tick; sleep 0.05; done"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut first = [0u8; 5];
     std::io::Read::read_exact(streaming.stdout.as_mut().unwrap(), &mut first).unwrap();
-    let snap = sbx.json(&["snapshot", "create", "src", "--name", "s1"]);
+    let snap = atoll.json(&["snapshot", "create", "src", "--name", "s1"]);
     // More ticks than the pipe held while the save ran: the exec was not cut.
     let mut after = vec![0u8; 5 * 200];
     std::io::Read::read_exact(streaming.stdout.as_mut().unwrap(), &mut after)
@@ -85,9 +85,9 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     streaming.kill().unwrap();
     streaming.wait().unwrap();
     assert_eq!(snap["name"], "s1");
-    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
-    counting(&sbx, "src");
-    let list = sbx.json(&["snapshot", "ls"]);
+    assert_eq!(atoll.sh("src", "cat /tmp/file"), "original\n");
+    counting(&atoll, "src");
+    let list = atoll.json(&["snapshot", "ls"]);
     let s1 = snapshot_named(&list, "s1");
     assert_eq!((s1["source_sandbox"].as_str(), s1["template"].as_str()), (Some("src"), Some("minimal")));
     assert_eq!(s1["memory_mib"], 512);
@@ -98,166 +98,169 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
     // once). QEMU reads every page to save it, which maps the pages of the ram.bin the
     // source was itself restored from: page cache, shared and reclaimable, so only its
     // anonymous memory counts here.
-    let s1_dir = sbx.state_dir().join(".snapshots/s1");
+    let s1_dir = atoll.state_dir().join(".snapshots/s1");
     let ram = std::fs::metadata(s1_dir.join("ram.bin")).unwrap();
     assert_eq!(ram.len(), 512 << 20);
     assert!(std::os::unix::fs::MetadataExt::blocks(&ram) * 512 < 256 << 20, "ram.bin is sparse");
     assert!(std::fs::metadata(s1_dir.join("memory.bin")).unwrap().len() < 16 << 20, "RAM left the stream");
-    let src_qemu = sbx.json(&["inspect", "src"])["qemu_pid"].as_u64().unwrap();
+    let src_qemu = atoll.json(&["inspect", "src"])["qemu_pid"].as_u64().unwrap();
     let anon = anon_kib(src_qemu);
     assert!(anon < 256 << 10, "the source's QEMU holds {anon} KiB of its own after the save");
 
     // Bad input changes nothing.
-    let err = sbx.fails(&["snapshot", "create", "src", "--name", "s1"]);
+    let err = atoll.fails(&["snapshot", "create", "src", "--name", "s1"]);
     assert!(err.contains("already exists"), "{err}");
-    let err = sbx.fails(&["snapshot", "create", "nope", "--name", "s9"]);
+    let err = atoll.fails(&["snapshot", "create", "nope", "--name", "s9"]);
     assert!(err.contains("no sandbox is called `nope`"), "{err}");
-    let err = sbx.fails(&["snapshot", "create", "src", "--name", "a/b"]);
+    let err = atoll.fails(&["snapshot", "create", "src", "--name", "a/b"]);
     assert!(err.contains("not a valid snapshot name"), "{err}");
-    assert_eq!(snapshot_dirs(&sbx).len(), 1, "{:?}", snapshot_dirs(&sbx));
-    let err = sbx.fails(&["create", "--from", "nope", "--name", "x"]);
+    assert_eq!(snapshot_dirs(&atoll).len(), 1, "{:?}", snapshot_dirs(&atoll));
+    let err = atoll.fails(&["create", "--from", "nope", "--name", "x"]);
     assert!(err.contains("no snapshot is called `nope`"), "{err}");
-    assert_eq!(sbx.sandbox_dirs().len(), 1);
+    assert_eq!(atoll.sandbox_dirs().len(), 1);
 
     // Two forks: the file and the running job, their own names, randomness, clocks and
     // files.
     for fork in ["f1", "f2"] {
-        let info = sbx.json(&["create", "--from", "s1", "--name", fork, "--timeout", "240s"]);
+        let info = atoll.json(&["create", "--from", "s1", "--name", fork, "--timeout", "240s"]);
         assert_eq!(info["state"], "running");
-        assert_eq!(sbx.sh(fork, "cat /tmp/file"), "original\n");
-        counting(&sbx, fork);
-        assert_eq!(sbx.sh(fork, "hostname").trim(), fork);
-        let guest: i64 = sbx.sh(fork, "date +%s").trim().parse().unwrap();
+        assert_eq!(atoll.sh(fork, "cat /tmp/file"), "original\n");
+        counting(&atoll, fork);
+        assert_eq!(atoll.sh(fork, "hostname").trim(), fork);
+        let guest: i64 = atoll.sh(fork, "date +%s").trim().parse().unwrap();
         assert!((guest - host_secs()).abs() <= 2, "{fork}'s clock is {guest}, the host's {}", host_secs());
     }
-    let random = |s: &str| sbx.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
+    let random = |s: &str| atoll.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("f1"), random("f2"), "two forks read the same random bytes");
-    sbx.sh("f1", "echo mine > /tmp/file");
-    assert_eq!(sbx.sh("f2", "cat /tmp/file"), "original\n");
-    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
+    atoll.sh("f1", "echo mine > /tmp/file");
+    assert_eq!(atoll.sh("f2", "cat /tmp/file"), "original\n");
+    assert_eq!(atoll.sh("src", "cat /tmp/file"), "original\n");
 
     // A snapshot of an older layout (format 2: its VM had a vsock device) is refused
     // before anything starts, saying to take a new one, and can still be removed.
-    sbx.json(&["snapshot", "create", "src", "--name", "old"]);
-    let old = sbx.state_dir().join(".snapshots/old/snapshot.json");
+    atoll.json(&["snapshot", "create", "src", "--name", "old"]);
+    let old = atoll.state_dir().join(".snapshots/old/snapshot.json");
     let mut meta: Value = serde_json::from_slice(&std::fs::read(&old).unwrap()).unwrap();
     assert_eq!(meta["format"], 3, "{meta}");
     meta["format"] = 2.into();
     std::fs::write(&old, meta.to_string()).unwrap();
-    let before = sbx.sandbox_dirs().len();
-    let err = sbx.fails(&["create", "--from", "old", "--name", "f0"]);
-    assert!(err.contains("older sbx") && err.contains("snapshot rm"), "{err}");
-    assert_eq!(sbx.sandbox_dirs().len(), before, "a refused fork left a sandbox directory");
-    sbx.json(&["snapshot", "rm", "old"]);
+    let before = atoll.sandbox_dirs().len();
+    let err = atoll.fails(&["create", "--from", "old", "--name", "f0"]);
+    assert!(err.contains("older atoll") && err.contains("snapshot rm"), "{err}");
+    assert_eq!(atoll.sandbox_dirs().len(), before, "a refused fork left a sandbox directory");
+    atoll.json(&["snapshot", "rm", "old"]);
 
     // Parking: no process left; any command brings it back with its files and job.
-    let f2_dir = dir_of(&sbx, "f2");
-    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
-    assert_eq!(sbx.state_of("f2").as_deref(), Some("parked"));
+    let f2_dir = dir_of(&atoll, "f2");
+    assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("parked"));
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
-    assert_eq!(sbx.sh("f2", "cat /tmp/file"), "original\n");
-    assert_eq!(sbx.state_of("f2").as_deref(), Some("running"));
-    counting(&sbx, "f2");
-    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
-    assert_eq!(sbx.json(&["resume", "f2"])["sandbox"]["state"], "running");
-    assert_eq!(sbx.sh("f2", "hostname").trim(), "f2");
+    assert_eq!(atoll.sh("f2", "cat /tmp/file"), "original\n");
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("running"));
+    counting(&atoll, "f2");
+    assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(atoll.json(&["resume", "f2"])["sandbox"]["state"], "running");
+    assert_eq!(atoll.sh("f2", "hostname").trim(), "f2");
     // A parked sandbox is brought back to be saved; --stop then removes it.
-    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
-    assert_eq!(sbx.json(&["snapshot", "create", "f2", "--name", "s3", "--stop"])["source_sandbox"], "f2");
-    assert!(sbx.state_of("f2").is_none());
+    assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    assert_eq!(atoll.json(&["snapshot", "create", "f2", "--name", "s3", "--stop"])["source_sandbox"], "f2");
+    assert!(atoll.state_of("f2").is_none());
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
     // A name with `_` (a hostname the kernel command line of a boot does not take) is
     // the restored machine's hostname too, for its shell and for the agent's Info.
-    sbx.json(&["create", "--from", "s3", "--name", "f_3", "--timeout", "240s"]);
-    assert_eq!(sbx.sh("f_3", "cat /tmp/file; hostname"), "original\nf_3\n");
-    assert_eq!(sbx.json(&["inspect", "f_3"])["agent"]["hostname"], "f_3");
-    counting(&sbx, "f_3");
+    atoll.json(&["create", "--from", "s3", "--name", "f_3", "--timeout", "240s"]);
+    assert_eq!(atoll.sh("f_3", "cat /tmp/file; hostname"), "original\nf_3\n");
+    assert_eq!(atoll.json(&["inspect", "f_3"])["agent"]["hostname"], "f_3");
+    counting(&atoll, "f_3");
 
     // Restore rolls f1 back: the later write is gone, its name and id stay.
-    let id = sbx.json(&["inspect", "f1"])["id"].clone();
-    sbx.sh("f1", "echo later > /tmp/later");
-    let restored = sbx.json(&["snapshot", "restore", "f1", "s1"]);
+    let id = atoll.json(&["inspect", "f1"])["id"].clone();
+    atoll.sh("f1", "echo later > /tmp/later");
+    let restored = atoll.json(&["snapshot", "restore", "f1", "s1"]);
     assert_eq!((restored["id"].clone(), restored["name"].as_str()), (id, Some("f1")));
     assert_eq!(
-        sbx.sh("f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"),
+        atoll.sh("f1", "cat /tmp/file; ls /tmp/later 2>&1 || true"),
         "original\nls: /tmp/later: No such file or directory\n"
     );
-    counting(&sbx, "f1");
+    counting(&atoll, "f1");
 
     // A damaged snapshot is refused and leaves nothing behind.
-    sbx.json(&["snapshot", "create", "f1", "--name", "s2"]);
-    let memory = sbx.state_dir().join(".snapshots/s2/memory.bin");
+    atoll.json(&["snapshot", "create", "f1", "--name", "s2"]);
+    let memory = atoll.state_dir().join(".snapshots/s2/memory.bin");
     let full = std::fs::read(&memory).unwrap();
-    let before = sbx.sandbox_dirs().len();
-    let running = processes_mentioning(sbx.state_dir()).len();
+    let before = atoll.sandbox_dirs().len();
+    let running = processes_mentioning(atoll.state_dir()).len();
     std::fs::write(&memory, &full[..full.len() / 2]).unwrap();
-    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+    let err = atoll.fails(&["create", "--from", "s2", "--name", "bad"]);
     assert!(err.contains("unusable") && err.contains("bytes"), "{err}");
     std::fs::write(&memory, vec![0x5a; full.len()]).unwrap();
-    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+    let err = atoll.fails(&["create", "--from", "s2", "--name", "bad"]);
     assert!(err.contains("not a QEMU migration stream"), "{err}");
     // A stream that starts right but is damaged inside: QEMU refuses it, and the
     // half-started sandbox is undone.
     let mut broken = full.clone();
     broken[full.len() / 2..].fill(0x5a);
     std::fs::write(&memory, &broken).unwrap();
-    let err = sbx.fails(&["create", "--from", "s2", "--name", "bad", "--timeout", "60s"]);
+    let err = atoll.fails(&["create", "--from", "s2", "--name", "bad", "--timeout", "60s"]);
     assert!(err.contains("QEMU could not load") || err.contains("exited"), "{err}");
-    assert_eq!(sbx.sandbox_dirs().len(), before);
-    assert!(sbx.state_of("bad").is_none());
-    assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a failed fork left a process");
+    assert_eq!(atoll.sandbox_dirs().len(), before);
+    assert!(atoll.state_of("bad").is_none());
+    assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "a failed fork left a process");
     // Guest RAM truncated, or of another size: refused before anything starts.
     std::fs::write(&memory, &full).unwrap();
     let ram = std::fs::OpenOptions::new().write(true).open(memory.with_file_name("ram.bin")).unwrap();
     for len in [100 << 20, 600 << 20] {
         ram.set_len(len).unwrap();
-        let err = sbx.fails(&["create", "--from", "s2", "--name", "bad"]);
+        let err = atoll.fails(&["create", "--from", "s2", "--name", "bad"]);
         assert!(err.contains("unusable") && err.contains(&format!("ram.bin has {len} bytes")), "{err}");
     }
-    assert_eq!(sbx.sandbox_dirs().len(), before);
-    assert_eq!(processes_mentioning(sbx.state_dir()).len(), running, "a refused fork left a process");
+    assert_eq!(atoll.sandbox_dirs().len(), before);
+    assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "a refused fork left a process");
 
     // A dead sandbox is refused, and nothing is written.
-    let pid = sbx.json(&["inspect", "f1"])["qemu_pid"].as_u64().unwrap().to_string();
+    let pid = atoll.json(&["inspect", "f1"])["qemu_pid"].as_u64().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
-    wait_until("f1 to show dead", Duration::from_secs(30), || sbx.state_of("f1").as_deref() == Some("dead"));
-    let err = sbx.fails(&["snapshot", "create", "f1", "--name", "s4"]);
+    wait_until("f1 to show dead", Duration::from_secs(30), || {
+        atoll.state_of("f1").as_deref() == Some("dead")
+    });
+    let err = atoll.fails(&["snapshot", "create", "f1", "--name", "s4"]);
     assert!(err.contains("is dead"), "{err}");
-    assert_eq!(snapshot_dirs(&sbx).len(), 3, "{:?}", snapshot_dirs(&sbx));
+    assert_eq!(snapshot_dirs(&atoll).len(), 3, "{:?}", snapshot_dirs(&atoll));
 
-    let removed = sbx.json(&["snapshot", "rm", "s1", "s2", "s3"]);
+    let removed = atoll.json(&["snapshot", "rm", "s1", "s2", "s3"]);
     assert_eq!(removed, serde_json::json!(["s1", "s2", "s3"]));
-    assert!(sbx.fails(&["snapshot", "rm", "s1"]).contains("no snapshot"));
-    assert!(snapshot_dirs(&sbx).is_empty());
+    assert!(atoll.fails(&["snapshot", "rm", "s1"]).contains("no snapshot"));
+    assert!(snapshot_dirs(&atoll).is_empty());
 
-    let state = sbx.state_dir().to_path_buf();
-    sbx.json(&["kill", "--all"]);
+    let state = atoll.state_dir().to_path_buf();
+    atoll.json(&["kill", "--all"]);
     assert!(processes_mentioning(&state).is_empty(), "{:?}", processes_mentioning(&state));
 }
 
 #[test]
 fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
-    let sbx = Sbx::new();
-    sbx.json(&["create", "--template", "debian", "--name", "d1", "--net", "none", "--timeout", "240s"]);
-    sbx.sh("d1", "echo before > /root/on-disk && sync");
-    sbx.json(&["snapshot", "create", "d1", "--name", "ds"]);
-    assert!(sbx.state_dir().join(".snapshots/ds/disk.qcow2").is_file());
-    sbx.sh("d1", "echo source > /root/on-disk && sync");
+    let atoll = Atoll::new();
+    atoll.json(&["create", "--template", "debian", "--name", "d1", "--net", "none", "--timeout", "240s"]);
+    atoll.sh("d1", "echo before > /root/on-disk && sync");
+    atoll.json(&["snapshot", "create", "d1", "--name", "ds"]);
+    assert!(atoll.state_dir().join(".snapshots/ds/disk.qcow2").is_file());
+    atoll.sh("d1", "echo source > /root/on-disk && sync");
 
-    sbx.json(&["create", "--from", "ds", "--name", "d2", "--timeout", "240s"]);
-    assert_eq!(sbx.sh("d2", "cat /root/on-disk"), "before\n");
-    sbx.sh("d2", "echo fork > /root/on-disk && sync");
-    assert_eq!(sbx.sh("d1", "cat /root/on-disk"), "source\n");
-    assert_eq!(sbx.sh("d2", "cat /root/on-disk"), "fork\n");
+    atoll.json(&["create", "--from", "ds", "--name", "d2", "--timeout", "240s"]);
+    assert_eq!(atoll.sh("d2", "cat /root/on-disk"), "before\n");
+    atoll.sh("d2", "echo fork > /root/on-disk && sync");
+    assert_eq!(atoll.sh("d1", "cat /root/on-disk"), "source\n");
+    assert_eq!(atoll.sh("d2", "cat /root/on-disk"), "fork\n");
 
-    // `sbx kill` while a fork is being restored leaves nothing of it. Its QEMU is held
+    // `atoll kill` while a fork is being restored leaves nothing of it. Its QEMU is held
     // (SIGSTOP) as soon as it exists, so the kill lands mid-restore.
-    let running = processes_mentioning(sbx.state_dir()).len();
-    let before = sbx.sandbox_dirs();
-    let fork = sbx.command(&["create", "--from", "ds", "--name", "k", "--timeout", "240s"]).spawn().unwrap();
+    let running = processes_mentioning(atoll.state_dir()).len();
+    let before = atoll.sandbox_dirs();
+    let fork =
+        atoll.command(&["create", "--from", "ds", "--name", "k", "--timeout", "240s"]).spawn().unwrap();
     let mut qemu = None;
     wait_until("the fork's QEMU to start", Duration::from_secs(60), || {
-        let new_dir = sbx.sandbox_dirs().into_iter().find(|d| !before.contains(d));
+        let new_dir = atoll.sandbox_dirs().into_iter().find(|d| !before.contains(d));
         qemu = new_dir.and_then(|d| {
             processes_mentioning(&d)
                 .into_iter()
@@ -269,21 +272,21 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     let stopped =
         std::process::Command::new("kill").args(["-STOP", qemu.as_deref().unwrap()]).status().unwrap();
     assert!(stopped.success());
-    assert_eq!(sbx.state_of("k").as_deref(), Some("starting"));
+    assert_eq!(atoll.state_of("k").as_deref(), Some("starting"));
     let dirs = before.len();
-    let killed = sbx.run(&["kill", "k"]);
+    let killed = atoll.run(&["kill", "k"]);
     assert!(killed.status.success(), "kill during a restore failed: {}", text(&killed.stderr));
-    let out = sbx_tests::vm::wait_bounded(fork, sbx_tests::vm::HANG_GUARD).expect("the killed fork hung");
+    let out = atoll_tests::vm::wait_bounded(fork, atoll_tests::vm::HANG_GUARD).expect("the killed fork hung");
     assert!(
         !out.status.success(),
         "a fork killed while restoring reported success: {} {}",
         text(&out.stdout),
         text(&out.stderr)
     );
-    assert!(sbx.state_of("k").is_none());
-    assert_eq!(sbx.sandbox_dirs().len(), dirs);
+    assert!(atoll.state_of("k").is_none());
+    assert_eq!(atoll.sandbox_dirs().len(), dirs);
     wait_until("the killed fork's processes to end", Duration::from_secs(30), || {
-        processes_mentioning(sbx.state_dir()).len() == running
+        processes_mentioning(atoll.state_dir()).len() == running
     });
 }
 
@@ -311,23 +314,23 @@ impl Drop for Tmpfs {
 
 #[test]
 fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_nothing() {
-    let sbx = Sbx::new();
-    let snaps = sbx.state_dir().join(".snapshots");
+    let atoll = Atoll::new();
+    let snaps = atoll.state_dir().join(".snapshots");
     // Room for the old snapshot and for the new one's up-front check (guest memory).
     let _tmpfs = Tmpfs::mount(&snaps, "320m");
-    sbx.json(&["create", "--name", "src", "--net", "none", "--memory", "128", "--timeout", "240s"]);
-    sbx.sh("src", "echo original > /tmp/file");
-    sbx.json(&["snapshot", "create", "src", "--name", "old"]);
+    atoll.json(&["create", "--name", "src", "--net", "none", "--memory", "128", "--timeout", "240s"]);
+    atoll.sh("src", "echo original > /tmp/file");
+    atoll.json(&["snapshot", "create", "src", "--name", "old"]);
 
     // QEMU's QMP monitor serves one client at a time: while this test holds it, the
     // save waits for QEMU's greeting right after its free-space check (its staging
     // directory appears). The file system is filled meanwhile but for 2 MiB, room for
     // the stream of device state and not for guest RAM, then the monitor let go.
-    let monitor = std::os::unix::net::UnixStream::connect(dir_of(&sbx, "src").join("qmp.sock")).unwrap();
+    let monitor = std::os::unix::net::UnixStream::connect(dir_of(&atoll, "src").join("qmp.sock")).unwrap();
     let mut greeting = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&monitor), &mut greeting).unwrap();
     assert!(greeting.contains("QMP"), "{greeting}");
-    let saving = sbx.command(&["snapshot", "create", "src", "--name", "new"]).spawn().unwrap();
+    let saving = atoll.command(&["snapshot", "create", "src", "--name", "new"]).spawn().unwrap();
     wait_until("the save to start", Duration::from_secs(60), || {
         std::fs::read_dir(&snaps)
             .unwrap()
@@ -344,7 +347,7 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
         f.set_len(len - (2 << 20)).unwrap();
     }
     drop(monitor);
-    let out = sbx_tests::vm::wait_bounded(saving, sbx_tests::vm::HANG_GUARD).expect("the save hung");
+    let out = atoll_tests::vm::wait_bounded(saving, atoll_tests::vm::HANG_GUARD).expect("the save hung");
     assert!(!out.status.success(), "a save onto a full disk succeeded: {}", text(&out.stdout));
     let err = text(&out.stderr);
     assert!(err.contains("free space"), "{err}");
@@ -353,9 +356,9 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
     assert_eq!(left, ["old"], "only the old snapshot is left (nothing partial)");
 
     // The source runs on, and the old snapshot still forks.
-    assert_eq!(sbx.sh("src", "cat /tmp/file"), "original\n");
-    let list = sbx.json(&["snapshot", "ls"]);
+    assert_eq!(atoll.sh("src", "cat /tmp/file"), "original\n");
+    let list = atoll.json(&["snapshot", "ls"]);
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
-    sbx.json(&["create", "--from", "old", "--name", "f", "--timeout", "240s"]);
-    assert_eq!(sbx.sh("f", "cat /tmp/file; hostname"), "original\nf\n");
+    atoll.json(&["create", "--from", "old", "--name", "f", "--timeout", "240s"]);
+    assert_eq!(atoll.sh("f", "cat /tmp/file; hostname"), "original\nf\n");
 }

@@ -1,5 +1,5 @@
-//! Snapshots, forks and parking of a sandbox with a network, through the `sbx` binary
-//! and real microVMs, against the test "outside world" (tests/src/netns.rs): sbx, QEMU
+//! Snapshots, forks and parking of a sandbox with a network, through the `atoll` binary
+//! and real microVMs, against the test "outside world" (tests/src/netns.rs): atoll, QEMU
 //! and the network helpers run in the client namespace.
 //!
 //! One source sandbox is booted (`minimal`, a deny rule); it holds an idle connection
@@ -13,9 +13,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sbx_tests::netns::{DENIED_HOST, OTHER_HOST, World};
-use sbx_tests::processes_mentioning;
-use sbx_tests::vm::{Sbx, text, wait_until};
+use atoll_tests::netns::{DENIED_HOST, OTHER_HOST, World};
+use atoll_tests::processes_mentioning;
+use atoll_tests::vm::{Atoll, text, wait_until};
 use serde_json::Value;
 
 /// A job holding an idle connection to the echo host (its stdin is a FIFO nobody writes
@@ -24,21 +24,21 @@ const HOLD: &str =
     "mkfifo /tmp/f; sleep 100000 > /tmp/f & nc echo.test 7 < /tmp/f; echo ended=$? > /tmp/held.done";
 
 /// An HTTP GET of the allowed host by name: DNS through the helper, then TCP.
-fn get_allowed(sbx: &Sbx, sandbox: &str) -> String {
-    sbx.sh(
+fn get_allowed(atoll: &Atoll, sandbox: &str) -> String {
+    atoll.sh(
         sandbox,
         "printf 'GET / HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n' | nc -w 20 allowed.test 80 | tail -n 1",
     )
 }
 
 /// A connection to `ip`:80: `rc=0` when it was let through, `rc=1` when refused.
-fn connect(sbx: &Sbx, sandbox: &str, ip: &str) -> String {
-    sbx.sh(sandbox, &format!("nc -w 10 {ip} 80 </dev/null >/dev/null 2>&1; echo rc=$?"))
+fn connect(atoll: &Atoll, sandbox: &str, ip: &str) -> String {
+    atoll.sh(sandbox, &format!("nc -w 10 {ip} 80 </dev/null >/dev/null 2>&1; echo rc=$?"))
 }
 
 /// The TCP log entries of a sandbox for `ip`, as (verdict, rule).
-fn tcp_log(sbx: &Sbx, sandbox: &str, ip: &str) -> Vec<(String, String)> {
-    let log = sbx.json(&["net", "log", sandbox]);
+fn tcp_log(atoll: &Atoll, sandbox: &str, ip: &str) -> Vec<(String, String)> {
+    let log = atoll.json(&["net", "log", sandbox]);
     log.as_array()
         .expect("net log --json is an array")
         .iter()
@@ -47,8 +47,8 @@ fn tcp_log(sbx: &Sbx, sandbox: &str, ip: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn dir_of(sbx: &Sbx, name: &str) -> PathBuf {
-    PathBuf::from(sbx.json(&["inspect", name])["dir"].as_str().unwrap())
+fn dir_of(atoll: &Atoll, name: &str) -> PathBuf {
+    PathBuf::from(atoll.json(&["inspect", name])["dir"].as_str().unwrap())
 }
 
 const ALLOWED_BODY: &str = "hello from 203.0.113.10 host=allowed.test sni=-\n";
@@ -56,91 +56,91 @@ const ALLOWED_BODY: &str = "hello from 203.0.113.10 host=allowed.test sni=-\n";
 #[test]
 fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     let world = World::create();
-    let sbx = Sbx::in_netns(world.client.name());
+    let atoll = Atoll::in_netns(world.client.name());
     let denied = DENIED_HOST.to_string();
     let other = OTHER_HOST.to_string();
-    let created = sbx.create_with("src", &["--deny-out", &denied, "--publish", "9000"]);
+    let created = atoll.create_with("src", &["--deny-out", &denied, "--publish", "9000"]);
     let src_helper = created["net_helper_pid"].as_u64().expect("the source has a network helper");
-    assert_eq!(get_allowed(&sbx, "src"), ALLOWED_BODY);
-    let job = sbx.run(&["-s", "src", "run", "-d", "--", "sh", "-c", HOLD]);
+    assert_eq!(get_allowed(&atoll, "src"), ALLOWED_BODY);
+    let job = atoll.run(&["-s", "src", "run", "-d", "--", "sh", "-c", HOLD]);
     assert!(job.status.success(), "{}", text(&job.stderr));
     // Established to port 7 (0007), state 01, as the guest's kernel sees it.
     wait_until("the held connection to be up", Duration::from_secs(60), || {
-        sbx.sh("src", "grep -c ':0007 01 ' /proc/net/tcp || true").trim() != "0"
+        atoll.sh("src", "grep -c ':0007 01 ' /proc/net/tcp || true").trim() != "0"
     });
 
-    let snap = sbx.json(&["snapshot", "create", "src", "--name", "net1"]);
+    let snap = atoll.json(&["snapshot", "create", "src", "--name", "net1"]);
     assert_eq!(snap["name"], "net1");
     // The source runs on with its own helper and its connection.
-    assert_eq!(sbx.json(&["inspect", "src"])["net_helper_pid"].as_u64(), Some(src_helper));
-    assert_eq!(get_allowed(&sbx, "src"), ALLOWED_BODY);
+    assert_eq!(atoll.json(&["inspect", "src"])["net_helper_pid"].as_u64(), Some(src_helper));
+    assert_eq!(get_allowed(&atoll, "src"), ALLOWED_BODY);
 
     let mut helpers = vec![src_helper];
     for fork in ["f1", "f2"] {
-        let info = sbx.create_with(fork, &["--from", "net1"]);
+        let info = atoll.create_with(fork, &["--from", "net1"]);
         let helper = info["net_helper_pid"].as_u64().expect("a fork has a network helper");
         assert!(!helpers.contains(&helper), "{fork} shares a network helper");
         helpers.push(helper);
         // The snapshot's policy, and its network works: DNS, an allowed connection, a
         // refused one.
-        let shown = sbx.json(&["net", "show", fork]);
+        let shown = atoll.json(&["net", "show", fork]);
         assert_eq!(shown["deny_out"], serde_json::json!([denied]), "{shown}");
-        assert_eq!(get_allowed(&sbx, fork), ALLOWED_BODY);
-        assert_eq!(connect(&sbx, fork, &denied), "rc=1\n", "{fork} reached the denied host");
-        assert_eq!(tcp_log(&sbx, fork, &denied), [("deny".to_string(), denied.clone())]);
+        assert_eq!(get_allowed(&atoll, fork), ALLOWED_BODY);
+        assert_eq!(connect(&atoll, fork, &denied), "rc=1\n", "{fork} reached the denied host");
+        assert_eq!(tcp_log(&atoll, fork, &denied), [("deny".to_string(), denied.clone())]);
         // Published ports belong to the source on the host: a fork gets none.
-        assert_eq!(sbx.json(&["port", "ls", fork]), serde_json::json!([]));
+        assert_eq!(atoll.json(&["port", "ls", fork]), serde_json::json!([]));
         // The connection the source held when saved was reset in the fork, not hung.
         wait_until(&format!("the inherited connection in {fork} to end"), Duration::from_secs(90), || {
-            sbx.sh(fork, "cat /tmp/held.done 2>/dev/null || true").starts_with("ended=")
+            atoll.sh(fork, "cat /tmp/held.done 2>/dev/null || true").starts_with("ended=")
         });
     }
     // Each log holds only its own sandbox's connections.
-    assert_eq!(connect(&sbx, "f1", &other), "rc=0\n");
-    assert_eq!(tcp_log(&sbx, "f1", &other).len(), 1);
-    assert!(tcp_log(&sbx, "f2", &other).is_empty(), "f1's connection is in f2's log");
-    assert!(tcp_log(&sbx, "src", &other).is_empty(), "f1's connection is in the source's log");
-    assert!(tcp_log(&sbx, "src", &denied).is_empty(), "the forks' denials are in the source's log");
+    assert_eq!(connect(&atoll, "f1", &other), "rc=0\n");
+    assert_eq!(tcp_log(&atoll, "f1", &other).len(), 1);
+    assert!(tcp_log(&atoll, "f2", &other).is_empty(), "f1's connection is in f2's log");
+    assert!(tcp_log(&atoll, "src", &other).is_empty(), "f1's connection is in the source's log");
+    assert!(tcp_log(&atoll, "src", &denied).is_empty(), "the forks' denials are in the source's log");
     // The source's own connection is still open.
-    assert_eq!(sbx.sh("src", "cat /tmp/held.done 2>/dev/null || echo open"), "open\n");
+    assert_eq!(atoll.sh("src", "cat /tmp/held.done 2>/dev/null || echo open"), "open\n");
 
     // Parking a networked sandbox: no process left, its helper included; a published
     // port is listed without waking it, and comes back at the same host port.
-    let port = sbx.json(&["port", "publish", "f2", "8000"]);
+    let port = atoll.json(&["port", "publish", "f2", "8000"]);
     let host_port = port["host_port"].as_u64().expect("a host port");
-    let f2_dir = dir_of(&sbx, "f2");
-    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    let f2_dir = dir_of(&atoll, "f2");
+    assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
-    assert_eq!(sbx.json(&["inspect", "f2"])["network"]["helper"], "parked");
-    assert_eq!(sbx.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));
-    assert_eq!(sbx.state_of("f2").as_deref(), Some("parked"));
+    assert_eq!(atoll.json(&["inspect", "f2"])["network"]["helper"], "parked");
+    assert_eq!(atoll.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("parked"));
     // Any command brings it back, with its network and policy.
-    assert_eq!(get_allowed(&sbx, "f2"), ALLOWED_BODY);
-    assert_eq!(sbx.state_of("f2").as_deref(), Some("running"));
-    assert_eq!(connect(&sbx, "f2", &denied), "rc=1\n");
-    assert_eq!(tcp_log(&sbx, "f2", &denied).len(), 2, "the log goes on across the park");
-    assert_eq!(sbx.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));
-    // `sbx net set` on a parked sandbox brings it back and applies.
-    assert_eq!(sbx.json(&["pause", "--to-disk", "f2"])["state"], "parked");
-    sbx.json(&["net", "set", "f2", "--deny-out", &format!("{denied},{other}")]);
-    assert_eq!(sbx.state_of("f2").as_deref(), Some("running"));
-    assert_eq!(connect(&sbx, "f2", &other), "rc=1\n");
+    assert_eq!(get_allowed(&atoll, "f2"), ALLOWED_BODY);
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("running"));
+    assert_eq!(connect(&atoll, "f2", &denied), "rc=1\n");
+    assert_eq!(tcp_log(&atoll, "f2", &denied).len(), 2, "the log goes on across the park");
+    assert_eq!(atoll.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));
+    // `atoll net set` on a parked sandbox brings it back and applies.
+    assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
+    atoll.json(&["net", "set", "f2", "--deny-out", &format!("{denied},{other}")]);
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("running"));
+    assert_eq!(connect(&atoll, "f2", &other), "rc=1\n");
 
     // Restore puts f1 back to the snapshot: the snapshot's policy, f1's own ports.
-    sbx.json(&["net", "set", "f1", "--reset"]);
-    sbx.json(&["port", "publish", "f1", "8001"]);
-    let restored = sbx.json(&["snapshot", "restore", "f1", "net1"]);
+    atoll.json(&["net", "set", "f1", "--reset"]);
+    atoll.json(&["port", "publish", "f1", "8001"]);
+    let restored = atoll.json(&["snapshot", "restore", "f1", "net1"]);
     assert_eq!(restored["state"], "running");
-    assert_eq!(sbx.json(&["net", "show", "f1"])["deny_out"], serde_json::json!([denied]));
-    assert_eq!(sbx.json(&["port", "ls", "f1"])[0]["guest_port"], 8001);
-    assert_eq!(connect(&sbx, "f1", &denied), "rc=1\n");
-    assert_eq!(get_allowed(&sbx, "f1"), ALLOWED_BODY);
+    assert_eq!(atoll.json(&["net", "show", "f1"])["deny_out"], serde_json::json!([denied]));
+    assert_eq!(atoll.json(&["port", "ls", "f1"])[0]["guest_port"], 8001);
+    assert_eq!(connect(&atoll, "f1", &denied), "rc=1\n");
+    assert_eq!(get_allowed(&atoll, "f1"), ALLOWED_BODY);
 
-    let state = sbx.state_dir().to_path_buf();
-    sbx.json(&["kill", "--all"]);
+    let state = atoll.state_dir().to_path_buf();
+    atoll.json(&["kill", "--all"]);
     assert!(processes_mentioning(&state).is_empty(), "{:?}", processes_mentioning(&state));
     for pid in helpers {
-        assert!(sbx_tests::pid_gone(pid), "network helper {pid} outlived kill");
+        assert!(atoll_tests::pid_gone(pid), "network helper {pid} outlived kill");
     }
-    let _: Value = sbx.json(&["snapshot", "rm", "net1"]);
+    let _: Value = atoll.json(&["snapshot", "rm", "net1"]);
 }

@@ -1,110 +1,111 @@
-//! Template snapshots through the `sbx` binary and real microVMs: `sbx template
+//! Template snapshots through the `atoll` binary and real microVMs: `atoll template
 //! snapshot` makes one ahead (boots, saves, removes its sandbox: no sandbox directory or
 //! process is left), keeps an up-to-date one and replaces a damaged one; the first plain
-//! `sbx create` of a shape that has none boots and saves one; the next restores it
-//! (`sbx inspect` says so) as a machine of its own; a damaged snapshot is not used (the
+//! `atoll create` of a shape that has none boots and saves one; the next restores it
+//! (`atoll inspect` says so) as a machine of its own; a damaged snapshot is not used (the
 //! create boots, says why with `-v`, and saves a new one); another machine shape
 //! (memory) boots; `debian` restores with a disk of its own.
 
 use std::path::PathBuf;
 
-use sbx_tests::vm::{BOOT_TIMEOUT, Sbx, text};
-use sbx_tests::{processes_mentioning, vsock_backends_mentioning};
+use atoll_tests::vm::{Atoll, BOOT_TIMEOUT, text};
+use atoll_tests::{processes_mentioning, vsock_backends_mentioning};
 use serde_json::Value;
 
-fn started_from(sbx: &Sbx, name: &str) -> String {
-    sbx.json(&["inspect", name])["started_from"].as_str().unwrap().to_string()
+fn started_from(atoll: &Atoll, name: &str) -> String {
+    atoll.json(&["inspect", name])["started_from"].as_str().unwrap().to_string()
 }
 
-fn template_snapshots(sbx: &Sbx) -> Vec<PathBuf> {
-    match std::fs::read_dir(sbx.state_dir().join(".template-snapshots")) {
+fn template_snapshots(atoll: &Atoll) -> Vec<PathBuf> {
+    match std::fs::read_dir(atoll.state_dir().join(".template-snapshots")) {
         Ok(d) => d.flatten().map(|e| e.path()).collect(),
         Err(_) => Vec::new(),
     }
 }
 
-/// `sbx template snapshot TEMPLATE ARGS` (made, kept or replaced), checking it leaves
-/// no sandbox behind: no new sandbox directory, nothing new in `sbx ls`.
-fn make_snapshot(sbx: &Sbx, template: &str, args: &[&str]) -> Value {
-    let before = sbx.sandbox_dirs();
+/// `atoll template snapshot TEMPLATE ARGS` (made, kept or replaced), checking it leaves
+/// no sandbox behind: no new sandbox directory, nothing new in `atoll ls`.
+fn make_snapshot(atoll: &Atoll, template: &str, args: &[&str]) -> Value {
+    let before = atoll.sandbox_dirs();
     let mut all = vec!["template", "snapshot", template, "--timeout", BOOT_TIMEOUT];
     all.extend_from_slice(args);
-    let made = sbx.json(&all);
-    assert_eq!(sbx.sandbox_dirs(), before, "the sandbox it booted is gone");
-    let listed = sbx.states().len();
-    assert_eq!(listed, before.len(), "sbx ls shows only the sandboxes there were");
+    let made = atoll.json(&all);
+    assert_eq!(atoll.sandbox_dirs(), before, "the sandbox it booted is gone");
+    let listed = atoll.states().len();
+    assert_eq!(listed, before.len(), "atoll ls shows only the sandboxes there were");
     made
 }
 
 #[test]
 fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
-    let sbx = Sbx::new();
+    let atoll = Atoll::new();
     // Bad input: a clear error, nothing made.
-    let err = sbx.fails(&["template", "snapshot", "nope"]);
+    let err = atoll.fails(&["template", "snapshot", "nope"]);
     assert!(err.contains("template `nope` is not installed"), "{err}");
-    let err = sbx.fails(&["template", "snapshot", "minimal", "--memory", "16"]);
+    let err = atoll.fails(&["template", "snapshot", "minimal", "--memory", "16"]);
     assert!(err.contains("--memory 16 MiB is out of range"), "{err}");
-    let off = sbx
+    let off = atoll
         .command(&["template", "snapshot", "minimal"])
-        .env("SBX_TEMPLATE_SNAPSHOT", "off")
+        .env("ATOLL_TEMPLATE_SNAPSHOT", "off")
         .output()
         .unwrap();
-    assert!(!off.status.success() && text(&off.stderr).contains("SBX_TEMPLATE_SNAPSHOT=off"), "{off:?}");
-    assert!(template_snapshots(&sbx).is_empty());
+    assert!(!off.status.success() && text(&off.stderr).contains("ATOLL_TEMPLATE_SNAPSHOT=off"), "{off:?}");
+    assert!(template_snapshots(&atoll).is_empty());
 
     // Made ahead, with no sandbox or process left; made again, an up-to-date one is kept.
-    let made = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    let made = make_snapshot(&atoll, "minimal", &["--net", "none"]);
     assert_eq!(made["outcome"], "made", "{made}");
     assert_eq!((made["memory_mib"].as_u64(), made["cpus"].as_u64()), (Some(512), Some(1)));
-    let saved = template_snapshots(&sbx);
+    let saved = template_snapshots(&atoll);
     assert_eq!(saved, [PathBuf::from(made["path"].as_str().unwrap())]);
-    let no_processes = processes_mentioning(sbx.state_dir());
+    let no_processes = processes_mentioning(atoll.state_dir());
     assert!(no_processes.is_empty(), "nothing runs after it: {no_processes:?}");
     let memory = saved[0].join("memory.bin");
     let written = std::fs::metadata(&memory).unwrap().modified().unwrap();
-    let again = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    let again = make_snapshot(&atoll, "minimal", &["--net", "none"]);
     assert_eq!(again["outcome"], "kept", "{again}");
     assert_eq!(std::fs::metadata(&memory).unwrap().modified().unwrap(), written, "left as it was");
 
     // The next plain create of that shape restores it.
-    sbx.create_with("a", &["--net", "none"]);
-    assert_eq!(started_from(&sbx, "a"), "template snapshot");
-    sbx.sh("a", "echo a > /tmp/mine");
+    atoll.create_with("a", &["--net", "none"]);
+    assert_eq!(started_from(&atoll, "a"), "template snapshot");
+    atoll.sh("a", "echo a > /tmp/mine");
 
-    let b = sbx.create_with("b", &["--net", "none"]);
+    let b = atoll.create_with("b", &["--net", "none"]);
     assert_eq!(b["started_from"], "template snapshot");
-    assert_eq!(sbx.sh("b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
-    let random = |s: &str| sbx.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
+    assert_eq!(atoll.sh("b", "hostname; cat /tmp/mine 2>/dev/null || echo none"), "b\nnone\n");
+    let random = |s: &str| atoll.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("a"), random("b"));
-    assert_eq!(vsock_backends_mentioning(sbx.state_dir()), Vec::<String>::new(), "no vsock backend runs");
+    assert_eq!(vsock_backends_mentioning(atoll.state_dir()), Vec::<String>::new(), "no vsock backend runs");
     // A shape that has none: the first create boots and saves one. The egress rules are
     // the create's own, not those of the sandbox that was saved.
-    let c = sbx.create_with("c", &["--deny-out", "192.0.2.0/24"]);
+    let c = atoll.create_with("c", &["--deny-out", "192.0.2.0/24"]);
     assert_eq!(c["started_from"], "boot", "a machine with a NIC has its own template snapshot");
-    let d = sbx.create_with("d", &["--deny-out", "198.51.100.0/24"]);
+    let d = atoll.create_with("d", &["--deny-out", "198.51.100.0/24"]);
     assert_eq!(d["started_from"], "template snapshot");
-    assert_eq!(sbx.json(&["net", "show", "d"])["deny_out"], serde_json::json!(["198.51.100.0/24"]));
-    assert_eq!(sbx.sh("d", "ls /sys/class/net | grep -c eth0"), "1\n");
+    assert_eq!(atoll.json(&["net", "show", "d"])["deny_out"], serde_json::json!(["198.51.100.0/24"]));
+    assert_eq!(atoll.sh("d", "ls /sys/class/net | grep -c eth0"), "1\n");
     // Another memory size is another machine: it boots.
-    let small = sbx.create_with("small", &["--net", "none", "--memory", "256"]);
+    let small = atoll.create_with("small", &["--net", "none", "--memory", "256"]);
     assert_eq!(small["started_from"], "boot");
-    assert_eq!(template_snapshots(&sbx).len(), 3);
+    assert_eq!(template_snapshots(&atoll).len(), 3);
 
     // A damaged snapshot: the create boots, says why with -v, and saves a new one.
-    let dir = sbx.state_dir().join(".template-snapshots/minimal-512m-1c-none-tcg");
+    let dir = atoll.state_dir().join(".template-snapshots/minimal-512m-1c-none-tcg");
     let memory = dir.join("memory.bin");
     assert!(memory.is_file(), "the none-network snapshot is where expected");
     std::fs::write(&memory, b"QEVM").unwrap();
-    let out = sbx.run(&["-v", "--json", "create", "--name", "e", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    let out =
+        atoll.run(&["-v", "--json", "create", "--name", "e", "--net", "none", "--timeout", BOOT_TIMEOUT]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(err.contains("is not used") && err.contains("memory.bin"), "-v says why: {err}");
-    assert_eq!(started_from(&sbx, "e"), "boot");
+    assert_eq!(started_from(&atoll, "e"), "boot");
     assert!(std::fs::metadata(&memory).unwrap().len() > 4, "a new snapshot replaced it");
-    let f = sbx.create_with("f", &["--net", "none"]);
+    let f = atoll.create_with("f", &["--net", "none"]);
     assert_eq!(f["started_from"], "template snapshot");
-    assert_eq!(sbx.sh("f", "hostname"), "f\n");
-    // One that an older sbx saved (layout 2: its VM had a vsock device) is replaced too.
+    assert_eq!(atoll.sh("f", "hostname"), "f\n");
+    // One that an older atoll saved (layout 2: its VM had a vsock device) is replaced too.
     let meta_path = dir.join("snapshot.json");
     let layout = || -> Value { serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap() };
     let mut meta = layout();
@@ -112,43 +113,43 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     meta["format"] = 2.into();
     std::fs::write(&meta_path, meta.to_string()).unwrap();
     let out =
-        sbx.run(&["-v", "--json", "create", "--name", "e2", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+        atoll.run(&["-v", "--json", "create", "--name", "e2", "--net", "none", "--timeout", BOOT_TIMEOUT]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let err = text(&out.stderr);
-    assert!(err.contains("is not used") && err.contains("older sbx"), "-v says why: {err}");
-    assert_eq!(started_from(&sbx, "e2"), "boot");
+    assert!(err.contains("is not used") && err.contains("older atoll"), "-v says why: {err}");
+    assert_eq!(started_from(&atoll, "e2"), "boot");
     assert_eq!(layout()["format"], 3, "a new snapshot replaced it");
 
-    // `sbx template snapshot` replaces a damaged one too, and leaves no sandbox.
-    sbx.json(&["kill", "a", "b", "c", "d", "e", "e2", "f", "small"]);
+    // `atoll template snapshot` replaces a damaged one too, and leaves no sandbox.
+    atoll.json(&["kill", "a", "b", "c", "d", "e", "e2", "f", "small"]);
     std::fs::write(&memory, b"QEVM").unwrap();
-    let replaced = make_snapshot(&sbx, "minimal", &["--net", "none"]);
+    let replaced = make_snapshot(&atoll, "minimal", &["--net", "none"]);
     assert_eq!(replaced["outcome"], "replaced", "{replaced}");
     assert!(replaced["replaced_because"].as_str().unwrap().contains("memory.bin"), "{replaced}");
-    assert_eq!(sbx.create_with("h", &["--net", "none"])["started_from"], "template snapshot");
+    assert_eq!(atoll.create_with("h", &["--net", "none"])["started_from"], "template snapshot");
 
     // Off: always a boot.
-    let out = sbx
+    let out = atoll
         .command(&["--json", "create", "--name", "g", "--net", "none", "--timeout", BOOT_TIMEOUT])
-        .env("SBX_TEMPLATE_SNAPSHOT", "off")
+        .env("ATOLL_TEMPLATE_SNAPSHOT", "off")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(started_from(&sbx, "g"), "boot");
+    assert_eq!(started_from(&atoll, "g"), "boot");
 }
 
 #[test]
 fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
-    let sbx = Sbx::new();
-    let made = make_snapshot(&sbx, "debian", &["--net", "none"]);
+    let atoll = Atoll::new();
+    let made = make_snapshot(&atoll, "debian", &["--net", "none"]);
     assert_eq!(made["outcome"], "made", "{made}");
-    assert!(processes_mentioning(sbx.state_dir()).is_empty(), "nothing runs after it");
-    let d1 = sbx.create_with("d1", &["--template", "debian", "--net", "none"]);
+    assert!(processes_mentioning(atoll.state_dir()).is_empty(), "nothing runs after it");
+    let d1 = atoll.create_with("d1", &["--template", "debian", "--net", "none"]);
     assert_eq!(d1["started_from"], "template snapshot");
-    sbx.sh("d1", "echo d1 > /root/on-disk && sync");
-    let d2 = sbx.create_with("d2", &["--template", "debian", "--net", "none"]);
+    atoll.sh("d1", "echo d1 > /root/on-disk && sync");
+    let d2 = atoll.create_with("d2", &["--template", "debian", "--net", "none"]);
     assert_eq!(d2["started_from"], "template snapshot");
-    assert_eq!(sbx.sh("d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
-    sbx.sh("d2", "echo d2 > /root/on-disk && sync");
-    assert_eq!(sbx.sh("d1", "cat /root/on-disk"), "d1\n");
+    assert_eq!(atoll.sh("d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
+    atoll.sh("d2", "echo d2 > /root/on-disk && sync");
+    assert_eq!(atoll.sh("d1", "cat /root/on-disk"), "d1\n");
 }

@@ -1,4 +1,4 @@
-//! `sbx template save` and `sbx stats` through the `sbx` binary on real microVMs.
+//! `atoll template save` and `atoll stats` through the `atoll` binary on real microVMs.
 //!
 //! Saving: a file installed in a `debian` sandbox is in sandboxes created from the
 //! template saved from it; a name that exists is refused unless `--replace`; a template
@@ -12,13 +12,13 @@
 
 use std::path::{Path, PathBuf};
 
-use sbx_tests::data_dir;
-use sbx_tests::vm::{Sbx, text};
+use atoll_tests::data_dir;
+use atoll_tests::vm::{Atoll, text};
 use serde_json::Value;
 
 /// A scratch data directory sharing the real kernel and templates by hard links.
 fn scratch_data() -> tempfile::TempDir {
-    let scratch = tempfile::Builder::new().prefix("sbx-tpl-").tempdir_in("/tmp").unwrap();
+    let scratch = tempfile::Builder::new().prefix("atoll-tpl-").tempdir_in("/tmp").unwrap();
     let real = data_dir();
     std::os::unix::fs::symlink(real.join("kernel"), scratch.path().join("kernel")).unwrap();
     for t in ["minimal", "debian"] {
@@ -41,16 +41,16 @@ fn link(from: &Path, to: &Path) {
     }
 }
 
-fn create(sbx: &Sbx, name: &str, template: &str) -> Value {
-    sbx.create_with(name, &["--template", template, "--net", "none"])
+fn create(atoll: &Atoll, name: &str, template: &str) -> Value {
+    atoll.create_with(name, &["--template", template, "--net", "none"])
 }
 
 #[test]
 fn vm_template_save_then_create_has_the_installed_file_and_refusals_name_what_to_do() {
     let data = scratch_data();
-    let sbx = Sbx::with_data_dir(data.path());
-    create(&sbx, "src", "debian");
-    let out = sbx.run(&[
+    let atoll = Atoll::with_data_dir(data.path());
+    create(&atoll, "src", "debian");
+    let out = atoll.run(&[
         "-s",
         "src",
         "exec",
@@ -59,48 +59,48 @@ fn vm_template_save_then_create_has_the_installed_file_and_refusals_name_what_to
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let saved = sbx.json(&["template", "save", "src", "--name", "saved"]);
+    let saved = atoll.json(&["template", "save", "src", "--name", "saved"]);
     assert_eq!(saved["name"], "saved");
     assert_eq!(saved["from_sandbox"], "src");
     assert_eq!(saved["from_template"], "debian");
     assert_eq!(saved["replaced"], false);
-    let listed = sbx.json(&["template", "ls"]);
+    let listed = atoll.json(&["template", "ls"]);
     let entry = listed.as_array().unwrap().iter().find(|t| t["name"] == "saved").expect("saved is listed");
     assert_eq!(entry["disk"], true);
     assert_eq!(entry["from_sandbox"], "src");
 
     // The source sandbox runs on after the save.
-    let out = sbx.run(&["-s", "src", "exec", "--", "cat", "/usr/local/bin/marker"]);
+    let out = atoll.run(&["-s", "src", "exec", "--", "cat", "/usr/local/bin/marker"]);
     assert_eq!(text(&out.stdout), "installed-here\n", "{}", text(&out.stderr));
 
-    let err = sbx.fails(&["template", "save", "src", "--name", "saved"]);
+    let err = atoll.fails(&["template", "save", "src", "--name", "saved"]);
     assert!(err.contains("template `saved` already exists") && err.contains("--replace"), "{err}");
-    let again = sbx.json(&["template", "save", "src", "--name", "saved", "--replace"]);
+    let again = atoll.json(&["template", "save", "src", "--name", "saved", "--replace"]);
     assert_eq!(again["replaced"], true);
 
-    let err = sbx.fails(&["template", "rm", "debian"]);
+    let err = atoll.fails(&["template", "rm", "debian"]);
     assert!(
-        err.contains("template `debian` is in use by sandbox src") && err.contains("sbx kill src"),
+        err.contains("template `debian` is in use by sandbox src") && err.contains("atoll kill src"),
         "{err}"
     );
 
-    create(&sbx, "dst", "saved");
-    let out = sbx.run(&["-s", "dst", "exec", "--", "cat", "/usr/local/bin/marker"]);
+    create(&atoll, "dst", "saved");
+    let out = atoll.run(&["-s", "dst", "exec", "--", "cat", "/usr/local/bin/marker"]);
     assert_eq!(text(&out.stdout), "installed-here\n", "{}", text(&out.stderr));
-    assert_eq!(sbx.json(&["-s", "dst", "info"])["hostname"], "dst");
+    assert_eq!(atoll.json(&["-s", "dst", "info"])["hostname"], "dst");
 
-    let err = sbx.fails(&["template", "rm", "saved"]);
+    let err = atoll.fails(&["template", "rm", "saved"]);
     assert!(err.contains("in use by sandbox dst"), "{err}");
-    let err = sbx.fails(&["template", "save", "src", "--name", "saved", "--replace"]);
+    let err = atoll.fails(&["template", "save", "src", "--name", "saved", "--replace"]);
     assert!(err.contains("in use by sandbox dst"), "{err}");
 
-    create(&sbx, "mini", "minimal");
-    let err = sbx.fails(&["template", "save", "mini", "--name", "nope"]);
+    create(&atoll, "mini", "minimal");
+    let err = atoll.fails(&["template", "save", "mini", "--name", "nope"]);
     assert!(err.contains("initramfs") && err.contains("installed: debian, saved"), "{err}");
     assert!(!data.path().join("templates/nope").exists(), "a refused save left a template behind");
 
-    sbx.json(&["kill", "dst", "mini"]);
-    let removed = sbx.json(&["template", "rm", "saved"]);
+    atoll.json(&["kill", "dst", "mini"]);
+    let removed = atoll.json(&["template", "rm", "saved"]);
     assert_eq!(removed["removed"][0], "saved");
     let leftovers: Vec<PathBuf> = std::fs::read_dir(data.path().join("templates"))
         .unwrap()
@@ -111,46 +111,46 @@ fn vm_template_save_then_create_has_the_installed_file_and_refusals_name_what_to
     assert!(leftovers.is_empty(), "staging directories left: {leftovers:?}");
 }
 
-fn reading(sbx: &Sbx, name: &str) -> Value {
-    let all = sbx.json(&["stats", name]);
+fn reading(atoll: &Atoll, name: &str) -> Value {
+    let all = atoll.json(&["stats", name]);
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
     all[0].clone()
 }
 
 #[test]
 fn vm_stats_move_when_the_guest_burns_cpu_and_fills_memory() {
-    let sbx = Sbx::new();
-    sbx.create("busy");
-    let idle = reading(&sbx, "busy");
+    let atoll = Atoll::new();
+    atoll.create("busy");
+    let idle = reading(&atoll, "busy");
     assert_eq!(idle["state"], "running");
     assert_eq!(idle["memory_limit_bytes"], 512u64 << 20);
     assert!(idle["disk_total_bytes"].as_u64().unwrap() > 0, "{idle}");
     assert!(idle["net_rx_bytes"].is_u64() && idle["net_tx_bytes"].is_u64(), "it has a network: {idle}");
     assert!(idle["host_cpu_percent"].is_f64(), "{idle}");
 
-    let out = sbx.run(&["-s", "busy", "run", "-d", "--", "sh", "-c", "while :; do :; done"]);
+    let out = atoll.run(&["-s", "busy", "run", "-d", "--", "sh", "-c", "while :; do :; done"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let burning = reading(&sbx, "busy");
+    let burning = reading(&atoll, "busy");
     let (before, after) = (idle["cpu_percent"].as_f64().unwrap(), burning["cpu_percent"].as_f64().unwrap());
     assert!(after > 50.0 && after > before + 20.0, "guest CPU {before}% idle, {after}% burning");
 
-    let out = sbx.run(&["-s", "busy", "exec", "--sh", "dd if=/dev/zero of=/tmp/fill bs=1M count=120 2>&1"]);
+    let out = atoll.run(&["-s", "busy", "exec", "--sh", "dd if=/dev/zero of=/tmp/fill bs=1M count=120 2>&1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let full = reading(&sbx, "busy");
+    let full = reading(&atoll, "busy");
     let (before, after) =
         (burning["memory_used_bytes"].as_u64().unwrap(), full["memory_used_bytes"].as_u64().unwrap());
     assert!(after >= before + (100 << 20), "memory used {before} before the 120 MiB file, {after} after");
 
     // The table has the same figures for people.
-    let table = text(&sbx.run(&["stats"]).stdout);
+    let table = text(&atoll.run(&["stats"]).stdout);
     assert!(table.starts_with("NAME") && table.contains("CPU %") && table.contains("busy"), "{table}");
 
     // A paused sandbox is not resumed for a reading.
-    sbx.json(&["pause", "busy"]);
-    let paused = reading(&sbx, "busy");
+    atoll.json(&["pause", "busy"]);
+    let paused = reading(&atoll, "busy");
     assert_eq!(paused["state"], "paused");
     assert!(paused.get("cpu_percent").is_none() && paused.get("memory_used_bytes").is_none(), "{paused}");
-    assert_eq!(sbx.state_of("busy").as_deref(), Some("paused"));
-    let err = sbx.fails(&["stats", "nope"]);
+    assert_eq!(atoll.state_of("busy").as_deref(), Some("paused"));
+    let err = atoll.fails(&["stats", "nope"]);
     assert!(err.contains("nope"), "{err}");
 }

@@ -1,4 +1,4 @@
-//! The wire format between `sbx-bench` and `sbx-link-floor` on the bare VM's
+//! The wire format between `atoll-bench` and `atoll-link-floor` on the bare VM's
 //! virtio-serial port: shared by both ends, so the host side uses this library and the
 //! guest side is the binary.
 //!
@@ -18,9 +18,9 @@
 //! everything before the reply carrying its own nonce.
 
 /// Opens every request.
-pub const REQUEST_MAGIC: [u8; 8] = *b"SBXFLRQ1";
+pub const REQUEST_MAGIC: [u8; 8] = *b"ATOLFLRQ";
 /// Opens every reply.
-pub const REPLY_MAGIC: [u8; 8] = *b"SBXFLRA1";
+pub const REPLY_MAGIC: [u8; 8] = *b"ATOLFLRA";
 /// Bytes in a request: magic, nonce, command, argument.
 pub const REQUEST_LEN: usize = 8 + 8 + 1 + 8;
 /// Bytes in a reply header: magic and nonce.
@@ -100,9 +100,9 @@ mod tests {
 
     #[test]
     fn without_a_frame_only_a_possible_start_is_kept() {
-        let mut buf = b"xxxxSBXFL".to_vec();
+        let mut buf = b"xxxxATOLF".to_vec();
         assert!(take_frame(&mut buf, &REPLY_MAGIC, REPLY_LEN).is_none());
-        assert_eq!(buf, b"SBXFL");
+        assert_eq!(buf, b"ATOLF");
         let mut buf = reply(3)[..12].to_vec();
         assert!(take_frame(&mut buf, &REPLY_MAGIC, REPLY_LEN).is_none(), "not whole yet");
         assert_eq!(buf.len(), 12);

@@ -1,19 +1,19 @@
-//! `sbx-link-floor`: the raw virtio-serial floor that `sbx-bench` measures sbx against
+//! `atoll-link-floor`: the raw virtio-serial floor that `atoll-bench` measures atoll against
 //! inside a real VM. A static musl binary with no runtime: blocking reads and writes
 //! on the port device.
 //!
 //! ```text
-//! sbx-link-floor                    as PID 1 (baked into an initramfs as /sbin/sbx-agent):
+//! atoll-link-floor                    as PID 1 (baked into an initramfs as /sbin/atoll-agent):
 //!                                   mount /sys and a tmpfs on /tmp, open the port
-//!                                   `sbx.agent`, write `READY <version>\n` on it, then
-//!                                   serve the requests of `sbx_link_floor` (echo, sink,
+//!                                   `atoll.agent`, write `READY <version>\n` on it, then
+//!                                   serve the requests of `atoll_link_floor` (echo, sink,
 //!                                   source, warm) one after another, forever
-//! sbx-link-floor spawn N PROGRAM    spawn and wait for PROGRAM N times; print each
+//! atoll-link-floor spawn N PROGRAM    spawn and wait for PROGRAM N times; print each
 //!                                   time in µs, one a line (the in-guest exec floor)
 //! ```
 //!
 //! The port is found as the agent finds it: the `/sys/class/virtio-ports/*/name` that
-//! reads `sbx.agent`, at `/dev/<that entry>`. Read with no host connected returns 0 at
+//! reads `atoll.agent`, at `/dev/<that entry>`. Read with no host connected returns 0 at
 //! once (the port reports HUP), so the floor then sleeps a little instead of spinning.
 
 use std::fs::File;
@@ -22,12 +22,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use sbx_link_floor::{
+use atoll_link_floor::{
     ECHO, REQUEST_LEN, REQUEST_MAGIC, SINK, SINK_FILE, SOURCE, WARM, reply, take_frame, u64_at,
 };
 
-/// The name of the agent's virtio-serial port (sbx-proto's `link::PORT_NAME`).
-const PORT_NAME: &str = "sbx.agent";
+/// The name of the agent's virtio-serial port (atoll-proto's `link::PORT_NAME`).
+const PORT_NAME: &str = "atoll.agent";
 /// Where the kernel lists virtio-serial ports.
 const PORTS_DIR: &str = "/sys/class/virtio-ports";
 /// How long the port may take to appear after boot.
@@ -35,7 +35,7 @@ const PORT_WAIT: Duration = Duration::from_secs(30);
 /// Copy buffer: large enough that the syscalls are not the bound.
 const BUF: usize = 128 * 1024;
 
-const USAGE: &str = "usage: sbx-link-floor (as PID 1) | sbx-link-floor spawn N PROGRAM";
+const USAGE: &str = "usage: atoll-link-floor (as PID 1) | atoll-link-floor spawn N PROGRAM";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sbx-link-floor: {e}");
+            eprintln!("atoll-link-floor: {e}");
             ExitCode::FAILURE
         }
     }
@@ -84,7 +84,7 @@ fn init() -> io::Result<()> {
             other => Err(io::Error::other(format!("unknown command {other:#x}"))),
         });
         if let Err(e) = served {
-            eprintln!("sbx-link-floor: request {:?} failed: {e}", char::from(command));
+            eprintln!("atoll-link-floor: request {:?} failed: {e}", char::from(command));
         }
     }
 }

@@ -1,7 +1,7 @@
-//! The bare VM `sbx create` is compared with: the same QEMU command line (built by
-//! sbx's own launcher: the same devices, among them the agent link's virtio-serial port
+//! The bare VM `atoll create` is compared with: the same QEMU command line (built by
+//! atoll's own launcher: the same devices, among them the agent link's virtio-serial port
 //! on `<dir>/agent.port`), the same kernel, initramfs, `/init` and modules, but with
-//! `/sbin/sbx-agent` replaced by `sbx-link-floor`, which announces `READY` on the port
+//! `/sbin/atoll-agent` replaced by `atoll-link-floor`, which announces `READY` on the port
 //! as soon as it has it open and then serves the raw floors ([`super::raw`]).
 //! A boot is timed from spawning QEMU until the `READY` line arrives on `agent.port`.
 
@@ -10,13 +10,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use sbx::sandbox::CreateOptions;
-use sbx::vmm::agent_link::PORT_SOCKET;
-use sbx::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
-use sbx::vmm::process::{find_in_path, spawn_detached};
-use sbx::vmm::state::Paths;
-use sbx::vmm::template;
-use sbx::vmm::template::Template;
+use atoll::sandbox::CreateOptions;
+use atoll::vmm::agent_link::PORT_SOCKET;
+use atoll::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
+use atoll::vmm::process::{find_in_path, spawn_detached};
+use atoll::vmm::state::Paths;
+use atoll::vmm::template;
+use atoll::vmm::template::Template;
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
@@ -56,10 +56,10 @@ impl Drop for Running {
 
 impl BareVm {
     /// Writes `<scratch>/bare-initrd.cpio`: the template's initramfs followed by a cpio
-    /// holding `floor_bin` as `sbin/sbx-agent` (the kernel unpacks concatenated
+    /// holding `floor_bin` as `sbin/atoll-agent` (the kernel unpacks concatenated
     /// archives in order, so the later file wins).
     pub(crate) fn prepare(floor_bin: &Path, scratch: &Path) -> Result<BareVm> {
-        let templates = sbx::vmm::dirs::templates_dir()?;
+        let templates = atoll::vmm::dirs::templates_dir()?;
         let mut template = template::load(&templates, template::DEFAULT_TEMPLATE)?;
         let base = template.initrd.clone().context("the minimal template has no initramfs")?;
         if base.extension().is_some_and(|e| e == "gz") {
@@ -68,12 +68,12 @@ impl BareVm {
         let mut initrd = fs::read(&base).with_context(|| format!("read {}", base.display()))?;
         let floor = fs::read(floor_bin).with_context(|| {
             format!(
-                "read {}; build it with `cargo build --release -p sbx-link-floor --target x86_64-unknown-linux-musl`",
+                "read {}; build it with `cargo build --release -p atoll-link-floor --target x86_64-unknown-linux-musl`",
                 floor_bin.display()
             )
         })?;
         initrd.resize(initrd.len().next_multiple_of(4), 0);
-        newc_entry(&mut initrd, "sbin/sbx-agent", 0o100_755, &floor);
+        newc_entry(&mut initrd, "sbin/atoll-agent", 0o100_755, &floor);
         newc_entry(&mut initrd, "TRAILER!!!", 0, &[]);
         let path = scratch.join("bare-initrd.cpio");
         fs::write(&path, initrd)?;

@@ -1,7 +1,7 @@
-//! Inside a real VM: `sbx create` boot-to-READY next to a bare boot of the same QEMU
+//! Inside a real VM: `atoll create` boot-to-READY next to a bare boot of the same QEMU
 //! line whose init only announces itself on the agent link's virtio-serial port
 //! ([`bare`]); Exec round trips in the sandbox next to a raw 64-byte echo over the bare
-//! VM's port, and `sbx cp` into and out of the sandbox's tmpfs next to a raw stream over
+//! VM's port, and `atoll cp` into and out of the sandbox's tmpfs next to a raw stream over
 //! the bare VM's port into and out of its tmpfs ([`raw`]).
 
 mod bare;
@@ -13,14 +13,14 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use sbx::client::{Client, ExecSpec};
-use sbx_proto::Address;
+use atoll::client::{Client, ExecSpec};
+use atoll_proto::Address;
 use serde::Deserialize;
 use tokio::runtime::Runtime;
 
 use crate::stats::Samples;
 
-/// What `sbx create --json` prints that we use.
+/// What `atoll create --json` prints that we use.
 #[derive(Deserialize)]
 struct Created {
     name: String,
@@ -32,7 +32,7 @@ struct Created {
 pub(crate) struct VmFigures {
     /// QEMU accelerator used.
     pub(crate) accel: String,
-    /// `sbx create` until it returned (READY seen).
+    /// `atoll create` until it returned (READY seen).
     pub(crate) create: Samples,
     /// The same VM whose init only announces itself: spawn until READY.
     pub(crate) bare: Samples,
@@ -48,11 +48,11 @@ pub(crate) struct VmFigures {
     pub(crate) copies: Copies,
 }
 
-/// Best-of-N durations of the copies, sbx and raw, each way.
+/// Best-of-N durations of the copies, atoll and raw, each way.
 pub(crate) struct Copies {
-    /// `sbx cp --sync` host to guest tmpfs.
+    /// `atoll cp --sync` host to guest tmpfs.
     pub(crate) upload: Duration,
-    /// `sbx cp --sync` guest tmpfs to host.
+    /// `atoll cp --sync` guest tmpfs to host.
     pub(crate) download: Duration,
     /// Raw port stream host to the bare guest's tmpfs (fsynced).
     pub(crate) raw_upload: Duration,
@@ -62,7 +62,7 @@ pub(crate) struct Copies {
 
 /// What the VM group needs.
 pub(crate) struct VmRun<'a> {
-    pub(crate) sbx_bin: &'a Path,
+    pub(crate) atoll_bin: &'a Path,
     pub(crate) floor_bin: &'a Path,
     pub(crate) scratch: &'a Path,
     pub(crate) boots: usize,
@@ -73,23 +73,23 @@ pub(crate) struct VmRun<'a> {
 
 /// The minimal template's directory, if `rootfs/` built it.
 pub(crate) fn template_dir() -> Option<PathBuf> {
-    let dir = sbx::vmm::dirs::templates_dir().ok()?.join("minimal");
+    let dir = atoll::vmm::dirs::templates_dir().ok()?.join("minimal");
     (dir.join("vmlinux").exists() && dir.join("initrd.cpio").exists()).then_some(dir)
 }
 
-/// Runs `sbx` on the state directory `state`; template snapshots are off, so `sbx
+/// Runs `atoll` on the state directory `state`; template snapshots are off, so `atoll
 /// create` boots, as the bare VM does.
-fn sbx(sbx_bin: &Path, state: &Path, args: &[&str]) -> Result<std::process::Output> {
-    let out = Command::new(sbx_bin)
-        .env("SBX_STATE_DIR", state)
-        .env("SBX_TEMPLATE_SNAPSHOT", "off")
+fn atoll(atoll_bin: &Path, state: &Path, args: &[&str]) -> Result<std::process::Output> {
+    let out = Command::new(atoll_bin)
+        .env("ATOLL_STATE_DIR", state)
+        .env("ATOLL_TEMPLATE_SNAPSHOT", "off")
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .context("run sbx")?;
+        .context("run atoll")?;
     ensure!(
         out.status.success(),
-        "`sbx {}` failed with {}: {}",
+        "`atoll {}` failed with {}: {}",
         args.join(" "),
         out.status,
         String::from_utf8_lossy(&out.stderr).trim()
@@ -97,10 +97,10 @@ fn sbx(sbx_bin: &Path, state: &Path, args: &[&str]) -> Result<std::process::Outp
     Ok(out)
 }
 
-/// Guest memory of both VMs: `sbx create`'s default.
+/// Guest memory of both VMs: `atoll create`'s default.
 const MEMORY_MIB: u32 = 512;
 
-/// Alternates bare boots and `sbx create --net none` `boots` times (keeping the last
+/// Alternates bare boots and `atoll create --net none` `boots` times (keeping the last
 /// sandbox for the other figures), so both see the same machine load and the same
 /// devices; then boots one more bare VM for the raw floors.
 pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
@@ -114,7 +114,7 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
     let memory = MEMORY_MIB.to_string();
     for i in 0..run.boots.max(1) {
         if let Some(prev) = last.take() {
-            sbx(run.sbx_bin, &state, &["kill", &prev.name])?;
+            atoll(run.atoll_bin, &state, &["kill", &prev.name])?;
         }
         rt.block_on(async {
             let (took, vm, _floor) = bare_vm.boot(&bare_dir, MEMORY_MIB).await?;
@@ -124,13 +124,13 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
         })?;
         let name = format!("bench-{i}");
         let t = Instant::now();
-        let out = sbx(
-            run.sbx_bin,
+        let out = atoll(
+            run.atoll_bin,
             &state,
             &["create", "--name", &name, "--memory", &memory, "--net", "none", "--json"],
         )?;
         create.push(t.elapsed());
-        last = Some(serde_json::from_slice(&out.stdout).context("sbx create --json printed no sandbox")?);
+        last = Some(serde_json::from_slice(&out.stdout).context("atoll create --json printed no sandbox")?);
     }
     let vm = last.context("no sandbox booted")?;
     let result = rt.block_on(bare_vm.boot(&bare_dir, MEMORY_MIB)).and_then(|(_, bare_running, mut floor)| {
@@ -138,7 +138,7 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
         rt.block_on(bare_running.stop());
         r
     });
-    let killed = sbx(run.sbx_bin, &state, &["kill", &vm.name]);
+    let killed = atoll(run.atoll_bin, &state, &["kill", &vm.name]);
     let (exec, echo, spawn, copies) = result?;
     killed?;
     Ok(VmFigures {
@@ -191,7 +191,7 @@ pub(crate) fn port_stream(
 /// tmpfs takes up to half).
 const WARM_FILL_MIB: u64 = 224;
 
-/// The figures with both VMs up: the sandbox `vm` (exec, spawn, `sbx cp`) and the bare
+/// The figures with both VMs up: the sandbox `vm` (exec, spawn, `atoll cp`) and the bare
 /// VM behind `floor` (echo, raw streams).
 fn with_vms(
     run: &VmRun<'_>,
@@ -253,28 +253,28 @@ fn with_vms(
         );
         floor.warm(WARM_FILL_MIB).await
     })?;
-    sbx(run.sbx_bin, state, &["cp", &src.display().to_string(), &guest])?;
+    atoll(run.atoll_bin, state, &["cp", &src.display().to_string(), &guest])?;
     rt.block_on(floor.upload(&src))?;
     // Alternated, best of `copy_runs`: the best run is the least disturbed one. Each
     // side copies in and straight back out, and which side goes first swaps every round.
-    // Under TCG, a 64 MiB `sbx cp` into the guest right after a raw stream took 0.6-0.7 s
-    // where one after another `sbx cp` took 0.37 s (both in one VM, when the raw floor
+    // Under TCG, a 64 MiB `atoll cp` into the guest right after a raw stream took 0.6-0.7 s
+    // where one after another `atoll cp` took 0.37 s (both in one VM, when the raw floor
     // ran in the sandbox): the guest spent up to twice the CPU on the same work, and it
     // wore off over two copies. This way each side's download follows its own upload,
     // and each side's upload follows itself in half the rounds and the other side in
     // the rest.
     for round in 0..run.copy_runs.max(1) {
         let turns = if round % 2 == 0 { [true, false] } else { [false, true] };
-        for sbx_turn in turns {
-            if sbx_turn {
+        for atoll_turn in turns {
+            if atoll_turn {
                 rt.block_on(client.remove(guest_file, false))?;
                 let t = Instant::now();
-                sbx(run.sbx_bin, state, &["cp", "--sync", &src.display().to_string(), &guest])?;
+                atoll(run.atoll_bin, state, &["cp", "--sync", &src.display().to_string(), &guest])?;
                 best.upload = best.upload.min(t.elapsed());
                 let t = Instant::now();
-                sbx(run.sbx_bin, state, &["cp", "--sync", &guest, &back.display().to_string()])?;
+                atoll(run.atoll_bin, state, &["cp", "--sync", &guest, &back.display().to_string()])?;
                 best.download = best.download.min(t.elapsed());
-                check_back("sbx cp")?;
+                check_back("atoll cp")?;
             } else {
                 best.raw_upload = best.raw_upload.min(rt.block_on(floor.upload(&src))?);
                 let (took, len) = rt.block_on(floor.download(Some(&back)))?;

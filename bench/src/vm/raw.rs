@@ -1,7 +1,7 @@
 //! The raw floors over the agent link's transport: [`PortFloor`] talks to
-//! `sbx-link-floor`, PID 1 of the bare VM ([`super::bare`]), over QEMU's chardev socket
-//! of the same virtio-serial port sbx's agent link uses, with the requests of
-//! `sbx_link_floor` (one at a time). [`spawn_true`] runs the floor binary inside the
+//! `atoll-link-floor`, PID 1 of the bare VM ([`super::bare`]), over QEMU's chardev socket
+//! of the same virtio-serial port atoll's agent link uses, with the requests of
+//! `atoll_link_floor` (one at a time). [`spawn_true`] runs the floor binary inside the
 //! sandbox for the in-guest spawn floor.
 
 use std::io::Read;
@@ -9,16 +9,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use atoll::client::{Client, ExecSpec, WriteOpts};
+use atoll_link_floor::{ECHO, REPLY_LEN, REPLY_MAGIC, SINK, SOURCE, WARM, request, take_frame, u64_at};
 use bytes::Bytes;
-use sbx::client::{Client, ExecSpec, WriteOpts};
-use sbx_link_floor::{ECHO, REPLY_LEN, REPLY_MAGIC, SINK, SOURCE, WARM, request, take_frame, u64_at};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use crate::stats::Samples;
 
 /// Where the floor binary goes in the sandbox.
-const GUEST_BIN: &str = "/tmp/sbx-link-floor";
+const GUEST_BIN: &str = "/tmp/atoll-link-floor";
 /// Copy buffer on the host side, as large as the guest side's.
 const BUF: usize = 128 * 1024;
 /// How long one request may wait for its reply header.
@@ -143,7 +143,7 @@ impl PortFloor {
     }
 
     /// Streams the guest's sink file into the host file `dst` (or nowhere) and fsyncs
-    /// it and its directory, as `sbx cp --sync` does: request to fsyncs done. Returns
+    /// it and its directory, as `atoll cp --sync` does: request to fsyncs done. Returns
     /// the time and the byte count.
     pub(crate) async fn download(&mut self, dst: Option<&Path>) -> Result<(Duration, u64)> {
         let t = Instant::now();

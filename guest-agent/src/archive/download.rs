@@ -18,7 +18,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use sbx_proto::limits::BULK_CHUNK_SIZE;
+use atoll_proto::limits::BULK_CHUNK_SIZE;
 use tokio::sync::mpsc;
 use walkdir::WalkDir;
 use zip::write::{SimpleFileOptions, ZipWriter};

@@ -14,7 +14,7 @@ pub mod upload;
 
 use std::path::PathBuf;
 
-use sbx_proto::units::{human_bytes, plural};
+use atoll_proto::units::{human_bytes, plural};
 
 use crate::files::FsError;
 

@@ -16,9 +16,9 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::Bytes;
 use futures::Stream;
-use sbx_proto::limits::CHUNK_SIZE;
 use zip::{CompressionMethod, ZipArchive};
 
 use super::ArchiveError;
@@ -235,7 +235,7 @@ fn write_entry(
     let parent = dest.parent().unwrap_or(Path::new("/"));
     std::fs::create_dir_all(parent).map_err(|e| FsError::io("create directory", parent, e))?;
     let mut temp = tempfile::Builder::new()
-        .prefix(".sbx-upload-")
+        .prefix(".atoll-upload-")
         .tempfile_in(parent)
         .map_err(|e| FsError::io("create a file in", parent, e))?;
     let mut buf = vec![0u8; CHUNK_SIZE];

@@ -27,7 +27,7 @@ pub mod stream;
 pub mod tree;
 pub mod user;
 
-use sbx_proto::limits::CHUNK_SIZE;
+use atoll_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 

@@ -12,11 +12,11 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use rustix::pty::OpenptFlags;
 use rustix::termios::Winsize;
-use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;

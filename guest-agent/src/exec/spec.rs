@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT_LIMIT, MAX_TIMEOUT_MS};
+use atoll_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_OUTPUT_LIMIT, MAX_TIMEOUT_MS};
 
 use super::ExecError;
 use super::user::{self, Credentials};

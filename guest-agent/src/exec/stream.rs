@@ -5,9 +5,9 @@
 //! pipes fill up) instead of growing the agent's memory. When the client goes away the
 //! channel closes and the command's process group is killed.
 
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
-use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;

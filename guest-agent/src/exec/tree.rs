@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::process::{Pid, Signal};
 
 /// The environment variable that marks a command's processes.
-pub const TAG_VAR: &str = "SBX_AGENT_CMD";
+pub const TAG_VAR: &str = "ATOLL_AGENT_CMD";
 
 /// How many times [`signal_all`] rescans for processes forked while it was signalling,
 /// and [`snapshot`] for children handed to the agent while it was walking.

@@ -7,7 +7,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use sbx_proto::units::{human_bytes, size_and_limit};
+use atoll_proto::units::{human_bytes, size_and_limit};
 
 /// A file operation that failed, with a message that says what to do next.
 #[derive(Debug, thiserror::Error)]

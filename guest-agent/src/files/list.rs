@@ -17,8 +17,8 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use atoll_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-use sbx_proto::limits::{DEFAULT_MAX_ENTRIES, MAX_MESSAGE_BYTES};
 
 use super::{Entry, FsError, check_path, entry, file_type, wire_path};
 use crate::placement::quick_if;

@@ -13,8 +13,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use atoll_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use bytes::Bytes;
-use sbx_proto::limits::{BULK_CHUNK_SIZE, CHUNK_SIZE};
 use tokio::sync::mpsc;
 
 use super::{FsError, check_path, special_kind};

@@ -107,7 +107,7 @@ fn copy_then_remove(from: &Path, meta: &Metadata, to: &Path, overwrite: bool) ->
         return Err(FsError::AlreadyExists { path: to.to_path_buf(), hint: "pass overwrite to replace it" });
     }
     let staging = tempfile::Builder::new()
-        .prefix(".sbx-move-")
+        .prefix(".atoll-move-")
         .tempdir_in(parent)
         .map_err(|e| FsError::io("create a directory in", parent, e))?;
     let staged = staging.path().join("entry");

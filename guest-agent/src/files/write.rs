@@ -1,6 +1,6 @@
 //! WriteFile: streamed in, made visible atomically.
 //!
-//! The data goes to a temp file (`.sbx-write-*`) in the target's directory, which is
+//! The data goes to a temp file (`.atoll-write-*`) in the target's directory, which is
 //! given its mode and renamed over the target. If the stream fails or the client goes
 //! away first, the temp file is dropped (and so removed) and the target is untouched.
 //! `append` copies the old content into the temp file first, so it is atomic too.
@@ -20,9 +20,9 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use sbx_proto::limits::CHUNK_SIZE;
 use tempfile::NamedTempFile;
 use tokio::sync::mpsc;
 
@@ -30,7 +30,7 @@ use super::{FsError, blocking, check_path};
 use crate::placement::{in_memory, quick_if};
 
 /// Prefix of the temp files a write in progress leaves next to its target.
-pub const TEMP_PREFIX: &str = ".sbx-write-";
+pub const TEMP_PREFIX: &str = ".atoll-write-";
 
 /// Chunks queued for the writer thread; with the HTTP/2 stream window this bounds what
 /// one write holds in memory.

@@ -17,7 +17,7 @@ use loopback::loopback_up;
 use mounts::{MOUNTS, current_mount_points, dev_links, mount_pseudo};
 
 /// Hostname used when the kernel command line sets none (or an invalid one).
-pub const DEFAULT_HOSTNAME: &str = "sbx";
+pub const DEFAULT_HOSTNAME: &str = "atoll";
 
 /// Why an init duty failed.
 #[derive(Debug, thiserror::Error)]

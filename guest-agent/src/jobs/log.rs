@@ -5,7 +5,7 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use sbx_proto::limits::JOB_TAIL_BYTES;
+use atoll_proto::limits::JOB_TAIL_BYTES;
 
 use super::JobError;
 

@@ -4,7 +4,7 @@
 //! validation) but with stdin from /dev/null and stdout/stderr written by the command
 //! straight into `<job_dir>/<id>.stdout` and `.stderr`, so the agent holds none of its
 //! output. A watcher task per job records the exit status; status queries read the size
-//! and the last [`JOB_TAIL_BYTES`](sbx_proto::limits::JOB_TAIL_BYTES) of each log.
+//! and the last [`JOB_TAIL_BYTES`](atoll_proto::limits::JOB_TAIL_BYTES) of each log.
 //!
 //! - `log`: the log files, and [`LogTail`], what a status shows of each.
 
@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use atoll_proto::limits::MAX_TIMEOUT_MS;
 use rustix::process::Signal;
-use sbx_proto::limits::MAX_TIMEOUT_MS;
 use tokio::sync::watch;
 
 use crate::exec::process::{self, ProcessGroup};

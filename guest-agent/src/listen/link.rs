@@ -1,5 +1,5 @@
 //! The agent link on a virtio-serial port: one host connection at a time, each opened
-//! by the handshake of [`sbx_proto::link`], then served as one HTTP/2 connection.
+//! by the handshake of [`atoll_proto::link`], then served as one HTTP/2 connection.
 //!
 //! A task owns the port and loops: run the guest's handshake; hand the port, wrapped
 //! in a [`Session`], to the gRPC server as its next connection; take it back when the
@@ -13,13 +13,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use sbx_proto::link::{LinkError, LinkStream, guest_handshake};
+use atoll_proto::link::{LinkError, LinkStream, guest_handshake};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 use tonic::transport::server::Connected;
 
 use super::port::PortIo;
-use sbx_proto::authority::AuthorityFix;
+use atoll_proto::authority::AuthorityFix;
 
 /// How often a port that went away (replug) is looked for again.
 const REOPEN_EVERY: Duration = Duration::from_millis(100);

@@ -1,6 +1,6 @@
 //! Binding the addresses of the shared grammar and serving the agent on each.
 //!
-//! Each connection's requests pass [`AuthorityFix`] (in sbx-proto, shared with the
+//! Each connection's requests pass [`AuthorityFix`] (in atoll-proto, shared with the
 //! host's agent link), so stock gRPC clients on Unix sockets are served (their
 //! `:authority` is a path).
 //!
@@ -15,15 +15,15 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use atoll_proto::Address;
 use futures::TryStreamExt;
-use sbx_proto::Address;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_vsock::{VsockAddr, VsockListener};
 
 use crate::AgentService;
 use crate::auth::Token;
-use sbx_proto::authority::AuthorityFix;
+use atoll_proto::authority::AuthorityFix;
 
 /// Why the agent could not listen.
 #[derive(Debug, thiserror::Error)]
@@ -53,12 +53,12 @@ pub enum ListenError {
     },
     /// A TCP listener reachable from other machines would be open to anyone.
     #[error(
-        "refusing to serve {0} without a token: it is not a loopback address; pass --token-file PATH or set SBX_AGENT_TOKEN, or listen on tcp://127.0.0.1:PORT"
+        "refusing to serve {0} without a token: it is not a loopback address; pass --token-file PATH or set ATOLL_AGENT_TOKEN, or listen on tcp://127.0.0.1:PORT"
     )]
     TokenRequired(Address),
     /// Nothing was left to serve: every address was left out and the port never came.
     #[error(
-        "nothing to serve on: no address could be bound and the agent link's port {port} did not appear within {secs} s; give the VM a vsock device or the virtio-serial port named sbx.agent, or pass --listen"
+        "nothing to serve on: no address could be bound and the agent link's port {port} did not appear within {secs} s; give the VM a vsock device or the virtio-serial port named atoll.agent, or pass --listen"
     )]
     NothingToServe {
         /// The port waited for.
@@ -215,10 +215,10 @@ impl Listener {
 }
 
 /// The HTTP/2 server with the flow-control windows and frame size of
-/// [`sbx_proto::limits`]: with hyper's defaults (1 MiB windows, 16 KiB frames) an upload
+/// [`atoll_proto::limits`]: with hyper's defaults (1 MiB windows, 16 KiB frames) an upload
 /// arrives in 16 KiB frames, each its own read.
 fn builder() -> tonic::transport::Server {
-    use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+    use atoll_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
     tonic::transport::Server::builder()
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW)
@@ -241,7 +241,7 @@ fn remove_stale_socket(path: &std::path::Path) -> Result<(), ListenError> {
 
 /// Binds every address. With the agent link's port to serve (`link`), a vsock address
 /// that cannot be bound is left out with a log line, and the agent goes on: a VM that
-/// sbx starts has the port and no vsock device (an image may even lack vsock in its
+/// atoll starts has the port and no vsock device (an image may even lack vsock in its
 /// kernel). Any other failure, or a vsock one without the link, is returned.
 pub async fn bind_listeners(addrs: &[Address], link: bool) -> Result<Vec<Listener>, ListenError> {
     let mut listeners = Vec::with_capacity(addrs.len());

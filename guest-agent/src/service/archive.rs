@@ -1,8 +1,8 @@
 //! DownloadDir and UploadDir: the wire messages to and from [`crate::archive`]'s own
 //! types; and the one mapping of [`ArchiveError`] to a gRPC status.
 
+use atoll_proto::agent::v1 as pb;
 use futures::StreamExt;
-use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 

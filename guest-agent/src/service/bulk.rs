@@ -9,19 +9,19 @@
 //! the guest's one vCPU then did not spend sending.
 //!
 //! Only the reply is framed here; the request is decoded by tonic's own `Streaming`,
-//! and the handler is the same [`Agent`](sbx_proto::agent::v1::agent_server::Agent)
+//! and the handler is the same [`Agent`](atoll_proto::agent::v1::agent_server::Agent)
 //! method the generated server would call.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::limits::MAX_MESSAGE_BYTES;
 use bytes::{BufMut, Bytes, BytesMut};
 use http_body::Frame;
 use prost::Message;
 use prost::encoding::{WireType, encode_key, encode_varint, encoded_len_varint, key_len};
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::limits::MAX_MESSAGE_BYTES;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Streaming};

@@ -1,12 +1,12 @@
 //! Exec and ExecStream: the wire messages to and from [`crate::exec`]'s own types, and
 //! the one mapping of [`ExecError`] to gRPC codes.
 
+use atoll_proto::agent::v1 as pb;
 use futures::StreamExt;
-use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use sbx_proto::reason::Reason;
+use atoll_proto::reason::Reason;
 
 use super::{AgentService, BoxStream, with_reason};
 use crate::exec::{self, Ended, Event, ExecError, Outcome, StreamInput};

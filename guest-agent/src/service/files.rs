@@ -1,12 +1,12 @@
 //! ReadFile, WriteFile, ListDir, Stat, Remove, Move, MakeDir: the wire messages to and
 //! from [`crate::files`]' own types; and the one mapping of [`FsError`] to a gRPC status.
 
+use atoll_proto::agent::v1 as pb;
 use futures::StreamExt;
-use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use sbx_proto::reason::Reason;
+use atoll_proto::reason::Reason;
 
 use super::upload::header_then_data;
 use super::{BoxStream, with_reason};

@@ -1,10 +1,10 @@
 //! Background jobs: the wire messages to and from [`crate::jobs`]'s own types, and the
 //! mapping of [`JobError`] to gRPC codes.
 
-use sbx_proto::agent::v1 as pb;
+use atoll_proto::agent::v1 as pb;
 use tonic::{Code, Status};
 
-use sbx_proto::reason::Reason;
+use atoll_proto::reason::Reason;
 
 use super::exec::{command, exit_status};
 use super::{AgentService, with_reason};

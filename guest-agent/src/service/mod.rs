@@ -19,16 +19,16 @@ mod upload;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use atoll_proto::agent::v1::{self as pb, agent_server::Agent};
+use atoll_proto::reason::{REASON_KEY, Reason};
 use futures::Stream;
-use sbx_proto::agent::v1::{self as pb, agent_server::Agent};
-use sbx_proto::reason::{REASON_KEY, Reason};
 use tonic::{Request, Response, Status, Streaming};
 
 pub use limits::{Capacity, LimitError};
 pub use routes::AgentRoutes;
 
-/// `status` with the machine-readable `reason` attached as `sbx-reason` metadata, from
-/// which each face (the `sbx` CLI, `sbx mcp`) adds its own next step to the message.
+/// `status` with the machine-readable `reason` attached as `atoll-reason` metadata, from
+/// which each face (the `atoll` CLI, `atoll mcp`) adds its own next step to the message.
 fn with_reason(mut status: Status, reason: Option<Reason>) -> Status {
     if let Some(reason) = reason {
         status
@@ -77,8 +77,8 @@ impl AgentService {
     /// The gRPC server for this service, with the agreed message size limits.
     pub fn into_server(self) -> AgentRoutes {
         let generated = pb::agent_server::AgentServer::new(self.clone())
-            .max_decoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(sbx_proto::limits::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(atoll_proto::limits::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(atoll_proto::limits::MAX_MESSAGE_BYTES);
         AgentRoutes::new(self, generated)
     }
 

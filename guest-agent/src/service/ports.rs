@@ -1,11 +1,11 @@
 //! ConnectPort, and the one mapping of [`PortError`] to gRPC codes.
 
+use atoll_proto::agent::v1 as pb;
 use futures::StreamExt;
-use sbx_proto::agent::v1 as pb;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
-use sbx_proto::agent::v1::port_data::Part;
+use atoll_proto::agent::v1::port_data::Part;
 
 use super::BoxStream;
 use crate::ports::{self, FromHost, PortError, ToHost};

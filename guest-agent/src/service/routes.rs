@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-use sbx_proto::agent::v1::agent_server::{Agent, AgentServer};
+use atoll_proto::agent::v1::agent_server::{Agent, AgentServer};
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
 use tonic::server::NamedService;
@@ -56,7 +56,7 @@ impl Service<http::Request<Body>> for AgentRoutes {
     }
 }
 
-/// The method name of a call to this service (`/sbx.agent.v1.Agent/ReadFile` ->
+/// The method name of a call to this service (`/atoll.agent.v1.Agent/ReadFile` ->
 /// `ReadFile`).
 fn method(path: &str) -> Option<&str> {
     path.strip_prefix('/')?.strip_prefix(AgentRoutes::NAME)?.strip_prefix('/')
@@ -68,10 +68,10 @@ mod tests {
 
     #[test]
     fn only_this_service_s_methods_are_picked_out() {
-        assert_eq!(method("/sbx.agent.v1.Agent/ReadFile"), Some("ReadFile"));
-        assert_eq!(method("/sbx.agent.v1.Agent/DownloadDir"), Some("DownloadDir"));
-        assert_eq!(method("/sbx.agent.v1.AgentX/ReadFile"), None);
+        assert_eq!(method("/atoll.agent.v1.Agent/ReadFile"), Some("ReadFile"));
+        assert_eq!(method("/atoll.agent.v1.Agent/DownloadDir"), Some("DownloadDir"));
+        assert_eq!(method("/atoll.agent.v1.AgentX/ReadFile"), None);
         assert_eq!(method("/other.Agent/ReadFile"), None);
-        assert_eq!(method("/sbx.agent.v1.Agent"), None);
+        assert_eq!(method("/atoll.agent.v1.Agent"), None);
     }
 }

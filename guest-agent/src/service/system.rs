@@ -2,7 +2,7 @@
 //! [`crate::restored`]'s own types; and the one mapping of [`SystemError`] and of
 //! [`RestoredError`] to a gRPC status.
 
-use sbx_proto::agent::v1 as pb;
+use atoll_proto::agent::v1 as pb;
 use tonic::Status;
 
 use super::AgentService;

@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
+use atoll_proto::agent::v1 as pb;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1 as pb;
 use tonic::{Status, Streaming};
 
 use crate::files::FsError;

@@ -37,7 +37,7 @@ pub struct CommandArgs {
     pub argv: Vec<String>,
 }
 
-/// `sbx exec`.
+/// `atoll exec`.
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
     /// The command.
@@ -49,7 +49,7 @@ pub struct ExecArgs {
     pub timeout: Option<Duration>,
     /// Run the command on a pseudo-terminal in the guest, with this terminal in raw mode
     /// (full-screen programs, Ctrl-C and Ctrl-Z reach the command). stdin must be a
-    /// terminal: without one, sbx refuses (exit 2) rather than guess.
+    /// terminal: without one, atoll refuses (exit 2) rather than guess.
     #[arg(short = 't', long, conflicts_with_all = ["capture", "output_limit"])]
     pub tty: bool,
     /// Forward stdin even when it is a terminal (with -t it always is).
@@ -64,10 +64,10 @@ pub struct ExecArgs {
     pub output_limit: Option<u32>,
 }
 
-/// `sbx shell`.
+/// `atoll shell`.
 #[derive(Debug, Clone, Args)]
 pub struct ShellArgs {
-    /// The sandbox, by name or id (default: --sandbox / SBX_SANDBOX, or --agent).
+    /// The sandbox, by name or id (default: --sandbox / ATOLL_SANDBOX, or --agent).
     #[arg(value_name = "SANDBOX")]
     pub name: Option<String>,
     /// Where and as whom.
@@ -75,7 +75,7 @@ pub struct ShellArgs {
     pub process: ProcessArgs,
 }
 
-/// `sbx run`.
+/// `atoll run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     /// Return as soon as the job started, printing its id.
@@ -89,7 +89,7 @@ pub struct RunArgs {
     pub command: CommandArgs,
 }
 
-/// `sbx job ...`.
+/// `atoll job ...`.
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Show a job's state and the tail of its output.
@@ -105,11 +105,11 @@ pub enum JobCommand {
 /// A job id.
 #[derive(Debug, Clone, Args)]
 pub struct JobIdArg {
-    /// The job id (from `sbx run -d` or `sbx jobs`).
+    /// The job id (from `atoll run -d` or `atoll jobs`).
     pub id: String,
 }
 
-/// `sbx job wait`.
+/// `atoll job wait`.
 #[derive(Debug, Clone, Args)]
 pub struct JobWaitArgs {
     /// The job id.
@@ -119,7 +119,7 @@ pub struct JobWaitArgs {
     pub timeout: Option<Duration>,
 }
 
-/// `sbx job kill`.
+/// `atoll job kill`.
 #[derive(Debug, Clone, Args)]
 pub struct JobKillArgs {
     /// The job id.
@@ -129,7 +129,7 @@ pub struct JobKillArgs {
     pub signal: i32,
 }
 
-/// `sbx job logs`.
+/// `atoll job logs`.
 #[derive(Debug, Clone, Args)]
 pub struct JobLogsArgs {
     /// The job id.
@@ -149,7 +149,7 @@ pub struct PathArg {
     pub path: String,
 }
 
-/// `sbx cat`.
+/// `atoll cat`.
 #[derive(Debug, Clone, Args)]
 pub struct CatArgs {
     /// Absolute guest path.
@@ -162,7 +162,7 @@ pub struct CatArgs {
     pub length: Option<u64>,
 }
 
-/// `sbx write`.
+/// `atoll write`.
 #[derive(Debug, Clone, Args)]
 pub struct WriteArgs {
     /// Absolute guest path.
@@ -186,7 +186,7 @@ pub struct WriteArgs {
     pub sync: bool,
 }
 
-/// `sbx ls`.
+/// `atoll ls`.
 #[derive(Debug, Clone, Args)]
 pub struct LsArgs {
     /// Absolute guest directory. Without it, the sandboxes are listed.
@@ -206,7 +206,7 @@ pub struct LsArgs {
     pub names: bool,
 }
 
-/// `sbx rm`.
+/// `atoll rm`.
 #[derive(Debug, Clone, Args)]
 pub struct RmArgs {
     /// Absolute guest path.
@@ -216,7 +216,7 @@ pub struct RmArgs {
     pub recursive: bool,
 }
 
-/// `sbx mv`.
+/// `atoll mv`.
 #[derive(Debug, Clone, Args)]
 pub struct MvArgs {
     /// Absolute guest path to move.
@@ -228,7 +228,7 @@ pub struct MvArgs {
     pub force: bool,
 }
 
-/// `sbx mkdir`.
+/// `atoll mkdir`.
 #[derive(Debug, Clone, Args)]
 pub struct MkdirArgs {
     /// Absolute guest path.
@@ -241,7 +241,7 @@ pub struct MkdirArgs {
     pub mode: Option<u32>,
 }
 
-/// `sbx cp`.
+/// `atoll cp`.
 #[derive(Debug, Clone, Args)]
 pub struct CpArgs {
     /// Source: a host path, `:/guest/path` or `NAME:/guest/path`.
@@ -255,7 +255,7 @@ pub struct CpArgs {
     pub sync: bool,
 }
 
-/// `sbx download`.
+/// `atoll download`.
 #[derive(Debug, Clone, Args)]
 pub struct DownloadArgs {
     /// Absolute guest directory.

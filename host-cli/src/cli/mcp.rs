@@ -1,35 +1,35 @@
-//! `sbx mcp`: stdio by default, Streamable HTTP with `--http`.
+//! `atoll mcp`: stdio by default, Streamable HTTP with `--http`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
 
-/// The examples under `sbx mcp --help`.
+/// The examples under `atoll mcp --help`.
 pub(super) const MCP_AFTER_HELP: &str = "\
-Over stdio (the client starts sbx):
-  claude mcp add sbx -- sbx mcp --agent unix:///tmp/agent.sock
-  SBX_SANDBOX=dev sbx mcp
-  sbx mcp --allow-mount ~/projects   (sandbox_create may mount folders under it)
+Over stdio (the client starts atoll):
+  claude mcp add atoll -- atoll mcp --agent unix:///tmp/agent.sock
+  ATOLL_SANDBOX=dev atoll mcp
+  atoll mcp --allow-mount ~/projects   (sandbox_create may mount folders under it)
 
 Over HTTP (one long-running server, many clients):
-  sbx mcp --http 127.0.0.1:8765
-  claude mcp add --transport http sbx http://127.0.0.1:8765/mcp
+  atoll mcp --http 127.0.0.1:8765
+  claude mcp add --transport http atoll http://127.0.0.1:8765/mcp
 
-  umask 077; mkdir -p ~/.config/sbx; head -c32 /dev/urandom | base64 > ~/.config/sbx/mcp-token
-  sbx mcp --http 0.0.0.0:8765 --token-file ~/.config/sbx/mcp-token --allowed-host sbx.internal
-  claude mcp add --transport http sbx http://sbx.internal:8765/mcp \\
-      --header \"Authorization: Bearer $(cat ~/.config/sbx/mcp-token)\"
+  umask 077; mkdir -p ~/.config/atoll; head -c32 /dev/urandom | base64 > ~/.config/atoll/mcp-token
+  atoll mcp --http 0.0.0.0:8765 --token-file ~/.config/atoll/mcp-token --allowed-host atoll.internal
+  claude mcp add --transport http atoll http://atoll.internal:8765/mcp \\
+      --header \"Authorization: Bearer $(cat ~/.config/atoll/mcp-token)\"
 
-A bind that is not loopback needs a token (--token-file or SBX_MCP_TOKEN); clients send
+A bind that is not loopback needs a token (--token-file or ATOLL_MCP_TOKEN); clients send
 it as `Authorization: Bearer TOKEN`, and get 401 without it. Requests whose Host is not
 a loopback name, the bound address, this host's name or an --allowed-host, and browser
 requests from an Origin that is not loopback or an --allowed-origin, get 403.
 Port 0 picks a free port; the URL is printed on stderr. SIGINT or SIGTERM stops the
 server and cancels open calls. Set-up for Cursor, VS Code, Windsurf, Codex and a systemd
-user service: the README's `sbx mcp` section; the details: docs/mcp.md.";
+user service: the README's `atoll mcp` section; the details: docs/mcp.md.";
 
-/// `sbx mcp`.
+/// `atoll mcp`.
 #[derive(Debug, Clone, Args)]
 pub struct McpArgs {
     /// Let `sandbox_create` mount host folders under DIR (repeatable), besides those
@@ -41,11 +41,11 @@ pub struct McpArgs {
     #[arg(long, value_name = "ADDR", value_parser = parse_bind)]
     pub http: Option<SocketAddr>,
     /// File holding the bearer token HTTP clients must send (required unless the bind is
-    /// loopback; the SBX_MCP_TOKEN environment variable gives it inline instead).
+    /// loopback; the ATOLL_MCP_TOKEN environment variable gives it inline instead).
     #[arg(long, value_name = "PATH", requires = "http")]
     pub token_file: Option<PathBuf>,
     /// Also accept requests whose Host header names HOST (repeatable): the name clients
-    /// use to reach a server bound beyond loopback, e.g. sbx.internal.
+    /// use to reach a server bound beyond loopback, e.g. atoll.internal.
     #[arg(long, value_name = "HOST", requires = "http")]
     pub allowed_host: Vec<String>,
     /// Also accept browser requests from ORIGIN (repeatable), written as browsers send it,

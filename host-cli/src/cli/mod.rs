@@ -1,4 +1,4 @@
-//! The `sbx` command line, as clap types: every flag and subcommand of `sbx` is declared
+//! The `atoll` command line, as clap types: every flag and subcommand of `atoll` is declared
 //! here and nowhere else, so the subcommands in [`crate::cmd`] take their arguments from
 //! this module and this module imports nothing from them (nor from [`crate::app`]).
 //!
@@ -7,10 +7,10 @@
 //! - `guest`: what acts inside a guest: exec, run and jobs, the file commands, cp,
 //!   download;
 //! - `sandbox`: the sandbox lifecycle (create, inspect, pause, resume, kill);
-//! - `snapshot`: `sbx snapshot create|ls|rm|restore`;
-//! - `template`: `sbx template build|save|ls|rm`;
-//! - `network`: `sbx port ...`, `sbx net ...` and the hidden `sbx net-helper`;
-//! - `mcp`: `sbx mcp` (stdio, or Streamable HTTP with `--http`).
+//! - `snapshot`: `atoll snapshot create|ls|rm|restore`;
+//! - `template`: `atoll template build|save|ls|rm`;
+//! - `network`: `atoll port ...`, `atoll net ...` and the hidden `atoll net-helper`;
+//! - `mcp`: `atoll mcp` (stdio, or Streamable HTTP with `--http`).
 //!
 //! A new group adds one file here, one variant of [`Command`], and one match arm in
 //! `cmd::run`.
@@ -49,17 +49,17 @@ pub const EXIT_FAILURE: u8 = 1;
 
 const AFTER_HELP: &str = "\
 Examples:
-  sbx --agent unix:///tmp/agent.sock info
-  export SBX_AGENT=hvsock:///run/vm/v.sock:1024
-  sbx exec -- uname -a
-  sbx shell dev                  sbx exec -it -- top
-  sbx exec --cwd /work -e CI=1 --timeout 5m -- make test
-  echo 'print(6*7)' | sbx exec -- python3 -
-  sbx run -d -- ./server --port 8080 && sbx jobs
-  sbx cp ./src :/work/src        sbx cp :/work/out.tar.gz .
-  sbx cat /etc/os-release        sbx ls -R --depth 2 /work
+  atoll --agent unix:///tmp/agent.sock info
+  export ATOLL_AGENT=hvsock:///run/vm/v.sock:1024
+  atoll exec -- uname -a
+  atoll shell dev                  atoll exec -it -- top
+  atoll exec --cwd /work -e CI=1 --timeout 5m -- make test
+  echo 'print(6*7)' | atoll exec -- python3 -
+  atoll run -d -- ./server --port 8080 && atoll jobs
+  atoll cp ./src :/work/src        atoll cp :/work/out.tar.gz .
+  atoll cat /etc/os-release        atoll ls -R --depth 2 /work
 
-Guest paths for `sbx cp` are written `:/path` (the current agent) or `NAME:/path` (a
+Guest paths for `atoll cp` are written `:/path` (the current agent) or `NAME:/path` (a
 sandbox). Every command takes --json and then prints one JSON document on stdout;
 errors go to stderr as {\"error\": {...}}.
 
@@ -71,9 +71,9 @@ Exit codes:
   124      exec: the command hit its --timeout and was killed
   128+N    exec: the command was killed by signal N";
 
-/// sbx: run commands and move files in a microVM sandbox through its agent.
+/// atoll: run commands and move files in a microVM sandbox through its agent.
 #[derive(Debug, Parser)]
-#[command(name = "sbx", version, about, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "atoll", version, about, after_help = AFTER_HELP, max_term_width = 100)]
 pub struct Cli {
     /// Options every subcommand takes.
     #[command(flatten)]
@@ -87,10 +87,10 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
     /// Agent address: vsock://CID:PORT, hvsock:///PATH:PORT, unix:///PATH or tcp://HOST:PORT.
-    #[arg(long, global = true, env = "SBX_AGENT", value_name = "ADDR")]
+    #[arg(long, global = true, env = "ATOLL_AGENT", value_name = "ADDR")]
     pub agent: Option<String>,
     /// Sandbox to talk to, by name or id (instead of --agent).
-    #[arg(short = 's', long, global = true, env = "SBX_SANDBOX", value_name = "NAME")]
+    #[arg(short = 's', long, global = true, env = "ATOLL_SANDBOX", value_name = "NAME")]
     pub sandbox: Option<String>,
     /// How long to wait for the agent to answer, e.g. 5s, 500ms, 1m.
     #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
@@ -108,9 +108,9 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Run a command in the guest, streaming its output; exits with its exit code.
     #[command(
-        after_help = "Examples:\n  sbx exec -- ls -la /\n  sbx exec --sh 'cd /work && make 2>&1 | tail'\n  \
-                            tar c . | sbx exec --cwd /work -- tar x\n  sbx exec --capture --json -- cat /etc/hostname\n  \
-                            sbx exec -it -- top                   (a pseudo-terminal: see `sbx shell --help`)\n\n\
+        after_help = "Examples:\n  atoll exec -- ls -la /\n  atoll exec --sh 'cd /work && make 2>&1 | tail'\n  \
+                            tar c . | atoll exec --cwd /work -- tar x\n  atoll exec --capture --json -- cat /etc/hostname\n  \
+                            atoll exec -it -- top                   (a pseudo-terminal: see `atoll shell --help`)\n\n\
                             -t without a terminal on stdin is refused (exit 2), as `docker exec -t` does."
     )]
     Exec(ExecArgs),
@@ -118,18 +118,20 @@ pub enum Command {
     /// pseudo-terminal; exits with the shell's exit code.
     #[command(after_help = "\
 Examples:
-  sbx shell dev
-  sbx shell -u nobody --cwd /tmp dev
-  sbx -s dev exec -t -- vi /etc/hosts
+  atoll shell dev
+  atoll shell -u nobody --cwd /tmp dev
+  atoll -s dev exec -t -- vi /etc/hosts
 
 This terminal is in raw mode while the shell runs: Ctrl-C, Ctrl-Z and Ctrl-D go to the
-guest; the terminal is put back when the shell exits, when sbx gets SIGHUP, SIGTERM or
+guest; the terminal is put back when the shell exits, when atoll gets SIGHUP, SIGTERM or
 SIGINT (then it exits 128+N), and on errors. The window size follows resizes and TERM
-is passed on. stdin must be a terminal: without one sbx refuses with exit code 2; to
-run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec -- sh`.")]
+is passed on. stdin must be a terminal: without one atoll refuses with exit code 2; to
+run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exec -- sh`.")]
     Shell(ShellArgs),
     /// Start a background job; with -d print its id and return at once.
-    #[command(after_help = "Examples:\n  sbx run -d -- python3 -m http.server 8000\n  sbx run -- sleep 3")]
+    #[command(
+        after_help = "Examples:\n  atoll run -d -- python3 -m http.server 8000\n  atoll run -- sleep 3"
+    )]
     Run(RunArgs),
     /// List the background jobs.
     Jobs,
@@ -138,17 +140,17 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     Job(JobCommand),
     /// Print a guest file to stdout (binary-safe).
     #[command(
-        after_help = "Examples:\n  sbx cat /etc/os-release\n  sbx cat --offset 100 --length 20 /var/log/big.log"
+        after_help = "Examples:\n  atoll cat /etc/os-release\n  atoll cat --offset 100 --length 20 /var/log/big.log"
     )]
     Cat(CatArgs),
     /// Write stdin (or --from FILE) to a guest file, atomically.
     #[command(
-        after_help = "Examples:\n  echo hello | sbx write /work/hello.txt\n  sbx write --from ./run.sh --mode 755 /work/run.sh"
+        after_help = "Examples:\n  echo hello | atoll write /work/hello.txt\n  atoll write --from ./run.sh --mode 755 /work/run.sh"
     )]
     Write(WriteArgs),
     /// List a guest directory; with no PATH, list the sandboxes.
     #[command(
-        after_help = "Examples:\n  sbx ls /work\n  sbx ls -R --depth 2 /etc\n  sbx ls --names /usr/bin\n  sbx ls"
+        after_help = "Examples:\n  atoll ls /work\n  atoll ls -R --depth 2 /etc\n  atoll ls --names /usr/bin\n  atoll ls"
     )]
     Ls(LsArgs),
     /// Show a guest file's metadata.
@@ -161,19 +163,19 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     Mkdir(MkdirArgs),
     /// Copy files or directories between host and guest (guest paths: `:/path`).
     #[command(
-        after_help = "Examples:\n  sbx cp ./data.bin :/work/data.bin\n  sbx cp :/work/results ./results\n  \
-                            sbx cp ./project :/work            (copies into /work/project)\n  sbx cp dev:/etc/hosts hosts"
+        after_help = "Examples:\n  atoll cp ./data.bin :/work/data.bin\n  atoll cp :/work/results ./results\n  \
+                            atoll cp ./project :/work            (copies into /work/project)\n  atoll cp dev:/etc/hosts hosts"
     )]
     Cp(CpArgs),
     /// Download a guest directory as a zip archive.
     #[command(
-        after_help = "Examples:\n  sbx download /work -o work.zip\n  sbx download /work -o - | bsdtar -tf -"
+        after_help = "Examples:\n  atoll download /work -o work.zip\n  atoll download /work -o - | bsdtar -tf -"
     )]
     Download(DownloadArgs),
     /// Show the agent's version and its machine's resources; with a sandbox name, the
-    /// sandbox too (as `sbx inspect`).
+    /// sandbox too (as `atoll inspect`).
     #[command(
-        after_help = "Examples:\n  sbx --agent unix:///tmp/agent.sock info\n  sbx info dev\n  sbx -s dev info --json"
+        after_help = "Examples:\n  atoll --agent unix:///tmp/agent.sock info\n  atoll info dev\n  atoll -s dev info --json"
     )]
     Info(InfoArgs),
     /// Serve the agent's abilities as MCP tools on stdin/stdout, or over HTTP with --http
@@ -182,14 +184,14 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     Mcp(McpArgs),
     /// Print a shell completion script.
     #[command(
-        after_help = "Examples:\n  sbx completions bash > /etc/bash_completion.d/sbx\n  sbx completions zsh > ~/.zfunc/_sbx"
+        after_help = "Examples:\n  atoll completions bash > /etc/bash_completion.d/atoll\n  atoll completions zsh > ~/.zfunc/_atoll"
     )]
     Completions(CompletionsArgs),
     /// The sandbox lifecycle: create, inspect, pause, resume, kill.
     #[command(flatten)]
     Sandbox(SandboxCommand),
     /// Snapshots: save a running sandbox, list, remove, put a sandbox back to one;
-    /// `sbx create --from SNAPSHOT` forks one.
+    /// `atoll create --from SNAPSHOT` forks one.
     #[command(subcommand)]
     Snapshot(SnapshotCommand),
     /// Templates: bake the agent into your own root filesystem, snapshot one, save a
@@ -204,7 +206,7 @@ run commands from a script use `sbx exec --sh LINE` or pipe them to `sbx exec --
     Port(PortCommand),
 }
 
-/// `sbx info`.
+/// `atoll info`.
 #[derive(Debug, Clone, Args)]
 pub struct InfoArgs {
     /// A sandbox name or id: show its state, template, resources and pids as well.
@@ -212,7 +214,7 @@ pub struct InfoArgs {
     pub name: Option<String>,
 }
 
-/// `sbx completions`.
+/// `atoll completions`.
 #[derive(Debug, Clone, Args)]
 pub struct CompletionsArgs {
     /// bash, zsh, fish, elvish or powershell.

@@ -1,24 +1,26 @@
-//! The arguments of a sandbox's network: `sbx port publish|ls|unpublish`, `sbx net
-//! show|set|log`, and the hidden `sbx net-helper` that `sbx create` starts.
+//! The arguments of a sandbox's network: `atoll port publish|ls|unpublish`, `atoll net
+//! show|set|log`, and the hidden `atoll net-helper` that `atoll create` starts.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use atoll_net::policy::Rule;
 use clap::{Args, Subcommand, ValueEnum};
-use sbx_net::policy::Rule;
 
 use crate::sandbox::network::PortSpec;
 use crate::sandbox::network::spec::DEFAULT_BIND;
 
-/// `sbx port ...`.
+/// `atoll port ...`.
 #[derive(Debug, Subcommand)]
 pub enum PortCommand {
     /// Make a guest TCP port reachable on the host (127.0.0.1 unless --bind); prints its URL.
-    #[command(after_help = "Examples:\n  sbx port publish dev 8000          (a free host port, printed)\n  \
-                            sbx port publish dev 8000:8080     (host port 8080)\n  \
-                            sbx port publish dev 3000 --bind 0.0.0.0\n\n\
+    #[command(
+        after_help = "Examples:\n  atoll port publish dev 8000          (a free host port, printed)\n  \
+                            atoll port publish dev 8000:8080     (host port 8080)\n  \
+                            atoll port publish dev 3000 --bind 0.0.0.0\n\n\
                             The guest side is the guest's own 127.0.0.1 (or ::1), so a server that\n\
-                            listens only on loopback is reached too; it works with --net none.")]
+                            listens only on loopback is reached too; it works with --net none."
+    )]
     Publish(PublishArgs),
     /// List a sandbox's published ports.
     Ls(PortSandboxArg),
@@ -26,7 +28,7 @@ pub enum PortCommand {
     Unpublish(UnpublishArgs),
 }
 
-/// `sbx port publish`.
+/// `atoll port publish`.
 #[derive(Debug, Args)]
 pub struct PublishArgs {
     /// Sandbox name or id.
@@ -40,7 +42,7 @@ pub struct PublishArgs {
     pub bind: IpAddr,
 }
 
-/// `sbx port ls`.
+/// `atoll port ls`.
 #[derive(Debug, Args)]
 pub struct PortSandboxArg {
     /// Sandbox name or id.
@@ -48,7 +50,7 @@ pub struct PortSandboxArg {
     pub sandbox: String,
 }
 
-/// `sbx port unpublish`.
+/// `atoll port unpublish`.
 #[derive(Debug, Args)]
 pub struct UnpublishArgs {
     /// Sandbox name or id.
@@ -59,21 +61,23 @@ pub struct UnpublishArgs {
     pub guest_port: u16,
 }
 
-/// `sbx net ...`.
+/// `atoll net ...`.
 #[derive(Debug, Subcommand)]
 pub enum NetCommand {
     /// Print a sandbox's egress policy.
     Show(NetSandboxArg),
     /// Change a sandbox's egress rules; new connections follow them at once.
     #[command(after_help = "Each list given replaces the current one; a list not given is kept.\n\n\
-                            Examples:\n  sbx net set dev --allow-out pypi.org,files.pythonhosted.org\n  \
-                            sbx net set dev --deny-out 0.0.0.0/0,::/0 --allow-out github.com\n  \
-                            sbx net set dev --reset               (back to the default policy)")]
+                            Examples:\n  atoll net set dev --allow-out pypi.org,files.pythonhosted.org\n  \
+                            atoll net set dev --deny-out 0.0.0.0/0,::/0 --allow-out github.com\n  \
+                            atoll net set dev --reset               (back to the default policy)")]
     Set(SetArgs),
     /// Print a sandbox's audit log: every connection attempt and DNS query, with its
     /// verdict and the rule that decided it.
-    #[command(after_help = "Examples:\n  sbx net log dev\n  sbx net log dev --verdict deny --limit 20\n  \
-                            sbx net log dev --follow --json")]
+    #[command(
+        after_help = "Examples:\n  atoll net log dev\n  atoll net log dev --verdict deny --limit 20\n  \
+                            atoll net log dev --follow --json"
+    )]
     Log(LogArgs),
 }
 
@@ -85,7 +89,7 @@ pub struct NetSandboxArg {
     pub sandbox: String,
 }
 
-/// `sbx net set`.
+/// `atoll net set`.
 #[derive(Debug, Args)]
 pub struct SetArgs {
     /// Sandbox name or id.
@@ -112,7 +116,7 @@ pub enum VerdictArg {
     Deny,
 }
 
-/// `sbx net log`.
+/// `atoll net log`.
 #[derive(Debug, Args)]
 pub struct LogArgs {
     /// Sandbox name or id.
@@ -129,7 +133,7 @@ pub struct LogArgs {
     pub limit: Option<usize>,
 }
 
-/// `sbx net-helper` (hidden; `sbx create` runs it; [`crate::app`] parses it on its own).
+/// `atoll net-helper` (hidden; `atoll create` runs it; [`crate::app`] parses it on its own).
 #[derive(Debug, Clone, Args)]
 pub struct HelperArgs {
     /// The sandbox directory (holding sandbox.json and net.json).

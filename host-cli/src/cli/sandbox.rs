@@ -1,11 +1,11 @@
-//! The arguments of the sandbox lifecycle: `sbx create`, `inspect`, `pause`, `resume`,
+//! The arguments of the sandbox lifecycle: `atoll create`, `inspect`, `pause`, `resume`,
 //! `kill`, flattened into the top level of the command line.
 
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use sbx_net::policy::Rule;
+use atoll_net::policy::Rule;
 
 use crate::sandbox::DEFAULT_TEMPLATE;
 use crate::sandbox::mounts::Mount;
@@ -14,29 +14,29 @@ use crate::sandbox::network::{NetworkMode, PortSpec};
 /// The sandbox lifecycle subcommands, flattened into the top level.
 #[derive(Debug, Subcommand)]
 pub enum SandboxCommand {
-    /// Boot a new sandbox (a microVM running sbx-agent) and print its id.
+    /// Boot a new sandbox (a microVM running atoll-agent) and print its id.
     ///
     /// A create restores its template's snapshot for its memory, vCPUs and network
-    /// instead of booting when there is one (`sbx inspect` shows `started_from`): `sbx
+    /// instead of booting when there is one (`atoll inspect` shows `started_from`): `atoll
     /// template snapshot` makes one ahead, else the first create of that shape boots and
     /// saves it once its agent answers. One that cannot be used is replaced, and -v says
-    /// why; SBX_TEMPLATE_SNAPSHOT=off always boots.
-    #[command(after_help = "Examples:\n  sbx create\n  sbx create --name dev --memory 1024 --cpus 2\n  \
-                            sbx create --template debian --name web --publish 8000\n  \
-                            sbx create --net none\n  \
-                            sbx create --mount ./src:/work --mount ~/data:/data:ro\n  \
-                            sbx create --template debian --disk 8G\n  \
-                            sbx create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
-                            sbx create --from clean --name try1   (a fork of snapshot `clean`)\n  \
-                            sbx -s dev exec -- uname -a")]
+    /// why; ATOLL_TEMPLATE_SNAPSHOT=off always boots.
+    #[command(after_help = "Examples:\n  atoll create\n  atoll create --name dev --memory 1024 --cpus 2\n  \
+                            atoll create --template debian --name web --publish 8000\n  \
+                            atoll create --net none\n  \
+                            atoll create --mount ./src:/work --mount ~/data:/data:ro\n  \
+                            atoll create --template debian --disk 8G\n  \
+                            atoll create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
+                            atoll create --from clean --name try1   (a fork of snapshot `clean`)\n  \
+                            atoll -s dev exec -- uname -a")]
     Create(CreateArgs),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
     Inspect(SandboxArg),
     /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it
     /// stopped. With --to-disk, park it: saved to disk, no host memory held.
     #[command(
-        after_help = "Examples:\n  sbx pause dev\n  sbx pause --to-disk dev   (sbx ls shows it parked)\n  \
-                            sbx -s dev exec -- uptime   (brings it back first)"
+        after_help = "Examples:\n  atoll pause dev\n  atoll pause --to-disk dev   (atoll ls shows it parked)\n  \
+                            atoll -s dev exec -- uptime   (brings it back first)"
     )]
     Pause(PauseArgs),
     /// Resume a paused or parked sandbox and set its clock to the host's.
@@ -48,11 +48,11 @@ pub enum SandboxCommand {
     /// second (the guest's own, from its /proc/stat, and its VM process's on the host;
     /// 100 = one CPU), guest memory used of its limit, guest disk used, network bytes
     /// received/sent, uptime.
-    #[command(after_help = "Examples:\n  sbx stats\n  sbx stats dev web\n  sbx stats --json dev")]
+    #[command(after_help = "Examples:\n  atoll stats\n  atoll stats dev web\n  atoll stats --json dev")]
     Stats(StatsArgs),
 }
 
-/// `sbx stats`.
+/// `atoll stats`.
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Sandboxes by name or id; default: all.
@@ -60,7 +60,7 @@ pub struct StatsArgs {
     pub names: Vec<String>,
 }
 
-/// `sbx create`.
+/// `atoll create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
     /// Template to boot: `minimal` (built by rootfs/setup.sh), `debian`, or your own.
@@ -82,7 +82,7 @@ pub struct CreateArgs {
     #[arg(long, default_value = "default", value_name = "NET")]
     pub net: NetworkMode,
     /// Publish a guest TCP port on the host's 127.0.0.1 (repeatable): GUESTPORT, or
-    /// GUESTPORT:HOSTPORT; without a host port a free one is picked (see `sbx port ls`).
+    /// GUESTPORT:HOSTPORT; without a host port a free one is picked (see `atoll port ls`).
     #[arg(long, short = 'p', value_name = "GUESTPORT[:HOSTPORT]")]
     pub publish: Vec<PortSpec>,
     /// Allow destinations (repeatable, or comma-separated): a domain (pypi.org), a pattern
@@ -123,7 +123,7 @@ fn parse_disk(s: &str) -> Result<u64, String> {
     crate::sandbox::mounts::parse_disk(s).map_err(|e| e.to_string())
 }
 
-/// `sbx pause`.
+/// `atoll pause`.
 #[derive(Debug, Args)]
 pub struct PauseArgs {
     /// The sandbox.
@@ -143,7 +143,7 @@ pub struct SandboxArg {
     pub name: Option<String>,
 }
 
-/// `sbx kill`.
+/// `atoll kill`.
 #[derive(Debug, Args)]
 pub struct KillArgs {
     /// Sandbox names or ids.

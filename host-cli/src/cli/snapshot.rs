@@ -1,15 +1,15 @@
-//! The arguments of `sbx snapshot create|ls|rm|restore`.
+//! The arguments of `atoll snapshot create|ls|rm|restore`.
 
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-/// `sbx snapshot ...`.
+/// `atoll snapshot ...`.
 #[derive(Debug, Subcommand)]
 pub enum SnapshotCommand {
     /// Save a sandbox's memory, processes and disk under a name; it keeps running.
-    #[command(after_help = "Examples:\n  sbx snapshot create dev --name dev-clean\n  \
-                            sbx create --from dev-clean --name try1\n  sbx snapshot restore dev dev-clean")]
+    #[command(after_help = "Examples:\n  atoll snapshot create dev --name dev-clean\n  \
+                            atoll create --from dev-clean --name try1\n  atoll snapshot restore dev dev-clean")]
     Create(SnapshotCreateArgs),
     /// List the snapshots: name, source sandbox, template, memory, size on disk, age.
     Ls,
@@ -17,12 +17,12 @@ pub enum SnapshotCommand {
     Rm(SnapshotRmArgs),
     /// Put a sandbox back to a snapshot (memory, processes and disk); its name and id stay.
     ///
-    /// A snapshot saved by an older sbx (whose VMs had a vsock device) cannot be
+    /// A snapshot saved by an older atoll (whose VMs had a vsock device) cannot be
     /// restored, nor forked: remove it and take a new one.
     Restore(SnapshotRestoreArgs),
 }
 
-/// `sbx snapshot create`.
+/// `atoll snapshot create`.
 #[derive(Debug, Args)]
 pub struct SnapshotCreateArgs {
     /// The sandbox to save; default: the global --sandbox.
@@ -36,7 +36,7 @@ pub struct SnapshotCreateArgs {
     pub stop: bool,
 }
 
-/// `sbx snapshot rm`.
+/// `atoll snapshot rm`.
 #[derive(Debug, Args)]
 pub struct SnapshotRmArgs {
     /// Snapshot names.
@@ -44,7 +44,7 @@ pub struct SnapshotRmArgs {
     pub names: Vec<String>,
 }
 
-/// `sbx snapshot restore`.
+/// `atoll snapshot restore`.
 #[derive(Debug, Args)]
 pub struct SnapshotRestoreArgs {
     /// The sandbox to put back.

@@ -1,42 +1,42 @@
-//! The arguments of `sbx template build|snapshot|save|ls|rm`.
+//! The arguments of `atoll template build|snapshot|save|ls|rm`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
-/// `sbx template ...`.
+/// `atoll template ...`.
 #[derive(Debug, Subcommand)]
 pub enum TemplateCommand {
     /// Bake the agent into your own root filesystem and install it as a template.
     #[command(after_help = "Examples:\n  \
-        sudo sbx template build --from ./rootfs --name mine\n  \
+        sudo atoll template build --from ./rootfs --name mine\n  \
         docker export $(docker create ubuntu:24.04) > ubuntu.tar\n  \
-        sudo sbx template build --from ubuntu.tar --name ubuntu\n  \
-        sudo sbx template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
-        sbx create --template mine\n\n\
+        sudo atoll template build --from ubuntu.tar --name ubuntu\n  \
+        sudo atoll template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
+        atoll create --template mine\n\n\
         At the end it makes the template's snapshot for the default machine shape (see\n\
-        `sbx template snapshot`) unless --no-snapshot or SBX_TEMPLATE_SNAPSHOT=off. Under\n\
+        `atoll template snapshot`) unless --no-snapshot or ATOLL_TEMPLATE_SNAPSHOT=off. Under\n\
         sudo it does not (it would land in root's state directory, not yours): run\n\
-        `sbx template snapshot NAME` as yourself afterwards.")]
+        `atoll template snapshot NAME` as yourself afterwards.")]
     Build(BuildArgs),
-    /// Make a template's snapshot, which plain `sbx create` restores instead of booting.
+    /// Make a template's snapshot, which plain `atoll create` restores instead of booting.
     ///
     /// It boots a sandbox of the machine shape, saves it, and removes it. One is kept per template and machine shape (--memory, --cpus, --net, and the
-    /// accelerator) in $SBX_STATE_DIR/.template-snapshots/. An up-to-date one is kept; one
-    /// that cannot be used (the template rebuilt, sbx or QEMU changed, saved by an older
-    /// sbx, damaged) is replaced. Without it, the first `sbx create` of a shape boots and saves one.
+    /// accelerator) in $ATOLL_STATE_DIR/.template-snapshots/. An up-to-date one is kept; one
+    /// that cannot be used (the template rebuilt, atoll or QEMU changed, saved by an older
+    /// atoll, damaged) is replaced. Without it, the first `atoll create` of a shape boots and saves one.
     #[command(after_help = "Examples:\n  \
-        sbx template snapshot minimal\n  \
-        sbx template snapshot debian --memory 1024 --cpus 2\n  \
-        sbx create --template debian --memory 1024 --cpus 2   (restores it; sbx inspect: started_from)")]
+        atoll template snapshot minimal\n  \
+        atoll template snapshot debian --memory 1024 --cpus 2\n  \
+        atoll create --template debian --memory 1024 --cpus 2   (restores it; atoll inspect: started_from)")]
     Snapshot(TemplateSnapshotArgs),
     /// Save a sandbox's current disk as a new template (disk templates such as `debian`).
     #[command(after_help = "Examples:\n  \
-        sbx create --template debian --name setup\n  \
-        sbx -s setup exec --sh 'apt-get update && apt-get install -y git'\n  \
-        sbx template save setup --name debian-git\n  \
-        sbx create --template debian-git\n\n\
+        atoll create --template debian --name setup\n  \
+        atoll -s setup exec --sh 'apt-get update && apt-get install -y git'\n  \
+        atoll template save setup --name debian-git\n  \
+        atoll create --template debian-git\n\n\
         The guest's files are flushed (sync) and the VM is frozen while its disk is copied,\n\
         then it runs on. Sandboxes of an initramfs template (`minimal`) have no disk and are\n\
         refused.")]
@@ -47,7 +47,7 @@ pub enum TemplateCommand {
     Rm(TemplateRmArgs),
 }
 
-/// `sbx template save`.
+/// `atoll template save`.
 #[derive(Debug, Args)]
 pub struct SaveArgs {
     /// The sandbox, by name or id.
@@ -64,13 +64,13 @@ pub struct SaveArgs {
 /// What runs as PID 1 in the new template.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum InitArg {
-    /// sbx-agent is PID 1 (fast; no services start).
+    /// atoll-agent is PID 1 (fast; no services start).
     Agent,
-    /// systemd is PID 1 and starts sbx-agent.service (the tree must have systemd).
+    /// systemd is PID 1 and starts atoll-agent.service (the tree must have systemd).
     Systemd,
 }
 
-/// `sbx template build`.
+/// `atoll template build`.
 #[derive(Debug, Args)]
 pub struct BuildArgs {
     /// The root filesystem: a directory, or a tarball (.tar, .tar.gz, .tar.xz, .tar.zst).
@@ -88,24 +88,24 @@ pub struct BuildArgs {
     /// Replace a template of the same name.
     #[arg(long, short = 'f')]
     pub force: bool,
-    /// Do not make the template's snapshot (the first `sbx create` of it then does).
+    /// Do not make the template's snapshot (the first `atoll create` of it then does).
     #[arg(long)]
     pub no_snapshot: bool,
 }
 
-/// `sbx template snapshot`.
+/// `atoll template snapshot`.
 #[derive(Debug, Args)]
 pub struct TemplateSnapshotArgs {
     /// The template.
     #[arg(value_name = "TEMPLATE")]
     pub template: String,
-    /// Guest memory in MiB of the machine shape (as `sbx create --memory`).
+    /// Guest memory in MiB of the machine shape (as `atoll create --memory`).
     #[arg(long, short = 'm', default_value_t = 512, value_name = "MiB")]
     pub memory: u32,
-    /// Guest vCPUs of the machine shape (as `sbx create --cpus`).
+    /// Guest vCPUs of the machine shape (as `atoll create --cpus`).
     #[arg(long, default_value_t = 1)]
     pub cpus: u32,
-    /// `default` (with a NIC) or `none` (as `sbx create --net`).
+    /// `default` (with a NIC) or `none` (as `atoll create --net`).
     #[arg(long, default_value = "default", value_name = "NET")]
     pub net: crate::sandbox::network::NetworkMode,
     /// How long to wait for the agent to come up, e.g. 120s, 5m.
@@ -113,7 +113,7 @@ pub struct TemplateSnapshotArgs {
     pub timeout: Duration,
 }
 
-/// `sbx template rm`.
+/// `atoll template rm`.
 #[derive(Debug, Args)]
 pub struct TemplateRmArgs {
     /// Template names.

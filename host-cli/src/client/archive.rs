@@ -1,8 +1,8 @@
 //! The records of directory transfers: what a download held ([`ArchiveSummary`]) and
 //! what an upload extracted ([`UploadSummary`]).
 
+use atoll_proto::agent::v1 as pb;
 use bytes::Bytes;
-use sbx_proto::agent::v1 as pb;
 use serde::Serialize;
 
 /// An entry a directory download left out.

@@ -1,8 +1,8 @@
 //! [`ClientError`]: what can go wrong calling an agent, keeping the gRPC code and the
 //! agent's own message (already a sentence that says what to do).
 
-use sbx_proto::Address;
-use sbx_proto::reason::{REASON_KEY, Reason};
+use atoll_proto::Address;
+use atoll_proto::reason::{REASON_KEY, Reason};
 use tonic::{Code, Status};
 
 use crate::connect::ConnectError;
@@ -20,11 +20,11 @@ pub enum ClientError {
         code: Code,
         /// The agent's message, face-neutral: each face adds its next step from `reason`.
         message: String,
-        /// Why, as the agent's machine-readable token (`sbx-reason`), when it gave one.
+        /// Why, as the agent's machine-readable token (`atoll-reason`), when it gave one.
         reason: Option<Reason>,
     },
-    /// The agent is older than this `sbx` and lacks the call.
-    #[error("the agent at {addr} does not support {rpc}; update sbx-agent to the version of this sbx")]
+    /// The agent is older than this `atoll` and lacks the call.
+    #[error("the agent at {addr} does not support {rpc}; update atoll-agent to the version of this atoll")]
     Unsupported {
         /// The agent's address.
         addr: Address,
@@ -48,7 +48,7 @@ pub enum ClientError {
     #[error("reading the local data to send failed; nothing was written in the guest")]
     Source(#[source] std::io::Error),
     /// The agent's answer broke the contract.
-    #[error("the agent's answer to {rpc} made no sense ({what}); is sbx-agent the same version as sbx?")]
+    #[error("the agent's answer to {rpc} made no sense ({what}); is atoll-agent the same version as atoll?")]
     Protocol {
         /// The RPC answered.
         rpc: &'static str,
@@ -58,7 +58,7 @@ pub enum ClientError {
     /// A read would exceed the caller's memory cap.
     #[error(
         "{path} gave more than {limit} bytes, over the cap for reading into memory; read a slice \
-         with offset/length or copy it with `sbx cp`"
+         with offset/length or copy it with `atoll cp`"
     )]
     TooLarge {
         /// The guest path read.

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use atoll_proto::agent::v1 as pb;
 use bytes::Bytes;
-use sbx_proto::agent::v1 as pb;
 use serde::{Serialize, Serializer};
 
-/// Exit code `sbx exec` uses when the agent killed the command at its timeout (as
+/// Exit code `atoll exec` uses when the agent killed the command at its timeout (as
 /// coreutils `timeout` does).
 pub const TIMEOUT_EXIT_CODE: u8 = 124;
 
@@ -128,7 +128,7 @@ impl ExitStatus {
         self.oom_killed.then(|| {
             let memory = self
                 .memory_total_bytes
-                .map(|m| format!(" (the sandbox has {} of memory)", sbx_proto::units::human_bytes(m)))
+                .map(|m| format!(" (the sandbox has {} of memory)", atoll_proto::units::human_bytes(m)))
                 .unwrap_or_default();
             format!(
                 "the command was killed by the guest's out-of-memory killer{memory}: it needed more \

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use atoll_proto::agent::v1 as pb;
 use futures::future::BoxFuture;
-use sbx_proto::agent::v1 as pb;
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
@@ -72,7 +72,7 @@ struct Routes {
 }
 
 impl NamedService for Routes {
-    const NAME: &'static str = "sbx.agent.v1.Agent";
+    const NAME: &'static str = "atoll.agent.v1.Agent";
 }
 
 impl tower::Service<http::Request<Body>> for Routes {

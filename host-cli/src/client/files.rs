@@ -1,7 +1,7 @@
 //! The records of guest files: [`FileEntry`] and listings, and the options of reads,
 //! writes and listings.
 
-use sbx_proto::agent::v1 as pb;
+use atoll_proto::agent::v1 as pb;
 use serde::Serialize;
 
 /// What a directory entry is.

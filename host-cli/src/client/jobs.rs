@@ -1,7 +1,7 @@
 //! The records of background jobs: [`Job`], its state and its two output streams.
 
+use atoll_proto::agent::v1 as pb;
 use bytes::Bytes;
-use sbx_proto::agent::v1 as pb;
 use serde::Serialize;
 
 use super::exec::{ExitStatus, lossy};

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use atoll_proto::agent::v1 as pb;
+use atoll_proto::agent::v1::port_data::Part;
+use atoll_proto::limits::CHUNK_SIZE;
 use bytes::BytesMut;
-use sbx_proto::agent::v1 as pb;
-use sbx_proto::agent::v1::port_data::Part;
-use sbx_proto::limits::CHUNK_SIZE;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

@@ -1,15 +1,15 @@
 //! [`AgentInfo`]: what an agent reports about itself and its machine; [`Restored`]: its
 //! answer when told it was restored from a snapshot.
 
-use sbx_proto::agent::v1 as pb;
+use atoll_proto::agent::v1 as pb;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-/// The agent and its machine: `sbx info --json` prints it, and the `sandbox_info` tool
+/// The agent and its machine: `atoll info --json` prints it, and the `sandbox_info` tool
 /// returns it (with the clock also as RFC 3339 text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct AgentInfo {
-    /// sbx-agent's version.
+    /// atoll-agent's version.
     pub agent_version: String,
     /// Milliseconds since the agent started.
     pub uptime_ms: u64,
@@ -56,7 +56,7 @@ impl From<pb::InfoResponse> for AgentInfo {
 pub struct Restored {
     /// How far its clock moved (new minus old), in milliseconds.
     pub adjusted_by_ms: i64,
-    /// sbx-agent's version.
+    /// atoll-agent's version.
     pub agent_version: String,
 }
 

@@ -1,10 +1,10 @@
 //! A command on a pseudo-terminal in the guest: ExecStream with `tty` set, keystrokes and
 //! resizes in, the terminal's output out (as [`ExecEvent::Stdout`]).
 
+use atoll_proto::agent::v1 as pb;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
-use sbx_proto::agent::v1 as pb;
 
 use super::{Client, ExecEvent, ExecSpec, Result};
 

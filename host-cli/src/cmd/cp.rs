@@ -1,4 +1,4 @@
-//! `sbx cp SRC DST` in both directions, and `sbx download DIR -o out.zip`.
+//! `atoll cp SRC DST` in both directions, and `atoll download DIR -o out.zip`.
 //!
 //! Files stream in chunks (a progress bar on a terminal) and land atomically on both
 //! sides: the agent writes a temp file and renames it; here we write a temp file next to
@@ -9,7 +9,7 @@
 //!
 //! Like `cp`, a copy is not flushed to disk unless asked: `--sync` fsyncs the
 //! destination (a file, or with syncfs the filesystem a directory was extracted to)
-//! before `sbx cp` returns, on whichever side it lands.
+//! before `atoll cp` returns, on whichever side it lands.
 
 use std::io::IsTerminal;
 use std::os::unix::fs::PermissionsExt;
@@ -43,7 +43,7 @@ struct Copied {
     skipped: Vec<String>,
 }
 
-/// `sbx cp`.
+/// `atoll cp`.
 pub(super) async fn cp(ctx: &Ctx, args: CpArgs) -> Result<u8> {
     let copied = match (Location::parse(&args.src), Location::parse(&args.dst)) {
         (Location::Host(_), Location::Host(_)) => {
@@ -227,7 +227,7 @@ async fn download_dir(
     let staging_parent = parent_of(&target).to_path_buf();
     tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
         let staging = tempfile::Builder::new()
-            .prefix(".sbx-cp-")
+            .prefix(".atoll-cp-")
             .tempdir_in(&staging_parent)
             .with_context(|| format!("cannot create a directory in {}", staging_parent.display()))?;
         let mut zip = zip;
@@ -292,7 +292,7 @@ fn report_skipped(summary: &ArchiveSummary) {
     }
 }
 
-/// `sbx download DIR -o FILE`: the zip itself, to a file or stdout.
+/// `atoll download DIR -o FILE`: the zip itself, to a file or stdout.
 pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let summary = if args.output.as_os_str() == "-" {

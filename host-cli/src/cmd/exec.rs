@@ -1,4 +1,4 @@
-//! `sbx exec`: run a command in the guest. By default its output streams live and its
+//! `atoll exec`: run a command in the guest. By default its output streams live and its
 //! stdin is forwarded (when stdin is not a terminal); `--capture` (and `--json`) use the
 //! unary call and print the capped result, as the MCP tool sees it.
 
@@ -14,7 +14,7 @@ use crate::cli::{CommandArgs, ExecArgs, ProcessArgs};
 use crate::client::{ClientError, ExecEvent, ExecSpec};
 
 /// Stdin bytes `--capture` accepts: one gRPC message, minus room for the rest.
-const CAPTURE_STDIN_LIMIT: u64 = (sbx_proto::limits::MAX_MESSAGE_BYTES - 64 * 1024) as u64;
+const CAPTURE_STDIN_LIMIT: u64 = (atoll_proto::limits::MAX_MESSAGE_BYTES - 64 * 1024) as u64;
 
 /// Builds the spec for `exec` and `run`.
 pub(super) fn spec(args: &CommandArgs) -> ExecSpec {
@@ -34,16 +34,16 @@ pub(super) fn set_process(spec: &mut ExecSpec, process: &ProcessArgs) {
 }
 
 /// How a CLI user gives a sandbox more memory.
-pub(super) const CLI_MORE_MEMORY: &str = "create the sandbox with more, e.g. `sbx create --memory 2048`";
+pub(super) const CLI_MORE_MEMORY: &str = "create the sandbox with more, e.g. `atoll create --memory 2048`";
 
-/// `sbx exec`.
+/// `atoll exec`.
 pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
     let mut spec = spec(&args.command);
     spec.timeout = args.timeout;
     spec.output_limit = args.output_limit;
     if args.tty {
         if !crate::tty::stdin_is_terminal() {
-            return Err(crate::tty::TtyError::NotATerminal { what: "`sbx exec -t`" }.into());
+            return Err(crate::tty::TtyError::NotATerminal { what: "`atoll exec -t`" }.into());
         }
         return super::shell::session(&ctx.client().await?, &spec).await;
     }
@@ -74,11 +74,11 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
                 if status.timed_out {
                     tracing::warn!("the command hit its timeout and was killed");
                     stderr
-                        .write_all(b"sbx: the command hit its timeout and was killed (exit code 124); raise --timeout (at most 10m) or use `sbx run -d`\n")
+                        .write_all(b"atoll: the command hit its timeout and was killed (exit code 124); raise --timeout (at most 10m) or use `atoll run -d`\n")
                         .await?;
                 }
                 if let Some(note) = status.oom_note(CLI_MORE_MEMORY) {
-                    stderr.write_all(format!("sbx: {note}\n").as_bytes()).await?;
+                    stderr.write_all(format!("atoll: {note}\n").as_bytes()).await?;
                 }
                 // tokio's stderr hands writes to a thread: flush, or `main` may return first.
                 stderr.flush().await?;
@@ -103,14 +103,14 @@ async fn capture(ctx: &Ctx, spec: &ExecSpec) -> Result<u8> {
         for (name, c) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
             if c.truncated {
                 let note = format!(
-                    "sbx: {name} was {} bytes; only its head and tail are shown (drop --capture to stream all of it)\n",
+                    "atoll: {name} was {} bytes; only its head and tail are shown (drop --capture to stream all of it)\n",
                     c.total_bytes
                 );
                 stderr.write_all(note.as_bytes()).await?;
             }
         }
         if let Some(note) = r.status.oom_note(CLI_MORE_MEMORY) {
-            stderr.write_all(format!("sbx: {note}\n").as_bytes()).await?;
+            stderr.write_all(format!("atoll: {note}\n").as_bytes()).await?;
         }
         stderr.flush().await?;
     }

@@ -1,4 +1,4 @@
-//! `sbx cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir`: one guest file at a time.
+//! `atoll cat`, `write`, `ls`, `stat`, `rm`, `mv`, `mkdir`: one guest file at a time.
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -12,10 +12,10 @@ use crate::cli::{CatArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, WriteArgs}
 use crate::client::{FileEntry, FileKind, ListOpts, ReadOpts, WriteOpts};
 use crate::output::human_bytes;
 
-/// Cap on a file read into memory for `sbx cat --json`.
+/// Cap on a file read into memory for `atoll cat --json`.
 const JSON_READ_LIMIT: u64 = 16 * 1024 * 1024;
 
-/// `sbx cat`: stream a guest file (or a slice) to stdout, byte for byte.
+/// `atoll cat`: stream a guest file (or a slice) to stdout, byte for byte.
 pub(super) async fn cat(ctx: &Ctx, args: CatArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let opts = ReadOpts { offset: args.offset, length: args.length, max_bytes: None };
@@ -40,7 +40,7 @@ pub(super) async fn cat(ctx: &Ctx, args: CatArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// `sbx write`: stdin or `--from FILE` to a guest file, atomically.
+/// `atoll write`: stdin or `--from FILE` to a guest file, atomically.
 pub(super) async fn write(ctx: &Ctx, args: WriteArgs) -> Result<u8> {
     let client = ctx.client().await?;
     let opts = WriteOpts {
@@ -59,7 +59,7 @@ pub(super) async fn write(ctx: &Ctx, args: WriteArgs) -> Result<u8> {
         None => {
             if std::io::stdin().is_terminal() {
                 eprintln!(
-                    "sbx: reading the content from the terminal; end it with Ctrl-D (or use --from FILE)"
+                    "atoll: reading the content from the terminal; end it with Ctrl-D (or use --from FILE)"
                 );
             }
             client.write_file(&args.path, opts, tokio::io::stdin()).await?
@@ -72,7 +72,7 @@ pub(super) async fn write(ctx: &Ctx, args: WriteArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// `sbx ls [PATH]`: a guest directory, or with no path the sandboxes.
+/// `atoll ls [PATH]`: a guest directory, or with no path the sandboxes.
 pub(super) async fn ls(ctx: &Ctx, args: LsArgs) -> Result<u8> {
     let Some(path) = args.path else {
         return sandboxes(ctx);
@@ -106,7 +106,7 @@ pub(super) async fn ls(ctx: &Ctx, args: LsArgs) -> Result<u8> {
     ctx.out.text(&text)?;
     if listing.truncated {
         eprintln!(
-            "sbx: the listing was cut at {} entries; raise --max-entries or list a subdirectory",
+            "atoll: the listing was cut at {} entries; raise --max-entries or list a subdirectory",
             listing.entries.len()
         );
     }
@@ -153,7 +153,7 @@ fn kind_char(k: FileKind) -> char {
     }
 }
 
-/// An entry of `sbx ls --names --json`.
+/// An entry of `atoll ls --names --json`.
 #[derive(serde::Serialize)]
 struct NameEntry<'a> {
     path: &'a str,
@@ -191,7 +191,7 @@ fn long_line(e: &FileEntry) -> String {
     line
 }
 
-/// `sbx stat`.
+/// `atoll stat`.
 pub(super) async fn stat(ctx: &Ctx, args: PathArg) -> Result<u8> {
     let e = ctx.client().await?.stat(&args.path).await?;
     if ctx.out.json {
@@ -202,19 +202,19 @@ pub(super) async fn stat(ctx: &Ctx, args: PathArg) -> Result<u8> {
     Ok(0)
 }
 
-/// `sbx rm`.
+/// `atoll rm`.
 pub(super) async fn rm(ctx: &Ctx, args: RmArgs) -> Result<u8> {
     ctx.client().await?.remove(&args.path, args.recursive).await?;
     done(ctx, serde_json::json!({ "removed": args.path }))
 }
 
-/// `sbx mv`.
+/// `atoll mv`.
 pub(super) async fn mv(ctx: &Ctx, args: MvArgs) -> Result<u8> {
     ctx.client().await?.mv(&args.from, &args.to, args.force).await?;
     done(ctx, serde_json::json!({ "moved": args.from, "to": args.to }))
 }
 
-/// `sbx mkdir`.
+/// `atoll mkdir`.
 pub(super) async fn mkdir(ctx: &Ctx, args: MkdirArgs) -> Result<u8> {
     ctx.client().await?.mkdir(&args.path, args.parents, args.mode).await?;
     done(ctx, serde_json::json!({ "created": args.path }))

@@ -1,4 +1,4 @@
-//! `sbx run`, `sbx jobs`, `sbx job status|wait|kill|logs`: background jobs, whose whole
+//! `atoll run`, `atoll jobs`, `atoll job status|wait|kill|logs`: background jobs, whose whole
 //! output the agent keeps in log files in the guest.
 
 use anyhow::Result;
@@ -10,10 +10,10 @@ use crate::cli::{JobCommand, JobKillArgs, JobLogsArgs, JobWaitArgs, RunArgs};
 use crate::client::{Client, Job, JobState, ReadOpts, TIMEOUT_EXIT_CODE};
 use crate::sandbox::files;
 
-/// Cap on a log read into memory for `sbx job logs --json`.
+/// Cap on a log read into memory for `atoll job logs --json`.
 const JSON_LOG_LIMIT: u64 = 16 * 1024 * 1024;
 
-/// `sbx run`: start a job; with `-d` return at once, else wait and print its output.
+/// `atoll run`: start a job; with `-d` return at once, else wait and print its output.
 pub(super) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8> {
     let mut spec = super::exec::spec(&args.command);
     spec.timeout = args.timeout;
@@ -34,7 +34,7 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         copy_log(&client, &job.stdout.log_path, &mut crate::output::stdout()).await?;
         copy_log(&client, &job.stderr.log_path, &mut tokio::io::stderr()).await?;
         if let Some(note) = job.status.and_then(|s| s.oom_note(super::exec::CLI_MORE_MEMORY)) {
-            eprintln!("sbx: {note}");
+            eprintln!("atoll: {note}");
         }
     }
     Ok(exit_code(&job))
@@ -57,7 +57,7 @@ fn exit_code(job: &Job) -> u8 {
     }
 }
 
-/// `sbx jobs`.
+/// `atoll jobs`.
 pub(super) async fn list(ctx: &Ctx) -> Result<u8> {
     let jobs = ctx.client().await?.jobs().await?;
     if ctx.out.json {
@@ -93,7 +93,7 @@ fn exit(j: &Job) -> String {
     }
 }
 
-/// `sbx job ...`.
+/// `atoll job ...`.
 pub(super) async fn job(ctx: &Ctx, cmd: JobCommand) -> Result<u8> {
     match cmd {
         JobCommand::Status(a) => {
@@ -144,7 +144,7 @@ fn show(ctx: &Ctx, job: &Job) -> Result<()> {
     Ok(())
 }
 
-/// `sbx job logs`: the whole log file, streamed.
+/// `atoll job logs`: the whole log file, streamed.
 async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     if args.follow && ctx.out.json {
         return Err(super::UsageError("--follow prints raw output; drop --json".to_string()).into());
@@ -170,7 +170,7 @@ async fn logs(ctx: &Ctx, args: JobLogsArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// `sbx job logs -f`: prints what the log gained since the last look, until the job
+/// `atoll job logs -f`: prints what the log gained since the last look, until the job
 /// has exited and its log is printed to the end.
 async fn follow(client: &Client, id: &str, stderr: bool) -> Result<u8> {
     let mut out = crate::output::stdout();
@@ -188,7 +188,7 @@ async fn follow(client: &Client, id: &str, stderr: bool) -> Result<u8> {
     }
 }
 
-/// How often `sbx job logs -f` looks for new output while the job runs.
+/// How often `atoll job logs -f` looks for new output while the job runs.
 const FOLLOW_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 async fn copy_log<W: AsyncWrite + Unpin>(client: &Client, path: &str, out: &mut W) -> Result<()> {

@@ -1,9 +1,9 @@
-//! The `sbx cp` location grammar: `:/path` and `NAME:/path` are guest paths, anything
+//! The `atoll cp` location grammar: `:/path` and `NAME:/path` are guest paths, anything
 //! else a host path (write `./a:/b` for a host path that looks like one).
 
 use std::path::PathBuf;
 
-/// One side of `sbx cp`.
+/// One side of `atoll cp`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Location {
     /// A path on this machine.

@@ -1,4 +1,4 @@
-//! `sbx mcp`: serve the agent's abilities as MCP tools on stdin/stdout, for Claude Code,
+//! `atoll mcp`: serve the agent's abilities as MCP tools on stdin/stdout, for Claude Code,
 //! Cursor, VS Code, Windsurf, Codex or any MCP client, or with `--http ADDR` over
 //! Streamable HTTP for many clients at once. On stdio, stdout carries only the protocol;
 //! logs go to stderr.
@@ -11,15 +11,15 @@ use crate::cli::McpArgs;
 use crate::cmd::{Ctx, UsageError};
 use crate::mcp::http::auth::BearerToken;
 use crate::mcp::http::{HttpOptions, serve_http};
-use crate::mcp::{SbxMcp, serve_stdio};
+use crate::mcp::{AtollMcp, serve_stdio};
 use crate::sandbox::Target;
 
 /// The environment variable that gives the HTTP bearer token inline.
-const TOKEN_ENV: &str = "SBX_MCP_TOKEN";
+const TOKEN_ENV: &str = "ATOLL_MCP_TOKEN";
 
 /// Runs the MCP server until the client closes stdin (or, over HTTP, until SIGINT or
-/// SIGTERM). `--agent` (or `SBX_AGENT`) pins the agent that guest tools act on when a
-/// call names no sandbox; `--sandbox` (or `SBX_SANDBOX`) pins a sandbox instead.
+/// SIGTERM). `--agent` (or `ATOLL_AGENT`) pins the agent that guest tools act on when a
+/// call names no sandbox; `--sandbox` (or `ATOLL_SANDBOX`) pins a sandbox instead.
 pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     let mut allowed = Vec::new();
     for dir in &args.allow_mount {
@@ -29,9 +29,9 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     }
     let pinned = Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?;
     if let Some(pinned) = &pinned {
-        tracing::info!("sbx mcp: guest tools default to {pinned}");
+        tracing::info!("atoll mcp: guest tools default to {pinned}");
     }
-    let server = SbxMcp::new(pinned, ctx.global.connect_timeout).allow_mounts(allowed);
+    let server = AtollMcp::new(pinned, ctx.global.connect_timeout).allow_mounts(allowed);
     if let Some(bind) = args.http {
         let options = HttpOptions {
             bind,
@@ -44,16 +44,16 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     }
     if std::io::stdin().is_terminal() {
         eprintln!(
-            "sbx mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts it, \
-             e.g. `claude mcp add sbx -- sbx mcp` (see docs/mcp.md), or serve it over HTTP with \
-             `sbx mcp --http 127.0.0.1:8765`. Waiting for a client; Ctrl-D ends."
+            "atoll mcp speaks the Model Context Protocol on stdin/stdout; an MCP client starts it, \
+             e.g. `claude mcp add atoll -- atoll mcp` (see docs/mcp.md), or serve it over HTTP with \
+             `atoll mcp --http 127.0.0.1:8765`. Waiting for a client; Ctrl-D ends."
         );
     }
     serve_stdio(server).await?;
     Ok(0)
 }
 
-/// The token from `--token-file` or `SBX_MCP_TOKEN`, never both.
+/// The token from `--token-file` or `ATOLL_MCP_TOKEN`, never both.
 fn token(args: &McpArgs) -> Result<Option<BearerToken>> {
     let inline = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     Ok(match (&args.token_file, inline) {

@@ -20,7 +20,7 @@
 //! - `port publish|ls|unpublish` (published ports) in `port`, `net show|set|log` (egress
 //!   policy and audit log) in `net` (the hidden `net-helper` is dispatched in [`crate::app`]);
 //! - [`UsageError`] (in `error`): a command line that parsed but makes no sense; [`next_step`]:
-//!   what to do about an agent's refusal, in `sbx` commands.
+//!   what to do about an agent's refusal, in `atoll` commands.
 
 mod cp;
 mod error;
@@ -57,7 +57,8 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// Connects to the agent named by `--agent` / `--sandbox`.
     pub(crate) async fn client(&self) -> Result<Client> {
-        let (env_agent, env_sandbox) = (std::env::var("SBX_AGENT").ok(), std::env::var("SBX_SANDBOX").ok());
+        let (env_agent, env_sandbox) =
+            (std::env::var("ATOLL_AGENT").ok(), std::env::var("ATOLL_SANDBOX").ok());
         let (agent, sandbox) = target::flags_over_env(
             self.global.agent.as_deref(),
             self.global.sandbox.as_deref(),

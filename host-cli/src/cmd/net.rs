@@ -1,4 +1,4 @@
-//! `sbx net show|set|log`: thin callers of [`crate::sandbox::network::policy`] and
+//! `atoll net show|set|log`: thin callers of [`crate::sandbox::network::policy`] and
 //! [`crate::sandbox::network::audit`].
 
 use super::print;
@@ -6,18 +6,18 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Result;
-use sbx_net::log::Record;
-use sbx_net::policy::Verdict;
+use atoll_net::log::Record;
+use atoll_net::policy::Verdict;
 
 use super::{Ctx, UsageError};
 use crate::cli::{LogArgs, NetCommand, VerdictArg};
 use crate::sandbox::network::audit::{self, Follower, LogQuery};
 use crate::sandbox::network::policy::{self, PolicyUpdate, PolicyView};
 
-/// How often `sbx net log --follow` looks for new records.
+/// How often `atoll net log --follow` looks for new records.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
-/// Runs one `sbx net` subcommand.
+/// Runs one `atoll net` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
     match cmd {
         NetCommand::Show(a) => {
@@ -27,7 +27,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
         NetCommand::Set(a) => {
             if !a.reset && a.allow_out.is_none() && a.deny_out.is_none() {
                 return Err(UsageError(
-                    "give --allow-out, --deny-out or --reset (`sbx net set --help`)".into(),
+                    "give --allow-out, --deny-out or --reset (`atoll net set --help`)".into(),
                 )
                 .into());
             }

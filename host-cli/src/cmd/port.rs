@@ -1,4 +1,4 @@
-//! `sbx port publish|ls|unpublish`: thin callers of [`crate::sandbox::network`].
+//! `atoll port publish|ls|unpublish`: thin callers of [`crate::sandbox::network`].
 
 use super::print;
 use std::fmt::Write as _;
@@ -9,7 +9,7 @@ use super::Ctx;
 use crate::cli::PortCommand;
 use crate::sandbox::network::{self, PortSpec};
 
-/// Runs one `sbx port` subcommand.
+/// Runs one `atoll port` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: PortCommand) -> Result<u8> {
     match cmd {
         PortCommand::Publish(a) => {

@@ -1,5 +1,5 @@
-//! The sandbox lifecycle subcommands: `sbx create`, `sbx inspect`, `sbx pause`,
-//! `sbx resume`, `sbx kill` (`sbx ls` without a path lives with the file commands).
+//! The sandbox lifecycle subcommands: `atoll create`, `atoll inspect`, `atoll pause`,
+//! `atoll resume`, `atoll kill` (`atoll ls` without a path lives with the file commands).
 //! Thin callers of [`crate::sandbox`].
 
 use super::print;
@@ -12,11 +12,13 @@ use super::UsageError;
 use crate::cli::{CreateArgs, SandboxArg, SandboxCommand};
 use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxError};
 
-/// The sandbox named here, else the one from `-s` / `SBX_SANDBOX`.
+/// The sandbox named here, else the one from `-s` / `ATOLL_SANDBOX`.
 fn pick(arg: &SandboxArg, ctx: &Ctx, verb: &str) -> Result<String> {
     match arg.name.clone().or_else(|| ctx.global.sandbox.clone()) {
         Some(name) => Ok(name),
-        None => Err(UsageError(format!("name the sandbox: `sbx {verb} NAME` (`sbx ls` lists them)")).into()),
+        None => {
+            Err(UsageError(format!("name the sandbox: `atoll {verb} NAME` (`atoll ls` lists them)")).into())
+        }
     }
 }
 
@@ -46,7 +48,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
     }
 }
 
-/// `sbx create`: boots and prints the id; Ctrl-C undoes everything it started.
+/// `atoll create`: boots and prints the id; Ctrl-C undoes everything it started.
 async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
@@ -58,7 +60,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         timeout: args.timeout,
         network: args.net,
         publish: args.publish,
-        policy: sbx_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
+        policy: atoll_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
         from_snapshot: args.from,
         storage,
     };
@@ -68,7 +70,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
     };
     if !ctx.out.json {
-        eprintln!("sandbox `{}` is running; try: sbx -s {} exec -- uname -a", info.name, info.name);
+        eprintln!("sandbox `{}` is running; try: atoll -s {} exec -- uname -a", info.name, info.name);
     }
     print(ctx, &info, &format!("{}\n", info.id))
 }
@@ -99,7 +101,7 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     let helper = match (n.helper.as_str(), n.helper_pid) {
         ("running", Some(pid)) => format!("helper pid {pid}"),
         ("dead", _) => format!(
-            "helper DEAD: published ports and the network are gone; recreate it (`sbx kill {}`)",
+            "helper DEAD: published ports and the network are gone; recreate it (`atoll kill {}`)",
             s.name
         ),
         _ => "no helper".to_string(),
@@ -116,7 +118,7 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
         (Some(a), _) => {
             let _ = writeln!(
                 t,
-                "agent:     sbx-agent {} (pid 1: {}), up {} s",
+                "agent:     atoll-agent {} (pid 1: {}), up {} s",
                 a.agent_version,
                 a.pid1,
                 a.uptime_ms / 1000
@@ -138,7 +140,7 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     print(ctx, &i, &t)
 }
 
-/// Removes sandboxes (`sbx kill`); prints the ids removed.
+/// Removes sandboxes (`atoll kill`); prints the ids removed.
 pub(crate) async fn remove(ctx: &Ctx, names: &[String], all: bool, force: bool) -> Result<u8> {
     let removed = sandbox::remove(names, RemoveOptions { all, force }).await?;
     let text: String = removed.iter().map(|r| format!("{}\n", r.id)).collect();

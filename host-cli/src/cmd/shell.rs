@@ -1,4 +1,4 @@
-//! `sbx shell` and `sbx exec -t`: a command on a pseudo-terminal in the guest, driven
+//! `atoll shell` and `atoll exec -t`: a command on a pseudo-terminal in the guest, driven
 //! from the host's terminal in raw mode. Keystrokes (Ctrl-C and Ctrl-Z included) go to
 //! the guest as bytes; the screen comes back; SIGWINCH becomes a resize; the exit code
 //! passes through. The terminal is put back however the session ends.
@@ -22,10 +22,10 @@ const SHELL: &str = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; 
 /// Keystroke chunks queued for the guest before reading more from the terminal.
 const KEY_QUEUE: usize = 16;
 
-/// `sbx shell [NAME]`.
+/// `atoll shell [NAME]`.
 pub(super) async fn shell(ctx: &Ctx, args: ShellArgs) -> Result<u8> {
     if !tty::stdin_is_terminal() {
-        return Err(TtyError::NotATerminal { what: "`sbx shell`" }.into());
+        return Err(TtyError::NotATerminal { what: "`atoll shell`" }.into());
     }
     let client = ctx.client_for(args.name.as_deref()).await?;
     let mut spec = ExecSpec::shell(SHELL);
@@ -34,7 +34,7 @@ pub(super) async fn shell(ctx: &Ctx, args: ShellArgs) -> Result<u8> {
 }
 
 /// Runs `spec` on a terminal in the guest, with the host's terminal in raw mode, and
-/// returns its exit code (128+N for signal N; 128+N too when signal N ended sbx).
+/// returns its exit code (128+N for signal N; 128+N too when signal N ended atoll).
 pub(super) async fn session(client: &Client, spec: &ExecSpec) -> Result<u8> {
     let size = tty::window_size().unwrap_or(WindowSize { rows: 24, cols: 80 });
     let mut signals = SessionSignals::install()?;

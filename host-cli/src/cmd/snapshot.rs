@@ -1,4 +1,4 @@
-//! `sbx snapshot create|ls|rm|restore`: thin callers of [`crate::sandbox::snapshot`].
+//! `atoll snapshot create|ls|rm|restore`: thin callers of [`crate::sandbox::snapshot`].
 
 use super::print;
 use std::fmt::Write as _;
@@ -10,12 +10,12 @@ use crate::cli::SnapshotCommand;
 use crate::output::human_bytes;
 use crate::sandbox::snapshot::{self, SnapshotOptions};
 
-/// Runs one `sbx snapshot` subcommand.
+/// Runs one `atoll snapshot` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> Result<u8> {
     match cmd {
         SnapshotCommand::Create(a) => {
             let Some(sandbox) = a.sandbox.or_else(|| ctx.global.sandbox.clone()) else {
-                return Err(UsageError("name the sandbox: `sbx snapshot create SANDBOX`".into()).into());
+                return Err(UsageError("name the sandbox: `atoll snapshot create SANDBOX`".into()).into());
             };
             let info = snapshot::create(&sandbox, &SnapshotOptions { name: a.name, stop: a.stop }).await?;
             let text = format!("{}\n", info.name);

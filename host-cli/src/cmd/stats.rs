@@ -1,4 +1,4 @@
-//! `sbx stats [NAME...]`: one reading of what sandboxes use, as a table or JSON; a thin
+//! `atoll stats [NAME...]`: one reading of what sandboxes use, as a table or JSON; a thin
 //! caller of [`crate::sandbox::metrics`].
 
 use std::fmt::Write as _;
@@ -17,7 +17,7 @@ pub(crate) async fn stats(ctx: &Ctx, names: &[String]) -> Result<u8> {
         return Ok(0);
     }
     if all.is_empty() {
-        eprintln!("sbx: no sandboxes; make one with `sbx create`");
+        eprintln!("atoll: no sandboxes; make one with `atoll create`");
         return Ok(0);
     }
     let mut text = format!(

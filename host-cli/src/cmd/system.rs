@@ -1,4 +1,4 @@
-//! `sbx info` and `sbx completions`.
+//! `atoll info` and `atoll completions`.
 
 use anyhow::Result;
 use clap::CommandFactory;
@@ -7,7 +7,7 @@ use super::Ctx;
 use crate::cli::{Cli, CompletionsArgs};
 use crate::output::human_bytes;
 
-/// `sbx info`: the agent's version and its machine.
+/// `atoll info`: the agent's version and its machine.
 pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
     let client = ctx.client().await?;
     let i = client.info().await?;
@@ -16,7 +16,7 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
         return Ok(0);
     }
     let text = format!(
-        "agent:    sbx-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch",
+        "agent:    atoll-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch",
         i.agent_version,
         client.address(),
         if i.pid1 { " (pid 1)" } else { "" },
@@ -34,11 +34,11 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
     Ok(0)
 }
 
-/// `sbx completions SHELL`: a completion script on stdout.
+/// `atoll completions SHELL`: a completion script on stdout.
 pub(super) fn completions(_ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
     let mut cmd = Cli::command();
     let mut buf = Vec::new();
-    clap_complete::generate(args.shell, &mut cmd, "sbx", &mut buf);
+    clap_complete::generate(args.shell, &mut cmd, "atoll", &mut buf);
     crate::output::write_stdout(&buf)?;
     Ok(0)
 }

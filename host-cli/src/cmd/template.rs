@@ -1,4 +1,4 @@
-//! `sbx template build|snapshot|save|ls|rm`: thin callers of [`crate::template`] (and
+//! `atoll template build|snapshot|save|ls|rm`: thin callers of [`crate::template`] (and
 //! of [`crate::sandbox::save_template`] for `save`, [`crate::sandbox::template_snap`]
 //! for `snapshot` and the end of `build`).
 
@@ -15,7 +15,7 @@ use crate::sandbox::{CreateOptions, SandboxError};
 use crate::template::InitKind;
 use crate::template::{self, BuildOptions, Source};
 
-/// Runs one `sbx template` subcommand.
+/// Runs one `atoll template` subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
     match cmd {
         TemplateCommand::Build(a) => build(ctx, a).await,
@@ -38,11 +38,11 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         size: a.size,
         force: a.force,
     };
-    eprintln!("sbx: building template `{}` from {}", opts.name, a.from.display());
+    eprintln!("atoll: building template `{}` from {}", opts.name, a.from.display());
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
     let name = built.template.name.clone();
     let mut text = format!(
-        "template `{name}` built at {} ({} image, init: {})\nboot it with: sbx create --template {name}",
+        "template `{name}` built at {} ({} image, init: {})\nboot it with: atoll create --template {name}",
         built.path.display(),
         human_bytes(built.image_bytes),
         init_name(built.template.init),
@@ -63,27 +63,27 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
 
 /// The snapshot of template `name` just built, for the default machine shape; `None`
 /// when template snapshots are off, under sudo, or when it could not be made (said on
-/// stderr: the template is built either way, and `sbx create` boots without one).
+/// stderr: the template is built either way, and `atoll create` boots without one).
 async fn snapshot_after_build(name: &str) -> Option<TemplateSnapshotInfo> {
     if !template_snap::enabled() {
         return None;
     }
     if under_sudo() {
         eprintln!(
-            "sbx: not making the template's snapshot under sudo (it would go to root's state \
-             directory); run `sbx template snapshot {name}` as yourself, or let the first \
-             `sbx create --template {name}` make it"
+            "atoll: not making the template's snapshot under sudo (it would go to root's state \
+             directory); run `atoll template snapshot {name}` as yourself, or let the first \
+             `atoll create --template {name}` make it"
         );
         return None;
     }
-    eprintln!("sbx: making the snapshot of template `{name}` (boots it once)");
+    eprintln!("atoll: making the snapshot of template `{name}` (boots it once)");
     let opts = CreateOptions { template: name.to_owned(), ..CreateOptions::default() };
     match interruptible(template_snap::make(&opts)).await {
         Ok(made) => Some(made),
         Err(e) => {
             eprintln!(
-                "sbx: warning: the template was built, but its snapshot could not be made: {:#}\n\
-                 sbx: `sbx create --template {name}` boots it and makes one, or run `sbx template snapshot {name}`",
+                "atoll: warning: the template was built, but its snapshot could not be made: {:#}\n\
+                 atoll: `atoll create --template {name}` boots it and makes one, or run `atoll template snapshot {name}`",
                 anyhow::Error::from(e)
             );
             None
@@ -123,7 +123,7 @@ fn snapshot_line(s: &TemplateSnapshotInfo) -> String {
     let net = if s.network == crate::sandbox::network::NetworkMode::None { " --net none" } else { "" };
     format!(
         "snapshot of template `{}` ({} MiB, {} vCPU, network {}, {}): {what}, {} at {}\n\
-         `sbx create --template {} --memory {} --cpus {}{net}` restores it",
+         `atoll create --template {} --memory {} --cpus {}{net}` restores it",
         s.template,
         s.memory_mib,
         s.cpus,
@@ -148,7 +148,7 @@ async fn save(ctx: &Ctx, a: SaveArgs) -> Result<u8> {
         ctx.out.json(&saved)?;
     } else {
         ctx.out.text(&format!(
-            "template `{}` {} from sandbox `{}` ({} on disk)\ncreate sandboxes from it with: sbx create --template {}",
+            "template `{}` {} from sandbox `{}` ({} on disk)\ncreate sandboxes from it with: atoll create --template {}",
             saved.name,
             if saved.replaced { "replaced" } else { "saved" },
             saved.from_sandbox,
@@ -166,7 +166,7 @@ fn ls(ctx: &Ctx) -> Result<u8> {
         return Ok(0);
     }
     if templates.is_empty() {
-        eprintln!("sbx: no templates installed; build `minimal` with rootfs/setup.sh");
+        eprintln!("atoll: no templates installed; build `minimal` with rootfs/setup.sh");
         return Ok(0);
     }
     let mut text = format!("{:<20} {:<8} {:<5} {:>10}  {}\n", "NAME", "INIT", "DISK", "SIZE", "AGENT");
@@ -199,7 +199,7 @@ fn rm(ctx: &Ctx, names: &[String]) -> Result<u8> {
         // Its snapshots (in this state directory) could never be used again.
         if let Err(e) = template_snap::forget(name) {
             eprintln!(
-                "sbx: warning: template `{name}` was removed, but not its snapshots: {:#}",
+                "atoll: warning: template `{name}` was removed, but not its snapshots: {:#}",
                 anyhow::Error::from(e)
             );
         }

@@ -4,8 +4,8 @@
 
 use std::error::Error as _;
 
+use atoll_proto::reason::Reason;
 use rmcp::model::{ContentBlock, IntoContents};
-use sbx_proto::reason::Reason;
 
 use crate::client::ClientError;
 use crate::sandbox::SandboxError;
@@ -40,7 +40,7 @@ pub enum ToolError {
     /// Inline content over the write cap.
     #[error(
         "content is {size}, over the {limit} inline write limit; write it in parts with \
-         append: true, or copy the file with `sbx cp`",
+         append: true, or copy the file with `atoll cp`",
         size = size_and_limit(*bytes, MAX_INLINE_WRITE).0,
         limit = size_and_limit(*bytes, MAX_INLINE_WRITE).1
     )]
@@ -104,7 +104,7 @@ pub enum ToolError {
     /// A whole-file read over the inline read cap.
     #[error(
         "{agent}; pass offset and length (at most {max} bytes per call) to read it in slices, \
-         search it with sandbox_exec (grep, head, tail), or copy it out with `sbx cp`",
+         search it with sandbox_exec (grep, head, tail), or copy it out with `atoll cp`",
         max = MAX_INLINE_READ
     )]
     ReadTooLarge {
@@ -123,7 +123,7 @@ pub enum ToolError {
         path: String,
         /// How much the directory holds, when the agent said.
         size: Option<String>,
-        /// The `sbx` command that downloads it without a cap.
+        /// The `atoll` command that downloads it without a cap.
         command: String,
     },
     /// A job id the agent does not know.
@@ -134,7 +134,7 @@ pub enum ToolError {
     },
     /// An egress rule that does not parse; the message names it and the forms.
     #[error("{0}")]
-    BadRule(sbx_net::policy::RuleError),
+    BadRule(atoll_net::policy::RuleError),
     /// A log limit out of range.
     #[error("limit must be between 1 and {max}, not {got}")]
     LimitOutOfRange {
@@ -152,7 +152,7 @@ pub enum ToolError {
     /// No agent to act on.
     #[error(
         "no sandbox to act on: pass sandbox_id (sandbox_list shows them, sandbox_create makes \
-         one), or start this server as `sbx mcp --agent ADDR` (or with SBX_AGENT set)"
+         one), or start this server as `atoll mcp --agent ADDR` (or with ATOLL_AGENT set)"
     )]
     NoAgent,
     /// The agent did not answer within the call's own timeout plus a grace period.
@@ -168,8 +168,8 @@ pub enum ToolError {
     /// The tool call was cancelled by the client.
     #[error("cancelled by the client")]
     Cancelled,
-    /// A result could not be encoded as JSON; a bug in sbx, since results are plain data.
-    #[error("sbx could not encode the result as JSON; please report this")]
+    /// A result could not be encoded as JSON; a bug in atoll, since results are plain data.
+    #[error("atoll could not encode the result as JSON; please report this")]
     Encode(#[source] serde_json::Error),
     /// No sandbox has this id or name.
     #[error("no sandbox is called `{name}`; sandbox_list shows the sandboxes, sandbox_create makes one")]
@@ -309,9 +309,9 @@ fn range_hint(field: &str) -> &'static str {
     }
 }
 
-/// `1.5 MiB`-style sizes for messages, written once for both sides in sbx-proto.
-pub use sbx_proto::units::human_bytes;
-use sbx_proto::units::size_and_limit;
+/// `1.5 MiB`-style sizes for messages, written once for both sides in atoll-proto.
+pub use atoll_proto::units::human_bytes;
+use atoll_proto::units::size_and_limit;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! `sbx mcp`: the agent's abilities as Model Context Protocol tools, over stdio or
+//! `atoll mcp`: the agent's abilities as Model Context Protocol tools, over stdio or
 //! Streamable HTTP. The MCP
 //! face: a thin adapter over the use-cases ([`crate::sandbox`]) and the typed client
 //! ([`crate::client`]); it never imports the CLI face ([`crate::cmd`], [`crate::cli`]) or
@@ -37,4 +37,4 @@ pub mod shape;
 pub mod tools;
 
 pub use error::ToolError;
-pub use server::{SbxMcp, serve_stdio};
+pub use server::{AtollMcp, serve_stdio};

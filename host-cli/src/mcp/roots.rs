@@ -1,7 +1,7 @@
 //! Which host folders an MCP client may mount into a sandbox: those under the roots
 //! the client declares (MCP `roots/list`, asked of the client at each `sandbox_create`
 //! that mounts something, so a client that changed its roots is heard), and those
-//! under `sbx mcp --allow-mount DIR`. Both are made canonical before the check in
+//! under `atoll mcp --allow-mount DIR`. Both are made canonical before the check in
 //! [`crate::sandbox::mounts::check_allowed`], so a symlink or `..` cannot lead out.
 
 use std::path::PathBuf;

@@ -15,7 +15,7 @@ pub struct SandboxArg {
 }
 
 impl SandboxArg {
-    /// The sandbox named, if any (see [`SbxMcp::client`](crate::mcp::SbxMcp)).
+    /// The sandbox named, if any (see [`AtollMcp::client`](crate::mcp::AtollMcp)).
     pub fn id(&self) -> Option<&str> {
         self.sandbox_id.as_deref()
     }

@@ -1,4 +1,4 @@
-//! [`SbxMcp`]: the MCP server. It holds no session state: every tool call names (or
+//! [`AtollMcp`]: the MCP server. It holds no session state: every tool call names (or
 //! defaults to) the agent it acts on, makes its one call and shapes the answer. Agent
 //! connections are kept per address, so a call costs one request, not a new handshake;
 //! a connection whose agent went away is re-established on the next call.
@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use atoll_proto::Address;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
@@ -14,7 +15,6 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool_handler};
-use sbx_proto::Address;
 
 use crate::client::Client;
 use crate::mcp::error::ToolError;
@@ -23,7 +23,7 @@ use crate::mcp::shape::{schema_signature, tidy_schema};
 use crate::sandbox::Target;
 
 /// What the server tells a client about itself at `initialize`.
-const INSTRUCTIONS: &str = "Tools to work inside an sbx sandbox: a Linux microVM with its own \
+const INSTRUCTIONS: &str = "Tools to work inside an atoll sandbox: a Linux microVM with its own \
 filesystem and processes. Create one with sandbox_create (sandbox_list shows those that exist) and \
 pass its id as sandbox_id; a server started with --agent or --sandbox has a default and needs \
 none. Run commands with sandbox_exec (or sandbox_exec_background for long ones, then \
@@ -31,12 +31,12 @@ sandbox_job_status), and read and change files with the sandbox_files_* tools. P
 are absolute paths inside the sandbox. Output is capped; when a result says it was truncated, \
 narrow the command (grep, head, tail) or redirect output to a file and read a slice of it.";
 
-/// Why `sbx mcp` stopped serving.
+/// Why `atoll mcp` stopped serving.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     /// The MCP handshake on stdin/stdout failed.
     #[error(
-        "the MCP client did not complete the handshake on stdin/stdout; start `sbx mcp` from an MCP client"
+        "the MCP client did not complete the handshake on stdin/stdout; start `atoll mcp` from an MCP client"
     )]
     Handshake(#[source] Box<rmcp::service::ServerInitializeError>),
     /// The server loop ended with an error.
@@ -44,17 +44,17 @@ pub enum ServeError {
     Session(#[source] tokio::task::JoinError),
 }
 
-/// The `sbx mcp` server.
+/// The `atoll mcp` server.
 #[derive(Clone)]
-pub struct SbxMcp {
+pub struct AtollMcp {
     pinned: Option<Target>,
     connect_timeout: Duration,
-    router: ToolRouter<SbxMcp>,
+    router: ToolRouter<AtollMcp>,
     clients: Arc<Mutex<HashMap<Address, Client>>>,
     allowed_mounts: Arc<Vec<std::path::PathBuf>>,
 }
 
-impl SbxMcp {
+impl AtollMcp {
     /// A server whose guest tools act on `pinned` when a call names no sandbox, waiting
     /// at most `connect_timeout` for an agent to answer.
     pub fn new(pinned: Option<Target>, connect_timeout: Duration) -> Self {
@@ -78,11 +78,11 @@ impl SbxMcp {
                 lean_output_schema(output);
             }
         }
-        SbxMcp { pinned, connect_timeout, router, clients: Arc::default(), allowed_mounts: Arc::default() }
+        AtollMcp { pinned, connect_timeout, router, clients: Arc::default(), allowed_mounts: Arc::default() }
     }
 
     /// Lets `sandbox_create` mount folders under `dirs` (canonical), on top of the
-    /// client's roots (`sbx mcp --allow-mount`).
+    /// client's roots (`atoll mcp --allow-mount`).
     pub fn allow_mounts(mut self, dirs: Vec<std::path::PathBuf>) -> Self {
         self.allowed_mounts = Arc::new(dirs);
         self
@@ -110,7 +110,7 @@ impl SbxMcp {
         Target::named_or(sandbox_id, self.pinned.as_ref())
     }
 
-    /// A client for the agent a guest tool acts on (see [`SbxMcp::address`]): the kept
+    /// A client for the agent a guest tool acts on (see [`AtollMcp::address`]): the kept
     /// connection to that address, or a new one.
     pub(crate) async fn client(&self, sandbox_id: Option<&str>) -> Result<Client, ToolError> {
         let addr = self.address(sandbox_id).await?;
@@ -127,7 +127,7 @@ impl SbxMcp {
         self.clients.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// How hints name the target on an `sbx` command line.
+    /// How hints name the target on an `atoll` command line.
     pub(crate) fn target_flag(&self, sandbox_id: Option<&str>) -> String {
         self.target(sandbox_id).map_or_else(|| "--agent ADDR".to_owned(), |t| t.flag())
     }
@@ -136,7 +136,7 @@ impl SbxMcp {
 /// What rmcp puts before a serde message when a tool's arguments do not parse.
 const ARGUMENT_ERROR_PREFIX: &str = "failed to deserialize parameters: ";
 
-impl SbxMcp {
+impl AtollMcp {
     /// Rewrites rmcp's "failed to deserialize parameters" tool error into a message that
     /// names the tool and lists the arguments it takes, so a model can fix its call.
     fn explain_argument_error(&self, tool: &str, mut response: CallToolResponse) -> CallToolResponse {
@@ -160,7 +160,7 @@ impl SbxMcp {
 }
 
 #[tool_handler(router = self.router)]
-impl ServerHandler for SbxMcp {
+impl ServerHandler for AtollMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
@@ -173,13 +173,13 @@ impl ServerHandler for SbxMcp {
 
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("sbx", env!("CARGO_PKG_VERSION")))
+            .with_server_info(Implementation::new("atoll", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS.to_owned())
     }
 }
 
 /// Serves `server` on stdin/stdout until the client closes the connection.
-pub async fn serve_stdio(server: SbxMcp) -> Result<(), ServeError> {
+pub async fn serve_stdio(server: AtollMcp) -> Result<(), ServeError> {
     let running = server
         .serve(rmcp::transport::stdio_pipes())
         .await

@@ -115,7 +115,7 @@ pub const SCHEMA_DIALECT: &str = "http://json-schema.org/draft-07/schema#";
 /// - an optional property (not `required`) is a plain single-type property: no `"null"`
 ///   in its `type` or `enum`, no `"default": null`; absent is how it says "not given"
 ///   (inputs are `Option`s; outputs skip `None`). A required property keeps its null, so
-///   the schema never refuses what sbx sends;
+///   the schema never refuses what atoll sends;
 /// - doc comments' line breaks are joined, so a model reads each description as one line.
 pub fn tidy_schema(schema: &mut serde_json::Map<String, serde_json::Value>) {
     if schema.contains_key("$schema") {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sbx_proto::Address;
+use atoll_proto::Address;
 use serde::Serialize;
 
 use crate::client::{AgentInfo, Client};
@@ -14,7 +14,7 @@ use crate::vmm::{dirs, now_unix_ms};
 
 /// How long QEMU gets to quit when asked before it is killed.
 const QUIT_GRACE: Duration = Duration::from_secs(5);
-/// How long the vhost-device-vsock of a sandbox started by an older sbx gets after
+/// How long the vhost-device-vsock of a sandbox started by an older atoll gets after
 /// SIGTERM.
 const VHOST_GRACE: Duration = Duration::from_secs(2);
 /// How long QEMU's threads get to stop after SIGSTOP.
@@ -40,7 +40,7 @@ pub(super) fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, 
 ///
 /// Not QMP `stop`: it froze a VM with a vhost-user vsock device badly (the backend
 /// lost its worker thread), and SIGSTOP also stands the control socket still, which
-/// makes "paused" plain to see. The guest's clock is not frozen with it, so sbx boots guests with their lockup and
+/// makes "paused" plain to see. The guest's clock is not frozen with it, so atoll boots guests with their lockup and
 /// RCU-stall detectors off (`launcher::qemu_args`).
 pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
@@ -88,7 +88,7 @@ pub async fn resume(name_or_id: &str) -> Result<Resumed, SandboxError> {
         }
         record.paused = false;
         record.save()?;
-        // Only a VM stopped through QMP (by hand, or by an older sbx) needs this; if
+        // Only a VM stopped through QMP (by hand, or by an older atoll) needs this; if
         // QMP fails, setting the clock below says whether the guest runs.
         if let Err(e) = cont_if_stopped(&record).await {
             tracing::warn!("sandbox `{}`: could not check its CPUs over QMP: {e}", record.name);

@@ -1,4 +1,4 @@
-//! `sbx create`: allocate, start the network helper (which serves the agent link),
+//! `atoll create`: allocate, start the network helper (which serves the agent link),
 //! start QEMU, wait until the agent answers Info over the link. Any failure, timeout
 //! or cancellation (the future dropped, e.g. on Ctrl-C)
 //! kills what was started and removes the sandbox directory.
@@ -41,7 +41,7 @@ pub struct CreateOptions {
     /// Guest ports to publish on the host.
     pub publish: Vec<crate::sandbox::network::PortSpec>,
     /// The egress policy (with a network).
-    pub policy: sbx_net::policy::Policy,
+    pub policy: atoll_net::policy::Policy,
     /// Start from this named snapshot instead of booting (a fork); its template,
     /// memory and vCPUs are the snapshot's.
     pub from_snapshot: Option<String>,
@@ -60,7 +60,7 @@ impl Default for CreateOptions {
             timeout: Duration::from_secs(120),
             network: crate::sandbox::network::NetworkMode::Default,
             publish: Vec::new(),
-            policy: sbx_net::policy::Policy::default(),
+            policy: atoll_net::policy::Policy::default(),
             from_snapshot: None,
             storage: Default::default(),
         }
@@ -256,7 +256,7 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
         )));
     }
     if opts.network == crate::sandbox::network::NetworkMode::None
-        && opts.policy != sbx_net::policy::Policy::default()
+        && opts.policy != atoll_net::policy::Policy::default()
     {
         return Err(SandboxError::BadResources(
             "egress rules (--allow-out/--deny-out, or allow_out/deny_out) need a network; leave out --net none (network: \"none\"), or the rules".into(),

@@ -1,5 +1,5 @@
 //! Guest files as both faces read them: a file (or a slice) read into memory whole, with
-//! the file's size, under a cap the caller picks (`sbx cat --json`, `sbx job logs --json`,
+//! the file's size, under a cap the caller picks (`atoll cat --json`, `atoll job logs --json`,
 //! the `sandbox_files_read` tool).
 
 use futures::StreamExt;

@@ -1,6 +1,6 @@
-//! `sbx create --from SNAPSHOT`: a new sandbox that continues from a named snapshot,
+//! `atoll create --from SNAPSHOT`: a new sandbox that continues from a named snapshot,
 //! with its own id, name, guest CID, copy of the disk, clock, hostname, randomness and
-//! network helper. [`start`] is shared with a plain `sbx create` that restores its
+//! network helper. [`start`] is shared with a plain `atoll create` that restores its
 //! template's snapshot (`template_snap`). Any failure, timeout or cancellation removes
 //! everything it started, as a boot does.
 
@@ -16,9 +16,9 @@ use crate::vmm::template::{self, Template};
 /// ports to publish (the template, memory, vCPUs, network and egress policy are the
 /// snapshot's).
 pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
-    if opts.policy != sbx_net::policy::Policy::default() {
+    if opts.policy != atoll_net::policy::Policy::default() {
         return Err(SandboxError::BadResources(
-            "a fork runs under its snapshot's network and egress rules; leave out --allow-out/--deny-out (allow_out/deny_out) and change them afterwards with `sbx net set` (MCP: sandbox_update)".into(),
+            "a fork runs under its snapshot's network and egress rules; leave out --allow-out/--deny-out (allow_out/deny_out) and change them afterwards with `atoll net set` (MCP: sandbox_update)".into(),
         ));
     }
     let state_dir = dirs::ensure_state_dir()?;
@@ -33,7 +33,7 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
 }
 
 /// Starts a sandbox from `snap` (checked usable, with its template `tpl`), named and
-/// timed by `opts`, with the network helper `net`; `started_from` is what `sbx inspect`
+/// timed by `opts`, with the network helper `net`; `started_from` is what `atoll inspect`
 /// shows.
 pub(super) async fn start(
     snap: &Snapshot,

@@ -224,7 +224,7 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
 /// The version of the agent at `addr` once it answers Info: a booting sandbox is ready
 /// when this returns (its link's handshake done, a call answered). Retries until the
 /// caller gives up on it.
-pub(super) async fn wait_for_agent(addr: &sbx_proto::Address) -> String {
+pub(super) async fn wait_for_agent(addr: &atoll_proto::Address) -> String {
     loop {
         let tried = async { Client::connect(addr, AGENT_TRY).await?.info().await };
         match tokio::time::timeout(BOOT_TRY, tried).await {

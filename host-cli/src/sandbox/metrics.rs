@@ -1,4 +1,4 @@
-//! What sandboxes use, now (`sbx stats`, MCP `sandbox_get_metrics`), measured once:
+//! What sandboxes use, now (`atoll stats`, MCP `sandbox_get_metrics`), measured once:
 //!
 //! - **CPU**, two figures, each from two samples [`SAMPLE`] apart; 100 % is one CPU
 //!   busy, as in `docker stats`:
@@ -79,7 +79,7 @@ pub struct Metrics {
     pub note: Option<String>,
 }
 
-/// The metrics of the sandboxes named (all of them when `names` is empty), in `sbx
+/// The metrics of the sandboxes named (all of them when `names` is empty), in `atoll
 /// ls` order. Every name is looked up first: an unknown one is an error.
 pub async fn metrics(names: &[String]) -> Result<Vec<Metrics>, SandboxError> {
     let state_dir = dirs::state_dir()?;

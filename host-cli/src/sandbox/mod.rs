@@ -1,5 +1,5 @@
 //! The host's use-cases: what a sandbox can be asked to do, written once under both
-//! faces (the `sbx` subcommands in [`crate::cmd`] and the MCP tools in [`crate::mcp`]).
+//! faces (the `atoll` subcommands in [`crate::cmd`] and the MCP tools in [`crate::mcp`]).
 //! Plain library functions that return serde-serializable structs and know nothing of
 //! clap or MCP; they call [`crate::vmm`] (QEMU, processes, state files) and
 //! [`crate::client`] (the agent), never a face.
@@ -10,22 +10,22 @@
 //! - [`mod@create`]: [`create()`], booting a sandbox and undoing everything on failure.
 //! - [`control`]: [`pause()`], [`resume()`], [`remove()`], [`inspect()`] and [`resolve()`].
 //! - [`snapshot`]: named snapshots (create, list, remove, restore a sandbox to one);
-//!   `fork` starts a sandbox from one (`sbx create --from`); [`park`]: `sbx pause
+//!   `fork` starts a sandbox from one (`atoll create --from`); [`park`]: `atoll pause
 //!   --to-disk` and bringing a parked sandbox back; `machine`: the save, run-on and
 //!   restore steps they share; `own`: a restored guest made a machine of its own
-//!   (clock, hostname, randomness); [`template_snap`]: a plain `sbx create` restoring its
-//!   template's snapshot instead of booting, and making one ahead (`sbx template
+//!   (clock, hostname, randomness); [`template_snap`]: a plain `atoll create` restoring its
+//!   template's snapshot instead of booting, and making one ahead (`atoll template
 //!   snapshot`).
-//! - [`metrics`]: CPU, memory, disk, network and uptime (`sbx stats`).
+//! - [`metrics`]: CPU, memory, disk, network and uptime (`atoll stats`).
 //! - [`run_code`]: a snippet run by python3, node or sh (MCP `sandbox_run_code`).
-//! - [`save_template`]: a sandbox's disk as a new template (`sbx template save`).
+//! - [`save_template`]: a sandbox's disk as a new template (`atoll template save`).
 //! - [`files`]: reading a guest file into memory, with its size, under a cap.
 //! - [`mounts`]: host folders (`--mount`) and the disk size (`--disk`): parsing, checks,
 //!   which folders MCP clients may share.
 //! - [`mode`]: the one rule for permission modes given as octal text.
 //! - [`target`]: which agent a call goes to ([`Target`]), for both faces.
 //! - [`network`]: the sandbox's network and published ports: its helper process
-//!   (`sbx net-helper`), the egress policy, the audit log.
+//!   (`atoll net-helper`), the egress policy, the audit log.
 //! - [`list()`] and [`get()`], and [`SandboxInfo`], what both faces report about one.
 
 pub mod control;
@@ -47,7 +47,7 @@ pub mod template_snap;
 
 use std::path::PathBuf;
 
-use sbx_proto::Address;
+use atoll_proto::Address;
 use serde::Serialize;
 
 use crate::vmm::{dirs, launcher, process, qmp, state, template, watchdog};
@@ -104,7 +104,7 @@ pub enum SandboxError {
     },
     /// The agent did not announce itself in time.
     #[error(
-        "the agent did not answer over its link within {secs} s; everything was cleaned up. Give it longer with --timeout, or check the template: one baked before sbx reached agents over the agent link has an agent that does not serve it (rebake it with rootfs/setup.sh or `sbx template build`). Last console lines:\n{console}"
+        "the agent did not answer over its link within {secs} s; everything was cleaned up. Give it longer with --timeout, or check the template: one baked before atoll reached agents over the agent link has an agent that does not serve it (rebake it with rootfs/setup.sh or `atoll template build`). Last console lines:\n{console}"
     )]
     BootTimeout {
         /// The timeout.
@@ -125,16 +125,16 @@ pub enum SandboxError {
         console: String,
     },
     /// QEMU is gone.
-    #[error("sandbox `{0}` is dead (its VM exited); remove it with `sbx kill {0}`")]
+    #[error("sandbox `{0}` is dead (its VM exited); remove it with `atoll kill {0}`")]
     Dead(String),
-    /// Its `sbx create` died before it finished booting; its VM was stopped.
+    /// Its `atoll create` died before it finished booting; its VM was stopped.
     #[error(
-        "sandbox `{0}` never finished booting: the `sbx create` that started it was stopped, so its VM \
-         was stopped too; remove it with `sbx kill {0}` and create it again"
+        "sandbox `{0}` never finished booting: the `atoll create` that started it was stopped, so its VM \
+         was stopped too; remove it with `atoll kill {0}` and create it again"
     )]
     Abandoned(String),
     /// Still booting.
-    #[error("sandbox `{0}` is still booting; wait for `sbx create` to finish")]
+    #[error("sandbox `{0}` is still booting; wait for `atoll create` to finish")]
     Starting(String),
     /// QEMU did not stop on SIGSTOP.
     #[error("sandbox `{name}` could not be paused: its QEMU did not stop within {secs} s; it keeps running")]
@@ -199,12 +199,12 @@ pub enum SandboxError {
     BadSnapshotName(String),
     /// The snapshot name is taken.
     #[error(
-        "a snapshot named `{0}` already exists; pick another name or remove it with `sbx snapshot rm {0}`"
+        "a snapshot named `{0}` already exists; pick another name or remove it with `atoll snapshot rm {0}`"
     )]
     SnapshotExists(String),
-    /// `sbx template snapshot` while template snapshots are turned off.
+    /// `atoll template snapshot` while template snapshots are turned off.
     #[error(
-        "template snapshots are turned off (SBX_TEMPLATE_SNAPSHOT=off): nothing was made; unset SBX_TEMPLATE_SNAPSHOT to make one"
+        "template snapshots are turned off (ATOLL_TEMPLATE_SNAPSHOT=off): nothing was made; unset ATOLL_TEMPLATE_SNAPSHOT to make one"
     )]
     TemplateSnapshotsOff,
     /// The operation was interrupted (Ctrl-C) and undone.
@@ -226,15 +226,15 @@ impl SandboxError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxState {
-    /// Booting: `sbx create` has not seen the agent yet.
+    /// Booting: `atoll create` has not seen the agent yet.
     Starting,
     /// The guest runs.
     Running,
-    /// The whole VM is frozen (`sbx pause`).
+    /// The whole VM is frozen (`atoll pause`).
     Paused,
-    /// Saved to disk with QEMU ended (`sbx pause --to-disk`); any use brings it back.
+    /// Saved to disk with QEMU ended (`atoll pause --to-disk`); any use brings it back.
     Parked,
-    /// QEMU is gone, or its `sbx create` died before it was ready; `sbx kill` cleans up.
+    /// QEMU is gone, or its `atoll create` died before it was ready; `atoll kill` cleans up.
     Dead,
 }
 
@@ -251,7 +251,7 @@ impl SandboxState {
     }
 }
 
-/// What `sbx ls` / `sbx inspect` / the MCP tools report about a sandbox.
+/// What `atoll ls` / `atoll inspect` / the MCP tools report about a sandbox.
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxInfo {
     /// Short hex id.
@@ -272,7 +272,7 @@ pub struct SandboxInfo {
     pub created_unix_ms: i64,
     /// Seconds since creation.
     pub age_secs: u64,
-    /// The agent's address, for `sbx --agent`.
+    /// The agent's address, for `atoll --agent`.
     pub address: String,
     /// QEMU's pid, while it runs.
     pub qemu_pid: Option<u32>,
@@ -292,7 +292,7 @@ pub struct SandboxInfo {
 }
 
 impl SandboxInfo {
-    /// The view of `record` now. A boot whose `sbx create` died is stopped here (see
+    /// The view of `record` now. A boot whose `atoll create` died is stopped here (see
     /// `reap_if_abandoned`), so what this calls dead runs nothing.
     pub fn of(record: &state::Record) -> SandboxInfo {
         reap_if_abandoned(record);
@@ -327,29 +327,29 @@ impl SandboxInfo {
     }
 }
 
-/// Ends the processes of a boot whose `sbx create` died before the agent announced
+/// Ends the processes of a boot whose `atoll create` died before the agent announced
 /// itself (killed, or its machine's OOM killer): nobody would finish or use that boot,
 /// and its VM would otherwise run unseen, called dead. Whoever looks at the sandbox
-/// next (`sbx ls`, `sbx info`, any command or tool aimed at it) does this; the
-/// directory stays, with its console log, until `sbx kill`.
+/// next (`atoll ls`, `atoll info`, any command or tool aimed at it) does this; the
+/// directory stays, with its console log, until `atoll kill`.
 pub(crate) fn reap_if_abandoned(record: &state::Record) {
     if !record.is_abandoned() {
         return;
     }
     for p in record.processes().filter(process::ProcRef::is_alive) {
-        tracing::info!(sandbox = %record.name, pid = p.pid, "stopping a boot whose sbx create died");
+        tracing::info!(sandbox = %record.name, pid = p.pid, "stopping a boot whose atoll create died");
         p.kill_now();
     }
 }
 
 /// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's
-/// `sbx net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
+/// `atoll net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
 pub fn agent_address(record: &state::Record) -> Address {
     if record.vhost.is_some() {
-        // Started by an sbx from before the agent link: its agent is on vsock, behind
+        // Started by an atoll from before the agent link: its agent is on vsock, behind
         // its own vhost-device-vsock.
         let path = record.paths.dir.join("vm.vsock");
-        return Address::HybridVsock { path, port: sbx_proto::limits::DEFAULT_AGENT_PORT };
+        return Address::HybridVsock { path, port: atoll_proto::limits::DEFAULT_AGENT_PORT };
     }
     Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
 }

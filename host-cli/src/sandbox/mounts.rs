@@ -1,4 +1,4 @@
-//! The rules for host folders shared into a sandbox (`sbx create --mount
+//! The rules for host folders shared into a sandbox (`atoll create --mount
 //! HOSTDIR:GUESTDIR[:ro]`, MCP `mounts`) and for its disk size (`--disk 8G`), for
 //! both faces: parsing, the checks that refuse bad input before anything is started,
 //! which folders an MCP client may share, and the refusal to snapshot a sandbox that
@@ -32,7 +32,7 @@ pub enum MountError {
     #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
     NotCanonical(PathBuf),
     /// The host path is a file.
-    #[error("`{}` is not a folder; --mount shares folders (copy single files with `sbx cp`)", .0.display())]
+    #[error("`{}` is not a folder; --mount shares folders (copy single files with `atoll cp`)", .0.display())]
     HostNotDir(PathBuf),
     /// A guest path that is relative, odd or reserved.
     #[error("guest path `{path}` {why}")]
@@ -61,7 +61,7 @@ pub enum MountError {
     },
     /// A snapshot or park of a sandbox with host folders.
     #[error(
-        "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `sbx cp`"
+        "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `atoll cp`"
     )]
     Snapshot(String),
 }
@@ -170,13 +170,13 @@ pub fn refuse_snapshot(record: &Record) -> Result<(), MountError> {
 }
 
 /// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`
-/// (canonical folders: the client's roots and `sbx mcp --allow-mount`) or inside one.
+/// (canonical folders: the client's roots and `atoll mcp --allow-mount`) or inside one.
 pub fn check_allowed(host: &Path, allowed: &[PathBuf]) -> Result<(), MountError> {
     if allowed.iter().any(|a| host.starts_with(a)) {
         return Ok(());
     }
     let allowed = if allowed.is_empty() {
-        "nothing: this client declared no roots and `sbx mcp` was started without --allow-mount DIR".into()
+        "nothing: this client declared no roots and `atoll mcp` was started without --allow-mount DIR".into()
     } else {
         allowed.iter().map(|a| format!("`{}`", a.display())).collect::<Vec<_>>().join(", ")
     };
@@ -198,7 +198,7 @@ mod tests {
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
         for (bad, what) in [
-            ("/nonexistent-sbx:/w".to_string(), "does not exist"),
+            ("/nonexistent-atoll:/w".to_string(), "does not exist"),
             (format!("{}:/w", file.display()), "not a folder"),
             (format!("{}:work", d.path().display()), "relative"),
             (format!("{}:/", d.path().display()), "root"),

@@ -1,5 +1,5 @@
-//! Parking: `sbx pause --to-disk` saves a sandbox into its own directory and ends its
-//! QEMU and its network helper, so it holds no host memory; `sbx resume`, and any
+//! Parking: `atoll pause --to-disk` saves a sandbox into its own directory and ends its
+//! QEMU and its network helper, so it holds no host memory; `atoll resume`, and any
 //! command aimed at it, brings it back from there first (`unpark`).
 
 use std::time::Duration;

@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::client::{Client, ClientError, ExecResult, ExecSpec};
-use sbx_proto::reason::Reason;
+use atoll_proto::reason::Reason;
 
 /// The languages a snippet can be in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -31,7 +31,7 @@ pub enum Language {
 }
 
 /// Reads the whole script from stdin, then runs it with stdin empty.
-const SH_FROM_STDIN: &str = "sbx_code=$(cat) && exec </dev/null && eval \"$sbx_code\"";
+const SH_FROM_STDIN: &str = "atoll_code=$(cat) && exec </dev/null && eval \"$atoll_code\"";
 
 impl Language {
     /// The interpreter's program name in the guest.
@@ -62,7 +62,7 @@ pub enum RunCodeError {
     #[error(
         "`{interpreter}` is not installed in this sandbox, so {language} code cannot run here; {}",
         if templates.is_empty() {
-            "no installed template has it either: install it in a disk-template sandbox (e.g. debian: apt-get install) and save that with sandbox_template_create / `sbx template save`".to_owned()
+            "no installed template has it either: install it in a disk-template sandbox (e.g. debian: apt-get install) and save that with sandbox_template_create / `atoll template save`".to_owned()
         } else {
             format!("templates that have it: {} (sandbox_create with template)", templates.join(", "))
         }

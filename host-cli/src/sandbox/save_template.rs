@@ -1,4 +1,4 @@
-//! `sbx template save SANDBOX --name T` (MCP `sandbox_template_create`): a sandbox's
+//! `atoll template save SANDBOX --name T` (MCP `sandbox_template_create`): a sandbox's
 //! current disk as a new template that others are created from.
 //!
 //! Only disk templates can be saved: the sandbox's disk is a qcow2 overlay on the
@@ -9,7 +9,7 @@
 //!
 //! Consistency: the guest's page cache is written out first (`sync` through the agent,
 //! which also makes QEMU write its qcow2 metadata to the file, even with
-//! `cache=unsafe`), then QEMU is frozen (SIGSTOP, as `sbx pause`) while the overlay is
+//! `cache=unsafe`), then QEMU is frozen (SIGSTOP, as `atoll pause`) while the overlay is
 //! read, and let go after. The copy has everything written before the save began;
 //! a write racing the save itself may or may not be in it, as with a power cut. A
 //! paused sandbox is let run for the `sync` and frozen again; a parked one's overlay
@@ -77,7 +77,7 @@ pub enum SaveTemplateError {
     /// The sandbox boots from an initramfs: it has no disk to save.
     #[error(
         "sandbox `{sandbox}` runs template `{template}`, which boots from an initramfs: its files live in guest memory, with no disk to save. Only sandboxes of disk templates can be saved{}",
-        if disk_templates.is_empty() { "; none is installed (rootfs/setup.sh --with-debian builds `debian`, `sbx template build` makes others)".to_owned() } else { format!(" (installed: {}); create one with `sbx create --template NAME` (MCP sandbox_create), set it up, and save that", disk_templates.join(", ")) }
+        if disk_templates.is_empty() { "; none is installed (rootfs/setup.sh --with-debian builds `debian`, `atoll template build` makes others)".to_owned() } else { format!(" (installed: {}); create one with `atoll create --template NAME` (MCP sandbox_create), set it up, and save that", disk_templates.join(", ")) }
     )]
     NoDisk {
         /// The sandbox.
@@ -89,7 +89,7 @@ pub enum SaveTemplateError {
     },
     /// A template of that name exists and replacing was not asked for.
     #[error(
-        "template `{0}` already exists; pick another name, or replace it (`sbx template save --replace`, MCP replace: true)"
+        "template `{0}` already exists; pick another name, or replace it (`atoll template save --replace`, MCP replace: true)"
     )]
     Exists(String),
     /// The guest's `sync` failed.

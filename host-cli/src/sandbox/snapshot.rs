@@ -21,7 +21,7 @@ const RUN_ON_LIMIT: Duration = Duration::from_secs(60);
 /// How long QEMU's threads get to stop when a paused sandbox is paused again.
 const FREEZE_GRACE: Duration = Duration::from_secs(5);
 
-/// What `sbx snapshot ls` and the MCP tools report about a snapshot.
+/// What `atoll snapshot ls` and the MCP tools report about a snapshot.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotInfo {
     /// Its name.
@@ -275,7 +275,7 @@ pub async fn restore(
     }
     let mut persist = |r: &Record| Ok(r.save()?);
     if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
-        // Nothing half-running is left: the sandbox shows as dead and `sbx kill` removes it.
+        // Nothing half-running is left: the sandbox shows as dead and `atoll kill` removes it.
         stop_processes(&record, true).await;
         return Err(e);
     }

@@ -1,9 +1,9 @@
 //! Which agent a call goes to, for both faces: an agent address (`--agent ADDR` /
-//! `SBX_AGENT`), or a sandbox by name or id (`--sandbox NAME` / `SBX_SANDBOX`, the `NAME:`
-//! of a `sbx cp` guest path, or an MCP call's `sandbox_id`), resolved to its agent's
+//! `ATOLL_AGENT`), or a sandbox by name or id (`--sandbox NAME` / `ATOLL_SANDBOX`, the `NAME:`
+//! of a `atoll cp` guest path, or an MCP call's `sandbox_id`), resolved to its agent's
 //! address by [`super::resolve()`] (which resumes a paused sandbox first).
 
-use sbx_proto::{Address, AddressError};
+use atoll_proto::{Address, AddressError};
 
 use super::SandboxError;
 
@@ -54,7 +54,7 @@ impl Target {
         }
     }
 
-    /// How this target is named on an `sbx` command line (for hints).
+    /// How this target is named on an `atoll` command line (for hints).
     pub fn flag(&self) -> String {
         match self {
             Target::Agent(addr) => format!("--agent {addr}"),
@@ -68,8 +68,8 @@ impl Target {
 pub enum TargetError {
     /// Neither an address nor a sandbox was given.
     #[error(
-        "no agent to talk to: pass --agent ADDR (e.g. --agent unix:///run/sbx/agent.sock) or \
-         --sandbox NAME, or set SBX_AGENT / SBX_SANDBOX"
+        "no agent to talk to: pass --agent ADDR (e.g. --agent unix:///run/atoll/agent.sock) or \
+         --sandbox NAME, or set ATOLL_AGENT / ATOLL_SANDBOX"
     )]
     Missing,
     /// `--agent` is not an address.
@@ -77,7 +77,7 @@ pub enum TargetError {
     BadAddress(#[source] AddressError),
     /// No sandbox has this name.
     #[error(
-        "no sandbox named `{name}`; `sbx ls` lists the sandboxes, or pass --agent ADDR to reach an agent directly"
+        "no sandbox named `{name}`; `atoll ls` lists the sandboxes, or pass --agent ADDR to reach an agent directly"
     )]
     NoSandbox {
         /// The name asked for.
@@ -113,7 +113,7 @@ pub async fn resolve_target(agent: Option<&str>, sandbox: Option<&str>) -> Resul
 }
 
 /// When both an agent and a sandbox are set, a command-line flag beats the environment:
-/// `SBX_AGENT=... sbx -s dev` talks to `dev`. Returns the pair to resolve.
+/// `ATOLL_AGENT=... atoll -s dev` talks to `dev`. Returns the pair to resolve.
 pub fn flags_over_env<'a>(
     agent: Option<&'a str>,
     sandbox: Option<&'a str>,

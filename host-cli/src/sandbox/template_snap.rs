@@ -1,16 +1,16 @@
-//! Template snapshots: a plain `sbx create` restores a snapshot of its template, taken
+//! Template snapshots: a plain `atoll create` restores a snapshot of its template, taken
 //! right after a guest booted from it answered, instead of booting (a fraction of a
 //! boot's time; the restored guest is made its own machine as a fork is).
 //!
-//! The first `sbx create` of a template that has none boots as usual, then saves one
+//! The first `atoll create` of a template that has none boots as usual, then saves one
 //! (the new sandbox runs on). One is kept per machine shape: template, memory, vCPUs,
 //! NIC or not, and accelerator (`<state>/.template-snapshots/<key>/`), since a restore
 //! cannot change any of them. One that cannot be used (damaged, its template rebuilt,
-//! `sbx` or QEMU changed, or its restore failed) is removed: that create boots, says
-//! why with `-v`, and saves a new one. `SBX_TEMPLATE_SNAPSHOT=off` turns all of this
+//! `atoll` or QEMU changed, or its restore failed) is removed: that create boots, says
+//! why with `-v`, and saves a new one. `ATOLL_TEMPLATE_SNAPSHOT=off` turns all of this
 //! off (always boot, save nothing).
 //!
-//! [`make`] (`sbx template snapshot`, also run by `sbx template build` and
+//! [`make`] (`atoll template snapshot`, also run by `atoll template build` and
 //! `rootfs/setup.sh`) makes one ahead of any create: it boots a sandbox of the shape,
 //! saves it, and removes it, leaving only the snapshot.
 
@@ -29,7 +29,7 @@ use crate::vmm::state::{self, StateLock};
 use crate::vmm::template::{self, Template};
 use crate::vmm::{dirs, launcher};
 
-/// What `sbx inspect` shows as `started_from` for such a sandbox.
+/// What `atoll inspect` shows as `started_from` for such a sandbox.
 const STARTED_FROM: &str = "template snapshot";
 
 /// The directory of template snapshots.
@@ -37,9 +37,9 @@ fn root(state: &Path) -> PathBuf {
     state.join(".template-snapshots")
 }
 
-/// Whether template snapshots are used (`SBX_TEMPLATE_SNAPSHOT=off` says no).
+/// Whether template snapshots are used (`ATOLL_TEMPLATE_SNAPSHOT=off` says no).
 pub fn enabled() -> bool {
-    !matches!(std::env::var("SBX_TEMPLATE_SNAPSHOT").as_deref(), Ok("off" | "0" | "no"))
+    !matches!(std::env::var("ATOLL_TEMPLATE_SNAPSHOT").as_deref(), Ok("off" | "0" | "no"))
 }
 
 /// The options a template snapshot is keyed on or applies itself (the rest of a create's
@@ -90,7 +90,7 @@ pub(super) async fn try_restore(
     if !dir.is_dir() {
         tracing::info!(
             "template `{}` has no snapshot for this machine shape yet; booting, then saving one \
-             (`sbx template snapshot` makes one ahead)",
+             (`atoll template snapshot` makes one ahead)",
             opts.template
         );
         return Ok(None);
@@ -126,7 +126,7 @@ fn open(dir: &Path) -> Result<(Snapshot, Template), String> {
     let snap = snapfile::open(dir).map_err(|e| e.to_string())?;
     let tpl = snapshot::usable(&snap).map_err(|e| e.to_string())?;
     if snap.meta.programs != snapfile::programs_fingerprint() {
-        return Err("sbx or QEMU changed since it was saved".into());
+        return Err("atoll or QEMU changed since it was saved".into());
     }
     Ok((snap, tpl))
 }
@@ -155,7 +155,7 @@ fn boot_meets_it_too(e: &SandboxError) -> bool {
 pub(super) async fn save_after_boot(key: &str, info: &SandboxInfo) {
     if let Err(e) = save(key, &info.id).await {
         tracing::warn!(
-            "could not save a snapshot of template `{}` for the next sbx create: {e}",
+            "could not save a snapshot of template `{}` for the next atoll create: {e}",
             info.template
         );
     }
@@ -172,7 +172,7 @@ async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
         return Ok(());
     }
     snapshot::save_into(&mut record, &target, key, &tpl, true, true).await?;
-    tracing::info!("saved a snapshot of template `{}`: the next sbx create restores it", record.template);
+    tracing::info!("saved a snapshot of template `{}`: the next atoll create restores it", record.template);
     Ok(())
 }
 
@@ -199,7 +199,7 @@ impl Outcome {
     }
 }
 
-/// A template snapshot, as `sbx template snapshot` reports it.
+/// A template snapshot, as `atoll template snapshot` reports it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TemplateSnapshotInfo {
     /// The template.
@@ -224,7 +224,7 @@ pub struct TemplateSnapshotInfo {
 }
 
 /// Makes the snapshot of template `opts.template` for the machine shape `opts` gives
-/// (memory, vCPUs, network; its timeout bounds the boot), the one a plain `sbx create`
+/// (memory, vCPUs, network; its timeout bounds the boot), the one a plain `atoll create`
 /// of that shape restores: boots a sandbox, saves it, and removes it. An up-to-date one
 /// is kept; one that cannot be used is replaced. Any failure, or the future dropped,
 /// leaves no sandbox, process or partial snapshot (a replaced one is gone, as a create
@@ -297,7 +297,7 @@ fn describe(
     }
 }
 
-/// Removes every snapshot of template `name`, for `sbx template rm`: no create could
+/// Removes every snapshot of template `name`, for `atoll template rm`: no create could
 /// use them again. Returns how many there were.
 pub fn forget(name: &str) -> Result<usize, SandboxError> {
     let state = dirs::state_dir()?;

@@ -1,11 +1,11 @@
-//! `sbx template build`: a user's root filesystem (a directory or a tarball) plus the
+//! `atoll template build`: a user's root filesystem (a directory or a tarball) plus the
 //! agent, as a bootable template.
 //!
 //! The tree is copied (or unpacked) into a staging directory next to the templates, so
 //! the user's files are never touched and a failed build leaves nothing behind. The
-//! agent goes in as `/sbin/sbx-agent`; with `--init agent` the shared initramfs
+//! agent goes in as `/sbin/atoll-agent`; with `--init agent` the shared initramfs
 //! switch_roots to it, with `--init systemd` it switch_roots to systemd, which starts the
-//! `sbx-agent.service` unit written here. `mkfs.ext4 -d` turns the tree into the image:
+//! `atoll-agent.service` unit written here. `mkfs.ext4 -d` turns the tree into the image:
 //! no loop mounts. Symlinks in the tree are followed as the guest would follow them
 //! (absolute targets stay inside the tree), so a link like `/sbin -> /usr/sbin` never
 //! makes us write outside it.
@@ -85,7 +85,7 @@ pub enum BakeError {
     Dirs(#[from] dirs::DirsError),
     /// Building needs root.
     #[error(
-        "`sbx template build` must run as root: the image must keep the tree's file owners \
+        "`atoll template build` must run as root: the image must keep the tree's file owners \
          (run it with sudo)"
     )]
     NotRoot,
@@ -112,8 +112,8 @@ pub enum BakeError {
     KernelMissing(PathBuf),
     /// No agent binary was found.
     #[error(
-        "no sbx-agent binary to bake (looked at {}); build it with `cargo build --release \
-         --target x86_64-unknown-linux-musl -p sbx-agent` or set SBX_AGENT_BIN",
+        "no atoll-agent binary to bake (looked at {}); build it with `cargo build --release \
+         --target x86_64-unknown-linux-musl -p atoll-agent` or set ATOLL_AGENT_BIN",
         .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     AgentMissing(Vec<PathBuf>),
@@ -173,13 +173,13 @@ pub enum BakeError {
 /// The systemd unit that starts the agent in `--init systemd` templates.
 const AGENT_UNIT: &str = "\
 [Unit]
-Description=sbx guest agent (gRPC over virtio-vsock)
+Description=atoll guest agent (gRPC over virtio-vsock)
 DefaultDependencies=no
 After=local-fs.target
 Before=sysinit.target
 
 [Service]
-ExecStart=/sbin/sbx-agent --announce vsock://2:1025
+ExecStart=/sbin/atoll-agent --announce vsock://2:1025
 Restart=always
 RestartSec=1
 
@@ -222,7 +222,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
     let image = stage.path.join("rootfs.ext4");
     let size_arg = format!("{}k", size.div_ceil(1024));
     let mut mkfs = Command::new("mkfs.ext4");
-    mkfs.args(["-q", "-F", "-L", "sbx-root", "-d"]).arg(&root).arg(&image).arg(size_arg);
+    mkfs.args(["-q", "-F", "-L", "atoll-root", "-d"]).arg(&root).arg(&image).arg(size_arg);
     run_tool("mkfs.ext4", &mut mkfs).map_err(|e| match e {
         BakeError::ToolFailed { stderr, .. } => BakeError::Mkfs { size, used, stderr },
         other => other,
@@ -238,7 +238,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
         rootfs: Some("rootfs.ext4".into()),
         cmdline: match opts.init {
             InitKind::Agent => "root=/dev/vda rootfstype=ext4 quiet".into(),
-            InitKind::Systemd => format!("root=/dev/vda rootfstype=ext4 sbx.init={init_path} quiet"),
+            InitKind::Systemd => format!("root=/dev/vda rootfstype=ext4 atoll.init={init_path} quiet"),
         },
         init: opts.init,
         agent_version: agent_version(&agent),
@@ -319,8 +319,8 @@ fn fill_tree(source: &Source, root: &Path) -> Result<(), BakeError> {
     }
 }
 
-/// Puts the agent at `/sbin/sbx-agent` and, for systemd, its unit; returns the path
-/// the initramfs execs (`/sbin/sbx-agent` or systemd's).
+/// Puts the agent at `/sbin/atoll-agent` and, for systemd, its unit; returns the path
+/// the initramfs execs (`/sbin/atoll-agent` or systemd's).
 fn bake_agent(root: &Path, agent: &Path, init: InitKind) -> Result<String, BakeError> {
     for dir in ["sbin", "proc", "sys", "dev", "run", "tmp"] {
         let path = resolve_in_root(root, dir)?;
@@ -329,25 +329,25 @@ fn bake_agent(root: &Path, agent: &Path, init: InitKind) -> Result<String, BakeE
                 .map_err(|source| BakeError::Write { path: path.clone(), source })?;
         }
     }
-    let target = resolve_in_root(root, "sbin/sbx-agent")?;
+    let target = resolve_in_root(root, "sbin/atoll-agent")?;
     let bytes = std::fs::read(agent).map_err(|source| BakeError::Write { path: agent.into(), source })?;
     let _ = std::fs::remove_file(&target);
     write_file(&target, &bytes, 0o755)?;
     match init {
-        InitKind::Agent => Ok("/sbin/sbx-agent".into()),
+        InitKind::Agent => Ok("/sbin/atoll-agent".into()),
         InitKind::Systemd => {
             let systemd = ["usr/lib/systemd/systemd", "lib/systemd/systemd"]
                 .into_iter()
                 .find(|p| resolve_in_root(root, p).is_ok_and(|h| h.is_file()))
                 .ok_or(BakeError::NoSystemd)?;
-            let unit = resolve_in_root(root, "etc/systemd/system/sbx-agent.service")?;
+            let unit = resolve_in_root(root, "etc/systemd/system/atoll-agent.service")?;
             write_file(&unit, AGENT_UNIT.as_bytes(), 0o644)?;
             let wants = resolve_in_root(root, "etc/systemd/system/multi-user.target.wants")?;
             std::fs::create_dir_all(&wants)
                 .map_err(|source| BakeError::Write { path: wants.clone(), source })?;
-            let link = wants.join("sbx-agent.service");
+            let link = wants.join("atoll-agent.service");
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink("/etc/systemd/system/sbx-agent.service", &link)
+            std::os::unix::fs::symlink("/etc/systemd/system/atoll-agent.service", &link)
                 .map_err(|source| BakeError::Write { path: link, source })?;
             Ok(format!("/{systemd}"))
         }
@@ -440,7 +440,7 @@ fn is_static_elf(path: &Path) -> bool {
     (0..phnum).all(|i| u32_at(phoff + i * phentsize) != Some(PT_INTERP))
 }
 
-/// The agent's own idea of its version (`sbx-agent --version` prints `sbx-agent X.Y.Z`);
+/// The agent's own idea of its version (`atoll-agent --version` prints `atoll-agent X.Y.Z`);
 /// it is static, so it runs on the host too.
 fn agent_version(agent: &Path) -> String {
     Command::new(agent)
@@ -510,7 +510,7 @@ mod tests {
         std::os::unix::fs::symlink("../../../../etc", root.join("usr/escape")).unwrap();
         std::os::unix::fs::symlink("loop2", root.join("loop1")).unwrap();
         std::os::unix::fs::symlink("loop1", root.join("loop2")).unwrap();
-        assert_eq!(resolve_in_root(root, "sbin/sbx-agent").unwrap(), root.join("usr/sbin/sbx-agent"));
+        assert_eq!(resolve_in_root(root, "sbin/atoll-agent").unwrap(), root.join("usr/sbin/atoll-agent"));
         assert_eq!(resolve_in_root(root, "/usr/escape/passwd").unwrap(), root.join("etc/passwd"));
         assert_eq!(resolve_in_root(root, "../../x").unwrap(), root.join("x"));
         assert!(matches!(resolve_in_root(root, "loop1/x"), Err(BakeError::SymlinkLoop(_))));

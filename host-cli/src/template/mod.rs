@@ -1,4 +1,4 @@
-//! Templates on disk: baking the agent into a user's root filesystem (`sbx template
+//! Templates on disk: baking the agent into a user's root filesystem (`atoll template
 //! build`), listing (`ls`) and removing (`rm`) them.
 //!
 //! A template is a self-contained directory `<data>/templates/<name>/` holding
@@ -56,7 +56,7 @@ pub enum TemplateStoreError {
     },
     /// The template boots sandboxes that exist.
     #[error(
-        "template `{name}` is in use by sandbox{} {}; remove {} first (`sbx kill {}`, MCP sandbox_kill)",
+        "template `{name}` is in use by sandbox{} {}; remove {} first (`atoll kill {}`, MCP sandbox_kill)",
         if sandboxes.len() == 1 { "" } else { "es" },
         sandboxes.join(", "),
         if sandboxes.len() == 1 { "it" } else { "them" },
@@ -95,7 +95,7 @@ fn list_hint(available: &[String]) -> String {
     }
 }
 
-/// One installed template, as `sbx template ls` shows it.
+/// One installed template, as `atoll template ls` shows it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TemplateSummary {
     /// The name.
@@ -112,7 +112,7 @@ pub struct TemplateSummary {
     pub disk_usage_bytes: u64,
     /// When it was built (Unix seconds).
     pub created_unix: u64,
-    /// The sandbox it was saved from (`sbx template save`), if it was.
+    /// The sandbox it was saved from (`atoll template save`), if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from_sandbox: Option<String>,
     /// Why `template.json` could not be read, if it could not.
@@ -231,24 +231,24 @@ pub fn remove(name: &str) -> Result<PathBuf, TemplateStoreError> {
     Ok(dir)
 }
 
-/// Where the static agent to bake is: `$SBX_AGENT_BIN`, else the workspace's musl build
-/// next to the running `sbx` (`target/x86_64-unknown-linux-musl/release/sbx-agent`), else
-/// `<data>/bin/sbx-agent` (where `rootfs/setup.sh` puts it). The candidates looked at
+/// Where the static agent to bake is: `$ATOLL_AGENT_BIN`, else the workspace's musl build
+/// next to the running `atoll` (`target/x86_64-unknown-linux-musl/release/atoll-agent`), else
+/// `<data>/bin/atoll-agent` (where `rootfs/setup.sh` puts it). The candidates looked at
 /// are returned when none exists.
 pub fn agent_binary() -> Result<PathBuf, Vec<PathBuf>> {
-    if let Some(p) = std::env::var_os("SBX_AGENT_BIN").filter(|p| !p.is_empty()) {
+    if let Some(p) = std::env::var_os("ATOLL_AGENT_BIN").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() { Ok(p) } else { Err(vec![p]) };
     }
     let mut candidates = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
-        // target/<profile>/sbx -> target/x86_64-unknown-linux-musl/release/sbx-agent
+        // target/<profile>/atoll -> target/x86_64-unknown-linux-musl/release/atoll-agent
         if let Some(target) = exe.parent().and_then(Path::parent) {
-            candidates.push(target.join("x86_64-unknown-linux-musl/release/sbx-agent"));
+            candidates.push(target.join("x86_64-unknown-linux-musl/release/atoll-agent"));
         }
     }
     if let Ok(data) = dirs::data_dir() {
-        candidates.push(data.join("bin/sbx-agent"));
+        candidates.push(data.join("bin/atoll-agent"));
     }
     candidates.iter().find(|p| p.is_file()).cloned().ok_or(candidates)
 }

@@ -1,4 +1,4 @@
-//! The host's own terminal, for `sbx shell` and `sbx exec -t`: raw mode that is always
+//! The host's own terminal, for `atoll shell` and `atoll exec -t`: raw mode that is always
 //! put back ([`raw`]), the window's size, and the signals a session reacts to
 //! ([`signals`]: SIGWINCH becomes a resize, SIGHUP/SIGTERM/SIGINT/SIGQUIT end it).
 

@@ -1,6 +1,6 @@
 //! [`RawMode`]: the host terminal in raw mode (keystrokes byte by byte, no echo, no
 //! signals from Ctrl-C or Ctrl-Z, no output processing), put back as it was when the
-//! guard drops, when sbx panics (a hook, since release builds abort on panic and run no
+//! guard drops, when atoll panics (a hook, since release builds abort on panic and run no
 //! destructors), and when a session signal ends the session (the session drops it).
 
 use std::sync::{Mutex, Once};
@@ -16,10 +16,10 @@ pub enum TtyError {
     /// stdin is not a terminal, so there are no keystrokes to forward.
     #[error(
         "{what} needs a terminal on stdin, and stdin is not one; run it from an interactive shell, \
-         or drop -t and pipe the input to `sbx exec -- CMD` instead"
+         or drop -t and pipe the input to `atoll exec -- CMD` instead"
     )]
     NotATerminal {
-        /// The command, e.g. "`sbx shell`".
+        /// The command, e.g. "`atoll shell`".
         what: &'static str,
     },
     /// The terminal's settings could not be read or changed.

@@ -1,6 +1,6 @@
 //! [`SessionSignals`]: the signals a terminal session handles itself. In raw mode
 //! Ctrl-C and Ctrl-Z are bytes for the guest, so these come from elsewhere: the
-//! window changed (SIGWINCH), the terminal went away (SIGHUP), or someone asked sbx to
+//! window changed (SIGWINCH), the terminal went away (SIGHUP), or someone asked atoll to
 //! stop (SIGTERM, SIGINT, SIGQUIT). Handling them (instead of dying) is what lets the
 //! session put the terminal back before it exits.
 

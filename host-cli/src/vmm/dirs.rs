@@ -1,7 +1,7 @@
-//! Where sbx keeps templates (data dir) and running sandboxes (state dir).
+//! Where atoll keeps templates (data dir) and running sandboxes (state dir).
 //!
-//! Data: `$SBX_DATA_DIR`, else `$XDG_DATA_HOME/sbx`, else `$HOME/.local/share/sbx`.
-//! State: `$SBX_STATE_DIR`, else `$XDG_STATE_HOME/sbx`, else `$HOME/.local/state/sbx`.
+//! Data: `$ATOLL_DATA_DIR`, else `$XDG_DATA_HOME/atoll`, else `$HOME/.local/share/atoll`.
+//! State: `$ATOLL_STATE_DIR`, else `$XDG_STATE_HOME/atoll`, else `$HOME/.local/state/atoll`.
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 /// Why a directory could not be found or made.
 #[derive(Debug, thiserror::Error)]
 pub enum DirsError {
-    /// Neither the sbx variable, nor the XDG one, nor `$HOME` is set.
-    #[error("cannot tell where sbx keeps its {what}: set ${var} (or $HOME)")]
+    /// Neither the atoll variable, nor the XDG one, nor `$HOME` is set.
+    #[error("cannot tell where atoll keeps its {what}: set ${var} (or $HOME)")]
     NoHome {
         /// "templates" or "sandboxes".
         what: &'static str,
-        /// The sbx-specific variable to set.
+        /// The atoll-specific variable to set.
         var: &'static str,
     },
     /// The state directory could not be created.
-    #[error("could not create the sbx state directory {}; check its permissions or set $SBX_STATE_DIR", path.display())]
+    #[error("could not create the atoll state directory {}; check its permissions or set $ATOLL_STATE_DIR", path.display())]
     Create {
         /// The directory.
         path: PathBuf,
@@ -30,8 +30,8 @@ pub enum DirsError {
 
 /// The directory holding `templates/<name>/`.
 pub fn data_dir() -> Result<PathBuf, DirsError> {
-    resolve("SBX_DATA_DIR", "XDG_DATA_HOME", ".local/share")
-        .ok_or(DirsError::NoHome { what: "templates", var: "SBX_DATA_DIR" })
+    resolve("ATOLL_DATA_DIR", "XDG_DATA_HOME", ".local/share")
+        .ok_or(DirsError::NoHome { what: "templates", var: "ATOLL_DATA_DIR" })
 }
 
 /// The directory of templates: `<data>/templates`.
@@ -41,8 +41,8 @@ pub fn templates_dir() -> Result<PathBuf, DirsError> {
 
 /// The state directory (not created).
 pub fn state_dir() -> Result<PathBuf, DirsError> {
-    resolve("SBX_STATE_DIR", "XDG_STATE_HOME", ".local/state")
-        .ok_or(DirsError::NoHome { what: "sandboxes", var: "SBX_STATE_DIR" })
+    resolve("ATOLL_STATE_DIR", "XDG_STATE_HOME", ".local/state")
+        .ok_or(DirsError::NoHome { what: "sandboxes", var: "ATOLL_STATE_DIR" })
 }
 
 /// The state directory, created with mode 0700 if missing.
@@ -67,7 +67,7 @@ fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
 fn resolve(own: &str, xdg: &str, home_rel: &str) -> Option<PathBuf> {
     let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let dir = non_empty(own)
-        .or_else(|| non_empty(xdg).map(|d| d.join("sbx")))
-        .or_else(|| non_empty("HOME").map(|h| h.join(home_rel).join("sbx")))?;
+        .or_else(|| non_empty(xdg).map(|d| d.join("atoll")))
+        .or_else(|| non_empty("HOME").map(|h| h.join(home_rel).join("atoll")))?;
     Some(std::path::absolute(&dir).unwrap_or(dir))
 }

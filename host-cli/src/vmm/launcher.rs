@@ -57,10 +57,10 @@ impl Accel {
 }
 
 /// Picks KVM only when a hardware KVM module is loaded and `/dev/kvm` opens; otherwise
-/// TCG. `$SBX_ACCEL=tcg|kvm` overrides the probe. Some hosts have a `/dev/kvm` (for
+/// TCG. `$ATOLL_ACCEL=tcg|kvm` overrides the probe. Some hosts have a `/dev/kvm` (for
 /// instance from kvm_pvm) that runs ordinary guests uselessly slowly, hence the probe.
 pub fn probe_accel() -> Accel {
-    match std::env::var("SBX_ACCEL").as_deref() {
+    match std::env::var("ATOLL_ACCEL").as_deref() {
         Ok("tcg") => return Accel::Tcg,
         Ok("kvm") => return Accel::Kvm,
         _ => {}
@@ -133,12 +133,12 @@ impl GuestRam<'_> {
 
 /// The guest NIC's MAC address (QEMU's own prefix, as slirp uses).
 pub const GUEST_MAC: &str = "52:54:00:12:34:56";
-/// The guest's addressing on its NIC, for `sbx.net=`: its address, then the gateway
+/// The guest's addressing on its NIC, for `atoll.net=`: its address, then the gateway
 /// (the network helper, which is the DNS server too).
 pub const GUEST_NET: &str = "10.0.2.15/24,10.0.2.2";
 /// The NIC's MTU, which the guest driver takes from the device: large frames cost the
 /// network helper's userspace stack far less per byte (passt advises the same).
-pub const GUEST_MTU: u16 = sbx_net::stack::GUEST_MTU;
+pub const GUEST_MTU: u16 = atoll_net::stack::GUEST_MTU;
 
 /// Kernel parameters that turn off the guest's hang detectors (see [`qemu_args`]).
 const HANG_DETECTORS_OFF: &str =
@@ -151,20 +151,20 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
     let mem = spec.memory_mib;
     // Names are checked to be letters, digits, `-`, `_` and `.`: safe on a kernel command line.
-    // The hang detectors are off (`nowatchdog`, RCU stall warnings, hung tasks): `sbx
+    // The hang detectors are off (`nowatchdog`, RCU stall warnings, hung tasks): `atoll
     // pause` freezes QEMU with SIGSTOP (control.rs says why), so a resumed guest finds its
     // clock moved on by the whole pause and, without these, reports a soft lockup of
     // whatever ran and an RCU stall, with stack dumps, after any pause over 20 s, and
     // any task that was waiting on I/O as hung after one over 120 s.
     let mut cmdline =
-        format!("console=ttyS0 panic=-1 reboot=t {HANG_DETECTORS_OFF} sbx.hostname={}", spec.name);
+        format!("console=ttyS0 panic=-1 reboot=t {HANG_DETECTORS_OFF} atoll.hostname={}", spec.name);
     if spec.template.rootfs.is_some()
         && !spec.template.cmdline.split_whitespace().any(|w| w.starts_with("root="))
     {
         cmdline.push_str(" root=/dev/vda rw");
     }
     if spec.network {
-        cmdline.push_str(&format!(" sbx.net={GUEST_NET}"));
+        cmdline.push_str(&format!(" atoll.net={GUEST_NET}"));
     }
     let storage = super::storage::cmdline(spec.storage);
     if !storage.is_empty() {
@@ -177,7 +177,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     }
     let mut args: Vec<String> = vec![
         "-name".into(),
-        format!("sbx-{},process=sbx-{}", spec.id, spec.id),
+        format!("atoll-{},process=atoll-{}", spec.id, spec.id),
         "-machine".into(),
         "q35".into(),
         "-accel".into(),
@@ -238,7 +238,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     }
     if let Some(overlay) = &p.overlay {
         // `cache=unsafe`: QEMU ignores the guest's flushes. The overlay is scratch that
-        // dies with the sandbox (a crashed host leaves only dead sandboxes, which `sbx
+        // dies with the sandbox (a crashed host leaves only dead sandboxes, which `atoll
         // kill` deletes), so flushing it to the host disk bought nothing, and it made
         // every guest fsync wait for the host's. A durable 1 KiB write in the guest
         // went from 2.7-3.3 ms to 1.9-2.0 ms (bench/guest_durable_write.py).
@@ -254,7 +254,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
 pub fn agent_port_device() -> String {
     format!(
         "virtserialport,bus={AGENT_SERIAL_BUS}.0,chardev={AGENT_PORT_CHARDEV},name={},id={AGENT_PORT_DEVICE}",
-        sbx_proto::link::PORT_NAME
+        atoll_proto::link::PORT_NAME
     )
 }
 
@@ -365,14 +365,14 @@ mod tests {
         };
         let args = qemu_args(&spec);
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
-        assert!(append(&args).contains(" sbx.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
+        assert!(append(&args).contains(" atoll.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
         assert!(
             args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/net.sock")
         );
         assert!(args.iter().any(|a| a.starts_with("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56")));
         let args = qemu_args(&VmSpec { network: false, ..spec });
-        assert!(!append(&args).contains("sbx.net") && !args.iter().any(|a| a == "-netdev"));
-        assert!(append(&args).contains("sbx.hostname=dev"), "{}", append(&args));
+        assert!(!append(&args).contains("atoll.net") && !args.iter().any(|a| a == "-netdev"));
+        assert!(append(&args).contains("atoll.hostname=dev"), "{}", append(&args));
         assert!(args.windows(2).any(|w| w[0] == "-accel" && w[1] == "kvm"));
         assert!(!args.iter().any(|a| a == "-drive"));
     }

@@ -1,10 +1,10 @@
 //! Saving a running VM to a file and starting one from it, over QMP.
 //!
 //! A save is QEMU's own migration stream (`migrate` to `exec:cat > FIFO`), with all of
-//! guest RAM in it; sbx splits guest RAM out into the snapshot's `ram.bin` as the
+//! guest RAM in it; atoll splits guest RAM out into the snapshot's `ram.bin` as the
 //! stream arrives ([`super::stream_split`]), and a restore maps that file privately
 //! ([`super::launcher::GuestRam::Snapshot`]) and loads the rest. QEMU 7.2 can migrate
-//! every device of an sbx VM: the agent link is a virtio-serial port inside QEMU (no
+//! every device of an atoll VM: the agent link is a virtio-serial port inside QEMU (no
 //! vhost-user backend in another process, which QEMU 7.2 refuses to migrate).
 //!
 //! Every restore also replugs the agent link's virtio-serial port as the VM starts to
@@ -119,7 +119,7 @@ fn agent_port_device() -> Value {
         "driver": "virtserialport",
         "bus": format!("{AGENT_SERIAL_BUS}.0"),
         "chardev": AGENT_PORT_CHARDEV,
-        "name": sbx_proto::link::PORT_NAME,
+        "name": atoll_proto::link::PORT_NAME,
         "id": AGENT_PORT_DEVICE,
     })
 }

@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn missing_program_names_setup() {
-        let err = find_in_path("sbx-no-such-program").unwrap_err().to_string();
+        let err = find_in_path("atoll-no-such-program").unwrap_err().to_string();
         assert!(err.contains("rootfs/setup.sh"), "{err}");
     }
 }

@@ -35,7 +35,7 @@ pub enum QmpError {
         source: std::io::Error,
     },
     /// QEMU did not answer in time.
-    #[error("QEMU did not answer `{command}` within {} s; it may be hung: remove the sandbox with `sbx kill --force`", QMP_TIMEOUT.as_secs())]
+    #[error("QEMU did not answer `{command}` within {} s; it may be hung: remove the sandbox with `atoll kill --force`", QMP_TIMEOUT.as_secs())]
     Timeout {
         /// The command.
         command: String,

@@ -7,7 +7,7 @@
 //!
 //! Format 3 came with the agent link: its VMs have a virtio-serial port and no vsock
 //! device, so a snapshot of format 1 or 2 (saved with a vsock device behind a PCIe root
-//! port, and a guest agent that only listens on vsock) cannot be restored by this sbx
+//! port, and a guest agent that only listens on vsock) cannot be restored by this atoll
 //! and is refused with [`SnapFileError::Outdated`].
 //!
 //! Named snapshots live in `<state>/.snapshots/<name>/`; a parked sandbox keeps its
@@ -41,17 +41,17 @@ const FILES: [&str; 4] = [META_FILE, MEMORY_FILE, RAM_FILE, DISK_FILE];
 #[derive(Debug, thiserror::Error)]
 pub enum SnapFileError {
     /// No such snapshot.
-    #[error("no snapshot is called `{0}`; `sbx snapshot ls` lists them")]
+    #[error("no snapshot is called `{0}`; `atoll snapshot ls` lists them")]
     NotFound(String),
-    /// The snapshot was saved by another version of sbx, whose VMs had other devices.
+    /// The snapshot was saved by another version of atoll, whose VMs had other devices.
     #[error(
-        "snapshot {} was saved by {} sbx (snapshot layout {format}; this sbx reads layout {FORMAT}): {}",
+        "snapshot {} was saved by {} atoll (snapshot layout {format}; this atoll reads layout {FORMAT}): {}",
         dir.display(),
         if *format < FORMAT { "an older" } else { "a newer" },
         if *format < FORMAT {
-            "its VM reached the agent over vsock, which this sbx's VMs no longer have, so it cannot be restored; remove it (`sbx snapshot rm`, or `sbx kill` for a parked sandbox) and take a new one"
+            "its VM reached the agent over vsock, which this atoll's VMs no longer have, so it cannot be restored; remove it (`atoll snapshot rm`, or `atoll kill` for a parked sandbox) and take a new one"
         } else {
-            "upgrade sbx to restore it"
+            "upgrade atoll to restore it"
         }
     )]
     Outdated {
@@ -61,7 +61,7 @@ pub enum SnapFileError {
         format: u32,
     },
     /// The snapshot is damaged or not one of ours.
-    #[error("snapshot {} is unusable: {why}; remove it with `sbx snapshot rm`", dir.display())]
+    #[error("snapshot {} is unusable: {why}; remove it with `atoll snapshot rm`", dir.display())]
     Damaged {
         /// Its directory.
         dir: PathBuf,
@@ -116,7 +116,7 @@ pub struct SnapshotMeta {
     pub accel: String,
     /// QEMU's version, which must load the stream.
     pub qemu_version: String,
-    /// Sizes and modification times of the `sbx` and QEMU programs that saved it (see
+    /// Sizes and modification times of the `atoll` and QEMU programs that saved it (see
     /// [`programs_fingerprint`]); template snapshots are used only under the same ones.
     #[serde(default)]
     pub programs: String,
@@ -136,10 +136,10 @@ pub struct SnapshotMeta {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotNet {
     /// The egress policy (rules on top of the built-in default).
-    pub policy: sbx_net::policy::Policy,
+    pub policy: atoll_net::policy::Policy,
     /// The guest's connections (guest end, remote end) when it was stopped.
     #[serde(default)]
-    pub open_flows: Vec<sbx_net::stack::FlowKey>,
+    pub open_flows: Vec<atoll_net::stack::FlowKey>,
 }
 
 /// A snapshot that passed [`open`]'s checks.
@@ -247,7 +247,7 @@ pub fn fingerprint(template: &Template) -> String {
         .join(",")
 }
 
-/// The sizes and modification times of this `sbx` and of the QEMU in `PATH`: a restore
+/// The sizes and modification times of this `atoll` and of the QEMU in `PATH`: a restore
 /// builds QEMU's command line anew, so a snapshot saved by other programs may not load.
 pub fn programs_fingerprint() -> String {
     use std::os::unix::fs::MetadataExt;
@@ -409,7 +409,7 @@ mod tests {
         let stream = std::fs::read(snap.memory()).unwrap();
         std::fs::write(snap.memory(), &stream[..50]).unwrap();
         let err = open(&target).unwrap_err().to_string();
-        assert!(err.contains("50 bytes") && err.contains("sbx snapshot rm"), "{err}");
+        assert!(err.contains("50 bytes") && err.contains("atoll snapshot rm"), "{err}");
         std::fs::write(snap.memory(), [0u8; 108]).unwrap();
         assert!(open(&target).unwrap_err().to_string().contains("not a QEMU migration stream"));
     }
@@ -426,7 +426,7 @@ mod tests {
         // Truncated, then grown: refused before anything starts.
         ram.set_len(1 << 20).unwrap();
         let err = open(&target).unwrap_err().to_string();
-        assert!(err.contains("ram.bin has 1048576 bytes") && err.contains("sbx snapshot rm"), "{err}");
+        assert!(err.contains("ram.bin has 1048576 bytes") && err.contains("atoll snapshot rm"), "{err}");
         ram.set_len(5 << 20).unwrap();
         assert!(open(&target).unwrap_err().to_string().contains("ram.bin has 5242880 bytes"));
         ram.set_len(4 << 20).unwrap();
@@ -434,7 +434,7 @@ mod tests {
         // to do, and so is a newer one.
         let mut json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(target.join(META_FILE)).unwrap()).unwrap();
-        for (format, says) in [(2, "an older sbx"), (1, "an older sbx"), (FORMAT + 1, "upgrade sbx")] {
+        for (format, says) in [(2, "an older atoll"), (1, "an older atoll"), (FORMAT + 1, "upgrade atoll")] {
             json["format"] = format.into();
             std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
             let err = open(&target).unwrap_err();

@@ -1,5 +1,5 @@
 //! The on-disk record of each sandbox: `<state>/<id>/sandbox.json`, plus the lock that
-//! keeps two `sbx create` from taking the same id or name.
+//! keeps two `atoll create` from taking the same id or name.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ pub const RECORD_FILE: &str = "sandbox.json";
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// The lock file could not be taken.
-    #[error("could not lock the sbx state directory {}", path.display())]
+    #[error("could not lock the atoll state directory {}", path.display())]
     Lock {
         /// The lock file.
         path: PathBuf,
@@ -46,14 +46,14 @@ pub enum StateError {
     #[error("`{0}` is not a valid sandbox name; use up to 64 letters, digits, `-`, `_` and `.`")]
     BadName(String),
     /// The name is taken.
-    #[error("a sandbox named `{0}` already exists; pick another name or remove it with `sbx kill {0}`")]
+    #[error("a sandbox named `{0}` already exists; pick another name or remove it with `atoll kill {0}`")]
     NameTaken(String),
     /// Neither an id nor a name of a sandbox.
-    #[error("no sandbox is called `{0}`; `sbx ls` lists them")]
+    #[error("no sandbox is called `{0}`; `atoll ls` lists them")]
     NotFound(String),
     /// The Unix socket paths would be too long.
     #[error(
-        "the sandbox directory {} is too long for Unix socket paths ({len} bytes, at most {max}); set $SBX_STATE_DIR to a shorter directory",
+        "the sandbox directory {} is too long for Unix socket paths ({len} bytes, at most {max}); set $ATOLL_STATE_DIR to a shorter directory",
         path.display()
     )]
     PathTooLong {
@@ -118,14 +118,14 @@ pub struct Record {
     pub created_unix_ms: i64,
     /// QEMU, once started.
     pub qemu: Option<ProcRef>,
-    /// The vhost-device-vsock of a sandbox started by an sbx from before the agent link
+    /// The vhost-device-vsock of a sandbox started by an atoll from before the agent link
     /// (new sandboxes have none); stopped with the sandbox.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vhost: Option<ProcRef>,
-    /// `sbx net-helper` (published ports, the network), once started.
+    /// `atoll net-helper` (published ports, the network), once started.
     #[serde(default)]
     pub net_helper: Option<ProcRef>,
-    /// The `sbx create` process booting it; a sandbox never announced whose creator is
+    /// The `atoll create` process booting it; a sandbox never announced whose creator is
     /// gone will never become ready.
     #[serde(default)]
     pub creator: Option<ProcRef>,
@@ -133,9 +133,9 @@ pub struct Record {
     pub ready: bool,
     /// The agent version from its `READY` line.
     pub agent_version: Option<String>,
-    /// Set by `sbx pause`, cleared by `sbx resume`.
+    /// Set by `atoll pause`, cleared by `atoll resume`.
     pub paused: bool,
-    /// Set by `sbx pause --to-disk`: QEMU is gone and the VM
+    /// Set by `atoll pause --to-disk`: QEMU is gone and the VM
     /// waits in `<dir>/parked/` (see [`Paths::parked`]).
     #[serde(default)]
     pub parked: bool,
@@ -184,7 +184,7 @@ impl Record {
         }
     }
 
-    /// True when its `sbx create` died before the agent announced itself: nobody will
+    /// True when its `atoll create` died before the agent announced itself: nobody will
     /// finish this boot.
     pub fn is_abandoned(&self) -> bool {
         !self.ready && !self.creator.is_some_and(|p| p.is_alive())
@@ -337,7 +337,7 @@ fn generate_name(id: &str, taken: impl Fn(&str) -> bool) -> String {
             return name;
         }
     }
-    format!("sbx-{id}")
+    format!("atoll-{id}")
 }
 
 #[cfg(test)]
@@ -392,7 +392,7 @@ mod tests {
         assert_eq!(find(d.path(), "ab12").unwrap().name, "one");
         assert!(matches!(find(d.path(), "ab"), Err(StateError::NotFound(_))), "ambiguous prefix");
         let err = find(d.path(), "zzz").unwrap_err().to_string();
-        assert!(err.contains("sbx ls"), "{err}");
+        assert!(err.contains("atoll ls"), "{err}");
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! works the same under TCG; QEMU resolves every path below the shared folder with
 //! `openat(O_NOFOLLOW)`, so a symlink the guest follows resolves inside the guest,
 //! never on the host; with `none`, files are created with QEMU's own credentials (the
-//! host user running sbx) as real files, symlinks and modes that host tools read as
+//! host user running atoll) as real files, symlinks and modes that host tools read as
 //! they are.
 
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ pub struct Storage {
 
 /// The 9p mount tag of the `i`-th share.
 fn tag(i: usize) -> String {
-    format!("sbx{i}")
+    format!("atoll{i}")
 }
 
 /// QEMU's `-fsdev` / `-device` pairs, one virtio-9p device per share.
@@ -60,18 +60,18 @@ pub fn qemu_args(storage: &Storage) -> Vec<String> {
     args
 }
 
-/// The kernel command line words: `sbx.disk=BYTES`, and `sbx.mount=TAG:PATH:ro|rw` for
+/// The kernel command line words: `atoll.disk=BYTES`, and `atoll.mount=TAG:PATH:ro|rw` for
 /// each share, parents before what is mounted inside them.
 pub fn cmdline(storage: &Storage) -> String {
     let mut words = Vec::new();
     if let Some(bytes) = storage.disk_bytes {
-        words.push(format!("sbx.disk={bytes}"));
+        words.push(format!("atoll.disk={bytes}"));
     }
     let mut order: Vec<(usize, &Mount)> = storage.mounts.iter().enumerate().collect();
     order.sort_by_key(|(_, m)| m.guest.matches('/').count());
     for (i, m) in order {
         let mode = if m.read_only { "ro" } else { "rw" };
-        words.push(format!("sbx.mount={}:{}:{mode}", tag(i), m.guest));
+        words.push(format!("atoll.mount={}:{}:{mode}", tag(i), m.guest));
     }
     words.join(" ")
 }
@@ -95,8 +95,11 @@ mod tests {
             "commas doubled, no readonly"
         );
         assert!(args[5].ends_with(",readonly=on"));
-        assert_eq!(args[3], "virtio-9p-pci,fsdev=fs0,mount_tag=sbx0");
-        assert_eq!(cmdline(&s), "sbx.disk=1073741824 sbx.mount=sbx1:/work:ro sbx.mount=sbx0:/work/inner:rw");
+        assert_eq!(args[3], "virtio-9p-pci,fsdev=fs0,mount_tag=atoll0");
+        assert_eq!(
+            cmdline(&s),
+            "atoll.disk=1073741824 atoll.mount=atoll1:/work:ro atoll.mount=atoll0:/work/inner:rw"
+        );
         assert!(qemu_args(&Storage::default()).is_empty() && cmdline(&Storage::default()).is_empty());
     }
 }

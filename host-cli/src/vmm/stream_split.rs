@@ -9,7 +9,7 @@
 //!   then vmstate subsections (0x05, u8 length, name, be32 version, fields).
 //! - Sections of the live (iterable) state: START (0x01: be32 section id, u8 length,
 //!   name, be32 instance, be32 version), PART (0x02) and END (0x03: be32 section id),
-//!   each followed by its payload and a footer (0x7e, be32 section id). In sbx's VMs
+//!   each followed by its payload and a footer (0x7e, be32 section id). In atoll's VMs
 //!   the only one is `ram`, and all of it comes before the first device section.
 //! - The RAM payload is records, each a be64 of offset | flags (the low 12 bits):
 //!   MEM_SIZE (the block list: u8 length, name, be64 length, until the total is
@@ -103,7 +103,7 @@ pub enum StreamSplitError {
     },
     /// A RAM record of a kind the splitter does not know.
     #[error(
-        "the migration stream has a record sbx does not know (flags {flags:#x}) at byte {at}; this QEMU writes a layout sbx cannot split (save without compression, xbzrle, multifd or RDMA)"
+        "the migration stream has a record atoll does not know (flags {flags:#x}) at byte {at}; this QEMU writes a layout atoll cannot split (save without compression, xbzrle, multifd or RDMA)"
     )]
     UnknownRecord {
         /// Its flag bits.
@@ -113,7 +113,7 @@ pub enum StreamSplitError {
     },
     /// Something outside the known layout.
     #[error(
-        "the migration stream has {what} at byte {at}; this QEMU writes a layout sbx cannot split (sbx knows QEMU 7.2's)"
+        "the migration stream has {what} at byte {at}; this QEMU writes a layout atoll cannot split (atoll knows QEMU 7.2's)"
     )]
     Unsupported {
         /// What was found.

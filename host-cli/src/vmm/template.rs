@@ -1,5 +1,5 @@
 //! Reading a template: `<data>/templates/<name>/template.json`, written by
-//! `rootfs/build-*.sh` and `sbx template build`.
+//! `rootfs/build-*.sh` and `atoll template build`.
 
 use std::path::{Path, PathBuf};
 
@@ -82,7 +82,7 @@ pub struct TemplateFile {
     /// When the template was built (Unix seconds).
     #[serde(default)]
     pub created_unix: u64,
-    /// The sandbox whose disk it was saved from (`sbx template save`), if it was.
+    /// The sandbox whose disk it was saved from (`atoll template save`), if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_sandbox: Option<String>,
     /// The template that sandbox had booted from, if it was saved from one.

@@ -2,7 +2,7 @@
 //!
 //! A QEMU whose main loop is stuck makes no progress at all: no guest CPU time, no
 //! console output, and no reply on the QMP socket. It happened once in CI, in the first
-//! second of a boot, when QEMU waited on a stalled vhost-user backend (sbx's VMs no
+//! second of a boot, when QEMU waited on a stalled vhost-user backend (atoll's VMs no
 //! longer have one); a QEMU stopped with SIGSTOP shows the same picture. Such a VM
 //! never recovers on its own, so [`crate::sandbox::create()`] boots it again instead of
 //! waiting out its timeout.

@@ -78,7 +78,7 @@ impl Builtins {
         self.ranges.iter().find(|r| r.net.contains(&ip))
     }
 
-    /// Every range, for documentation and `sbx net show`.
+    /// Every range, for documentation and `atoll net show`.
     pub fn ranges(&self) -> &[BuiltinRange] {
         &self.ranges
     }

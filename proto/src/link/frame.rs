@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 /// Opens a host's SYNC frame.
-pub const SYNC_MAGIC: [u8; 8] = *b"SBXSYNC1";
+pub const SYNC_MAGIC: [u8; 8] = *b"ATOLSYNC";
 /// Opens a guest's ACK frame.
-pub const ACK_MAGIC: [u8; 8] = *b"SBXACK01";
+pub const ACK_MAGIC: [u8; 8] = *b"ATOLACK1";
 /// Bytes in a SYNC or ACK frame: the magic and the nonce.
 pub const FRAME_LEN: usize = 8 + 16;
 /// How often the host re-sends its SYNC until the guest answers.
@@ -87,15 +87,15 @@ mod tests {
 
     #[test]
     fn without_a_frame_only_a_possible_start_is_kept() {
-        let mut buf = b"xxxxxxxxxxSBXSY".to_vec();
+        let mut buf = b"xxxxxxxxxxATOLS".to_vec();
         assert_eq!(take_frame(&mut buf, &SYNC_MAGIC), None);
-        assert_eq!(buf, b"SBXSY");
+        assert_eq!(buf, b"ATOLS");
         let mut buf = b"nothing to see".to_vec();
         assert_eq!(take_frame(&mut buf, &SYNC_MAGIC), None);
         assert!(buf.is_empty());
-        let mut buf = b"xxSBXSYNC1abc".to_vec();
+        let mut buf = b"xxATOLSYNCabc".to_vec();
         assert_eq!(take_frame(&mut buf, &SYNC_MAGIC), None, "nonce not whole yet");
-        assert_eq!(buf, b"SBXSYNC1abc");
+        assert_eq!(buf, b"ATOLSYNCabc");
     }
 
     #[test]

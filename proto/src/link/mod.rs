@@ -38,7 +38,7 @@ pub use stream::LinkStream;
 
 /// The name of the virtio-serial port the agent link runs on (QEMU's
 /// `virtserialport,name=...`; the guest finds it in `/sys/class/virtio-ports/*/name`).
-pub const PORT_NAME: &str = "sbx.agent";
+pub const PORT_NAME: &str = "atoll.agent";
 
 /// Why a handshake did not finish.
 #[derive(Debug, thiserror::Error)]

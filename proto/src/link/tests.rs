@@ -111,7 +111,7 @@ async fn stale_bytes_and_old_frames_in_both_directions_are_discarded() {
 async fn frames_split_across_reads_are_found() {
     for max in [1u8, 3, 7, 23] {
         let (mut h, g) = pair();
-        h.write_all(b"junk SBXSY junk").await.unwrap();
+        h.write_all(b"junk ATOLS junk").await.unwrap();
         let h = Trickle { inner: h, max: usize::from(max) };
         let g = Trickle { inner: g, max: usize::from(max) };
         let (host, guest) = handshake(h, g, Nonce([max; 16])).await;

@@ -1,11 +1,11 @@
-//! `netns-world`: the test "outside world" ([`sbx_tests::netns::World`]) for tests that
+//! `netns-world`: the test "outside world" ([`atoll_tests::netns::World`]) for tests that
 //! are not in Rust (tests/mcp). Prints one JSON line, `{"client": NETNS, "world": NETNS,
 //! "cert": PATH}`, then keeps the world up until its stdin closes, and tears it down.
 
 use std::io::{Read, Write};
 
 fn main() {
-    let world = sbx_tests::netns::World::create();
+    let world = atoll_tests::netns::World::create();
     let info = serde_json::json!({
         "client": world.client.name(),
         "world": world.world.name(),

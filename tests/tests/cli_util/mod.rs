@@ -1,4 +1,4 @@
-//! Running the real `sbx` binary as a subprocess, for the `cli_*` tests.
+//! Running the real `atoll` binary as a subprocess, for the `cli_*` tests.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -8,33 +8,33 @@ use std::process::{Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
 
-/// `sbx --agent ADDR ARGS...` with stdin closed.
-pub fn sbx(addr: &str, args: &[&str]) -> Output {
-    sbx_cmd(addr, args).stdin(Stdio::null()).output().expect("run sbx")
+/// `atoll --agent ADDR ARGS...` with stdin closed.
+pub fn atoll(addr: &str, args: &[&str]) -> Output {
+    atoll_cmd(addr, args).stdin(Stdio::null()).output().expect("run atoll")
 }
 
-/// `sbx --agent ADDR ARGS...` with `input` on its stdin.
-pub fn sbx_stdin(addr: &str, args: &[&str], input: &[u8]) -> Output {
-    let mut child = sbx_cmd(addr, args)
+/// `atoll --agent ADDR ARGS...` with `input` on its stdin.
+pub fn atoll_stdin(addr: &str, args: &[&str], input: &[u8]) -> Output {
+    let mut child = atoll_cmd(addr, args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn sbx");
+        .expect("spawn atoll");
     let mut stdin = child.stdin.take().expect("stdin");
     let input = input.to_vec();
     let feeder = std::thread::spawn(move || {
         let _ = stdin.write_all(&input);
     });
-    let out = child.wait_with_output().expect("wait for sbx");
+    let out = child.wait_with_output().expect("wait for atoll");
     feeder.join().expect("stdin feeder");
     out
 }
 
 /// The command, for tests that need more control.
-pub fn sbx_cmd(addr: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(sbx_tests::workspace_bin("sbx"));
-    cmd.env_remove("SBX_AGENT").env_remove("SBX_SANDBOX").env("NO_COLOR", "1");
+pub fn atoll_cmd(addr: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(atoll_tests::workspace_bin("atoll"));
+    cmd.env_remove("ATOLL_AGENT").env_remove("ATOLL_SANDBOX").env("NO_COLOR", "1");
     if !addr.is_empty() {
         cmd.arg("--agent").arg(addr);
     }
@@ -42,9 +42,9 @@ pub fn sbx_cmd(addr: &str, args: &[&str]) -> Command {
     cmd
 }
 
-/// The exit code, failing the test if a signal ended sbx.
+/// The exit code, failing the test if a signal ended atoll.
 pub fn code(out: &Output) -> i32 {
-    out.status.code().unwrap_or_else(|| panic!("sbx died by a signal: {}", stderr(out)))
+    out.status.code().unwrap_or_else(|| panic!("atoll died by a signal: {}", stderr(out)))
 }
 
 /// stderr as text.
@@ -59,7 +59,7 @@ pub fn stdout(out: &Output) -> String {
 
 /// Asserts success and returns stdout.
 pub fn ok(out: &Output) -> String {
-    assert_eq!(code(out), 0, "sbx failed: {}", stderr(out));
+    assert_eq!(code(out), 0, "atoll failed: {}", stderr(out));
     stdout(out)
 }
 

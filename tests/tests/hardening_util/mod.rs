@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sbx_proto::agent::v1 as pb;
+use atoll_proto::agent::v1 as pb;
 
 /// An Exec of `cmd` through /bin/sh -c.
 pub(crate) fn shell(cmd: &str) -> pb::ExecRequest {

@@ -1,4 +1,4 @@
-//! A real kernel TCP/IP stack as the "guest" of the sbx-net engine, without a VM: a
+//! A real kernel TCP/IP stack as the "guest" of the atoll-net engine, without a VM: a
 //! network namespace with a TAP device configured as a sandbox's eth0 (10.0.2.15/24,
 //! gateway and DNS 10.0.2.2), whose frames a relay carries to and from the engine's NIC
 //! socket in QEMU's `-netdev stream` framing (4-byte big-endian length + frame). The
@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use sbx_net::log::Record;
-use sbx_net::policy::Policy;
-use sbx_net::{Engine, EngineConfig, EngineHandle, Frames};
-use sbx_tests::netns::{NetNs, World, unique_prefix};
+use atoll_net::log::Record;
+use atoll_net::policy::Policy;
+use atoll_net::{Engine, EngineConfig, EngineHandle, Frames};
+use atoll_tests::netns::{NetNs, World, unique_prefix};
 
 const TAP: &str = "eth0";
 

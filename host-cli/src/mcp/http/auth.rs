@@ -1,4 +1,4 @@
-//! The bearer token of `sbx mcp --http`: where it comes from, and the check every HTTP
+//! The bearer token of `atoll mcp --http`: where it comes from, and the check every HTTP
 //! request passes before rmcp sees it.
 //!
 //! Only the token's SHA-256 digest is kept; a request's token is hashed and the two
@@ -21,7 +21,7 @@ pub const MIN_TOKEN_LEN: usize = 16;
 
 /// How a user makes a token, for error messages and docs.
 pub const MAKE_TOKEN: &str =
-    "umask 077; mkdir -p ~/.config/sbx; head -c32 /dev/urandom | base64 > ~/.config/sbx/mcp-token";
+    "umask 077; mkdir -p ~/.config/atoll; head -c32 /dev/urandom | base64 > ~/.config/atoll/mcp-token";
 
 /// Why a token could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -120,14 +120,14 @@ pub async fn require_bearer(State(token): State<Arc<BearerToken>>, request: Requ
     let refusal = match presented(&request) {
         Presented::Bearer(given) if token.matches(given) => return next.run(request).await,
         Presented::Bearer(_) => (
-            r#"Bearer realm="sbx mcp", error="invalid_token""#,
-            "wrong bearer token: send the token in the server's --token-file (or SBX_MCP_TOKEN) as \
+            r#"Bearer realm="atoll mcp", error="invalid_token""#,
+            "wrong bearer token: send the token in the server's --token-file (or ATOLL_MCP_TOKEN) as \
              `Authorization: Bearer TOKEN`\n",
         ),
         Presented::Nothing | Presented::OtherScheme => (
-            r#"Bearer realm="sbx mcp""#,
+            r#"Bearer realm="atoll mcp""#,
             "this server needs a bearer token: send `Authorization: Bearer TOKEN`, the token in the \
-             server's --token-file (or SBX_MCP_TOKEN)\n",
+             server's --token-file (or ATOLL_MCP_TOKEN)\n",
         ),
     };
     tracing::warn!(method = %request.method(), uri = %request.uri(), "refused an HTTP request without the right bearer token");

@@ -2,7 +2,7 @@
 //!
 //! rmcp cancels a stateless (2026-07-28) request when its response stream is dropped.
 //! Session requests (2025-03-26 to 2025-11-25) it keeps running, so that a client could
-//! resume the stream; sbx offers no resumption (no SSE retry is advertised), so a dropped
+//! resume the stream; atoll offers no resumption (no SSE retry is advertised), so a dropped
 //! stream is an abandoned call. This layer watches the SSE response of each session
 //! request: when hyper drops it before its end (the connection closed), it delivers a
 //! `notifications/cancelled` for that request to the session, exactly what a client's

@@ -1,4 +1,4 @@
-//! DNS-rebinding protection for `sbx mcp --http`: which `Host` and `Origin` headers a
+//! DNS-rebinding protection for `atoll mcp --http`: which `Host` and `Origin` headers a
 //! request may carry.
 //!
 //! A web page can make a browser send requests to a local server; a page on a foreign
@@ -38,7 +38,7 @@ pub enum HostsError {
     BadOrigin(String),
     /// An `--allowed-host` that is not a host name or address.
     #[error(
-        "--allowed-host {0:?} is not a host name or address; give the name clients use, e.g. sbx.internal"
+        "--allowed-host {0:?} is not a host name or address; give the name clients use, e.g. atoll.internal"
     )]
     BadHost(String),
 }
@@ -215,9 +215,10 @@ mod tests {
 
     #[test]
     fn a_wildcard_server_answers_addresses_and_listed_names() {
-        let policy = HostPolicy::new("0.0.0.0:8765".parse().unwrap(), &["sbx.internal".into()], &[]).unwrap();
+        let policy =
+            HostPolicy::new("0.0.0.0:8765".parse().unwrap(), &["atoll.internal".into()], &[]).unwrap();
         assert!(policy.refusal(&request("10.0.0.5:8765", None)).is_none());
-        assert!(policy.refusal(&request("sbx.internal:8765", None)).is_none());
+        assert!(policy.refusal(&request("atoll.internal:8765", None)).is_none());
         assert!(policy.refusal(&request("rebound.example:8765", None)).is_some());
     }
 

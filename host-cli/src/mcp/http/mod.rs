@@ -1,10 +1,10 @@
-//! `sbx mcp --http ADDR`: the same tools over Streamable HTTP at `/mcp`, for many clients
+//! `atoll mcp --http ADDR`: the same tools over Streamable HTTP at `/mcp`, for many clients
 //! at once (editors, SDK agents, remote agents sharing one sandbox host).
 //!
 //! The transport is rmcp's [`StreamableHttpService`]: clients speaking 2025-03-26,
 //! 2025-06-18 or 2025-11-25 `initialize` and get a session (`Mcp-Session-Id`); clients
 //! speaking 2026-07-28 send each request with its own `_meta` and are served statelessly.
-//! Every session gets a clone of the one [`SbxMcp`], which keeps no session state, so
+//! Every session gets a clone of the one [`AtollMcp`], which keeps no session state, so
 //! calls are independent whichever client makes them.
 //!
 //! In front of rmcp, outermost first:
@@ -31,7 +31,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
-use crate::mcp::SbxMcp;
+use crate::mcp::AtollMcp;
 use auth::{BearerToken, MAKE_TOKEN};
 use disconnect::Watch;
 use hosts::{HostPolicy, HostsError};
@@ -47,7 +47,7 @@ pub const MAX_REQUEST_BYTES: usize = 32 << 20;
 /// longest call (a 10-minute `sandbox_exec` or boot, and the grace after it).
 pub const SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 
-/// How `sbx mcp --http` serves.
+/// How `atoll mcp --http` serves.
 #[derive(Debug)]
 pub struct HttpOptions {
     /// The address to listen on (port 0: a free one, printed at start).
@@ -60,13 +60,13 @@ pub struct HttpOptions {
     pub allowed_origins: Vec<String>,
 }
 
-/// Why `sbx mcp --http` did not serve.
+/// Why `atoll mcp --http` did not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// A bind beyond loopback without a token.
     #[error(
-        "sbx mcp --http {bind} would be reachable from other machines, so it needs a bearer token: make one \
-         with `{MAKE_TOKEN}`, then pass --token-file ~/.config/sbx/mcp-token (or set SBX_MCP_TOKEN); \
+        "atoll mcp --http {bind} would be reachable from other machines, so it needs a bearer token: make one \
+         with `{MAKE_TOKEN}`, then pass --token-file ~/.config/atoll/mcp-token (or set ATOLL_MCP_TOKEN); \
          or bind to 127.0.0.1"
     )]
     TokenRequired {
@@ -97,7 +97,7 @@ pub enum HttpError {
 }
 
 /// Serves `server` over Streamable HTTP until SIGINT or SIGTERM.
-pub async fn serve_http(server: SbxMcp, options: HttpOptions) -> Result<(), HttpError> {
+pub async fn serve_http(server: AtollMcp, options: HttpOptions) -> Result<(), HttpError> {
     let HttpOptions { bind, token, allowed_hosts, allowed_origins } = options;
     if !bind.ip().is_loopback() && token.is_none() {
         return Err(HttpError::TokenRequired { bind });
@@ -110,7 +110,7 @@ pub async fn serve_http(server: SbxMcp, options: HttpOptions) -> Result<(), Http
     let local = listener.local_addr().map_err(|source| HttpError::Bind { bind, source })?;
     let auth = if token.is_some() { "bearer token required" } else { "no token: loopback only" };
     // A fixed line on stderr whatever the log level: scripts and tests read the port here.
-    eprintln!("sbx mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})");
+    eprintln!("atoll mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})");
     tracing::info!(hosts = ?policy.names(), "accepted Host names (and --allowed-host ones)");
     // Answers go out as several small writes (headers, SSE events); without NODELAY, Nagle
     // holds the later ones for the client's delayed ACK, tens of ms per call.
@@ -122,7 +122,7 @@ pub async fn serve_http(server: SbxMcp, options: HttpOptions) -> Result<(), Http
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             wait_for_stop_signal().await;
-            tracing::info!("sbx mcp: stopping; open calls are cancelled");
+            tracing::info!("atoll mcp: stopping; open calls are cancelled");
             shutdown.cancel();
         })
         .await
@@ -132,7 +132,7 @@ pub async fn serve_http(server: SbxMcp, options: HttpOptions) -> Result<(), Http
 /// `/mcp` behind the token, host and disconnect layers; cancelling `shutdown` ends every
 /// session and stream.
 fn router(
-    server: SbxMcp,
+    server: AtollMcp,
     token: Option<BearerToken>,
     policy: &Arc<HostPolicy>,
     shutdown: CancellationToken,

@@ -10,7 +10,7 @@ use tonic::Code;
 use crate::client::{ArchivePart, ArchiveSummary, ClientError};
 use crate::mcp::error::{MAX_INLINE_ZIP, ToolError};
 use crate::mcp::sandbox_arg::SandboxArg;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::to_base64;
 
 /// Arguments of `sandbox_files_download_dir`.
@@ -53,13 +53,13 @@ pub struct DownloadDirOutput {
     pub skipped: Vec<SkippedView>,
 }
 
-impl SbxMcp {
+impl AtollMcp {
     fn archive_too_large(&self, sandbox_id: Option<&str>, path: &str, agent: &str) -> ToolError {
         let name = path.trim_end_matches('/').rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("root");
         ToolError::ArchiveTooLarge {
             path: path.to_owned(),
             size: directory_size(agent),
-            command: format!("sbx {} download {path} -o {name}.zip", self.target_flag(sandbox_id)),
+            command: format!("atoll {} download {path} -o {name}.zip", self.target_flag(sandbox_id)),
         }
     }
 }
@@ -72,14 +72,14 @@ fn directory_size(agent: &str) -> Option<String> {
 }
 
 #[tool_router(router = archive_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Zips a directory.
     #[tool(
         name = "sandbox_files_download_dir",
         description = "Download a directory from the sandbox as a zip archive, returned inline as \
             base64 (zip_base64) with file and byte counts. Symlinks, devices and unreadable files \
             are skipped and listed in skipped. Capped at 10 MiB of zip; a larger directory is \
-            refused with the `sbx download` command that fetches it without a cap.",
+            refused with the `atoll download` command that fetches it without a cap.",
         annotations(
             title = "Download a directory as zip",
             read_only_hint = true,

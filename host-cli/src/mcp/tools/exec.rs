@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use atoll_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use bytes::Bytes;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{Json, RoleServer, tool, tool_router};
-use sbx_proto::limits::{DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +15,7 @@ use crate::client::{Captured, ExecResult, ExecSpec};
 use crate::mcp::error::{MAX_INLINE_WRITE, ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::sandbox_arg::SandboxArg;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::{lossy_note, lossy_text};
 
 /// Arguments of `sandbox_exec`.
@@ -173,7 +173,7 @@ fn truncation_note(name: &str, captured: &Captured) -> Option<String> {
 }
 
 #[tool_router(router = exec_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Runs a shell command to completion inside the sandbox.
     #[tool(
         name = "sandbox_exec",
@@ -265,6 +265,6 @@ mod tests {
         assert_eq!(out.notes.len(), 1, "{:?}", out.notes);
         let note = &out.notes[0];
         assert!(note.contains("out-of-memory killer") && note.contains("480 MiB"), "{note}");
-        assert!(note.contains("sandbox_create with memory_mib") && !note.contains("sbx "), "{note}");
+        assert!(note.contains("sandbox_create with memory_mib") && !note.contains("atoll "), "{note}");
     }
 }

@@ -14,7 +14,7 @@ use crate::client::{ClientError, Job, JobOutput, JobState};
 use crate::mcp::error::{ToolError, human_bytes};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::sandbox_arg::SandboxArg;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::{lossy_note, lossy_text, parse_signal, rfc3339_ms};
 use crate::mcp::tools::exec::{checked_ms, shell_spec};
 
@@ -200,7 +200,7 @@ fn partial_tail_note(name: &str, output: &JobOutput) -> Option<String> {
 }
 
 #[tool_router(router = jobs_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Starts a command in the background.
     #[tool(
         name = "sandbox_exec_background",

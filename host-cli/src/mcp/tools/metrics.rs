@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::mcp::error::ToolError;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::sandbox::Target;
 use crate::sandbox::metrics::{Metrics, metrics};
 
@@ -29,7 +29,7 @@ pub struct MetricsOutput {
 }
 
 #[tool_router(router = metrics_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Reports what sandboxes use.
     #[tool(
         name = "sandbox_get_metrics",

@@ -1,5 +1,5 @@
 //! The tools, one file per group. Each file adds a `#[tool_router]` impl block to
-//! [`SbxMcp`](crate::mcp::SbxMcp); [`SbxMcp::new`](crate::mcp::SbxMcp::new) joins the
+//! [`AtollMcp`](crate::mcp::AtollMcp); [`AtollMcp::new`](crate::mcp::AtollMcp::new) joins the
 //! routers.
 //!
 //! - [`exec`] holds `sandbox_exec`; [`run_code`] holds `sandbox_run_code`.

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::mcp::error::ToolError;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::sandbox::network::policy::{PolicyUpdate, PolicyView};
 use crate::sandbox::network::{self, Publication};
 
@@ -23,7 +23,7 @@ pub struct PreviewArgs {
 }
 
 #[tool_router(router = net_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Publishes a guest port and returns its URL.
     #[tool(
         name = "sandbox_preview_url",
@@ -130,8 +130,8 @@ pub struct NetworkLog {
     pub entries: Vec<LogEntry>,
 }
 
-impl From<sbx_net::log::Record> for LogEntry {
-    fn from(r: sbx_net::log::Record) -> Self {
+impl From<atoll_net::log::Record> for LogEntry {
+    fn from(r: atoll_net::log::Record) -> Self {
         let text = |v: serde_json::Result<serde_json::Value>| {
             v.ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
         };
@@ -151,15 +151,15 @@ impl From<sbx_net::log::Record> for LogEntry {
     }
 }
 
-/// Parses a rule list with sbx-net's one parser.
-fn rules(list: Option<Vec<String>>) -> Result<Option<Vec<sbx_net::policy::Rule>>, ToolError> {
-    list.map(|l| sbx_net::policy::Policy::from_lists(&l, &[] as &[String]).map(|p| p.allow_out))
+/// Parses a rule list with atoll-net's one parser.
+fn rules(list: Option<Vec<String>>) -> Result<Option<Vec<atoll_net::policy::Rule>>, ToolError> {
+    list.map(|l| atoll_net::policy::Policy::from_lists(&l, &[] as &[String]).map(|p| p.allow_out))
         .transpose()
         .map_err(ToolError::BadRule)
 }
 
 #[tool_router(router = net_policy_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Changes a sandbox's egress rules.
     #[tool(
         name = "sandbox_update",
@@ -205,8 +205,8 @@ impl SbxMcp {
             return Err(ToolError::LimitOutOfRange { got: limit, max: MAX_LOG_LIMIT });
         }
         let verdict = args.verdict.map(|v| match v {
-            VerdictFilter::Allow => sbx_net::policy::Verdict::Allow,
-            VerdictFilter::Deny => sbx_net::policy::Verdict::Deny,
+            VerdictFilter::Allow => atoll_net::policy::Verdict::Allow,
+            VerdictFilter::Deny => atoll_net::policy::Verdict::Deny,
         });
         let query = network::audit::LogQuery { verdict, limit: Some(limit) };
         let entries = network::audit::read(&args.sandbox_id, query)?;

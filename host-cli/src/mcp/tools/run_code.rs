@@ -3,17 +3,17 @@
 
 use std::time::Duration;
 
+use atoll_proto::limits::DEFAULT_OUTPUT_LIMIT;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{Json, RoleServer, tool, tool_router};
-use sbx_proto::limits::DEFAULT_OUTPUT_LIMIT;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::mcp::error::{MAX_INLINE_WRITE, ToolError};
 use crate::mcp::progress::run_with_progress;
 use crate::mcp::sandbox_arg::SandboxArg;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::tools::exec::{ExecOutput, checked_timeout};
 use crate::sandbox::run_code::{Language, run_code};
 
@@ -37,7 +37,7 @@ pub struct RunCodeArgs {
 }
 
 #[tool_router(router = run_code_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Runs a snippet of code with an interpreter in the sandbox.
     #[tool(
         name = "sandbox_run_code",

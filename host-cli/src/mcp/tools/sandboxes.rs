@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::mcp::error::ToolError;
 use crate::mcp::progress::run_with_progress;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::rfc3339_ms;
 use crate::sandbox::mounts::{self, Mount, Storage};
 use crate::sandbox::{self, CreateOptions, RemoveOptions, SandboxInfo};
@@ -57,7 +57,7 @@ pub struct CreateArgs {
     #[serde(default)]
     pub from_snapshot: Option<String>,
     /// Host folders to share into the sandbox. Only folders under the roots this client
-    /// declares (MCP roots) or that `sbx mcp --allow-mount DIR` allows can be mounted.
+    /// declares (MCP roots) or that `atoll mcp --allow-mount DIR` allows can be mounted.
     /// Changes show on both sides at once. A sandbox with mounts cannot be snapshotted.
     #[serde(default)]
     pub mounts: Option<Vec<MountArg>>,
@@ -125,7 +125,7 @@ pub struct SandboxView {
     pub accel: String,
     /// When it was created (RFC 3339, UTC).
     pub created_at: String,
-    /// The agent's address, for `sbx --agent`.
+    /// The agent's address, for `atoll --agent`.
     pub address: String,
     /// What its VM started from: "boot", "template snapshot" (its template's snapshot,
     /// restored instead of booting) or "snapshot NAME" (a fork of snapshot NAME).
@@ -211,7 +211,7 @@ impl From<SandboxInfo> for SandboxView {
 impl CreateArgs {
     fn options(self) -> Result<CreateOptions, ToolError> {
         let defaults = CreateOptions::default();
-        let policy = sbx_net::policy::Policy::from_lists(
+        let policy = atoll_net::policy::Policy::from_lists(
             self.allow_out.as_deref().unwrap_or_default(),
             self.deny_out.as_deref().unwrap_or_default(),
         )
@@ -230,7 +230,7 @@ impl CreateArgs {
     }
 }
 
-impl SbxMcp {
+impl AtollMcp {
     /// The folders and disk size asked for, checked: each folder exists, has a good guest
     /// path and lies under a root of the client or an `--allow-mount` folder.
     async fn storage(
@@ -257,7 +257,7 @@ impl SbxMcp {
 }
 
 #[tool_router(router = sandboxes_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Boots a new sandbox.
     #[tool(
         name = "sandbox_create",

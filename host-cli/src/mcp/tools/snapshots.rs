@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sandboxes::SandboxView;
 use crate::mcp::error::ToolError;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::rfc3339_ms;
 use crate::sandbox::snapshot::{self, SnapshotInfo, SnapshotOptions};
 
@@ -96,7 +96,7 @@ pub struct SnapshotDeleted {
 }
 
 #[tool_router(router = snapshots_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Saves a sandbox as a snapshot.
     #[tool(
         name = "sandbox_snapshot_create",

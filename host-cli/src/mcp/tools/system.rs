@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::AgentInfo;
 use crate::mcp::error::ToolError;
 use crate::mcp::sandbox_arg::SandboxArg;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::rfc3339_ms;
 use crate::mcp::tools::sandboxes::SandboxView;
 use crate::sandbox::Target;
@@ -60,7 +60,7 @@ impl From<AgentInfo> for AgentView {
 }
 
 #[tool_router(router = system_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Describes a sandbox and its agent.
     #[tool(
         name = "sandbox_info",

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::mcp::error::ToolError;
 use crate::mcp::progress::run_with_progress;
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::sandbox::save_template::{SaveOptions, save_template};
 
 /// Arguments of `sandbox_template_list`.
@@ -73,7 +73,7 @@ pub struct CreatedTemplate {
 }
 
 #[tool_router(router = templates_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Lists the templates.
     #[tool(
         name = "sandbox_template_list",

@@ -1,13 +1,13 @@
 //! Reading a sandbox's audit log (`net.log`, and `net.log.1` before it): every
-//! connection attempt and DNS query with its verdict, kept until `sbx kill`. The helper
-//! writes it (sbx-net's [`sbx_net::log`]); this side only reads, so the log of a sandbox
+//! connection attempt and DNS query with its verdict, kept until `atoll kill`. The helper
+//! writes it (atoll-net's [`atoll_net::log`]); this side only reads, so the log of a sandbox
 //! whose helper died is still there.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use sbx_net::log::{AuditLog, Record};
-use sbx_net::policy::Verdict;
+use atoll_net::log::{AuditLog, Record};
+use atoll_net::policy::Verdict;
 
 use super::config::audit_log_path;
 use super::{NetError, lookup};
@@ -71,7 +71,7 @@ impl Follower {
         Ok(Follower { path, offset, partial: String::new() })
     }
 
-    /// Whether the sandbox's directory is still there (`sbx kill` removes it).
+    /// Whether the sandbox's directory is still there (`atoll kill` removes it).
     pub fn sandbox_exists(&self) -> bool {
         self.path.parent().is_some_and(Path::is_dir)
     }

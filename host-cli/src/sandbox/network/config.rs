@@ -1,6 +1,6 @@
 //! The network files of a sandbox directory, and `net.json`: the network mode, the egress
 //! policy and the published ports, which the helper rewrites (temp file, then rename) on every change,
-//! so that `sbx info` and `sbx port ls` can still say what was there after the helper
+//! so that `atoll info` and `atoll port ls` can still say what was there after the helper
 //! died.
 
 use std::path::{Path, PathBuf};
@@ -46,8 +46,8 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not what sbx writes.
-    #[error("{} is damaged; remove the sandbox with `sbx kill` and create it again", path.display())]
+    /// The file is not what atoll writes.
+    #[error("{} is damaged; remove the sandbox with `atoll kill` and create it again", path.display())]
     Parse {
         /// The file.
         path: PathBuf,
@@ -73,14 +73,14 @@ pub struct NetConfig {
     pub network: NetworkMode,
     /// The egress policy (rules on top of the built-in default).
     #[serde(default)]
-    pub policy: sbx_net::policy::Policy,
+    pub policy: atoll_net::policy::Policy,
     /// The published ports, by guest port.
     #[serde(default)]
     pub ports: Vec<PublishedPort>,
     /// For a helper starting under a restored guest: the connections the guest had open
     /// when it was saved, to reset in it (the helper clears this once started).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub stale_flows: Vec<sbx_net::stack::FlowKey>,
+    pub stale_flows: Vec<atoll_net::stack::FlowKey>,
 }
 
 impl NetConfig {
@@ -111,13 +111,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let c = NetConfig {
             network: NetworkMode::None,
-            policy: sbx_net::policy::Policy::from_lists(&["pypi.org"], &["0.0.0.0/0"]).unwrap(),
+            policy: atoll_net::policy::Policy::from_lists(&["pypi.org"], &["0.0.0.0/0"]).unwrap(),
             ports: vec![PublishedPort::new(80, "127.0.0.1:4000".parse().unwrap())],
             stale_flows: vec![("10.0.2.15:4000".parse().unwrap(), "192.0.2.1:80".parse().unwrap())],
         };
         c.save(d.path()).unwrap();
         assert_eq!(NetConfig::load(d.path()).unwrap(), c);
         std::fs::write(json_path(d.path()), "{").unwrap();
-        assert!(NetConfig::load(d.path()).unwrap_err().to_string().contains("sbx kill"));
+        assert!(NetConfig::load(d.path()).unwrap_err().to_string().contains("atoll kill"));
     }
 }

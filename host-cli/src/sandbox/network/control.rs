@@ -38,7 +38,7 @@ pub enum Request {
     /// Replace the egress policy; connections from now on follow it.
     SetPolicy {
         /// The new policy.
-        policy: sbx_net::policy::Policy,
+        policy: atoll_net::policy::Policy,
     },
     /// The guest's TCP connections the network carries (guest end, remote end), for a
     /// snapshot of the stopped guest.

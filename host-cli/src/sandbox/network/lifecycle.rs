@@ -1,6 +1,6 @@
-//! The helper's part in a sandbox's life: `sbx create` starts it (before QEMU, so the
+//! The helper's part in a sandbox's life: `atoll create` starts it (before QEMU, so the
 //! NIC's socket is there when QEMU connects) and waits until its control socket exists;
-//! `sbx kill` stops it. Its pid is in the sandbox record. A guest restored from a
+//! `atoll kill` stops it. Its pid is in the sandbox record. A guest restored from a
 //! snapshot (a fork, a restore, a parked sandbox brought back) gets a new helper the
 //! same way ([`RestoredNet`]), and a snapshot records what it needs
 //! ([`for_snapshot`]).
@@ -21,7 +21,7 @@ pub const STOP_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum HelperStartError {
     /// This program's own path is unknown.
-    #[error("could not find the sbx program to start its network helper")]
+    #[error("could not find the atoll program to start its network helper")]
     OwnPath(#[source] std::io::Error),
     /// It would not start.
     #[error(transparent)]
@@ -39,18 +39,18 @@ pub enum HelperStartError {
     },
 }
 
-/// Writes `net.json` for `network` and `policy` and starts `sbx net-helper` for the
+/// Writes `net.json` for `network` and `policy` and starts `atoll net-helper` for the
 /// sandbox in `dir`; the caller records the child, then waits with [`wait_ready`].
 pub fn spawn(
     dir: &Path,
     network: NetworkMode,
-    policy: &sbx_net::policy::Policy,
+    policy: &atoll_net::policy::Policy,
 ) -> Result<tokio::process::Child, HelperStartError> {
     spawn_with(dir, &NetConfig { network, policy: policy.clone(), ..NetConfig::default() })
 }
 
 /// Writes `config` as `net.json` (its ports are published afterwards, through the
-/// helper) and starts `sbx net-helper` for the sandbox in `dir`.
+/// helper) and starts `atoll net-helper` for the sandbox in `dir`.
 pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<tokio::process::Child, HelperStartError> {
     NetConfig { ports: Vec::new(), ..config.clone() }.save(dir)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
@@ -89,7 +89,7 @@ pub async fn stop(helper: Option<ProcRef>, force: bool) {
 }
 
 /// Publishes `ports` through the helper of the sandbox in `dir`, which is still being
-/// created; the first refusal is returned (and `sbx create` undoes everything).
+/// created; the first refusal is returned (and `atoll create` undoes everything).
 pub async fn publish_at_create(
     dir: &Path,
     ports: &[super::PortSpec],

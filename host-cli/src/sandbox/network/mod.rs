@@ -1,16 +1,16 @@
-//! Sandbox networks and published ports: the use-cases that `sbx port ...`, `sbx info`
-//! and the MCP tools share. Each sandbox has one helper process (`sbx net-helper`, see
+//! Sandbox networks and published ports: the use-cases that `atoll port ...`, `atoll info`
+//! and the MCP tools share. Each sandbox has one helper process (`atoll net-helper`, see
 //! [`crate::sandbox::network::helper`]) that holds its published ports (and its network); these
 //! functions find the sandbox, check that its helper lives, and ask it over `net.ctl`.
 //!
 //! - [`spec`]: port specs (`GUESTPORT[:HOSTPORT]`), published ports, network modes.
 //! - [`config`]: the network files of a sandbox directory; `net.json`.
 //! - [`control`]: the JSON-lines protocol on `net.ctl` and its client.
-//! - [`lifecycle`]: starting the helper for `sbx create`, stopping it for `sbx kill`.
+//! - [`lifecycle`]: starting the helper for `atoll create`, stopping it for `atoll kill`.
 //! - [`policy`]: the egress policy: show it, change it live.
 //! - [`audit`]: reading and following the audit log of connections.
-//! - [`helper`]: the helper process itself (`sbx net-helper`): the control socket, the
-//!   port forwarder, the sbx-net engine.
+//! - [`helper`]: the helper process itself (`atoll net-helper`): the control socket, the
+//!   port forwarder, the atoll-net engine.
 
 pub mod audit;
 pub mod config;
@@ -38,15 +38,15 @@ pub enum NetError {
     Sandbox(#[from] SandboxError),
     /// The helper process is gone.
     #[error(
-        "the network helper of sandbox `{name}` is not running (it died); its published ports and network are gone. Recreate the sandbox: `sbx kill {name}`, then `sbx create`"
+        "the network helper of sandbox `{name}` is not running (it died); its published ports and network are gone. Recreate the sandbox: `atoll kill {name}`, then `atoll create`"
     )]
     HelperDead {
         /// The sandbox.
         name: String,
     },
-    /// The sandbox was made by an sbx without network helpers.
+    /// The sandbox was made by an atoll without network helpers.
     #[error(
-        "sandbox `{name}` was created by an older sbx without a network helper; recreate it to publish ports"
+        "sandbox `{name}` was created by an older atoll without a network helper; recreate it to publish ports"
     )]
     NoHelper {
         /// The sandbox.
@@ -68,12 +68,12 @@ pub struct HelperStatus {
     /// Whether the sandbox has a NIC.
     pub network: NetworkMode,
     /// The egress policy in force.
-    pub policy: sbx_net::policy::Policy,
+    pub policy: atoll_net::policy::Policy,
     /// The published ports.
     pub ports: Vec<PublishedPort>,
 }
 
-/// A sandbox's network as `sbx info` shows it.
+/// A sandbox's network as `atoll info` shows it.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[schemars(inline)]
 pub struct NetView {
@@ -102,7 +102,7 @@ pub fn view(record: &Record) -> NetView {
         Some(_) => ("dead", None),
         None => ("none", None),
     };
-    let texts = |rules: &[sbx_net::policy::Rule]| rules.iter().map(ToString::to_string).collect();
+    let texts = |rules: &[atoll_net::policy::Rule]| rules.iter().map(ToString::to_string).collect();
     NetView {
         network: config.network,
         helper: helper.into(),

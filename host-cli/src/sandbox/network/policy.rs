@@ -1,14 +1,14 @@
 //! The egress policy of a sandbox: showing it (from `net.json`, so a dead helper's is
 //! still shown) and changing it live through the helper.
 
-use sbx_net::policy::{Policy, Rule};
+use atoll_net::policy::{Policy, Rule};
 use serde::Serialize;
 
 use super::config::NetConfig;
 use super::control::Request;
 use super::{NetError, NetworkMode, ask, lookup, with_helper};
 
-/// What `sbx net show` prints and `sandbox_update` returns.
+/// What `atoll net show` prints and `sandbox_update` returns.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PolicyView {
     /// The sandbox's name.

@@ -1,5 +1,5 @@
 //! The shapes of published ports and network modes, and the `GUESTPORT[:HOSTPORT]`
-//! grammar of `sbx port publish` and `sbx create --publish`.
+//! grammar of `atoll port publish` and `atoll create --publish`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;

@@ -7,13 +7,13 @@ use std::convert::Infallible;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use atoll_proto::authority::AuthorityFix;
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use sbx_proto::authority::AuthorityFix;
 use tokio::net::UnixListener;
 
 use super::AgentLinkError;
@@ -61,7 +61,7 @@ pub async fn serve(
 async fn forward(upstream: &Upstream, req: Request<Incoming>, wait: Duration) -> Response<Body> {
     let Some(mut sender) = upstream.sender(wait).await else {
         return unavailable(format!(
-            "the agent link is down (waited {}): the VM is not running or its agent does not answer; check `sbx ls` and try again",
+            "the agent link is down (waited {}): the VM is not running or its agent does not answer; check `atoll ls` and try again",
             humantime::format_duration(wait)
         ));
     };

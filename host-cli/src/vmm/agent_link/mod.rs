@@ -1,13 +1,13 @@
 //! The host end of the agent link: one HTTP/2 connection to the agent over the VM's
 //! virtio-serial port, shared by every client of a Unix socket.
 //!
-//! QEMU serves the port `sbx.agent` on a Unix socket in the sandbox directory
+//! QEMU serves the port `atoll.agent` on a Unix socket in the sandbox directory
 //! (`-chardev socket,id=agentport,path=<dir>/agent.port,server=on,wait=off`), and
 //! takes one connection at a time. This module keeps that one connection and
 //! multiplexes clients onto it:
 //!
 //! - [`upstream`]: when a request wants it, connects to `agent.port`, runs the host's
-//!   side of the handshake of [`sbx_proto::link`] and opens one HTTP/2 client connection
+//!   side of the handshake of [`atoll_proto::link`] and opens one HTTP/2 client connection
 //!   over it; with backoff while that fails (QEMU not started yet), and afresh at the
 //!   next request once it ends (QEMU gone, a restore).
 //! - [`forward`]: serves `agent.sock`; each accepted connection is an HTTP/2 server
@@ -16,9 +16,9 @@
 //!   upstream stream. While the link is down a request waits a bound (by default
 //!   [`LINK_WAIT`]), then fails with gRPC `UNAVAILABLE`.
 //!
-//! [`start`] runs both as tasks of the calling runtime (the per-sandbox `sbx
+//! [`start`] runs both as tasks of the calling runtime (the per-sandbox `atoll
 //! net-helper` does, for every sandbox); [`run`] is the same in the foreground (the
-//! hidden `sbx agent-link` command).
+//! hidden `atoll agent-link` command).
 
 pub mod forward;
 pub mod upstream;
@@ -39,7 +39,7 @@ pub const LINK_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum AgentLinkError {
     /// The client socket could not be made.
-    #[error("could not listen on {}; remove the file if no sbx process uses it", path.display())]
+    #[error("could not listen on {}; remove the file if no atoll process uses it", path.display())]
     Bind {
         /// The socket path.
         path: PathBuf,
@@ -97,8 +97,8 @@ fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
     Ok(listener)
 }
 
-/// The HTTP/2 windows and frame size both connections use ([`sbx_proto::limits`]), as
+/// The HTTP/2 windows and frame size both connections use ([`atoll_proto::limits`]), as
 /// the agent's server and the CLI's channel do.
 pub(crate) mod h2 {
-    pub(crate) use sbx_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+    pub(crate) use atoll_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 }

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use atoll_proto::link::{LinkError, Nonce, host_handshake};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use sbx_proto::link::{LinkError, Nonce, host_handshake};
 use tokio::net::UnixStream;
 use tokio::sync::{Notify, watch};
 

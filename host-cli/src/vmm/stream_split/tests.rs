@@ -251,16 +251,16 @@ fn bad_streams_are_refused_with_what_is_wrong() {
     assert_eq!(std::fs::read(dir.path("ram.bin")).unwrap(), b"mine");
 }
 
-/// Splits a stream QEMU wrote: `SBX_SPLIT_FULL` (the stream), `SBX_SPLIT_BLOCK`
-/// (default `mem`), into `SBX_SPLIT_OUT`/stream and `SBX_SPLIT_OUT`/ram.bin.
+/// Splits a stream QEMU wrote: `ATOLL_SPLIT_FULL` (the stream), `ATOLL_SPLIT_BLOCK`
+/// (default `mem`), into `ATOLL_SPLIT_OUT`/stream and `ATOLL_SPLIT_OUT`/ram.bin.
 #[test]
 #[ignore = "needs a stream saved by QEMU: spike/stream-split/run.sh makes one and runs this"]
 fn real_stream() {
     let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("set {name}"));
-    let out = PathBuf::from(var("SBX_SPLIT_OUT"));
-    let block = std::env::var("SBX_SPLIT_BLOCK").unwrap_or_else(|_| "mem".into());
+    let out = PathBuf::from(var("ATOLL_SPLIT_OUT"));
+    let block = std::env::var("ATOLL_SPLIT_BLOCK").unwrap_or_else(|_| "mem".into());
     let started = std::time::Instant::now();
-    let split = split(Path::new(&var("SBX_SPLIT_FULL")), &block, &out.join("stream"), &out.join("ram.bin"));
+    let split = split(Path::new(&var("ATOLL_SPLIT_FULL")), &block, &out.join("stream"), &out.join("ram.bin"));
     eprintln!("{split:?} in {:?}", started.elapsed());
     split.unwrap();
 }

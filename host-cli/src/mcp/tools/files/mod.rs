@@ -21,7 +21,7 @@ use tonic::Code;
 use crate::client::{ClientError, ListOpts, ReadOpts, WriteOpts};
 use crate::mcp::error::{MAX_INLINE_READ, MAX_INLINE_WRITE, ToolError};
 use crate::mcp::listing::{self, Line};
-use crate::mcp::server::SbxMcp;
+use crate::mcp::server::AtollMcp;
 use crate::mcp::shape::{from_base64, to_base64};
 use crate::sandbox::files;
 use crate::sandbox::mode::parse_mode;
@@ -61,7 +61,7 @@ fn encode_read(data: &[u8], slice: bool) -> (Encoding, String, Option<String>) {
 }
 
 #[tool_router(router = files_router, vis = "pub(crate)")]
-impl SbxMcp {
+impl AtollMcp {
     /// Reads a file or a slice of it.
     #[tool(
         name = "sandbox_files_read",

@@ -42,7 +42,7 @@ pub struct WriteOutput {
 }
 
 /// One entry of a listing as a model reads it: [`FileEntry`] with its mode as octal text
-/// and its mtime as RFC 3339 (`sbx ls --json` prints the record itself).
+/// and its mtime as RFC 3339 (`atoll ls --json` prints the record itself).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EntryView {
     /// Path relative to the listed directory.

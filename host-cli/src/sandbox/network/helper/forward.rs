@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sbx_proto::Address;
+use atoll_proto::Address;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OnceCell;
 use tokio::task::{JoinHandle, JoinSet};
@@ -32,7 +32,7 @@ pub(super) enum ForwardError {
         url: String,
     },
     /// The guest port is not published.
-    #[error("guest port {0} is not published; `sbx port ls` lists the published ports")]
+    #[error("guest port {0} is not published; `atoll port ls` lists the published ports")]
     NotPublished(u16),
     /// The host address is taken.
     #[error(
@@ -44,7 +44,7 @@ pub(super) enum ForwardError {
     },
     /// Another bind failure (no such local address, a privileged port...).
     #[error(
-        "could not listen on {addr}; give an address of this host with --bind, and a port over 1023 unless sbx runs as root"
+        "could not listen on {addr}; give an address of this host with --bind, and a port over 1023 unless atoll runs as root"
     )]
     Bind {
         /// The address.
@@ -122,7 +122,7 @@ impl Forwarder {
         })?;
         let local = listener.local_addr().map_err(|source| ForwardError::Bind { addr, source })?;
         let published = PublishedPort::new(spec.guest_port, local);
-        // Recorded on disk before it accepts: a port is never open without `sbx port ls`
+        // Recorded on disk before it accepts: a port is never open without `atoll port ls`
         // showing it.
         self.update(|c| {
             c.ports.push(published.clone());

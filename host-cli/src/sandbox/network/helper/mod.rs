@@ -1,18 +1,18 @@
-//! `sbx net-helper`: the per-sandbox host process behind its network and published
-//! ports. `sbx create` starts it before QEMU, records its pid, and `sbx kill` stops
+//! `atoll net-helper`: the per-sandbox host process behind its network and published
+//! ports. `atoll create` starts it before QEMU, records its pid, and `atoll kill` stops
 //! it; it outlives pauses.
 //!
 //! - The agent link ([`crate::vmm::agent_link`]): `agent.sock`, where every call of
-//!   `sbx` and `sbx mcp` to this sandbox's agent goes, multiplexed over the VM's
+//!   `atoll` and `atoll mcp` to this sandbox's agent goes, multiplexed over the VM's
 //!   virtio-serial port (QEMU's `agent.port`). Every sandbox has it, also `--net none`.
 //! - `forward`: published ports, each connection carried over the agent link.
 //! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
-//! - The network, when the sandbox has one: the sbx-net engine ([`sbx_net::Engine`]) on
+//! - The network, when the sandbox has one: the atoll-net engine ([`atoll_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
 //!   connection and DNS query by the policy and writes the audit log `net.log`.
 //!
 //! It is ready once `net.ctl` exists; `net.sock` and `agent.sock` are bound before
-//! that, so QEMU can connect and calls can be made as soon as `sbx create` sees the
+//! that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
 //! helper ready.
 
 mod forward;
@@ -55,7 +55,7 @@ pub enum HelperError {
     Link(#[from] crate::vmm::agent_link::AgentLinkError),
     /// The network engine could not start.
     #[error(transparent)]
-    Engine(#[from] sbx_net::EngineError),
+    Engine(#[from] atoll_net::EngineError),
 }
 
 /// Runs the helper for the sandbox in `args.dir` until SIGTERM or SIGINT; removes its
@@ -72,11 +72,11 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     config.save(dir)?;
     let engine = match config.network {
         NetworkMode::Default => {
-            let frames = sbx_net::Frames::Listener(bind(&config::frames_path(dir))?);
+            let frames = atoll_net::Frames::Listener(bind(&config::frames_path(dir))?);
             let log = config::audit_log_path(dir);
-            let mut engine = sbx_net::EngineConfig::new(frames, log, config.policy.clone());
+            let mut engine = atoll_net::EngineConfig::new(frames, log, config.policy.clone());
             engine.stale_flows = stale_flows;
-            Some(sbx_net::Engine::start(engine)?)
+            Some(atoll_net::Engine::start(engine)?)
         }
         NetworkMode::None => None,
     };

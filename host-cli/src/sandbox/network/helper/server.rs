@@ -18,7 +18,7 @@ pub(super) struct Helper {
     /// The published ports (and `net.json`).
     pub(super) forwarder: Arc<Forwarder>,
     /// The network, when the sandbox has one.
-    pub(super) engine: Option<sbx_net::EngineHandle>,
+    pub(super) engine: Option<atoll_net::EngineHandle>,
 }
 
 /// Serves control connections until the future is dropped.
@@ -79,7 +79,7 @@ async fn handle(req: Request, helper: &Helper) -> Reply {
                     "this sandbox has no network (it was created with --net none), so it has no egress policy",
                 );
             };
-            // Recorded first, so `sbx net show` never shows a policy other than the one
+            // Recorded first, so `atoll net show` never shows a policy other than the one
             // in force for long; then every new connection follows it.
             if let Err(e) = forwarder.update(|c| c.policy = policy.clone()) {
                 return Reply::refused(e);
@@ -89,7 +89,7 @@ async fn handle(req: Request, helper: &Helper) -> Reply {
         }
         Request::Ports => Reply::ok(&forwarder.ports()),
         Request::Flows => {
-            let flows = helper.engine.as_ref().map(sbx_net::EngineHandle::open_flows).unwrap_or_default();
+            let flows = helper.engine.as_ref().map(atoll_net::EngineHandle::open_flows).unwrap_or_default();
             Reply::ok(&flows)
         }
         Request::Publish { spec } => match forwarder.publish(spec).await {
