@@ -18,7 +18,7 @@ atoll_data_dir() {
     fi
 }
 
-log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+log() { printf '%s [%ss]: %s\n' "$(basename "$0")" "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 need() {
@@ -45,7 +45,7 @@ ATOLL_SHARE_MODULES="netfs fscache 9pnet 9pnet_virtio 9p"
 # The agent to bake: $ATOLL_AGENT_BIN, else the workspace's musl release build.
 atoll_agent_bin() {
     local bin="${ATOLL_AGENT_BIN:-$ATOLL_REPO_DIR/target/x86_64-unknown-linux-musl/release/atoll-agent}"
-    [ -x "$bin" ] || die "no agent binary at $bin; build it with \`cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent\` or set ATOLL_AGENT_BIN"
+    [ -x "$bin" ] || die "no agent binary at $bin; build it with \`cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent -p atoll\` or set ATOLL_AGENT_BIN"
     file_is_static "$bin" || die "$bin is not a static binary; build it for x86_64-unknown-linux-musl"
     printf '%s\n' "$bin"
 }

@@ -2,11 +2,13 @@
 # The one set-up for a fresh machine (Debian bookworm or similar, x86_64); idempotent,
 # so it is cheap to run again:
 #   1. apt packages: QEMU, busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
-#   2. the musl Rust target and vhost-device-vsock (`cargo install`, 2-5 minutes once;
-#      atoll's own VMs do not use it: it gives QEMU VMs you start yourself the hybrid-vsock
-#      socket that `atoll --agent hvsock://...` reaches, and the image tests use it)
-#   3. the static agent (cargo build --release --target x86_64-unknown-linux-musl),
-#      copied to $DATA/bin/atoll-agent
+#   2. the musl Rust target; with --with-vsock also vhost-device-vsock (`cargo install`,
+#      a minute or more, once; atoll's own VMs do not use it: it gives QEMU VMs you start
+#      yourself the hybrid-vsock socket that `atoll --agent hvsock://...` reaches, and the
+#      image tests use it)
+#   3. the static agent and the static `atoll` command, in one cargo build for the musl
+#      target (they share most of their dependencies, so those compile once); the agent is
+#      copied to $DATA/bin/atoll-agent, the command is left in target/ for the quickstart
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
 #   5. with --with-debian (or ATOLL_WITH_DEBIAN=1): the `debian` template, rebuilt only
 #      when the agent changed (about a minute)
@@ -19,18 +21,20 @@
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
 #   openssl and python3.
 #
-# Usage: rootfs/setup.sh [--with-debian] [--with-test-tools]
+# Usage: rootfs/setup.sh [--with-debian] [--with-test-tools] [--with-vsock]
 # $DATA is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else ~/.local/share/atoll.
 
 source "$(dirname "$0")/lib.sh"
 
 with_debian="${ATOLL_WITH_DEBIAN:-0}"
 test_tools=0
+with_vsock="${ATOLL_WITH_VSOCK:-0}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --with-debian) with_debian=1 ;;
         --with-test-tools) test_tools=1 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        --with-vsock) with_vsock=1 ;;
+        -h|--help) sed -n '2,/^# $DATA is/p' "$0"; exit 0 ;;
         *) die "unknown argument \`$1\`; see --help" ;;
     esac
     shift
@@ -77,14 +81,14 @@ if command -v rustup >/dev/null; then
     (cd "$ATOLL_REPO_DIR" && rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1) \
         || die "rustup could not add the x86_64-unknown-linux-musl target"
 fi
-if ! command -v vhost-device-vsock >/dev/null && [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
+if [ "$with_vsock" = 1 ] && ! command -v vhost-device-vsock >/dev/null && [ ! -x "$HOME/.cargo/bin/vhost-device-vsock" ]; then
     log "cargo install vhost-device-vsock, for hvsock:// to QEMU VMs atoll did not start (takes a few minutes, once)"
     cargo install vhost-device-vsock --version 0.3.0 --locked
 fi
 
 # 3. The static agent.
-log "building the static agent"
-(cd "$ATOLL_REPO_DIR" && cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent)
+log "building the static agent and the static atoll command (one build, shared dependencies)"
+(cd "$ATOLL_REPO_DIR" && cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent -p atoll)
 agent="$(atoll_agent_bin)"
 data="$(atoll_data_dir)"
 mkdir -p "$data/bin"

@@ -4,8 +4,8 @@
 # through `atoll`, remove it, and check that a new login shell finds `atoll` on PATH.
 #   scripts/quickstart.sh          # boot, run commands, remove the sandbox
 #   scripts/quickstart.sh --keep   # leave the sandbox running and say how to use it
-# ATOLL_QUICKSTART_BIN=PATH installs that already-built atoll instead of building one
-# (scripts/test.sh passes its own build, so CI does not compile atoll a second time).
+# ATOLL_QUICKSTART_BIN=PATH installs that already-built atoll instead of the static one
+# setup.sh builds (scripts/test.sh passes its debug build, the one its tests ran).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,22 +14,23 @@ keep=0
 
 # setup.sh would make the template's snapshot with the `atoll` on PATH, which may be
 # missing or older than the one installed below; it is made after the install instead.
+# Each step's time, printed at the end (README's "First run" table is made from it).
+t0=$SECONDS; times=()
+mark() { times+=("$1 $((SECONDS - t0))s"); t0=$SECONDS; }
 ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh
+mark "set-up (packages, one build of agent and atoll, kernel, template)"
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 
-# `cargo install --path` builds in this workspace's target/ (so a rebuild reuses it) and
-# puts the binary in $CARGO_HOME/bin, where rustup's cargo already is.
+# setup.sh built a static `atoll` beside the agent (one build for both); install that into
+# $CARGO_HOME/bin, where rustup's cargo already is.
 root="${CARGO_HOME:-$HOME/.cargo}"
 bin_dir="$root/bin"
-if [ -n "${ATOLL_QUICKSTART_BIN:-}" ]; then
-  echo "==> installing $ATOLL_QUICKSTART_BIN as $bin_dir/atoll"
-  mkdir -p "$bin_dir"
-  install -m 0755 "$ATOLL_QUICKSTART_BIN" "$bin_dir/atoll.tmp"
-  mv "$bin_dir/atoll.tmp" "$bin_dir/atoll"
-else
-  echo "==> cargo install --path host-cli (the atoll command, into $bin_dir)"
-  cargo install --path host-cli --locked --root "$root"
-fi
+src="${ATOLL_QUICKSTART_BIN:-$PWD/target/x86_64-unknown-linux-musl/release/atoll}"
+[ -x "$src" ] || { echo "quickstart: no atoll binary at $src (rootfs/setup.sh builds it)" >&2; exit 1; }
+echo "==> installing $src as $bin_dir/atoll"
+mkdir -p "$bin_dir"
+install -m 0755 "$src" "$bin_dir/atoll.tmp"
+mv "$bin_dir/atoll.tmp" "$bin_dir/atoll"
 atoll="$bin_dir/atoll"
 
 # The template's snapshot, made by this atoll (a snapshot is used only by the atoll that made
@@ -39,6 +40,7 @@ if [[ ! "${ATOLL_TEMPLATE_SNAPSHOT:-}" =~ ^(off|0|no)$ ]]; then
   "$atoll" template snapshot minimal || echo "warning: no template snapshot; atoll create boots instead" >&2
 fi
 
+mark "template snapshot"
 echo "==> atoll create (restores the template's snapshot; a boot takes a few seconds under software emulation)"
 id=$("$atoll" create)
 [ "$keep" = 1 ] || trap '"$atoll" kill "$id" >/dev/null' EXIT
@@ -55,6 +57,7 @@ echo "written from the host at $(date -u +%FT%TZ)" | "$atoll" -s "$id" write /tm
 echo "==> atoll ls (sandboxes)"
 "$atoll" ls
 
+mark "create, commands, ls"
 if [ "$keep" = 1 ]; then
   echo
   echo "The sandbox $id is still running. Try:"
@@ -80,3 +83,5 @@ if ! fresh_login 'command -v atoll >/dev/null'; then
 fi
 echo "==> in a new login shell: command -v atoll && atoll --version"
 fresh_login 'command -v atoll && atoll --version'
+echo "==> time per step (total ${SECONDS}s):"
+printf '    %s\n' "${times[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole atoll test suite, from a fresh machine: installs what it needs (idempotent),
-# then runs formatting and lint checks, the static musl build of the agent, every Rust
+# then runs formatting and lint checks (setup.sh has made the static musl builds), every Rust
 # test (real VMs included), the MCP suite driven by the official Python MCP client, and
 # the agent driven by a stock gRPC client (grpcio).
 set -euo pipefail
@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "set-up (packages and strace, musl target, vhost-device-vsock for vm_images, kernel, minimal and debian templates)"
+step "set-up (packages and strace, musl target, static agent and atoll, vhost-device-vsock for vm_images, kernel, minimal and debian templates)"
 # The tests use state directories of their own, not the default one setup.sh would make
 # template snapshots in (the quickstart below makes its own).
-ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools
+ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools --with-vsock
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"
@@ -26,9 +26,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo doc (no warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
-
-step "static musl build of the agent"
-cargo build --release --target x86_64-unknown-linux-musl -p atoll-agent
 
 step "build"
 cargo build --workspace

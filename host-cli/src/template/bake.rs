@@ -113,7 +113,7 @@ pub enum BakeError {
     /// No agent binary was found.
     #[error(
         "no atoll-agent binary to bake (looked at {}); build it with `cargo build --release \
-         --target x86_64-unknown-linux-musl -p atoll-agent` or set ATOLL_AGENT_BIN",
+         --target x86_64-unknown-linux-musl -p atoll-agent -p atoll` or set ATOLL_AGENT_BIN",
         .0.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
     )]
     AgentMissing(Vec<PathBuf>),
