@@ -24,5 +24,6 @@ pub mod peek;
 pub mod policy;
 mod shared;
 pub mod stack;
+mod watch;
 
 pub use engine::{Engine, EngineConfig, EngineError, EngineHandle, Frames};

@@ -5,7 +5,7 @@
 
 mod net_util;
 
-use atoll_net::log::Kind;
+use atoll_net::log::{Event, Kind};
 use atoll_net::policy::{Policy, Verdict};
 use atoll_tests::netns::{ALLOWED_HOST, CLIENT_ADDR, MANY_COUNT, MANY_NAME, METADATA_HOST, PRIVATE_HOST};
 use net_util::{Rig, curl_failed, ok};
@@ -49,7 +49,11 @@ fn default_policy_reaches_public_hosts_and_refuses_private_ones_at_once() {
         assert!(err.contains("refused") || err.contains("Couldn't connect"), "{url}: {err}");
     }
 
-    let https = rig.wait_record("the HTTPS connection", |r| r.kind == Kind::Tcp && r.port == 443);
+    let https = rig.wait_record("the HTTPS connection", |r| {
+        r.kind == Kind::Tcp && r.port == 443 && r.event == Some(Event::Close)
+    });
+    let open = rig.wait_record("its open line", |r| r.event == Some(Event::Open) && r.conn == https.conn);
+    assert_eq!((open.verdict, open.bytes_in), (Verdict::Allow, 0), "{open:?}");
     assert_eq!((https.verdict, https.rule.as_str()), (Verdict::Allow, "default"));
     assert_eq!(https.name.as_deref(), Some("allowed.test"));
     assert!(https.bytes_in > 0 && https.bytes_out > 0, "{https:?}");
@@ -93,12 +97,17 @@ fn an_allowlist_lets_only_its_names_through() {
         "hello from 203.0.113.10 host=allowed.test sni=allowed.test\n"
     );
     assert_eq!(ok(&rig.curl(&["http://allowed.test/"])), "hello from 203.0.113.10 host=allowed.test sni=-\n");
-    // A raw-TCP protocol by name (no SNI, no Host): judged by the name it resolved.
+    // A raw-TCP protocol by name (no SNI, no Host) claims nothing: judged by IP rules
+    // only (fail closed), so the allowed name it resolved does not let it through.
     let echo = ok(&rig.run(
         "python3",
-        &["-c", "import socket; s=socket.create_connection(('echo.test', 7)); s.sendall(b'ping'); print(s.recv(4).decode())"],
+        &[
+            "-c",
+            "import socket; s=socket.create_connection(('echo.test', 7)); s.sendall(b'ping')\n\
+              try: print(s.recv(4) or b'closed')\nexcept ConnectionResetError: print('reset')",
+        ],
     ));
-    assert_eq!(echo, "ping\n");
+    assert_eq!(echo, "reset\n");
 
     // Names not on the list do not even resolve.
     assert!(!rig.run("getent", &["hosts", "other.test"]).status.success());
@@ -241,7 +250,7 @@ fn shutdown_removes_the_nic_socket_and_a_taken_path_is_a_clear_error() {
 fn a_closed_port_is_refused_and_logged_as_a_failed_allow() {
     let rig = Rig::start(Policy::default());
     curl_failed(&rig.curl(&["http://allowed.test:81/"]), &[REFUSED]);
-    let r = rig.wait_record("port 81", |r| r.port == 81);
+    let r = rig.wait_record("port 81", |r| r.port == 81 && r.event == Some(Event::Close));
     assert_eq!(r.verdict, Verdict::Allow);
     assert!(r.error.as_deref().is_some_and(|e| e.contains("refused")), "{r:?}");
 }
@@ -307,4 +316,112 @@ fn a_new_nic_connection_resets_the_connections_the_guest_had_open() {
     // A new connection works on the new NIC connection.
     let out = rig.curl(&["http://allowed.test/"]);
     assert_eq!(ok(&out), "hello from 203.0.113.10 host=allowed.test sni=-\n");
+}
+
+/// The attacks on a name-dependent verdict, from the guest, against an allowlist of
+/// `allowed.test` where `shared.test` shares its address (as sites share a CDN address):
+/// each tries to reach `shared.test` without a parseable claim in time, or with a second
+/// claim on a connection allowed for the first. Each prints `reset ...` or `got ...`.
+const CLAIM_ATTACKS: &str = r#"
+import socket, ssl, struct, sys, time
+IP, CA = '203.0.113.10', sys.argv[1]
+
+def recv_all(s):
+    data = b''
+    while True:
+        c = s.recv(65536)
+        if not c:
+            return data
+        data += c
+
+def hello(name, pad):
+    sni = struct.pack('!HBH', len(name) + 3, 0, len(name)) + name
+    ext = struct.pack('!HH', 21, pad) + b'\0' * pad + struct.pack('!HH', 0, len(sni)) + sni
+    body = b'\x03\x03' + b'\x07' * 32 + b'\x00' + b'\x00\x02\x13\x01' + b'\x01\x00' + struct.pack('!H', len(ext)) + ext
+    hs = b'\x01' + struct.pack('!I', len(body))[1:] + body
+    return b''.join(b'\x16\x03\x01' + struct.pack('!H', len(hs[i:i + 16000])) + hs[i:i + 16000]
+                    for i in range(0, len(hs), 16000))
+
+def delayed():
+    s = socket.create_connection((IP, 443), 20)
+    time.sleep(4.5)
+    t = ssl.create_default_context(cafile=CA).wrap_socket(s, server_hostname='shared.test')
+    t.sendall(b'GET / HTTP/1.1\r\nHost: shared.test\r\nConnection: close\r\n\r\n')
+    return recv_all(t)
+
+def raw(port, data):
+    s = socket.create_connection((IP, port), 20)
+    s.sendall(data)
+    return recv_all(s)
+
+def keep_alive():
+    s = socket.create_connection((IP, 80), 20)
+    s.sendall(b'GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n')
+    first = b''
+    while b'sni=' not in first:
+        first += s.recv(65536)
+    print('first', first.split(b'\r\n\r\n')[-1].decode().strip(), flush=True)
+    s.sendall(b'GET / HTTP/1.1\r\nHost: shared.test\r\n\r\n')
+    return recv_all(s)
+
+for what, attack in [
+    ('control-small-hello', lambda: raw(443, hello(b'allowed.test', 100))[:1]),
+    ('delayed-hello', delayed),
+    ('padded-hello', lambda: raw(443, hello(b'shared.test', 20000))),
+    ('blank-line-http', lambda: raw(80, b'\r\nGET / HTTP/1.1\r\nHost: shared.test\r\nConnection: close\r\n\r\n')),
+    ('garbage', lambda: raw(80, b'\x00\x01\x02 not a protocol\r\n')),
+    ('keep-alive', keep_alive),
+]:
+    try:
+        print(what, 'got', repr(attack()[:40]), flush=True)
+    except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as e:
+        print(what, 'reset', type(e).__name__, flush=True)
+"#;
+
+#[test]
+fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
+    let rig = Rig::start(policy(&["allowed.test"], &["0.0.0.0/0", "::/0"]));
+    ok(&rig.run("getent", &["hosts", "allowed.test"]));
+    let cert = rig.world.cert();
+    let out = ok(&rig.run("python3", &["-c", CLAIM_ATTACKS, cert.to_str().expect("utf-8")]));
+    let line = |what: &str| {
+        out.lines().find(|l| l.starts_with(&format!("{what} "))).unwrap_or_else(|| panic!("no {what}: {out}"))
+    };
+    // The hand-made ClientHello reaches the server when its name is allowed (it answers
+    // with a handshake record or an alert), so a reset of the padded one is the policy's.
+    let control = line("control-small-hello");
+    assert!(
+        control.starts_with("control-small-hello got b'\\x16'")
+            || control.starts_with("control-small-hello got b'\\x15'"),
+        "{out}"
+    );
+    for attack in ["delayed-hello", "padded-hello", "blank-line-http", "garbage", "keep-alive"] {
+        assert!(line(attack).starts_with(&format!("{attack} reset")), "{attack} got through: {out}");
+    }
+    assert_eq!(line("first"), "first hello from 203.0.113.10 host=allowed.test sni=-", "{out}");
+    assert!(!out.contains("host=shared.test"), "shared.test was reached: {out}");
+
+    // Each is logged as refused, by the IP rules (the allowlist's 0.0.0.0/0).
+    let denied = |port: u16, name: Option<&str>| {
+        rig.records()
+            .into_iter()
+            .filter(|r| {
+                r.kind == Kind::Tcp
+                    && r.port == port
+                    && r.verdict == Verdict::Deny
+                    && r.rule == "0.0.0.0/0"
+                    && (name.is_none() || r.name.as_deref() == name)
+            })
+            .count()
+    };
+    rig.wait_record("the delayed and padded hellos", |_| denied(443, None) >= 2);
+    rig.wait_record("the blank-line request", |_| denied(80, Some("shared.test")) >= 2);
+    rig.wait_record("the garbage", |_| denied(80, Some("allowed.test")) >= 1);
+    let kept = rig.wait_record("the kept-alive connection", |r| {
+        r.event == Some(Event::Close) && r.verdict == Verdict::Deny && r.port == 80
+    });
+    assert_eq!(kept.name.as_deref(), Some("shared.test"), "{kept:?}");
+    assert!(kept.error.as_deref().is_some_and(|e| e.contains("later request")), "{kept:?}");
+    let opened = rig.wait_record("its open line", |r| r.event == Some(Event::Open) && r.conn == kept.conn);
+    assert_eq!((opened.verdict, opened.name.as_deref()), (Verdict::Allow, Some("allowed.test")));
 }

@@ -10,9 +10,11 @@
 //!    ([`Claim`]): a name (TLS SNI, HTTP Host) counts only if it resolved to this IP
 //!    through the sandbox's DNS, else the connection is judged by no name (no raw-IP
 //!    connect "claiming" an allowed name); a TLS or HTTP client that names no host (no
-//!    SNI, an IP literal as Host: it connected by IP) is judged by no name; a protocol
-//!    that carries no name (ssh, raw TCP) is judged by every name that resolved to the
-//!    IP through the sandbox's DNS.
+//!    SNI, an IP literal as Host: it connected by IP) is judged by no name. Nothing
+//!    parseable claimed in time (ssh, raw TCP, a delayed or oversized ClientHello,
+//!    garbage: [`Claim::Unknown`]) fails closed: the verdict is the strictest of the IP
+//!    rules alone and of each name that resolved to the IP, so an allowed name sharing
+//!    the address never lets it through, and a denied one still denies.
 //! 3. The matching rules: domain and pattern rules whose name is among those names, IP
 //!    rules holding the IP; all limited to their port when they name one.
 //! 4. When the IP is in a built-in range (see [`builtin`]), allow rules count only if
@@ -35,7 +37,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub use builtin::{BuiltinRange, Builtins};
-pub use rule::{Rule, RuleError, Target, canonical_ip, normalize_name};
+pub use rule::{Rule, RuleError, Target, canonical_ip, is_host_name, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove
 /// them, on top of the built-in default (public internet allowed, private ranges denied).
@@ -138,7 +140,23 @@ impl Policy {
 
     /// Decides one connection; see the module doc for the order.
     pub fn decide(&self, req: &Request<'_>, builtins: &Builtins) -> Decision {
-        self.decide_names(req.ip, req.port, &judged_names(req), builtins)
+        if req.claim != Claim::Unknown {
+            return self.decide_names(req.ip, req.port, &judged_names(req), builtins);
+        }
+        // Nothing parseable was claimed: the strictest of the IP rules alone and of each
+        // name that resolved to the address. Under an allowlist that is the IP rules
+        // (never "some name that resolved here"); under a denylist a denied name that
+        // shares the address still denies.
+        let by_ip = self.decide_names(req.ip, req.port, &[], builtins);
+        if by_ip.verdict == Verdict::Deny {
+            return by_ip;
+        }
+        req.resolved
+            .iter()
+            .filter_map(|n| normalize_name(n).ok())
+            .map(|n| self.decide_names(req.ip, req.port, std::slice::from_ref(&n), builtins))
+            .find(|d| d.verdict == Verdict::Deny)
+            .unwrap_or(by_ip)
     }
 
     /// The decision for a connection whose first bytes (SNI, Host) are not known yet,
@@ -244,8 +262,7 @@ fn under(name: &str, suffix: &str) -> bool {
 fn judged_names(req: &Request<'_>) -> Vec<String> {
     let resolved = req.resolved.iter().filter_map(|n| normalize_name(n).ok());
     match req.claim {
-        Claim::Unknown => resolved.collect(),
-        Claim::NoName => Vec::new(),
+        Claim::Unknown | Claim::NoName => Vec::new(),
         Claim::Name(claim) => match claimed_name(claim) {
             Some(claim) => resolved.filter(|n| *n == claim).take(1).collect(),
             None => Vec::new(),

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use atoll_net::log::Record;
+use atoll_net::log::{AuditLog, Record};
 use atoll_net::policy::Policy;
 use atoll_net::{Engine, EngineConfig, EngineHandle, Frames};
 use atoll_tests::netns::{NetNs, World, unique_prefix};
@@ -96,12 +96,19 @@ impl Rig {
         self.run("curl", &all)
     }
 
-    /// The audit log's records so far.
+    /// The audit log's records so far, from each of its files, oldest first.
     pub(crate) fn records(&self) -> Vec<Record> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l}: {e}")))
-            .collect()
+        let mut all: Vec<Record> = Vec::new();
+        for path in AuditLog::paths(&self.log) {
+            for file in [AuditLog::rotated_path(&path), path] {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                all.extend(text.lines().map(|l| {
+                    serde_json::from_str::<Record>(l).unwrap_or_else(|e| panic!("bad log line {l}: {e}"))
+                }));
+            }
+        }
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        all
     }
 
     /// Waits until a record matching `pred` is in the log (a connection's line is
