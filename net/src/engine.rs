@@ -19,6 +19,9 @@ use crate::policy::{Builtins, Policy};
 use crate::shared::Shared;
 use crate::stack::{self, FlowKey, StackControl, StackEvents};
 
+/// How often the counts of rate-limited log lines are written out.
+const SUPPRESSED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the guest's frames come from.
 #[derive(Debug)]
 pub enum Frames {
@@ -121,6 +124,17 @@ impl Engine {
         let (flow_tx, flow_rx) = mpsc::channel(stack::MAX_FLOWS);
         let (dns_tx, dns_rx) = stack::dns_channel();
         let tasks = vec![
+            tokio::spawn({
+                // What the rate limits dropped is counted in the log even when the flood
+                // stopped and no later line would carry the count.
+                let shared = shared.clone();
+                async move {
+                    loop {
+                        tokio::time::sleep(SUPPRESSED_FLUSH).await;
+                        shared.log.flush_suppressed();
+                    }
+                }
+            }),
             tokio::spawn(crate::egress::dispatch(flow_rx, control.clone(), shared.clone(), dns.clone())),
             tokio::spawn(crate::egress::serve_dns_udp(dns_rx, control.clone(), dns)),
             tokio::spawn({
@@ -179,6 +193,11 @@ impl EngineHandle {
     /// them by itself.
     pub fn open_flows(&self) -> Vec<FlowKey> {
         self.shared.open_flows()
+    }
+
+    /// Whether the audit log is being written: while it is not, egress is refused.
+    pub fn log_health(&self) -> crate::log::LogHealth {
+        self.shared.log.health()
     }
 
     /// The policy in force.

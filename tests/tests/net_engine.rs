@@ -425,3 +425,64 @@ fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
     let opened = rig.wait_record("its open line", |r| r.event == Some(Event::Open) && r.conn == kept.conn);
     assert_eq!((opened.verdict, opened.name.as_deref()), (Verdict::Allow, Some("allowed.test")));
 }
+
+/// Sends `sys.argv[1]` DNS queries for distinct names from 8 threads, each waiting for
+/// its answer (or 1 s).
+const DNS_FLOOD: &str = r#"
+import socket, struct, sys, threading
+def worker(k, n):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    for i in range(n):
+        name = b''.join(bytes([len(p)]) + p for p in [b'q%d-%d' % (k, i), b'flood', b'test']) + b'\0'
+        s.sendto(struct.pack('!HHHHHH', i & 0xffff, 0x0100, 1, 0, 0, 0) + name + b'\0\x01\0\x01', ('10.0.2.2', 53))
+        try:
+            s.recv(4096)
+        except socket.timeout:
+            pass
+n = int(sys.argv[1])
+threads = [threading.Thread(target=worker, args=(k, n // 8)) for k in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print('done')
+"#;
+
+#[test]
+fn an_open_tunnel_is_logged_while_open_and_a_dns_flood_does_not_flush_it() {
+    let rig = Rig::start(Policy::default());
+    let script = "import socket, sys\n\
+        s = socket.create_connection(('echo.test', 7), 20)\n\
+        s.sendall(b'ping'); assert s.recv(4) == b'ping'\n\
+        print('connected', flush=True)\n\
+        sys.stdin.read()\n";
+    let mut tunnel = rig
+        .guest
+        .exec("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 in the guest");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(tunnel.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "connected");
+    // Open now, and logged as open: a tunnel shows while it lasts.
+    let open = rig.wait_record("the tunnel's open line", |r| r.port == 7 && r.event == Some(Event::Open));
+    assert_eq!((open.verdict, open.name.as_deref()), (Verdict::Allow, Some("echo.test")), "{open:?}");
+    assert!(!rig.records().iter().any(|r| r.conn == open.conn && r.event == Some(Event::Close)));
+
+    // A DNS flood: rate-limited and counted, in its own file; the tunnel's line stays.
+    assert_eq!(ok(&rig.run("python3", &["-c", DNS_FLOOD, "2400"])), "done\n");
+    let summary = rig.wait_record("the count of suppressed DNS lines", |r| {
+        r.kind == Kind::Dns && r.rule == "rate-limited" && r.suppressed.is_some_and(|n| n > 0)
+    });
+    let dns_lines = rig.records().iter().filter(|r| r.kind == Kind::Dns && r.suppressed.is_none()).count();
+    assert!(dns_lines < 2000, "the flood was not limited: {dns_lines} DNS lines ({summary:?})");
+    assert!(rig.records().contains(&open), "the tunnel's open line was flushed away by the flood");
+
+    // Closed: its close line, with the bytes, pairs with the open one.
+    drop(tunnel.stdin.take());
+    atoll_tests::vm::wait_bounded(tunnel, std::time::Duration::from_secs(30)).expect("python3 ends");
+    let close =
+        rig.wait_record("the tunnel's close line", |r| r.conn == open.conn && r.event == Some(Event::Close));
+    assert_eq!((close.bytes_out, close.bytes_in), (4, 4), "{close:?}");
+}
