@@ -94,9 +94,10 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
     record.port = flow.dst.port();
     record.name = resolved.first().cloned();
     record.conn = Some(flow.id);
-    let judge = |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &shared.builtins);
+    let builtins = shared.builtins();
+    let judge = |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &builtins);
 
-    match policy.decide_before_peek(&request, &shared.builtins) {
+    match policy.decide_before_peek(&request, &builtins) {
         Some(decision) if decision.verdict == Verdict::Deny => {
             refuse(&control, flow.id);
             set_decision(&mut record, &decision);

@@ -43,7 +43,8 @@ pub struct EngineConfig {
     /// The resolver configuration DNS forwards with; `/etc/resolv.conf` by default.
     pub resolv_conf: PathBuf,
     /// The host's own addresses, always denied unless an IP rule names them; `None`
-    /// reads them from the host's interfaces at start.
+    /// reads them from the host's interfaces, at start and again as they change (at
+    /// most a second old when a connection is decided).
     pub host_addrs: Option<Vec<IpAddr>>,
     /// Connections the guest had open when it was saved (a restored guest): they are
     /// reset in the guest once its NIC connects (see [`EngineHandle::open_flows`]).
@@ -94,6 +95,7 @@ pub struct Engine;
 impl Engine {
     /// Starts the engine's tasks on the current tokio runtime (call it from inside one).
     pub fn start(config: EngineConfig) -> Result<EngineHandle, EngineError> {
+        let refresh = config.host_addrs.is_none();
         let host_addrs = match config.host_addrs {
             Some(addrs) => addrs,
             None => crate::hostaddr::host_addrs().map_err(EngineError::HostAddrs)?,
@@ -116,7 +118,8 @@ impl Engine {
                 return Err(e.into());
             }
         };
-        let shared = Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), log));
+        let shared =
+            Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), refresh, log));
         shared.add_stale_flows(config.stale_flows);
         let dns = Arc::new(DnsServer::new(resolver, shared.clone()));
         let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();

@@ -370,6 +370,7 @@ for what, attack in [
     ('padded-hello', lambda: raw(443, hello(b'shared.test', 20000))),
     ('blank-line-http', lambda: raw(80, b'\r\nGET / HTTP/1.1\r\nHost: shared.test\r\nConnection: close\r\n\r\n')),
     ('garbage', lambda: raw(80, b'\x00\x01\x02 not a protocol\r\n')),
+    ('escape-sni', lambda: raw(443, hello(b'allowed.test\x1b[2J', 100))),
     ('keep-alive', keep_alive),
 ]:
     try:
@@ -395,7 +396,8 @@ fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
             || control.starts_with("control-small-hello got b'\\x15'"),
         "{out}"
     );
-    for attack in ["delayed-hello", "padded-hello", "blank-line-http", "garbage", "keep-alive"] {
+    for attack in ["delayed-hello", "padded-hello", "blank-line-http", "garbage", "escape-sni", "keep-alive"]
+    {
         assert!(line(attack).starts_with(&format!("{attack} reset")), "{attack} got through: {out}");
     }
     assert_eq!(line("first"), "first hello from 203.0.113.10 host=allowed.test sni=-", "{out}");
@@ -417,6 +419,10 @@ fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
     rig.wait_record("the delayed and padded hellos", |_| denied(443, None) >= 2);
     rig.wait_record("the blank-line request", |_| denied(80, Some("shared.test")) >= 2);
     rig.wait_record("the garbage", |_| denied(80, Some("allowed.test")) >= 1);
+    // An SNI that is no host name is judged as none, and logged escaped.
+    let escaped = rig.wait_record("the escape-sequence SNI", |r| r.invalid_name.is_some());
+    assert_eq!(escaped.invalid_name.as_deref(), Some("allowed.test\\x1b[2J"), "{escaped:?}");
+    assert_eq!((escaped.verdict, escaped.rule.as_str()), (Verdict::Deny, "0.0.0.0/0"));
     let kept = rig.wait_record("the kept-alive connection", |r| {
         r.event == Some(Event::Close) && r.verdict == Verdict::Deny && r.port == 80
     });
@@ -485,4 +491,46 @@ fn an_open_tunnel_is_logged_while_open_and_a_dns_flood_does_not_flush_it() {
     let close =
         rig.wait_record("the tunnel's close line", |r| r.conn == open.conn && r.event == Some(Event::Close));
     assert_eq!((close.bytes_out, close.bytes_in), (4, 4), "{close:?}");
+}
+
+#[test]
+fn an_address_the_host_gains_later_is_denied_and_port_25_is_closed_by_default() {
+    let rig = Rig::start(Policy::default());
+    // Before: a public address, allowed (nothing answers there, so the connect fails).
+    let late = "198.51.100.77";
+    // (Another port: the connect out of this try may still be retrying later.)
+    curl_failed(&rig.curl(&["--max-time", "3", &format!("http://{late}:18081/")]), &[REFUSED, 28]);
+    let before = rig.wait_record("the first try", |r| r.ip == Some(late.parse().expect("ip")));
+    assert_eq!(before.verdict, Verdict::Allow, "{before:?}");
+    // The host gains the address (its HTTP service listens on every address): from then
+    // on it is the host's own, refused at the SYN, though the engine read its addresses
+    // at start.
+    rig.world.client.ip(&["addr", "add", &format!("{late}/32"), "dev", "lo"]);
+    assert!(
+        rig.world
+            .client
+            .exec("curl")
+            .args(["-sf", "-o", "/dev/null", &format!("http://{late}:18080/")])
+            .status()
+            .expect("curl")
+            .success()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let err = curl_failed(&rig.curl(&[&format!("http://{late}:18080/")]), &[REFUSED]);
+    assert!(err.contains("refused") || err.contains("Couldn't connect"), "{err}");
+    let after = rig.wait_record("the refused try", |r| {
+        r.ip == Some(late.parse().expect("ip")) && r.verdict == Verdict::Deny
+    });
+    assert_eq!(after.rule, "private-range");
+
+    curl_failed(&rig.curl(&["http://allowed.test:25/"]), &[REFUSED]);
+    let smtp = rig.wait_record("port 25", |r| r.port == 25);
+    assert_eq!((smtp.verdict, smtp.rule.as_str()), (Verdict::Deny, "port-25-blocked"));
+    rig.engine.set_policy(policy(&["allowed.test:25"], &[]));
+    // Opened by a rule naming the port: it goes out (nothing listens on 25 in the world;
+    // the verdict depends on the Host, so the guest's handshake completed first and the
+    // failed connect out resets it).
+    curl_failed(&rig.curl(&["http://allowed.test:25/"]), &[REFUSED, 56]);
+    let opened = rig.wait_record("port 25 opened", |r| r.port == 25 && r.verdict == Verdict::Allow);
+    assert_eq!(opened.rule, "allowed.test:25");
 }

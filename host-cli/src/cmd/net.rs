@@ -144,8 +144,11 @@ fn policy_text(v: &PolicyView) -> String {
     let _ = writeln!(
         t,
         "always denied unless an IP rule inside them allows it: loopback, this host, private ranges \
-         (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), multicast;\n\
-         UDP other than DNS, and ICMP, are blocked; the most specific matching rule decides."
+         (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), \
+         168.63.129.16, 192.0.0/24, 198.18/15, multicast;\n\
+         port 25 is denied unless an allow rule names :25; UDP other than DNS, and ICMP, are blocked; \
+         the most specific matching rule decides; a connection whose name decides but that claims \
+         none in time is judged by IP rules only."
     );
     t
 }

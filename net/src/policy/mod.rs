@@ -26,6 +26,8 @@
 //!    without). Between an allow and a deny rule of equal specificity, allow wins.
 //! 6. No rule matched: a built-in range denies (`private-range`), else the connection is
 //!    allowed (`default`).
+//! 7. Port 25 (SMTP) is denied (`port-25-blocked`) unless the deciding allow rule names
+//!    port 25 (`smtp.example.com:25`).
 
 pub mod builtin;
 pub mod rule;
@@ -36,7 +38,7 @@ mod tests;
 use std::fmt;
 use std::net::IpAddr;
 
-pub use builtin::{BuiltinRange, Builtins};
+pub use builtin::{BuiltinRange, Builtins, SMTP_PORT, operator_only};
 pub use rule::{Rule, RuleError, Target, canonical_ip, is_host_name, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove
@@ -95,6 +97,8 @@ pub enum DecidedBy {
     DenyRule(Rule),
     /// A built-in denied range.
     Builtin(BuiltinRange),
+    /// A port denied by default ([`SMTP_PORT`]) that no allow rule naming it opened.
+    BuiltinPort(u16),
     /// No rule matched and the address is public.
     Default,
 }
@@ -106,6 +110,7 @@ impl DecidedBy {
         match self {
             DecidedBy::AllowRule(r) | DecidedBy::DenyRule(r) => r.to_string(),
             DecidedBy::Builtin(_) => "private-range".into(),
+            DecidedBy::BuiltinPort(p) => format!("port-{p}-blocked"),
             DecidedBy::Default => "default".into(),
         }
     }
@@ -117,6 +122,9 @@ impl fmt::Display for DecidedBy {
             DecidedBy::AllowRule(r) => write!(f, "allow_out {r}"),
             DecidedBy::DenyRule(r) => write!(f, "deny_out {r}"),
             DecidedBy::Builtin(b) => write!(f, "built-in deny of {} range {}", b.what, b.net),
+            DecidedBy::BuiltinPort(p) => {
+                write!(f, "built-in deny of port {p} (open it with a rule naming :{p})")
+            }
             DecidedBy::Default => f.write_str("default (public address, no rule matched)"),
         }
     }
@@ -201,9 +209,17 @@ impl Policy {
                 None => DecidedBy::Default,
             },
         };
+        let by = match by {
+            // Port 25 is opened only by an allow rule that names it.
+            DecidedBy::AllowRule(r) if port == SMTP_PORT && r.port != Some(SMTP_PORT) => {
+                DecidedBy::BuiltinPort(SMTP_PORT)
+            }
+            DecidedBy::Default if port == SMTP_PORT => DecidedBy::BuiltinPort(SMTP_PORT),
+            by => by,
+        };
         let verdict = match by {
             DecidedBy::AllowRule(_) | DecidedBy::Default => Verdict::Allow,
-            DecidedBy::DenyRule(_) | DecidedBy::Builtin(_) => Verdict::Deny,
+            DecidedBy::DenyRule(_) | DecidedBy::Builtin(_) | DecidedBy::BuiltinPort(_) => Verdict::Deny,
         };
         Decision { verdict, by }
     }

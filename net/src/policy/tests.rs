@@ -309,9 +309,30 @@ fn most_specific_rule_wins_and_ties_go_to_allow() {
     assert_eq!(verdict(&p, "203.0.113.10", 443, Some("allowed.test"), &["allowed.test"]).0, Allow);
     assert_eq!(verdict(&p, "203.0.113.10", 80, Some("allowed.test"), &["allowed.test"]).0, Deny);
     // A deny-only IP rule on an otherwise default policy.
-    let p = policy(&[], &["198.51.100.0/24:25"]);
-    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]), (Deny, "198.51.100.0/24:25".into()));
-    assert_eq!(verdict(&p, "198.51.100.1", 587, None, &[]), (Allow, "default".into()));
+    let p = policy(&[], &["198.51.100.0/24:587"]);
+    assert_eq!(verdict(&p, "198.51.100.1", 587, None, &[]), (Deny, "198.51.100.0/24:587".into()));
+    assert_eq!(verdict(&p, "198.51.100.1", 465, None, &[]), (Allow, "default".into()));
+}
+
+#[test]
+fn port_25_is_denied_unless_an_allow_rule_names_it() {
+    let p = Policy::default();
+    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]), (Deny, "port-25-blocked".into()));
+    let p = policy(&["mail.test", "198.51.100.0/24"], &[]);
+    assert_eq!(
+        verdict(&p, "198.51.100.1", 25, Some("mail.test"), &["mail.test"]).0,
+        Deny,
+        "portless rules do not open it"
+    );
+    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]).0, Deny);
+    let p = policy(&["mail.test:25", "198.51.100.7:25"], &[]);
+    assert_eq!(
+        verdict(&p, "198.51.100.1", 25, Some("mail.test"), &["mail.test"]),
+        (Allow, "mail.test:25".into())
+    );
+    assert_eq!(verdict(&p, "198.51.100.7", 25, None, &[]), (Allow, "198.51.100.7:25".into()));
+    assert_eq!(verdict(&p, "198.51.100.8", 25, None, &[]).0, Deny);
+    assert_eq!(verdict(&p, "198.51.100.8", 587, None, &[]).0, Allow, "other mail ports stay open");
 }
 
 #[test]
