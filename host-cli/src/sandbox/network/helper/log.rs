@@ -72,7 +72,8 @@ impl Write for &HelperLog {
     fn write(&mut self, line: &[u8]) -> io::Result<usize> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        s.tokens = (s.tokens + now.duration_since(s.at).as_secs_f64() * f64::from(PER_SEC)).min(f64::from(BURST));
+        s.tokens =
+            (s.tokens + now.duration_since(s.at).as_secs_f64() * f64::from(PER_SEC)).min(f64::from(BURST));
         s.at = now;
         if s.tokens < 1.0 {
             s.suppressed += 1;
@@ -80,7 +81,8 @@ impl Write for &HelperLog {
         }
         s.tokens -= 1.0;
         if s.suppressed > 0 {
-            let note = format!("({} lines suppressed by the rate limit)\n", std::mem::take(&mut s.suppressed));
+            let note =
+                format!("({} lines suppressed by the rate limit)\n", std::mem::take(&mut s.suppressed));
             s.append(note.as_bytes())?;
         }
         s.append(line)?;
@@ -139,7 +141,11 @@ mod tests {
         (&log).write_all(line.as_bytes()).expect("write");
         let text = std::fs::read_to_string(&path).expect("read");
         let dropped = 100_000 - BURST as usize;
-        assert!(text.contains(&format!("({dropped} lines suppressed by the rate limit)")), "{}", &text[text.len() - 300..]);
+        assert!(
+            text.contains(&format!("({dropped} lines suppressed by the rate limit)")),
+            "{}",
+            &text[text.len() - 300..]
+        );
 
         // The cap: lines over time (the limit refilled) rotate, never grow past it.
         {
