@@ -191,9 +191,8 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
         world.dir().join("tunnel.py").to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let out =
-        atoll.run(&["-s", "egress", "exec", "--", "sh", "-c", "nohup python3 /tunnel.py >/dev/null 2>&1 &"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut tunnel_exec =
+        atoll.command(&["-s", "egress", "exec", "--", "python3", "/tunnel.py"]).spawn().unwrap();
     let open_tunnel = |log: &Value| {
         let entries = log.as_array().expect("array");
         entries.iter().any(|e| {
@@ -205,8 +204,11 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !open_tunnel(&atoll.json(&["net", "log", "egress"])) {
         assert!(std::time::Instant::now() < deadline, "the open tunnel never showed in `atoll net log`");
+        assert!(tunnel_exec.try_wait().unwrap().is_none(), "the tunnel's program ended");
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
+    let _ = tunnel_exec.kill();
+    let _ = tunnel_exec.wait();
 
     // A connection flood from the guest (root, many sockets that connect and send
     // nothing, each held by the helper while it waits for a name): the helper keeps
