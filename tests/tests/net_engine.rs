@@ -534,3 +534,47 @@ fn an_address_the_host_gains_later_is_denied_and_port_25_is_closed_by_default() 
     let opened = rig.wait_record("port 25 opened", |r| r.port == 25 && r.verdict == Verdict::Allow);
     assert_eq!(opened.rule, "allowed.test:25");
 }
+
+#[test]
+fn a_connection_flood_is_held_at_the_flow_limit_and_the_engine_still_serves() {
+    let rig = Rig::start(policy(&["other.test"], &["0.0.0.0/0", "::/0"]));
+    ok(&rig.run("getent", &["hosts", "other.test"]));
+    // 3000 connections that complete their handshake and send nothing: each is held
+    // while the engine waits for a name (the verdict depends on it).
+    let flood = "import resource, socket, time\n\
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))\n\
+        socks = []\n\
+        for i in range(3000):\n\
+        \x20   s = socket.socket(); s.setblocking(False)\n\
+        \x20   try: s.connect(('198.51.100.10', 80))\n\
+        \x20   except BlockingIOError: pass\n\
+        \x20   socks.append(s)\n\
+        print('flooding', flush=True)\n\
+        time.sleep(6)\n";
+    let mut flooding = rig
+        .guest
+        .exec("python3")
+        .args(["-c", flood])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 in the guest");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(flooding.stdout.take().unwrap()));
+    assert_eq!(lines.next().unwrap().unwrap(), "flooding");
+    let mut most = 0;
+    for _ in 0..20 {
+        most = most.max(rig.engine.open_flows().len());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(most <= atoll_net::stack::MAX_FLOWS, "{most} flows held");
+    assert!(most > 100, "the flood did not load the engine ({most} flows): the test proves nothing");
+    // DNS is still answered during the flood.
+    ok(&rig.run("getent", &["hosts", "other.test"]));
+    atoll_tests::vm::wait_bounded(flooding, std::time::Duration::from_secs(60)).expect("the flood ends");
+    // Afterwards the held flows are gone and a new connection works.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while rig.engine.open_flows().len() > 10 {
+        assert!(std::time::Instant::now() < deadline, "{} flows still held", rig.engine.open_flows().len());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(ok(&rig.curl(&["http://other.test/"])), "hello from 198.51.100.10 host=other.test sni=-\n");
+}
