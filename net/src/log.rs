@@ -352,7 +352,11 @@ fn append(state: &mut LogFile, record: &Record) -> Result<(), LogWriteError> {
         state.file = Some(open_append(&state.path).map_err(|e| failed(e.to_string()))?);
     }
     let file = state.file.as_mut().ok_or_else(|| failed("not open".into()))?;
-    file.write_all(&line).map_err(|e| failed(e.to_string()))?;
+    if let Err(e) = file.write_all(&line) {
+        // A line written in part is cut off again, so the next one starts a line.
+        let _ = file.set_len(state.size);
+        return Err(failed(e.to_string()));
+    }
     state.size += line.len() as u64;
     Ok(())
 }

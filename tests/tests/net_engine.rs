@@ -578,3 +578,75 @@ fn a_connection_flood_is_held_at_the_flow_limit_and_the_engine_still_serves() {
     }
     assert_eq!(ok(&rig.curl(&["http://other.test/"])), "hello from 198.51.100.10 host=other.test sni=-\n");
 }
+
+/// A small tmpfs, unmounted on drop: a disk that can be filled.
+struct SmallFs(tempfile::TempDir);
+
+impl SmallFs {
+    fn mount(kib: u32) -> SmallFs {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={kib}k"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .expect("mount");
+        assert!(
+            out.status.success(),
+            "mount tmpfs (tests need root): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallFs(dir)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn egress_stops_while_the_audit_log_cannot_be_written() {
+    let disk = SmallFs::mount(256);
+    let rig = Rig::start_logging_to(Policy::default(), disk.0.path().join("net.log"));
+    let direct = ["--resolve", "allowed.test:80:203.0.113.10", "http://allowed.test/"];
+    assert_eq!(ok(&rig.curl(&direct)), "hello from 203.0.113.10 host=allowed.test sni=-\n");
+    assert_eq!(rig.engine.log_health().error, None);
+    // The disk fills up: the next connection's open line cannot be written, so the
+    // connection is refused rather than carried unlogged.
+    let filler = disk.0.path().join("filler");
+    let _ = std::fs::write(&filler, vec![0u8; 512 * 1024]);
+    // (The log's last page may still hold a few lines.)
+    let mut tries = 0;
+    let refused = loop {
+        let out = rig.curl(&direct);
+        if !out.status.success() {
+            break out;
+        }
+        tries += 1;
+        assert!(tries < 50, "50 connections went out with the disk full");
+    };
+    curl_failed(&refused, &[REFUSED]);
+    let health = rig.engine.log_health();
+    assert!(health.error.as_deref().is_some_and(|e| e.contains("net.log")), "{health:?}");
+    assert!(health.failed_writes >= 1);
+    // DNS is refused too while the last line failed.
+    assert!(!rig.run("getent", &["hosts", "other.test"]).status.success());
+    // Space again: egress resumes, logged.
+    std::fs::remove_file(&filler).expect("rm filler");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = rig.curl(&direct);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "egress did not resume: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(rig.engine.log_health().error, None);
+    assert!(rig.records().iter().filter(|r| r.event == Some(Event::Open) && r.port == 80).count() >= 2);
+}

@@ -40,6 +40,15 @@ impl Rig {
 
     /// Everything up, with `policy` in force and the guest's MTU at `mtu`.
     pub(crate) fn start_with(policy: Policy, mtu: u16) -> Rig {
+        Rig::start_full(policy, mtu, None)
+    }
+
+    /// Everything up, with the audit log at `log` (its directory must exist).
+    pub(crate) fn start_logging_to(policy: Policy, log: PathBuf) -> Rig {
+        Rig::start_full(policy, 1500, Some(log))
+    }
+
+    fn start_full(policy: Policy, mtu: u16, log: Option<PathBuf>) -> Rig {
         let mut world = World::create();
         world.serve_http_in_client(18080);
         let guest = NetNs::create(&format!("{}g", unique_prefix()));
@@ -50,7 +59,7 @@ impl Rig {
         guest.ip(&["route", "add", "default", "via", "10.0.2.2"]);
 
         let socket = world.dir().join("net.sock");
-        let log = world.dir().join("net.log");
+        let log = log.unwrap_or_else(|| world.dir().join("net.log"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let config = EngineConfig {
