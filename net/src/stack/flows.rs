@@ -29,12 +29,14 @@ const TCP_TX_BUF: usize = 256 * 1024;
 const CHUNK: usize = 64 * 1024;
 /// Chunks in flight each way per connection.
 pub(crate) const CHANNEL_CHUNKS: usize = 2;
-/// How long the guest may leave data or a handshake (a half-open connection: SYN-ACK
-/// sent, no ACK) unanswered before the connection is dropped; also how long keep-alive
-/// probes of an idle connection may go unanswered.
-pub(crate) const UNANSWERED_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often an idle connection is probed (TCP keep-alive towards the guest).
-const KEEP_ALIVE: Duration = Duration::from_secs(75);
+/// How long the guest may stay silent while something waits for it (a half-open
+/// connection: SYN-ACK sent, no ACK; data unacknowledged; keep-alive probes unanswered)
+/// before the connection is dropped. smoltcp counts it between any two packets from
+/// the guest once keep-alive is on, so it must be well above [`KEEP_ALIVE`].
+pub(crate) const UNANSWERED_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often an idle connection is probed (TCP keep-alive towards the guest), so that
+/// a live guest always speaks within [`UNANSWERED_TIMEOUT`].
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
 /// How long a connection may carry no byte either way before it is reset (as NATs do:
 /// Google Cloud NAT's default is the same 20 minutes).
 pub(crate) const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20 * 60);
