@@ -8,7 +8,7 @@
 //! [`peek::MAX_PEEK`] or [`PEEK_WAIT`]) for the TLS SNI or HTTP Host, and the decision
 //! is made with that name; nothing parseable in time is judged as claiming nothing
 //! (fail closed: see [`crate::policy`]), and a deny resets the connection. Such a
-//! connection is allowed for its claim only: [`crate::watch`] reads every later request
+//! connection is allowed for its claim only: `watch` reads every later request
 //! head and ClientHello as it passes, and a denied one resets it before it reaches the
 //! server. An allowed connection is spliced both ways with byte counts; it gets an
 //! audit line when it opens (written before anything goes out: a line that cannot be
