@@ -371,6 +371,7 @@ for what, attack in [
     ('blank-line-http', lambda: raw(80, b'\r\nGET / HTTP/1.1\r\nHost: shared.test\r\nConnection: close\r\n\r\n')),
     ('garbage', lambda: raw(80, b'\x00\x01\x02 not a protocol\r\n')),
     ('escape-sni', lambda: raw(443, hello(b'allowed.test\x1b[2J', 100))),
+    ('second-hello', lambda: raw(443, hello(b'allowed.test', 100) + hello(b'shared.test', 100))),
     ('keep-alive', keep_alive),
 ]:
     try:
@@ -396,8 +397,15 @@ fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
             || control.starts_with("control-small-hello got b'\\x15'"),
         "{out}"
     );
-    for attack in ["delayed-hello", "padded-hello", "blank-line-http", "garbage", "escape-sni", "keep-alive"]
-    {
+    for attack in [
+        "delayed-hello",
+        "padded-hello",
+        "blank-line-http",
+        "garbage",
+        "escape-sni",
+        "second-hello",
+        "keep-alive",
+    ] {
         assert!(line(attack).starts_with(&format!("{attack} reset")), "{attack} got through: {out}");
     }
     assert_eq!(line("first"), "first hello from 203.0.113.10 host=allowed.test sni=-", "{out}");
@@ -428,6 +436,10 @@ fn a_name_dependent_verdict_fails_closed_and_later_claims_are_checked() {
     });
     assert_eq!(kept.name.as_deref(), Some("shared.test"), "{kept:?}");
     assert!(kept.error.as_deref().is_some_and(|e| e.contains("later request")), "{kept:?}");
+    let second = rig.wait_record("the second ClientHello", |r| {
+        r.event == Some(Event::Close) && r.verdict == Verdict::Deny && r.port == 443
+    });
+    assert_eq!(second.name.as_deref(), Some("shared.test"), "{second:?}");
     let opened = rig.wait_record("its open line", |r| r.event == Some(Event::Open) && r.conn == kept.conn);
     assert_eq!((opened.verdict, opened.name.as_deref()), (Verdict::Allow, Some("allowed.test")));
 }
