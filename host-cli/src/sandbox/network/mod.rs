@@ -114,8 +114,12 @@ pub async fn log_health(record: &Record) -> Option<atoll_net::log::LogHealth> {
         Some(p) if p.is_alive() => {}
         _ => return None,
     }
-    let status: HelperStatus = ask(record, &Request::Status).await.ok()?;
-    status.log
+    // `atoll info` must not hang on a wedged helper: a short wait, then "unknown".
+    let status = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        ask::<HelperStatus>(record, &Request::Status),
+    );
+    status.await.ok()?.ok()?.log
 }
 
 /// [`view`] with the audit log's health asked of the running helper.
