@@ -662,3 +662,53 @@ fn egress_stops_while_the_audit_log_cannot_be_written() {
     assert_eq!(rig.engine.log_health().error, None);
     assert!(rig.records().iter().filter(|r| r.event == Some(Event::Open) && r.port == 80).count() >= 2);
 }
+
+#[test]
+fn a_half_open_connection_from_the_guest_is_dropped() {
+    let rig = Rig::start(Policy::default());
+    // The guest's kernel sends its SYN and nothing after it (its ACKs, data and resets
+    // are dropped on the way out): the engine is left with a handshake that never
+    // completes, as under a SYN flood.
+    for flags in ["ACK", "RST"] {
+        let out = rig.run(
+            "iptables",
+            &[
+                "-A",
+                "OUTPUT",
+                "-p",
+                "tcp",
+                "--dport",
+                "80",
+                "--tcp-flags",
+                "SYN,ACK,RST",
+                flags,
+                "-j",
+                "DROP",
+            ],
+        );
+        ok(&out);
+    }
+    let mut half = rig
+        .guest
+        .exec("python3")
+        .args([
+            "-c",
+            "import socket, time; s = socket.create_connection(('203.0.113.10', 80), 20); time.sleep(600)",
+        ])
+        .spawn()
+        .expect("python3 in the guest");
+    let to_80 = |rig: &Rig| rig.engine.open_flows().iter().any(|(_, remote)| remote.port() == 80);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !to_80(&rig) {
+        assert!(std::time::Instant::now() < deadline, "the half-open connection never reached the engine");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // It is dropped once the guest stayed silent for the timeout (90 s), not kept.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while to_80(&rig) {
+        assert!(std::time::Instant::now() < deadline, "the half-open connection was never dropped");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let _ = half.kill();
+    let _ = half.wait();
+}
