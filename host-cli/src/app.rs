@@ -56,7 +56,10 @@ fn net_helper() -> ExitCode {
         Ok(helper) => helper,
         Err(e) => return usage_error(&e),
     };
-    init_logging(0);
+    // The helper's own log is bounded (rate-limited, rotated); stderr stays for panics.
+    if crate::sandbox::network::helper::log::init(&helper.args.dir).is_err() {
+        init_logging(0);
+    }
     let result =
         runtime(false).map_err(|e| anyhow::Error::new(e).context("could not start the async runtime"));
     let result = result.and_then(|rt| {

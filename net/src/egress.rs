@@ -6,8 +6,13 @@
 //! handshake only once the destination accepted (so a closed port is "refused" too).
 //! Otherwise the guest's handshake is completed, its first bytes are read (at most
 //! [`peek::MAX_PEEK`] or [`PEEK_WAIT`]) for the TLS SNI or HTTP Host, and the decision
-//! is made with that name; a deny then resets the connection. An allowed connection is
-//! spliced both ways with byte counts; each attempt is one audit log line when it ends.
+//! is made with that name; nothing parseable in time is judged as claiming nothing
+//! (fail closed: see [`crate::policy`]), and a deny resets the connection. Such a
+//! connection is allowed for its claim only: `watch` reads every later request
+//! head and ClientHello as it passes, and a denied one resets it before it reaches the
+//! server. An allowed connection is spliced both ways with byte counts; it gets an
+//! audit line when it opens (written before anything goes out: a line that cannot be
+//! written refuses the connection) and one when it ends; a refused one gets one line.
 
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -16,15 +21,16 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use crate::dns::DnsServer;
-use crate::log::{Kind, Record};
+use crate::log::{Event, Kind, Record};
 use crate::peek::{self, Claimed, Peek};
 use crate::policy::{Claim, Decision, Request, Verdict};
 use crate::shared::Shared;
 use crate::stack::guest::{GuestReader, GuestStream};
 use crate::stack::{DnsQuery, NewFlow, StackCmd, StackControl};
+use crate::watch::{ClaimWatch, Unparseable};
 
 /// How long a connection whose verdict depends on its first bytes waits for them; a
 /// client that has sent nothing by then (a server-speaks-first protocol) is judged
@@ -87,14 +93,20 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
     record.ip = Some(ip);
     record.port = flow.dst.port();
     record.name = resolved.first().cloned();
+    record.conn = Some(flow.id);
+    let builtins = shared.builtins();
+    let judge = |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &builtins);
 
-    match policy.decide_before_peek(&request, &shared.builtins) {
+    match policy.decide_before_peek(&request, &builtins) {
         Some(decision) if decision.verdict == Verdict::Deny => {
             refuse(&control, flow.id);
             set_decision(&mut record, &decision);
         }
         Some(decision) => {
             set_decision(&mut record, &decision);
+            if !log_open(&shared, &mut record) {
+                return refuse(&control, flow.id);
+            }
             match connect(flow.dst).await {
                 Err(e) => {
                     refuse(&control, flow.id);
@@ -102,9 +114,9 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
                 }
                 Ok(out) => {
                     if let Some(guest) = accept(&control, flow.id).await {
-                        let judge =
-                            |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &shared.builtins);
-                        splice(guest, out, None, &mut record, Some(&judge)).await;
+                        // No claim can change the verdict: the first bytes are read only
+                        // to log the name.
+                        splice(guest, out, None, &mut record, Check::LogName(&judge)).await;
                     }
                 }
             }
@@ -112,31 +124,64 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
         None => {
             let Some(mut guest) = accept(&control, flow.id).await else { return };
             let (first, claim) = peek_name(&mut guest.reader).await;
-            let decision = policy.decide(&Request { claim: claim.as_claim(), ..request }, &shared.builtins);
+            let decision = judge(claim.as_claim());
             set_decision(&mut record, &decision);
-            if let Claimed::Name(name) = claim {
-                record.name = Some(name);
-            }
+            set_claim(&mut record, claim);
             if decision.verdict == Verdict::Deny {
                 guest.writer.abort();
+            } else if !log_open(&shared, &mut record) {
+                return guest.writer.abort();
             } else {
                 match connect(flow.dst).await {
                     Err(e) => {
                         guest.writer.abort();
                         record.error = Some(e);
                     }
-                    Ok(out) => splice(guest, out, Some(first.freeze()), &mut record, None).await,
+                    Ok(out) => {
+                        // Allowed for this claim only: every later one is judged too.
+                        let watch = ClaimWatch::new(&first);
+                        splice(guest, out, Some(first.freeze()), &mut record, Check::Enforce(watch, &judge))
+                            .await;
+                    }
                 }
             }
         }
+    }
+    if record.event.is_some() {
+        record.event = Some(Event::Close);
     }
     record.duration_ms = u64::try_from(started.1.elapsed().as_millis()).unwrap_or(u64::MAX);
     shared.log.write(&record);
 }
 
+/// Writes the `open` line of an allowed connection; false (after logging why) when it
+/// cannot be written, and the connection must then be refused: no egress goes unlogged.
+fn log_open(shared: &Shared, record: &mut Record) -> bool {
+    record.event = Some(Event::Open);
+    match shared.log.try_write(record) {
+        Ok(()) => true,
+        Err(e) => {
+            record.event = None;
+            record.verdict = Verdict::Deny;
+            record.rule = "audit-log-unwritable".into();
+            record.error = Some(e.to_string());
+            false
+        }
+    }
+}
+
 fn set_decision(record: &mut Record, decision: &Decision) {
     record.verdict = decision.verdict;
     record.rule = decision.by.rule_text();
+}
+
+/// Puts what the first bytes claimed on the record: the name, or the escaped invalid one.
+fn set_claim(record: &mut Record, claim: Claimed) {
+    match claim {
+        Claimed::Name(name) => record.name = Some(name),
+        Claimed::Invalid(text) => record.invalid_name = Some(text),
+        Claimed::Unknown | Claimed::NoName => {}
+    }
 }
 
 fn refuse(control: &StackControl, id: u64) {
@@ -179,35 +224,79 @@ async fn peek_name(reader: &mut GuestReader) -> (BytesMut, Claimed) {
 
 type Judge<'a> = dyn Fn(Claim<'_>) -> Decision + Sync + 'a;
 
-/// Carries bytes both ways until both sides closed, counting them into `record`. With
-/// `judge`, the first bytes from the guest are read for a name as they pass, to log it.
+/// What happens to the claims in the guest's bytes while a connection is carried.
+enum Check<'a> {
+    /// The verdict does not depend on them: the first one is read to log the name.
+    LogName(&'a Judge<'a>),
+    /// The connection was allowed for its first claim: every claim is judged, and a
+    /// denied one (or bytes that stop parsing, judged as claiming nothing) resets it.
+    Enforce(ClaimWatch, &'a Judge<'a>),
+}
+
+/// Carries bytes both ways until both sides closed, counting them into `record`.
 async fn splice(
     guest: GuestStream,
     out: TcpStream,
     first: Option<Bytes>,
     record: &mut Record,
-    judge: Option<&Judge<'_>>,
+    mut check: Check<'_>,
 ) {
     let GuestStream { mut reader, writer } = guest;
+    let resetter = writer.resetter();
+    let stop_down = Notify::new();
     let (mut out_read, mut out_write) = out.into_split();
     let mut claimed = Claimed::Unknown;
+    let mut denied: Option<(Decision, Claimed)> = None;
     let up = async {
         let mut sent = 0u64;
-        let mut head = judge.map(|_| BytesMut::new());
-        if let Some(first) = first {
-            out_write.write_all(&first).await.map_err(|e| e.to_string())?;
-            sent += first.len() as u64;
-        }
-        while let Some(chunk) = reader.read().await {
-            if let Some(buf) = head.as_mut() {
-                buf.extend_from_slice(&chunk);
-                if let Peek::Done(claim) = peek::claimed_name(buf) {
-                    claimed = claim;
-                    head = None;
+        let mut head = matches!(check, Check::LogName(_)).then(BytesMut::new);
+        let mut first = first;
+        loop {
+            let chunk = match first.take() {
+                Some(chunk) => chunk,
+                None => match reader.read().await {
+                    Some(chunk) => chunk,
+                    None => break,
+                },
+            };
+            let ready = match &mut check {
+                Check::LogName(_) => {
+                    if let Some(buf) = head.as_mut() {
+                        buf.extend_from_slice(&chunk);
+                        if let Peek::Done(claim) = peek::claimed_name(buf) {
+                            claimed = claim;
+                            head = None;
+                        }
+                    }
+                    chunk
                 }
+                Check::Enforce(watch, judge) => {
+                    let (ready, claims, unparseable) = match watch.feed(&chunk) {
+                        Ok((ready, claims)) => (ready, claims, false),
+                        Err(Unparseable) => (Bytes::new(), vec![Claimed::Unknown], true),
+                    };
+                    let refused = claims.into_iter().find_map(|claim| {
+                        let decision = judge(claim.as_claim());
+                        (decision.verdict == Verdict::Deny).then_some((decision, claim))
+                    });
+                    if let Some(refused) = refused {
+                        denied = Some(refused);
+                        resetter.reset();
+                        stop_down.notify_one();
+                        return Err("reset: a later claim on the connection is denied".to_string());
+                    }
+                    if unparseable {
+                        // Unparseable but allowed even so: carried unread from now on.
+                        watch.stop()
+                    } else {
+                        ready
+                    }
+                }
+            };
+            if !ready.is_empty() {
+                out_write.write_all(&ready).await.map_err(|e| e.to_string())?;
+                sent += ready.len() as u64;
             }
-            out_write.write_all(&chunk).await.map_err(|e| e.to_string())?;
-            sent += chunk.len() as u64;
         }
         let _ = out_write.shutdown().await;
         Ok::<u64, String>(sent)
@@ -217,7 +306,11 @@ async fn splice(
         let mut buf = BytesMut::new();
         loop {
             buf.reserve(READ_CHUNK);
-            match out_read.read_buf(&mut buf).await {
+            let read = tokio::select! {
+                read = out_read.read_buf(&mut buf) => read,
+                () = stop_down.notified() => break,
+            };
+            match read {
                 Ok(0) => break,
                 Ok(n) => {
                     received += n as u64;
@@ -237,15 +330,25 @@ async fn splice(
     let (up, down) = tokio::join!(up, down);
     record.bytes_out = *up.as_ref().unwrap_or(&0);
     record.bytes_in = *down.as_ref().unwrap_or(&0);
-    if let Some(judge) = judge {
+    if let Check::LogName(judge) = check {
         set_decision(record, &judge(claimed.as_claim()));
-        if let Claimed::Name(name) = claimed {
-            record.name = Some(name);
-        }
+        set_claim(record, claimed);
     }
     record.error = up.err().or(down.err());
+    if let Some((decision, claim)) = denied {
+        let what = match &claim {
+            Claimed::Name(n) => format!("`{n}`"),
+            Claimed::Invalid(t) => format!("the invalid name `{t}`"),
+            Claimed::NoName => "no host".into(),
+            Claimed::Unknown => "nothing parseable".into(),
+        };
+        set_decision(record, &decision);
+        set_claim(record, claim);
+        record.error = Some(format!(
+            "a later request on this connection claimed {what}, which is denied; the connection was reset"
+        ));
+    }
 }
-
 /// DNS over TCP (two-byte length, message), answered like UDP queries.
 async fn serve_dns_tcp(guest: GuestStream, dns: &DnsServer) {
     let GuestStream { mut reader, writer } = guest;

@@ -19,6 +19,9 @@ use crate::policy::{Builtins, Policy};
 use crate::shared::Shared;
 use crate::stack::{self, FlowKey, StackControl, StackEvents};
 
+/// How often the counts of rate-limited log lines are written out.
+const SUPPRESSED_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the guest's frames come from.
 #[derive(Debug)]
 pub enum Frames {
@@ -40,7 +43,8 @@ pub struct EngineConfig {
     /// The resolver configuration DNS forwards with; `/etc/resolv.conf` by default.
     pub resolv_conf: PathBuf,
     /// The host's own addresses, always denied unless an IP rule names them; `None`
-    /// reads them from the host's interfaces at start.
+    /// reads them from the host's interfaces, at start and again as they change (at
+    /// most a second old when a connection is decided).
     pub host_addrs: Option<Vec<IpAddr>>,
     /// Connections the guest had open when it was saved (a restored guest): they are
     /// reset in the guest once its NIC connects (see [`EngineHandle::open_flows`]).
@@ -91,6 +95,7 @@ pub struct Engine;
 impl Engine {
     /// Starts the engine's tasks on the current tokio runtime (call it from inside one).
     pub fn start(config: EngineConfig) -> Result<EngineHandle, EngineError> {
+        let refresh = config.host_addrs.is_none();
         let host_addrs = match config.host_addrs {
             Some(addrs) => addrs,
             None => crate::hostaddr::host_addrs().map_err(EngineError::HostAddrs)?,
@@ -113,7 +118,8 @@ impl Engine {
                 return Err(e.into());
             }
         };
-        let shared = Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), log));
+        let shared =
+            Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), refresh, log));
         shared.add_stale_flows(config.stale_flows);
         let dns = Arc::new(DnsServer::new(resolver, shared.clone()));
         let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();
@@ -121,6 +127,17 @@ impl Engine {
         let (flow_tx, flow_rx) = mpsc::channel(stack::MAX_FLOWS);
         let (dns_tx, dns_rx) = stack::dns_channel();
         let tasks = vec![
+            tokio::spawn({
+                // What the rate limits dropped is counted in the log even when the flood
+                // stopped and no later line would carry the count.
+                let shared = shared.clone();
+                async move {
+                    loop {
+                        tokio::time::sleep(SUPPRESSED_FLUSH).await;
+                        shared.log.flush_suppressed();
+                    }
+                }
+            }),
             tokio::spawn(crate::egress::dispatch(flow_rx, control.clone(), shared.clone(), dns.clone())),
             tokio::spawn(crate::egress::serve_dns_udp(dns_rx, control.clone(), dns)),
             tokio::spawn({
@@ -179,6 +196,11 @@ impl EngineHandle {
     /// them by itself.
     pub fn open_flows(&self) -> Vec<FlowKey> {
         self.shared.open_flows()
+    }
+
+    /// Whether the audit log is being written: while it is not, egress is refused.
+    pub fn log_health(&self) -> crate::log::LogHealth {
+        self.shared.log.health()
     }
 
     /// The policy in force.

@@ -11,7 +11,11 @@
 //! - [`egress`]: decide (peeking SNI/Host with [`peek`] when it matters), connect out,
 //!   splice with byte counts; RST for a deny or a failed connect.
 //! - [`dns`]: the guest's DNS server (hickory), with the IP -> name memory.
-//! - [`log`]: the audit log (JSON lines, rotated, bounded).
+//! - `watch`: claims keep being checked on an allowed connection (each later HTTP/1
+//!   request head, each later ClientHello), so a connection allowed for one name cannot
+//!   be reused for another.
+//! - [`log`]: the audit log (JSON lines: open and close of each connection; a file and a
+//!   budget per kind; rate limits with counts; write failures refuse egress).
 //!
 //! The design and its reasons are in docs/network.md.
 
@@ -24,5 +28,6 @@ pub mod peek;
 pub mod policy;
 mod shared;
 pub mod stack;
+mod watch;
 
 pub use engine::{Engine, EngineConfig, EngineError, EngineHandle, Frames};

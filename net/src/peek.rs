@@ -30,6 +30,9 @@ pub enum Claimed {
     Name(String),
     /// TLS without SNI, HTTP without Host or with an IP literal: connected by IP.
     NoName,
+    /// An SNI or Host that is not a valid host name (control characters, spaces, bad
+    /// labels), escaped for printing ([`escape`]); judged as [`Claimed::NoName`].
+    Invalid(String),
 }
 
 impl Claimed {
@@ -38,7 +41,7 @@ impl Claimed {
         match self {
             Claimed::Unknown => Claim::Unknown,
             Claimed::Name(n) => Claim::Name(n),
-            Claimed::NoName => Claim::NoName,
+            Claimed::NoName | Claimed::Invalid(_) => Claim::NoName,
         }
     }
 
@@ -56,7 +59,9 @@ pub fn claimed_name(buf: &[u8]) -> Peek {
     match buf.first() {
         None => Peek::NeedMore,
         Some(0x16) => tls_sni(buf),
-        Some(b) if b.is_ascii_uppercase() => http_host(buf),
+        // Servers skip empty lines before a request line (RFC 9112 2.2), so a request
+        // may start with one; it is read as HTTP, not waved through as "no name".
+        Some(b) if b.is_ascii_uppercase() || *b == b'\r' || *b == b'\n' => http_host(buf),
         Some(_) => Peek::Done(Claimed::Unknown),
     }
 }
@@ -84,7 +89,7 @@ pub fn tls_sni(buf: &[u8]) -> Peek {
             if handshake.len() >= need {
                 return match parse_tls_message_handshake(&handshake[..need]) {
                     Ok((_, TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)))) => Peek::Done(
-                        hello.ext.and_then(sni_in_extensions).map_or(Claimed::NoName, Claimed::Name),
+                        hello.ext.and_then(sni_in_extensions).map_or(Claimed::NoName, |n| host_claim(&n)),
                     ),
                     _ => Peek::Done(Claimed::Unknown),
                 };
@@ -96,55 +101,149 @@ pub fn tls_sni(buf: &[u8]) -> Peek {
     }
 }
 
-fn sni_in_extensions(ext: &[u8]) -> Option<String> {
+fn sni_in_extensions(ext: &[u8]) -> Option<Vec<u8>> {
     let (_, extensions) = parse_tls_extensions(ext).ok()?;
     extensions.into_iter().find_map(|e| match e {
-        TlsExtension::SNI(names) => names
-            .into_iter()
-            .find(|(kind, _)| *kind == SNIType::HostName)
-            .and_then(|(_, name)| std::str::from_utf8(name).ok().map(str::to_owned)),
+        TlsExtension::SNI(names) => {
+            names.into_iter().find(|(kind, _)| *kind == SNIType::HostName).map(|(_, name)| name.to_vec())
+        }
         _ => None,
     })
 }
 
 /// The host of an HTTP/1 request's `Host` header, without its port.
 pub fn http_host(buf: &[u8]) -> Peek {
+    match http_head(buf) {
+        Head::Partial => too_long_or_more(buf),
+        Head::Complete { claim, .. } => Peek::Done(claim),
+        Head::Invalid => Peek::Done(Claimed::Unknown),
+    }
+}
+
+/// One HTTP/1 request head parsed from the start of `buf`.
+pub(crate) enum Head {
+    /// Not complete yet.
+    Partial,
+    /// Not an HTTP request.
+    Invalid,
+    /// A whole head of `len` bytes: what it claims and how its body is framed.
+    Complete { len: usize, claim: Claimed, body: Body, upgrade: bool },
+}
+
+/// How a request's body is delimited.
+pub(crate) enum Body {
+    /// `Content-Length` bytes (0 when there is neither header).
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// Parses one request head. The claim is the `Host` header; several Host headers, or an
+/// absolute-form target naming another host (servers route by the target, RFC 9112
+/// 3.2.2), claim [`Claimed::Unknown`] so the connection is judged strictly.
+pub(crate) fn http_head(buf: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut request = httparse::Request::new(&mut headers);
-    match request.parse(buf) {
-        Ok(httparse::Status::Partial) => too_long_or_more(buf),
-        Ok(httparse::Status::Complete(_)) => Peek::Done(
-            request
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("host"))
-                .and_then(|h| std::str::from_utf8(h.value).ok())
-                .and_then(host_without_port)
-                .map_or(Claimed::NoName, Claimed::Name),
-        ),
-        Err(_) => Peek::Done(Claimed::Unknown),
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Ok(httparse::Status::Complete(len)) => len,
+        Err(_) => return Head::Invalid,
+    };
+    let headers = &*request.headers;
+    let named = |n: &'static str| headers.iter().filter(move |h| h.name.eq_ignore_ascii_case(n));
+    let hosts: Vec<&[u8]> = named("host").map(|h| h.value).collect();
+    let mut claim = match hosts.as_slice() {
+        [] => Claimed::NoName,
+        [one] => host_claim(strip_port(one)),
+        _ => Claimed::Unknown,
+    };
+    if let Some(target) = request.path.and_then(absolute_form_host) {
+        let same = matches!((&claim, target_claim(target)), (Claimed::Name(a), Claimed::Name(b)) if a.eq_ignore_ascii_case(&b));
+        if !same {
+            claim = Claimed::Unknown;
+        }
     }
+    let chunked = named("transfer-encoding")
+        .any(|h| std::str::from_utf8(h.value).is_ok_and(|v| v.to_ascii_lowercase().contains("chunked")));
+    let lengths: Vec<Option<u64>> =
+        named("content-length").map(|h| std::str::from_utf8(h.value).ok()?.trim().parse().ok()).collect();
+    let body = if chunked {
+        Body::Chunked
+    } else {
+        match lengths.as_slice() {
+            [] => Body::Length(0),
+            [Some(n)] => Body::Length(*n),
+            // Unparseable or several lengths: the framing is ambiguous (request smuggling).
+            _ => return Head::Invalid,
+        }
+    };
+    let upgrade = request.method.is_some_and(|m| m.eq_ignore_ascii_case("CONNECT"))
+        || named("upgrade").next().is_some();
+    Head::Complete { len, claim, body, upgrade }
+}
+
+fn target_claim(host: &[u8]) -> Claimed {
+    host_claim(strip_port(host))
+}
+
+/// The host of an absolute-form request target (`http://host:port/path`).
+fn absolute_form_host(path: &str) -> Option<&[u8]> {
+    if path.starts_with('/') || path == "*" {
+        return None;
+    }
+    let rest = path.split_once("://").map_or(path, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    Some(host.as_bytes())
 }
 
 fn too_long_or_more(buf: &[u8]) -> Peek {
     if buf.len() >= MAX_PEEK { Peek::Done(Claimed::Unknown) } else { Peek::NeedMore }
 }
 
-/// `name:port` -> `name`; `[v6]:port` and IP literals -> `None` (no name claimed).
-fn host_without_port(host: &str) -> Option<String> {
-    let host = host.trim();
-    if host.starts_with('[') {
-        return None;
+/// `name:port` -> `name`, `[v6]:port` -> `[v6]`, surrounding blanks dropped.
+fn strip_port(host: &[u8]) -> &[u8] {
+    let host = host.trim_ascii();
+    if host.starts_with(b"[") {
+        return host.iter().position(|b| *b == b']').map_or(host, |i| &host[..=i]);
     }
-    let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
-    if name.is_empty() || name.parse::<std::net::IpAddr>().is_ok() {
-        return None;
+    match host.iter().rposition(|b| *b == b':') {
+        Some(i) if host[i + 1..].iter().all(u8::is_ascii_digit) => &host[..i],
+        _ => host,
     }
-    Some(name.to_owned())
+}
+
+/// What an SNI or Host value (without port) claims: an IP literal or nothing is no
+/// name; a valid host name is a name; anything else is [`Claimed::Invalid`].
+fn host_claim(raw: &[u8]) -> Claimed {
+    let Ok(text) = std::str::from_utf8(raw) else { return Claimed::Invalid(escape(raw)) };
+    let bare = text.trim_start_matches('[').trim_end_matches(']');
+    if text.is_empty() || bare.parse::<std::net::IpAddr>().is_ok() {
+        return Claimed::NoName;
+    }
+    if crate::policy::is_host_name(text) {
+        Claimed::Name(text.to_owned())
+    } else {
+        Claimed::Invalid(escape(raw))
+    }
+}
+
+/// `bytes` as printable ASCII: anything else (control characters, escape sequences,
+/// non-ASCII), and `\` itself, as `\xNN`. Safe to print to a terminal.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if (0x20..0x7f).contains(&b) && b != b'\\' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A ClientHello as a TLS 1.2/1.3 client sends it, with an SNI extension for `name`.

@@ -96,7 +96,9 @@ async def test_network_tools_on_a_booted_sandbox(world: dict, state_dir: Path) -
             assert all(e["verdict"] == "deny" for e in denied["entries"]), denied
             assert any(e.get("name") == "other.test" for e in denied["entries"]), denied
             allowed = await call_ok(session, "sandbox_network_log", sandbox_id=sid, verdict="allow", limit=50)
-            https = [e for e in allowed["entries"] if e["kind"] == "tcp" and e["port"] == 443]
+            https = [
+                e for e in allowed["entries"] if e["kind"] == "tcp" and e["port"] == 443 and e.get("event") == "close"
+            ]
             assert https and https[-1]["name"] == "allowed.test" and https[-1]["rule"] == "allowed.test", allowed
             assert https[-1]["bytes_in"] > 0, https[-1]
             text = await call_err(session, "sandbox_network_log", sandbox_id=sid, limit=0)

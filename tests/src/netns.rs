@@ -47,9 +47,14 @@ pub const MANY_NAME: &str = "many.test";
 /// How many addresses [`MANY_NAME`] has.
 pub const MANY_COUNT: u8 = 40;
 
+/// A second name on `allowed.test`'s address (as sites share a CDN address): what a
+/// guest allowed only `allowed.test` must not reach by claiming it.
+pub const SHARED_NAME: &str = "shared.test";
+
 /// The names dnsmasq answers, and their addresses.
-pub const NAMES: [(&str, Ipv4Addr); 5] = [
+pub const NAMES: [(&str, Ipv4Addr); 6] = [
     ("allowed.test", ALLOWED_HOST),
+    (SHARED_NAME, ALLOWED_HOST),
     ("echo.test", ECHO_HOST),
     ("denied.test", DENIED_HOST),
     ("other.test", OTHER_HOST),

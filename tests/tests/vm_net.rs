@@ -135,7 +135,7 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     logged(&log, "10.0.2.2", "deny", "private-range");
     let https = log_for(&log, "allowed.test")
         .into_iter()
-        .find(|e| e["kind"] == "tcp" && e["port"] == 443)
+        .find(|e| e["kind"] == "tcp" && e["port"] == 443 && e["event"] == "close")
         .expect("the HTTPS connection is logged");
     assert!(https["bytes_in"].as_u64() > Some(0) && https["bytes_out"].as_u64() > Some(0), "{https}");
     assert_eq!(https["ip"], ALLOWED_HOST.to_string());
@@ -175,6 +175,83 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     assert_eq!(shown["allow_out"], serde_json::json!(["allowed.test", "other.test"]), "{shown}");
     let info = atoll.json(&["info", "egress"]);
     assert_eq!(info["net_helper_pid"].as_u64(), Some(helper), "the helper was restarted: {info}");
+
+    // A connection that stays open (a tunnel) shows in the log while it is open.
+    let tunnel = "import socket, time\n\
+        s = socket.create_connection(('other.test', 80), 20)\n\
+        s.sendall(b'GET /tunnel HTTP/1.1\\r\\nHost: other.test\\r\\n\\r\\n'); s.recv(4096)\n\
+        time.sleep(3600)\n";
+    std::fs::write(world.dir().join("tunnel.py"), tunnel).unwrap();
+    let out = atoll.run(&[
+        "-s",
+        "egress",
+        "write",
+        "/tunnel.py",
+        "--from",
+        world.dir().join("tunnel.py").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut tunnel_exec =
+        atoll.command(&["-s", "egress", "exec", "--", "python3", "/tunnel.py"]).spawn().unwrap();
+    let open_tunnel = |log: &Value| {
+        let entries = log.as_array().expect("array");
+        entries.iter().any(|e| {
+            e["event"] == "open"
+                && e["name"] == "other.test"
+                && !entries.iter().any(|c| c["event"] == "close" && c["conn"] == e["conn"])
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !open_tunnel(&atoll.json(&["net", "log", "egress"])) {
+        assert!(std::time::Instant::now() < deadline, "the open tunnel never showed in `atoll net log`");
+        assert!(tunnel_exec.try_wait().unwrap().is_none(), "the tunnel's program ended");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let _ = tunnel_exec.kill();
+    let _ = tunnel_exec.wait();
+
+    // A connection flood from the guest (root, many sockets that connect and send
+    // nothing, each held by the helper while it waits for a name): the helper keeps
+    // serving the agent link meanwhile, and its own log stays small.
+    let flood = "import resource, socket, time\n\
+        resource.setrlimit(resource.RLIMIT_NOFILE, (8192, 8192))\n\
+        for _ in range(4):\n\
+        \x20   socks = []\n\
+        \x20   for i in range(1500):\n\
+        \x20       s = socket.socket(); s.setblocking(False)\n\
+        \x20       try: s.connect(('198.51.100.10', 80))\n\
+        \x20       except BlockingIOError: pass\n\
+        \x20       socks.append(s)\n\
+        \x20   time.sleep(2)\n\
+        \x20   for s in socks: s.close()\n";
+    std::fs::write(world.dir().join("flood.py"), flood).unwrap();
+    let out = atoll.run(&[
+        "-s",
+        "egress",
+        "write",
+        "/flood.py",
+        "--from",
+        world.dir().join("flood.py").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut flooding =
+        atoll.command(&["-s", "egress", "exec", "--", "python3", "/flood.py"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    for _ in 0..3 {
+        let out = atoll.run(&["-s", "egress", "exec", "--", "echo", "alive"]);
+        assert_eq!(text(&out.stdout), "alive\n", "exec during the flood: {}", text(&out.stderr));
+    }
+    let _ = flooding.wait();
+    let helper_log = std::fs::read_to_string(
+        atoll.state_dir().join(created["id"].as_str().unwrap()).join("net-helper.log"),
+    )
+    .unwrap_or_default();
+    assert!(helper_log.len() < 64 * 1024, "net-helper.log grew to {} bytes", helper_log.len());
+    if helper_log.matches("connections open; refusing").count() > 50 {
+        assert!(helper_log.contains("suppressed by the rate limit"), "{helper_log}");
+    }
+    let out = atoll.run(&["-s", "egress", "exec", "--", "echo", "alive"]);
+    assert_eq!(text(&out.stdout), "alive\n", "exec after the flood: {}", text(&out.stderr));
 
     // --follow prints new entries as JSON lines, and ends when the sandbox is killed.
     let mut follow =

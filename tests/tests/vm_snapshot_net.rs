@@ -36,13 +36,14 @@ fn connect(atoll: &Atoll, sandbox: &str, ip: &str) -> String {
     atoll.sh(sandbox, &format!("nc -w 10 {ip} 80 </dev/null >/dev/null 2>&1; echo rc=$?"))
 }
 
-/// The TCP log entries of a sandbox for `ip`, as (verdict, rule).
+/// The TCP log entries of a sandbox for `ip`, as (verdict, rule), one per connection.
 fn tcp_log(atoll: &Atoll, sandbox: &str, ip: &str) -> Vec<(String, String)> {
     let log = atoll.json(&["net", "log", sandbox]);
     log.as_array()
         .expect("net log --json is an array")
         .iter()
-        .filter(|e| e["kind"] == "tcp" && e["ip"] == ip)
+        // One entry per connection: an allowed one's close line (its open line skipped).
+        .filter(|e| e["kind"] == "tcp" && e["ip"] == ip && e["event"] != "open")
         .map(|e| (e["verdict"].as_str().unwrap().to_string(), e["rule"].as_str().unwrap().to_string()))
         .collect()
 }

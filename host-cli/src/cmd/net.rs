@@ -52,6 +52,17 @@ async fn log(ctx: &Ctx, a: LogArgs) -> Result<u8> {
     // The follower starts at the log's end as read here, so nothing falls between.
     let mut follower = if a.follow { Some(Follower::new(&a.sandbox)?) } else { None };
     let records = audit::read(&a.sandbox, query)?;
+    if let Ok(Some(health)) = audit::health(&a.sandbox).await {
+        // On stderr, so that JSON output stays parseable.
+        if let Some(e) = &health.error {
+            eprintln!("warning: the audit log is FAILING and the sandbox's egress is refused: {e}");
+        } else if health.failed_writes > 0 {
+            eprintln!(
+                "warning: {} audit lines could not be written earlier; the log has gaps",
+                health.failed_writes
+            );
+        }
+    }
     let Some(follower) = follower.as_mut() else {
         return if ctx.out.json {
             ctx.out.json(&records)?;
@@ -91,13 +102,33 @@ fn record_line(r: &Record) -> String {
     let kind =
         serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
     let ip = r.ip.map_or_else(|| "-".to_string(), |ip| std::net::SocketAddr::new(ip, r.port).to_string());
-    let name = r.name.as_deref().unwrap_or("-");
+    // Names and errors can come from the guest: escaped, so they cannot drive the terminal.
+    let clean = |s: &str| atoll_net::peek::escape(s.as_bytes());
+    let name = r.name.as_deref().map_or_else(|| "-".to_string(), clean);
+    let event = match r.event {
+        Some(atoll_net::log::Event::Open) => " open",
+        Some(atoll_net::log::Event::Close) => " close",
+        None => "",
+    };
     let mut line = format!(
-        "{} {kind:<3} {verdict:<5} {name} {ip} rule={} out={} in={} {}ms",
-        r.time, r.rule, r.bytes_out, r.bytes_in, r.duration_ms
+        "{} {kind:<3} {verdict:<5} {name} {ip} rule={}{event} out={} in={} {}ms",
+        r.time,
+        clean(&r.rule),
+        r.bytes_out,
+        r.bytes_in,
+        r.duration_ms
     );
+    if let Some(conn) = r.conn {
+        let _ = write!(line, " conn={conn}");
+    }
+    if let Some(n) = r.suppressed {
+        let _ = write!(line, " suppressed={n}");
+    }
+    if let Some(t) = &r.invalid_name {
+        let _ = write!(line, " invalid-name=\"{}\"", clean(t));
+    }
     if let Some(e) = &r.error {
-        let _ = write!(line, " error={e:?}");
+        let _ = write!(line, " error=\"{}\"", clean(e));
     }
     line.push('\n');
     line
@@ -113,8 +144,11 @@ fn policy_text(v: &PolicyView) -> String {
     let _ = writeln!(
         t,
         "always denied unless an IP rule inside them allows it: loopback, this host, private ranges \
-         (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), multicast;\n\
-         UDP other than DNS, and ICMP, are blocked; the most specific matching rule decides."
+         (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10), \
+         168.63.129.16, 192.0.0/24, 198.18/15, multicast;\n\
+         port 25 is denied unless an allow rule names :25; UDP other than DNS, and ICMP, are blocked; \
+         the most specific matching rule decides; a connection whose name decides but that claims \
+         none in time is judged by IP rules only."
     );
     t
 }

@@ -114,6 +114,15 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
     for p in &n.ports {
         let _ = writeln!(t, "port:      {} -> {}", p.guest_port, p.url);
     }
+    if let Some(e) = &n.audit_log_error {
+        let _ = writeln!(t, "net log:   FAILING, egress refused until it can be written: {e}");
+    } else if n.audit_log_failed_writes > 0 {
+        let _ = writeln!(
+            t,
+            "net log:   {} lines could not be written earlier (writing again now)",
+            n.audit_log_failed_writes
+        );
+    }
     match (&i.agent, &i.agent_error) {
         (Some(a), _) => {
             let _ = writeln!(

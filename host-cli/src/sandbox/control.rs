@@ -144,7 +144,7 @@ pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
         },
         other => (None, Some(format!("the sandbox is {}", other.as_str()))),
     };
-    Ok(Inspection { sandbox, agent, agent_error, network: crate::sandbox::network::view(&record) })
+    Ok(Inspection { sandbox, agent, agent_error, network: crate::sandbox::network::view_live(&record).await })
 }
 
 /// The agent address of a sandbox that can run guest code, resuming it first if it is

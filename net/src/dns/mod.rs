@@ -105,6 +105,10 @@ impl DnsServer {
         let mut record = if let Some(by) = policy.refuses_name(&name) {
             response.metadata.response_code = ResponseCode::NXDomain;
             Record::new(start.0, Kind::Dns, Verdict::Deny, by.rule_text())
+        } else if !self.shared.log.healthy() {
+            // The audit log cannot be written: nothing goes out unlogged, queries included.
+            response.metadata.response_code = ResponseCode::ServFail;
+            Record::new(start.0, Kind::Dns, Verdict::Deny, "audit-log-unwritable".into())
         } else {
             let mut record = Record::new(start.0, Kind::Dns, Verdict::Allow, "default".into());
             match self.resolver.lookup(question.name().clone(), question.query_type()).await {

@@ -1,6 +1,9 @@
 //! The built-in deny: destinations a sandbox never reaches unless an IP rule inside the
 //! range names them (loopback, the host itself, private and shared ranges, link-local
-//! with the cloud metadata address, multicast, reserved and "this network" addresses).
+//! with the cloud metadata address, Azure's host endpoint, benchmarking and IETF protocol
+//! ranges, multicast, reserved and "this network" addresses), and port 25 (SMTP), which
+//! only a rule naming that port opens. [`operator_only`] is the one check of whether a
+//! rule would open any of them: what only the operator may grant.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -26,6 +29,8 @@ fn fixed() -> Vec<BuiltinRange> {
     let r = |net, what| BuiltinRange { net, what };
     vec![
         r(v4(10, 0, 2, 0, 24), "guest-subnet"),
+        // Azure's host endpoint (WireServer: VM agent, DHCP, DNS, instance metadata).
+        r(v4(168, 63, 129, 16, 32), "cloud-host"),
         r(v4(0, 0, 0, 0, 8), "this-network"),
         r(v4(127, 0, 0, 0, 8), "loopback"),
         r(v4(10, 0, 0, 0, 8), "private"),
@@ -33,6 +38,8 @@ fn fixed() -> Vec<BuiltinRange> {
         r(v4(192, 168, 0, 0, 16), "private"),
         r(v4(100, 64, 0, 0, 10), "shared"),
         r(v4(169, 254, 0, 0, 16), "link-local"),
+        r(v4(192, 0, 0, 0, 24), "ietf-protocol"),
+        r(v4(198, 18, 0, 0, 15), "benchmarking"),
         r(v4(224, 0, 0, 0, 4), "multicast"),
         r(v4(240, 0, 0, 0, 4), "reserved"),
         r(v6(Ipv6Addr::UNSPECIFIED, 128), "unspecified"),
@@ -81,5 +88,59 @@ impl Builtins {
     /// Every range, for documentation and `atoll net show`.
     pub fn ranges(&self) -> &[BuiltinRange] {
         &self.ranges
+    }
+}
+
+/// The port denied by default whatever the address (SMTP: a sandbox is no mail relay);
+/// an allow rule naming this port opens it.
+pub const SMTP_PORT: u16 = 25;
+
+/// Why `rule`, as an allow rule, would open something only the operator may open, or
+/// `None` when it opens nothing built-in: an IP rule inside a built-in range (loopback,
+/// this host's addresses as they are now, private, link-local and metadata, ...), or a
+/// rule naming port 25. Faces that take rules from a model (MCP) refuse such rules; the
+/// CLI (the operator) may give them.
+pub fn operator_only(rule: &super::Rule) -> Option<String> {
+    if let super::Target::Net(net) = &rule.target {
+        let host = crate::hostaddr::host_addrs().unwrap_or_default();
+        let builtins = Builtins::with_host_addrs(host);
+        if let Some(b) = builtins.ranges().iter().find(|b| b.net.contains(net)) {
+            return Some(format!("`{rule}` lies in the built-in denied {} range {}", b.what, b.net));
+        }
+    }
+    (rule.port == Some(SMTP_PORT))
+        .then(|| format!("`{rule}` opens port {SMTP_PORT} (SMTP), denied by default"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_new_ranges_and_the_operator_only_check() {
+        let b = Builtins::default();
+        for (ip, what) in [
+            ("168.63.129.16", "cloud-host"),
+            ("198.18.0.1", "benchmarking"),
+            ("198.19.255.255", "benchmarking"),
+            ("192.0.0.9", "ietf-protocol"),
+            ("169.254.169.254", "link-local"),
+        ] {
+            assert_eq!(b.find(ip.parse().expect("ip")).map(|r| r.what), Some(what), "{ip}");
+        }
+        assert!(b.find("198.20.0.1".parse().expect("ip")).is_none());
+        let rule = |s: &str| s.parse::<super::super::Rule>().expect("rule");
+        for opens in
+            ["127.0.0.1", "169.254.169.254", "10.1.0.0/16", "0.0.0.0", "168.63.129.16", "::1", "pypi.org:25"]
+        {
+            assert!(operator_only(&rule(opens)).is_some(), "{opens}");
+        }
+        for public in ["pypi.org", "203.0.113.7", "0.0.0.0/0", "10.0.0.0/7", "203.0.113.7:443"] {
+            assert_eq!(operator_only(&rule(public)), None, "{public}");
+        }
+        assert!(
+            operator_only(&rule("169.254.169.254"))
+                .is_some_and(|m| m.contains("link-local range 169.254.0.0/16"))
+        );
     }
 }

@@ -10,9 +10,11 @@
 //!    ([`Claim`]): a name (TLS SNI, HTTP Host) counts only if it resolved to this IP
 //!    through the sandbox's DNS, else the connection is judged by no name (no raw-IP
 //!    connect "claiming" an allowed name); a TLS or HTTP client that names no host (no
-//!    SNI, an IP literal as Host: it connected by IP) is judged by no name; a protocol
-//!    that carries no name (ssh, raw TCP) is judged by every name that resolved to the
-//!    IP through the sandbox's DNS.
+//!    SNI, an IP literal as Host: it connected by IP) is judged by no name. Nothing
+//!    parseable claimed in time (ssh, raw TCP, a delayed or oversized ClientHello,
+//!    garbage: [`Claim::Unknown`]) fails closed: the verdict is the strictest of the IP
+//!    rules alone and of each name that resolved to the IP, so an allowed name sharing
+//!    the address never lets it through, and a denied one still denies.
 //! 3. The matching rules: domain and pattern rules whose name is among those names, IP
 //!    rules holding the IP; all limited to their port when they name one.
 //! 4. When the IP is in a built-in range (see [`builtin`]), allow rules count only if
@@ -24,6 +26,8 @@
 //!    without). Between an allow and a deny rule of equal specificity, allow wins.
 //! 6. No rule matched: a built-in range denies (`private-range`), else the connection is
 //!    allowed (`default`).
+//! 7. Port 25 (SMTP) is denied (`port-25-blocked`) unless the deciding allow rule names
+//!    port 25 (`smtp.example.com:25`).
 
 pub mod builtin;
 pub mod rule;
@@ -34,8 +38,8 @@ mod tests;
 use std::fmt;
 use std::net::IpAddr;
 
-pub use builtin::{BuiltinRange, Builtins};
-pub use rule::{Rule, RuleError, Target, canonical_ip, normalize_name};
+pub use builtin::{BuiltinRange, Builtins, SMTP_PORT, operator_only};
+pub use rule::{Rule, RuleError, Target, canonical_ip, is_host_name, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove
 /// them, on top of the built-in default (public internet allowed, private ranges denied).
@@ -93,6 +97,8 @@ pub enum DecidedBy {
     DenyRule(Rule),
     /// A built-in denied range.
     Builtin(BuiltinRange),
+    /// A port denied by default ([`SMTP_PORT`]) that no allow rule naming it opened.
+    BuiltinPort(u16),
     /// No rule matched and the address is public.
     Default,
 }
@@ -104,6 +110,7 @@ impl DecidedBy {
         match self {
             DecidedBy::AllowRule(r) | DecidedBy::DenyRule(r) => r.to_string(),
             DecidedBy::Builtin(_) => "private-range".into(),
+            DecidedBy::BuiltinPort(p) => format!("port-{p}-blocked"),
             DecidedBy::Default => "default".into(),
         }
     }
@@ -115,6 +122,9 @@ impl fmt::Display for DecidedBy {
             DecidedBy::AllowRule(r) => write!(f, "allow_out {r}"),
             DecidedBy::DenyRule(r) => write!(f, "deny_out {r}"),
             DecidedBy::Builtin(b) => write!(f, "built-in deny of {} range {}", b.what, b.net),
+            DecidedBy::BuiltinPort(p) => {
+                write!(f, "built-in deny of port {p} (open it with a rule naming :{p})")
+            }
             DecidedBy::Default => f.write_str("default (public address, no rule matched)"),
         }
     }
@@ -138,7 +148,23 @@ impl Policy {
 
     /// Decides one connection; see the module doc for the order.
     pub fn decide(&self, req: &Request<'_>, builtins: &Builtins) -> Decision {
-        self.decide_names(req.ip, req.port, &judged_names(req), builtins)
+        if req.claim != Claim::Unknown {
+            return self.decide_names(req.ip, req.port, &judged_names(req), builtins);
+        }
+        // Nothing parseable was claimed: the strictest of the IP rules alone and of each
+        // name that resolved to the address. Under an allowlist that is the IP rules
+        // (never "some name that resolved here"); under a denylist a denied name that
+        // shares the address still denies.
+        let by_ip = self.decide_names(req.ip, req.port, &[], builtins);
+        if by_ip.verdict == Verdict::Deny {
+            return by_ip;
+        }
+        req.resolved
+            .iter()
+            .filter_map(|n| normalize_name(n).ok())
+            .map(|n| self.decide_names(req.ip, req.port, std::slice::from_ref(&n), builtins))
+            .find(|d| d.verdict == Verdict::Deny)
+            .unwrap_or(by_ip)
     }
 
     /// The decision for a connection whose first bytes (SNI, Host) are not known yet,
@@ -183,9 +209,17 @@ impl Policy {
                 None => DecidedBy::Default,
             },
         };
+        let by = match by {
+            // Port 25 is opened only by an allow rule that names it.
+            DecidedBy::AllowRule(r) if port == SMTP_PORT && r.port != Some(SMTP_PORT) => {
+                DecidedBy::BuiltinPort(SMTP_PORT)
+            }
+            DecidedBy::Default if port == SMTP_PORT => DecidedBy::BuiltinPort(SMTP_PORT),
+            by => by,
+        };
         let verdict = match by {
             DecidedBy::AllowRule(_) | DecidedBy::Default => Verdict::Allow,
-            DecidedBy::DenyRule(_) | DecidedBy::Builtin(_) => Verdict::Deny,
+            DecidedBy::DenyRule(_) | DecidedBy::Builtin(_) | DecidedBy::BuiltinPort(_) => Verdict::Deny,
         };
         Decision { verdict, by }
     }
@@ -244,8 +278,7 @@ fn under(name: &str, suffix: &str) -> bool {
 fn judged_names(req: &Request<'_>) -> Vec<String> {
     let resolved = req.resolved.iter().filter_map(|n| normalize_name(n).ok());
     match req.claim {
-        Claim::Unknown => resolved.collect(),
-        Claim::NoName => Vec::new(),
+        Claim::Unknown | Claim::NoName => Vec::new(),
         Claim::Name(claim) => match claimed_name(claim) {
             Some(claim) => resolved.filter(|n| *n == claim).take(1).collect(),
             None => Vec::new(),

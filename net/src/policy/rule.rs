@@ -197,6 +197,13 @@ pub fn normalize_name(name: &str) -> Result<String, String> {
     Ok(name.to_ascii_lowercase())
 }
 
+/// True when `name` is a valid DNS host name as rules accept them (labels of a-z, 0-9,
+/// `-`, `_`, at most 63 bytes each, 253 in all; not all numeric), a trailing dot
+/// allowed. SNI and Host values that are not are judged as no name.
+pub fn is_host_name(name: &str) -> bool {
+    normalize_name(name).is_ok_and(|n| validate_name(&n).is_ok())
+}
+
 fn validate_name(name: &str) -> Result<(), String> {
     if name.is_empty() {
         return Err("the pattern names no domain after `*.`".into());

@@ -247,9 +247,25 @@ fn strict_allowlist_allows_only_listed_names_that_resolved_to_the_ip() {
     // IPv6 destinations are held by ::/0 as well.
     assert_eq!(ok("2001:db8::10", Some("other.test"), &["other.test"]), Deny);
     assert_eq!(ok("2001:db8::10", Some("allowed.test"), &["allowed.test"]), Allow);
-    // No SNI/Host (ssh, raw TCP): judged by the names that resolved to the IP.
-    assert_eq!(ok("203.0.113.10", None, &["allowed.test"]), Allow);
+    // Nothing parseable claimed (ssh, raw TCP, a delayed or padded ClientHello, garbage):
+    // fail closed, by IP rules only; the allowed name sharing the IP does not count.
+    assert_eq!(ok("203.0.113.10", None, &["allowed.test"]), Deny);
     assert_eq!(ok("203.0.113.10", None, &["other.test"]), Deny);
+    assert_eq!(verdict(&p, "203.0.113.10", 443, None, &["allowed.test"]), (Deny, "0.0.0.0/0".into()));
+    // An IP rule still opens it.
+    let with_ip = strict(&["allowed.test", "203.0.113.10:22"]);
+    assert_eq!(verdict(&with_ip, "203.0.113.10", 22, None, &["allowed.test"]).0, Allow);
+    // Under a denylist, a denied name sharing the address denies the unclaimed connection.
+    let deny = policy(&[], &["denied.test"]);
+    assert_eq!(
+        verdict(&deny, "203.0.113.10", 443, None, &["allowed.test", "denied.test"]),
+        (Deny, "denied.test".into())
+    );
+    assert_eq!(verdict(&deny, "203.0.113.10", 443, None, &["allowed.test"]), (Allow, "default".into()));
+    assert_eq!(
+        verdict(&deny, "203.0.113.10", 443, Some("allowed.test"), &["allowed.test", "denied.test"]).0,
+        Allow
+    );
     // TLS without SNI, or an IP literal as Host: the client connected by IP, so the
     // names that resolved to the IP do not count.
     assert_eq!(ok("203.0.113.10", Some(""), &["allowed.test"]), Deny);
@@ -293,9 +309,30 @@ fn most_specific_rule_wins_and_ties_go_to_allow() {
     assert_eq!(verdict(&p, "203.0.113.10", 443, Some("allowed.test"), &["allowed.test"]).0, Allow);
     assert_eq!(verdict(&p, "203.0.113.10", 80, Some("allowed.test"), &["allowed.test"]).0, Deny);
     // A deny-only IP rule on an otherwise default policy.
-    let p = policy(&[], &["198.51.100.0/24:25"]);
-    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]), (Deny, "198.51.100.0/24:25".into()));
-    assert_eq!(verdict(&p, "198.51.100.1", 587, None, &[]), (Allow, "default".into()));
+    let p = policy(&[], &["198.51.100.0/24:587"]);
+    assert_eq!(verdict(&p, "198.51.100.1", 587, None, &[]), (Deny, "198.51.100.0/24:587".into()));
+    assert_eq!(verdict(&p, "198.51.100.1", 465, None, &[]), (Allow, "default".into()));
+}
+
+#[test]
+fn port_25_is_denied_unless_an_allow_rule_names_it() {
+    let p = Policy::default();
+    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]), (Deny, "port-25-blocked".into()));
+    let p = policy(&["mail.test", "198.51.100.0/24"], &[]);
+    assert_eq!(
+        verdict(&p, "198.51.100.1", 25, Some("mail.test"), &["mail.test"]).0,
+        Deny,
+        "portless rules do not open it"
+    );
+    assert_eq!(verdict(&p, "198.51.100.1", 25, None, &[]).0, Deny);
+    let p = policy(&["mail.test:25", "198.51.100.7:25"], &[]);
+    assert_eq!(
+        verdict(&p, "198.51.100.1", 25, Some("mail.test"), &["mail.test"]),
+        (Allow, "mail.test:25".into())
+    );
+    assert_eq!(verdict(&p, "198.51.100.7", 25, None, &[]), (Allow, "198.51.100.7:25".into()));
+    assert_eq!(verdict(&p, "198.51.100.8", 25, None, &[]).0, Deny);
+    assert_eq!(verdict(&p, "198.51.100.8", 587, None, &[]).0, Allow, "other mail ports stay open");
 }
 
 #[test]

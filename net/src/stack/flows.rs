@@ -12,6 +12,7 @@ use std::net::SocketAddrV4;
 use bytes::{Buf, Bytes};
 use smoltcp::iface::{SocketHandle, SocketSet};
 use smoltcp::socket::tcp::{self, State};
+use smoltcp::time::Duration;
 use smoltcp::wire::{IpEndpoint, IpListenEndpoint};
 use tokio::sync::{mpsc, oneshot};
 
@@ -28,6 +29,17 @@ const TCP_TX_BUF: usize = 256 * 1024;
 const CHUNK: usize = 64 * 1024;
 /// Chunks in flight each way per connection.
 pub(crate) const CHANNEL_CHUNKS: usize = 2;
+/// How long the guest may stay silent while something waits for it (a half-open
+/// connection: SYN-ACK sent, no ACK; data unacknowledged; keep-alive probes unanswered)
+/// before the connection is dropped. smoltcp counts it between any two packets from
+/// the guest once keep-alive is on, so it must be well above [`KEEP_ALIVE`].
+pub(crate) const UNANSWERED_TIMEOUT: Duration = Duration::from_secs(90);
+/// How often an idle connection is probed (TCP keep-alive towards the guest), so that
+/// a live guest always speaks within [`UNANSWERED_TIMEOUT`].
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How long a connection may carry no byte either way before it is reset (as NATs do:
+/// Google Cloud NAT's default is the same 20 minutes).
+pub(crate) const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20 * 60);
 
 type Key = (SocketAddrV4, SocketAddrV4);
 
@@ -43,6 +55,8 @@ struct Open {
     from_egress: Option<mpsc::Receiver<Bytes>>,
     pending: Bytes,
     fin_sent: bool,
+    /// When a byte last moved either way.
+    active: std::time::Instant,
 }
 
 pub(crate) struct Flows {
@@ -126,6 +140,8 @@ impl Flows {
             tcp::SocketBuffer::new(vec![0; TCP_TX_BUF]),
         );
         socket.set_nagle_enabled(false);
+        socket.set_timeout(Some(UNANSWERED_TIMEOUT));
+        socket.set_keep_alive(Some(KEEP_ALIVE));
         let endpoint = IpListenEndpoint { addr: Some((*key.1.ip()).into()), port: key.1.port() };
         if socket.listen(endpoint).is_err() {
             self.unkey(&key);
@@ -156,6 +172,7 @@ impl Flows {
                 from_egress: Some(from_egress),
                 pending: Bytes::new(),
                 fin_sent: false,
+                active: std::time::Instant::now(),
             }),
         );
         if reply.send(stream).is_err() {
@@ -219,8 +236,17 @@ impl Flows {
         for flow in self.flows.values_mut() {
             let Flow::Open(open) = flow else { continue };
             let socket = sockets.get_mut::<tcp::Socket>(open.handle);
+            let before = (socket.recv_queue(), socket.send_queue(), open.pending.len());
             pump_from_guest(open, socket);
             pump_to_guest(open, socket);
+            if (socket.recv_queue(), socket.send_queue(), open.pending.len()) != before {
+                open.active = std::time::Instant::now();
+            } else if open.active.elapsed() > IDLE_TIMEOUT {
+                tracing::debug!("connection {:?} idle for {} s; reset", open.key, IDLE_TIMEOUT.as_secs());
+                socket.abort();
+                open.to_egress = None;
+                open.from_egress = None;
+            }
         }
     }
 

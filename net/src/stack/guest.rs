@@ -49,6 +49,24 @@ impl GuestWriter {
     pub(crate) fn abort(&self) {
         let _ = self.cmd.send(StackCmd::Abort { id: self.id });
     }
+
+    /// A handle that resets the connection from elsewhere (the side reading the guest).
+    pub(crate) fn resetter(&self) -> Resetter {
+        Resetter { cmd: self.cmd.clone(), id: self.id }
+    }
+}
+
+/// Resets one guest connection.
+pub(crate) struct Resetter {
+    cmd: mpsc::UnboundedSender<StackCmd>,
+    id: FlowId,
+}
+
+impl Resetter {
+    /// Resets the connection (the guest sees "connection reset").
+    pub(crate) fn reset(&self) {
+        let _ = self.cmd.send(StackCmd::Abort { id: self.id });
+    }
 }
 
 /// Both halves.

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use atoll_net::log::Record;
+use atoll_net::log::{AuditLog, Record};
 use atoll_net::policy::Policy;
 use atoll_net::{Engine, EngineConfig, EngineHandle, Frames};
 use atoll_tests::netns::{NetNs, World, unique_prefix};
@@ -40,6 +40,15 @@ impl Rig {
 
     /// Everything up, with `policy` in force and the guest's MTU at `mtu`.
     pub(crate) fn start_with(policy: Policy, mtu: u16) -> Rig {
+        Rig::start_full(policy, mtu, None)
+    }
+
+    /// Everything up, with the audit log at `log` (its directory must exist).
+    pub(crate) fn start_logging_to(policy: Policy, log: PathBuf) -> Rig {
+        Rig::start_full(policy, 1500, Some(log))
+    }
+
+    fn start_full(policy: Policy, mtu: u16, log: Option<PathBuf>) -> Rig {
         let mut world = World::create();
         world.serve_http_in_client(18080);
         let guest = NetNs::create(&format!("{}g", unique_prefix()));
@@ -50,7 +59,7 @@ impl Rig {
         guest.ip(&["route", "add", "default", "via", "10.0.2.2"]);
 
         let socket = world.dir().join("net.sock");
-        let log = world.dir().join("net.log");
+        let log = log.unwrap_or_else(|| world.dir().join("net.log"));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let config = EngineConfig {
@@ -96,12 +105,19 @@ impl Rig {
         self.run("curl", &all)
     }
 
-    /// The audit log's records so far.
+    /// The audit log's records so far, from each of its files, oldest first.
     pub(crate) fn records(&self) -> Vec<Record> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l}: {e}")))
-            .collect()
+        let mut all: Vec<Record> = Vec::new();
+        for path in AuditLog::paths(&self.log) {
+            for file in [AuditLog::rotated_path(&path), path] {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                all.extend(text.lines().map(|l| {
+                    serde_json::from_str::<Record>(l).unwrap_or_else(|e| panic!("bad log line {l}: {e}"))
+                }));
+            }
+        }
+        all.sort_by(|a, b| a.time.cmp(&b.time));
+        all
     }
 
     /// Waits until a record matching `pred` is in the log (a connection's line is

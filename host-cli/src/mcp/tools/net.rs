@@ -121,6 +121,18 @@ pub struct LogEntry {
     /// Why an allowed attempt still failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// For an allowed TCP connection: `open` (decided, going out) or `close` (ended).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The connection's number, the same on its open and close entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conn: Option<u64>,
+    /// An SNI or Host that was not a valid host name, escaped; judged as naming no host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid_name: Option<String>,
+    /// On a `rate-limited` entry: how many entries of its kind the limit dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suppressed: Option<u64>,
 }
 
 /// Result of `sandbox_network_log`.
@@ -147,6 +159,10 @@ impl From<atoll_net::log::Record> for LogEntry {
             bytes_in: r.bytes_in,
             duration_ms: r.duration_ms,
             error: r.error,
+            event: r.event.map(|e| text(serde_json::to_value(e))),
+            conn: r.conn,
+            invalid_name: r.invalid_name,
+            suppressed: r.suppressed,
         }
     }
 }

@@ -1,7 +1,9 @@
-//! Reading a sandbox's audit log (`net.log`, and `net.log.1` before it): every
-//! connection attempt and DNS query with its verdict, kept until `atoll kill`. The helper
-//! writes it (atoll-net's [`atoll_net::log`]); this side only reads, so the log of a sandbox
-//! whose helper died is still there.
+//! Reading a sandbox's audit log: every connection (a line when it opens, one when it
+//! closes) and DNS query with its verdict, kept until `atoll kill`. Its files, one per
+//! kind with its own budget (`net.log`, `net-denied.log`, `net-dns.log`, each with a
+//! rotated `.1` before it; see [`AuditLog::paths`]), are merged here by time. The helper
+//! writes them (atoll-net's [`atoll_net::log`]); this side only reads, so the log of a
+//! sandbox whose helper died is still there.
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -31,18 +33,22 @@ impl LogQuery {
 /// The sandbox's log records, oldest first, filtered.
 pub fn read(name_or_id: &str, query: LogQuery) -> Result<Vec<Record>, NetError> {
     let record = lookup(name_or_id)?;
-    let path = audit_log_path(&record.paths.dir);
     let mut out: Vec<Record> = Vec::new();
-    for file in [AuditLog::rotated_path(&path), path] {
-        let Ok(f) = std::fs::File::open(&file) else { continue };
-        out.extend(
-            BufReader::new(f)
-                .lines()
-                .map_while(Result::ok)
-                .filter_map(|l| parse(&l))
-                .filter(|r| query.wants(r)),
-        );
+    for path in AuditLog::paths(&audit_log_path(&record.paths.dir)) {
+        for file in [AuditLog::rotated_path(&path), path] {
+            let Ok(f) = std::fs::File::open(&file) else { continue };
+            out.extend(
+                BufReader::new(f)
+                    .lines()
+                    .map_while(Result::ok)
+                    .filter_map(|l| parse(&l))
+                    .filter(|r| query.wants(r)),
+            );
+        }
     }
+    // RFC 3339 UTC times with milliseconds sort as text; the sort is stable, so lines of
+    // one file keep their order.
+    out.sort_by(|a, b| a.time.cmp(&b.time));
     if let Some(limit) = query.limit {
         let skip = out.len().saturating_sub(limit);
         out.drain(..skip);
@@ -55,8 +61,12 @@ fn parse(line: &str) -> Option<Record> {
 }
 
 /// Follows a sandbox's log from its current end: each call of [`Follower::next_batch`]
-/// returns the records written since, across a rotation too.
+/// returns the records written since (in each of its files), across a rotation too.
 pub struct Follower {
+    files: Vec<FileFollower>,
+}
+
+struct FileFollower {
     path: PathBuf,
     offset: u64,
     partial: String,
@@ -66,22 +76,35 @@ impl Follower {
     /// A follower starting at the end of the sandbox's log as it is now.
     pub fn new(name_or_id: &str) -> Result<Follower, NetError> {
         let record = lookup(name_or_id)?;
-        let path = audit_log_path(&record.paths.dir);
-        let offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        Ok(Follower { path, offset, partial: String::new() })
+        let files = AuditLog::paths(&audit_log_path(&record.paths.dir))
+            .into_iter()
+            .map(|path| {
+                let offset = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                FileFollower { path, offset, partial: String::new() }
+            })
+            .collect();
+        Ok(Follower { files })
     }
 
     /// Whether the sandbox's directory is still there (`atoll kill` removes it).
     pub fn sandbox_exists(&self) -> bool {
-        self.path.parent().is_some_and(Path::is_dir)
+        self.files.first().and_then(|f| f.path.parent()).is_some_and(Path::is_dir)
     }
 
-    /// The records written since the last call.
+    /// The records written since the last call, by time.
     pub fn next_batch(&mut self) -> Vec<Record> {
+        let mut out: Vec<Record> = self.files.iter_mut().flat_map(FileFollower::next_batch).collect();
+        out.sort_by(|a, b| a.time.cmp(&b.time));
+        out
+    }
+}
+
+impl FileFollower {
+    fn next_batch(&mut self) -> Vec<Record> {
         let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         let mut out = Vec::new();
         if len < self.offset {
-            // Rotated: the rest of the old file is net.log.1, then the new one from 0.
+            // Rotated: the rest of the old file is <file>.1, then the new one from 0.
             out.extend(self.read_from(&AuditLog::rotated_path(&self.path), self.offset));
             self.offset = 0;
             self.partial.clear();
@@ -104,4 +127,11 @@ impl Follower {
         self.partial = text[complete..].to_string();
         text[..complete].lines().filter_map(parse).collect()
     }
+}
+
+/// The health of the sandbox's audit log, from its running helper (`None` when the
+/// helper is not running or the sandbox has no network).
+pub async fn health(name_or_id: &str) -> Result<Option<atoll_net::log::LogHealth>, NetError> {
+    let record = lookup(name_or_id)?;
+    Ok(super::log_health(&record).await)
 }

@@ -71,6 +71,9 @@ pub struct HelperStatus {
     pub policy: atoll_net::policy::Policy,
     /// The published ports.
     pub ports: Vec<PublishedPort>,
+    /// Whether the audit log is being written (absent: no network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<atoll_net::log::LogHealth>,
 }
 
 /// A sandbox's network as `atoll info` shows it.
@@ -91,6 +94,42 @@ pub struct NetView {
     pub deny_out: Vec<String>,
     /// The published ports.
     pub ports: Vec<PublishedPort>,
+    /// Why the audit log cannot be written, while it cannot (the sandbox's egress is
+    /// refused meanwhile); absent when it is fine or the helper is not running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit_log_error: Option<String>,
+    /// Audit lines that could not be written since the helper started.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub audit_log_failed_writes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The health of the sandbox's audit log as its running helper reports it; `None` when
+/// the helper is not running or the sandbox has no network.
+pub async fn log_health(record: &Record) -> Option<atoll_net::log::LogHealth> {
+    match record.net_helper {
+        Some(p) if p.is_alive() => {}
+        _ => return None,
+    }
+    // `atoll info` must not hang on a wedged helper: a short wait, then "unknown".
+    let status = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        ask::<HelperStatus>(record, &Request::Status),
+    );
+    status.await.ok()?.ok()?.log
+}
+
+/// [`view`] with the audit log's health asked of the running helper.
+pub async fn view_live(record: &Record) -> NetView {
+    let mut view = view(record);
+    if let Some(health) = log_health(record).await {
+        view.audit_log_error = health.error;
+        view.audit_log_failed_writes = health.failed_writes;
+    }
+    view
 }
 
 /// The network view of `record`, from its `net.json` and its helper's liveness.
@@ -110,6 +149,8 @@ pub fn view(record: &Record) -> NetView {
         allow_out: texts(&config.policy.allow_out),
         deny_out: texts(&config.policy.deny_out),
         ports: config.ports,
+        audit_log_error: None,
+        audit_log_failed_writes: 0,
     }
 }
 

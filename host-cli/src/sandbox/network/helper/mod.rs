@@ -7,6 +7,7 @@
 //!   virtio-serial port (QEMU's `agent.port`). Every sandbox has it, also `--net none`.
 //! - `forward`: published ports, each connection carried over the agent link.
 //! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
+//! - [`log`]: `net-helper.log`, rate-limited and rotated.
 //! - The network, when the sandbox has one: the atoll-net engine ([`atoll_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
 //!   connection and DNS query by the policy and writes the audit log `net.log`.
@@ -16,6 +17,7 @@
 //! helper ready.
 
 mod forward;
+pub mod log;
 mod server;
 
 use std::path::{Path, PathBuf};

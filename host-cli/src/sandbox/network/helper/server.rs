@@ -70,6 +70,7 @@ async fn handle(req: Request, helper: &Helper) -> Reply {
                 network: config.network,
                 policy: config.policy,
                 ports: config.ports,
+                log: helper.engine.as_ref().map(atoll_net::EngineHandle::log_health),
             };
             Reply::ok(&status)
         }
