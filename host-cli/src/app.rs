@@ -12,7 +12,7 @@ use crate::cli::{Cli, Command, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::cmd::UsageError;
 use crate::connect::ConnectError;
-use crate::sandbox::TargetError;
+use crate::sandbox::{SandboxError, TargetError};
 
 /// Runs `atoll` with the process's arguments and returns its exit code.
 pub fn main() -> ExitCode {
@@ -166,6 +166,11 @@ fn init_logging(verbose: u8) {
 
 /// The exit code and the machine-readable kind of a failure.
 fn classify(e: &anyhow::Error) -> (u8, &'static str) {
+    // A stopped VM answers nothing, like an endpoint that does not answer; it is told
+    // apart before the lookup that wraps it.
+    if e.chain().any(|c| matches!(c.downcast_ref::<SandboxError>(), Some(SandboxError::Stopped { .. }))) {
+        return (EXIT_UNREACHABLE, "stopped");
+    }
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return match c {

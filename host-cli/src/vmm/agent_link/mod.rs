@@ -80,20 +80,31 @@ pub async fn run(port: &Path, socket: &Path, wait: Duration) -> AgentLinkError {
     }
 }
 
+/// Makes the socket at `path` appear only once it listens, with mode 0600: it is bound
+/// under a private name beside it, listened on, restricted, then renamed into place. A
+/// client that sees the file can connect (no "connection refused" between bind and
+/// listen), and no other user can connect in between (before the mode is set).
 fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let err = |source| AgentLinkError::Bind { path: path.to_path_buf(), source };
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "a file that is not a socket is in the way",
-            )));
-        }
-        std::fs::remove_file(path).map_err(err)?;
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.file_type().is_socket()
+    {
+        return Err(err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a file that is not a socket is in the way",
+        )));
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    // Short, so that it fits in a socket address wherever `path` does.
+    let private = path.with_file_name(format!(".{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&private);
+    let listener = UnixListener::bind(&private).map_err(err)?;
+    let placed = std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&private, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&private);
+        return Err(err(e));
+    }
     Ok(listener)
 }
 
