@@ -82,7 +82,7 @@ pub enum ConnectError {
         timeout: Duration,
     },
     /// An agent link answered for the agent: it cannot reach it.
-    #[error("{addr} took the connection, but the agent behind it did not answer: {message}")]
+    #[error("{addr} took the connection but could not reach the agent: {message}")]
     LinkDown {
         /// Where we looked.
         addr: Address,

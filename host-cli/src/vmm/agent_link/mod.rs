@@ -113,3 +113,35 @@ fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
 pub(crate) mod h2 {
     pub(crate) use atoll_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    use super::*;
+
+    /// Whoever sees the socket file can connect: it appears already listening, 0600,
+    /// with no private name left beside it; a stale socket is replaced, anything else
+    /// in the way refused.
+    #[tokio::test]
+    async fn the_socket_appears_only_once_it_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(AGENT_SOCKET);
+        let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(stale);
+        let listener = bind(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        std::os::unix::net::UnixStream::connect(&path)
+            .expect("the stale socket was replaced by a listening one");
+        let (_conn, _) = listener.accept().await.unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [AGENT_SOCKET], "only the socket is left");
+
+        let other = dir.path().join("other.sock");
+        std::fs::write(&other, b"not a socket").unwrap();
+        assert!(matches!(bind(&other), Err(AgentLinkError::Bind { .. })));
+        assert_eq!(std::fs::read(&other).unwrap(), b"not a socket", "what was in the way is kept");
+    }
+}
