@@ -12,7 +12,7 @@ use crate::cli::{Cli, Command, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
 use crate::client::ClientError;
 use crate::cmd::UsageError;
 use crate::connect::ConnectError;
-use crate::sandbox::{SandboxError, TargetError};
+use crate::sandbox::TargetError;
 
 /// Runs `atoll` with the process's arguments and returns its exit code.
 pub fn main() -> ExitCode {
@@ -166,11 +166,6 @@ fn init_logging(verbose: u8) {
 
 /// The exit code and the machine-readable kind of a failure.
 fn classify(e: &anyhow::Error) -> (u8, &'static str) {
-    // A stopped VM answers nothing, like an endpoint that does not answer; it is told
-    // apart before the lookup that wraps it.
-    if e.chain().any(|c| matches!(c.downcast_ref::<SandboxError>(), Some(SandboxError::Stopped { .. }))) {
-        return (EXIT_UNREACHABLE, "stopped");
-    }
     for cause in e.chain() {
         if let Some(c) = cause.downcast_ref::<ClientError>() {
             return match c {
@@ -187,6 +182,8 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
         }
         if let Some(t) = cause.downcast_ref::<TargetError>() {
             return match t {
+                // A stopped VM answers nothing, like an endpoint that does not answer.
+                TargetError::Stopped(_) => (EXIT_UNREACHABLE, "stopped"),
                 TargetError::NoSandbox { .. } => (EXIT_FAILURE, "not_found"),
                 TargetError::Lookup { .. } => (EXIT_FAILURE, "sandbox_lookup"),
                 _ => (EXIT_USAGE, "usage"),
