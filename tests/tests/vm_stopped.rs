@@ -10,7 +10,7 @@ mod cli_util;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use atoll_tests::commands::{agent_commands, run_bounded};
@@ -50,7 +50,7 @@ fn every_command_gives_up(atoll: &Atoll, name: &str, said: &str) {
 }
 
 /// One QMP command on the sandbox's monitor.
-fn qmp(dir: &PathBuf, command: &str) {
+fn qmp(dir: &Path, command: &str) {
     let conn = UnixStream::connect(dir.join("qmp.sock")).expect("connect to QMP");
     conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
