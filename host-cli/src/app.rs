@@ -185,6 +185,8 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
         }
         if let Some(t) = cause.downcast_ref::<TargetError>() {
             return match t {
+                // A stopped VM answers nothing, like an endpoint that does not answer.
+                TargetError::Stopped(_) => (EXIT_UNREACHABLE, "stopped"),
                 TargetError::NoSandbox { .. } => (EXIT_FAILURE, "not_found"),
                 TargetError::Lookup { .. } => (EXIT_FAILURE, "sandbox_lookup"),
                 _ => (EXIT_USAGE, "usage"),

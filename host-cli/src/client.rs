@@ -34,7 +34,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
-use crate::connect::Link;
+use crate::connect::{ConnectError, Link};
 
 pub use archive::{ArchivePart, ArchiveSummary, SkippedEntry, UploadSummary};
 pub use error::ClientError;
@@ -66,17 +66,66 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the agent at `addr`, waiting at most `timeout` for it to answer.
+    /// Reaches the agent at `addr`: dial, handshake, HTTP/2 session and one answered
+    /// call, all within `timeout` (`atoll --connect-timeout`). Every face connects
+    /// through here, so no command or tool waits longer than that on an endpoint that
+    /// takes the connection and then says nothing.
     pub async fn connect(addr: &Address, timeout: Duration) -> Result<Client> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (channel, link) = crate::connect::connect(addr, timeout).await?;
+        let mut client = Self::from_channel(channel, addr.clone());
+        client.link = link;
+        client.answer_by(deadline, timeout).await?;
+        Ok(client)
+    }
+
+    /// Dials the agent at `addr` and starts the HTTP/2 session within `timeout`, without
+    /// waiting for an answered call: for a caller that bounds its own first call (a
+    /// restore greets the agent with its own first call, and an extra one would cost it
+    /// time).
+    pub async fn dial(addr: &Address, timeout: Duration) -> Result<Client> {
         let (channel, link) = crate::connect::connect(addr, timeout).await?;
         let mut client = Self::from_channel(channel, addr.clone());
         client.link = link;
         Ok(client)
     }
 
+    /// Proves that the agent still answers: one small call, waited for at most
+    /// `timeout`. A kept client checks this before reuse (`atoll mcp`).
+    pub async fn check(&self, timeout: Duration) -> Result<()> {
+        self.answer_by(tokio::time::Instant::now() + timeout, timeout).await
+    }
+
+    /// The agent answers one Info call by `deadline` (`timeout` is how the wait reads in
+    /// the message). Any status the agent itself sent counts as an answer (a refused
+    /// token, an older agent): the call that follows reports it. A status an agent link
+    /// made for the agent behind it, or a transport failure, does not.
+    async fn answer_by(&self, deadline: tokio::time::Instant, timeout: Duration) -> Result<()> {
+        let addr = self.addr.clone();
+        let mut rpc = self.rpc.clone();
+        let call = rpc.info(pb::InfoRequest {});
+        let status = match tokio::time::timeout_at(deadline, call).await {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err(status)) => status,
+            Err(_) if self.link.heard_back() => {
+                return Err(ConnectError::Unanswered { addr, timeout }.into());
+            }
+            Err(_) => return Err(ConnectError::Silent { addr, timeout }.into()),
+        };
+        let transport = std::error::Error::source(&status).is_some() || self.link.is_broken();
+        let message = status.message().to_string();
+        match status.code() {
+            _ if transport => Err(ConnectError::Lost { addr, message }.into()),
+            tonic::Code::Unavailable | tonic::Code::Cancelled => {
+                Err(ConnectError::LinkDown { addr, message }.into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Wraps a channel that is already connected to `addr`.
     pub fn from_channel(channel: Channel, addr: Address) -> Client {
-        let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::from_env())
+        let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::for_address(&addr))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Client { rpc, addr, link: Link::default() }

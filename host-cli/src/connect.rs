@@ -25,12 +25,13 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest handshake reply line we accept before calling the peer confused.
 const MAX_REPLY_LINE: usize = 64;
 
-/// Why no agent could be reached.
+/// Why no agent could be reached. Every variant names what was reached and what did
+/// not answer; none names an RPC.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    /// Nothing answered (or the handshake did not finish) within the timeout.
+    /// Nothing accepted the connection within the timeout.
     #[error(
-        "no agent answered at {addr} within {secs}: {hint}",
+        "nothing at {addr} accepted a connection within {secs}: {hint}",
         secs = seconds(*timeout),
         hint = hint(addr)
     )]
@@ -39,6 +40,54 @@ pub enum ConnectError {
         addr: Address,
         /// How long we waited.
         timeout: Duration,
+    },
+    /// A hybrid-vsock VMM took the connection and the `CONNECT` line but did not
+    /// answer it within the timeout.
+    #[error(
+        "the VM socket at {addr} took the connection but did not let us through to guest port {port} \
+         within {secs}: the VM is not booted yet, or it is stopped",
+        secs = seconds(*timeout)
+    )]
+    HandshakeTimeout {
+        /// Where we looked.
+        addr: Address,
+        /// The guest port we asked for.
+        port: u32,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The connection was taken but not one byte came back within the timeout.
+    #[error(
+        "{addr} took the connection but sent nothing back within {secs}: the program listening \
+         there is stuck, or it is not atoll-agent",
+        secs = seconds(*timeout)
+    )]
+    Silent {
+        /// Where we looked.
+        addr: Address,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// The peer started an HTTP/2 session but the agent did not answer a call within the
+    /// timeout: the agent is stuck, or the VM behind an agent link is stopped or wedged.
+    #[error(
+        "{addr} took the connection and started a session, but the agent did not answer within \
+         {secs}: the agent is stuck, or the VM it runs in is stopped or wedged",
+        secs = seconds(*timeout)
+    )]
+    Unanswered {
+        /// Where we looked.
+        addr: Address,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// An agent link answered for the agent: it cannot reach it.
+    #[error("{addr} took the connection but could not reach the agent: {message}")]
+    LinkDown {
+        /// Where we looked.
+        addr: Address,
+        /// What the link said.
+        message: String,
     },
     /// The socket file does not exist.
     #[error("no socket at {path} (from {addr}): {hint}", path = path.display(), hint = hint(addr))]
@@ -72,9 +121,8 @@ pub enum ConnectError {
     },
     /// The VMM's socket took the connection but nothing ever read the request.
     #[error(
-        "the VM socket at {addr} took the connection but its vsock backend did not read the request \
-         within {secs}: the backend (vhost-device-vsock) has stopped serving it; restart the backend \
-         (for an atoll sandbox, `atoll pause --to-disk NAME` then `atoll resume NAME` gives it a new one)",
+        "the VM socket at {addr} took the connection but nothing read the request within {secs}: \
+         the VM's process is stopped, or its vsock backend has stopped serving the socket",
         secs = seconds(*after)
     )]
     Stalled {
@@ -94,6 +142,17 @@ pub enum ConnectError {
         #[source]
         source: tonic::transport::Error,
     },
+    /// The connection broke before the agent answered anything.
+    #[error(
+        "connected to {addr} but the connection was lost before the agent answered ({message}): \
+         is atoll-agent the program listening there?"
+    )]
+    Lost {
+        /// Where we looked.
+        addr: Address,
+        /// What the transport said.
+        message: String,
+    },
 }
 
 impl ConnectError {
@@ -101,6 +160,11 @@ impl ConnectError {
     pub fn address(&self) -> &Address {
         match self {
             ConnectError::Timeout { addr, .. }
+            | ConnectError::HandshakeTimeout { addr, .. }
+            | ConnectError::Silent { addr, .. }
+            | ConnectError::Unanswered { addr, .. }
+            | ConnectError::LinkDown { addr, .. }
+            | ConnectError::Lost { addr, .. }
             | ConnectError::NoSocket { addr, .. }
             | ConnectError::Refused { addr, .. }
             | ConnectError::NotReady { addr, .. }
@@ -242,20 +306,37 @@ impl AsyncWrite for AgentStream {
     }
 }
 
-/// Whether the connection under a channel broke: its peer closed it or a read or
-/// write on it failed. A failed call is then a lost connection, whatever status tonic
-/// made of it, never an answer from the agent. Cleared when the channel dials again.
+/// What is known of the connection under a channel: whether it broke (its peer closed
+/// it or a read or write on it failed: a failed call is then a lost connection, whatever
+/// status tonic made of it, never an answer from the agent), and whether any byte ever
+/// came back on it. Cleared when the channel dials again.
 #[derive(Clone, Debug, Default)]
-pub struct Link(Arc<AtomicBool>);
+pub struct Link(Arc<LinkState>);
+
+#[derive(Debug, Default)]
+struct LinkState {
+    broken: AtomicBool,
+    heard: AtomicBool,
+}
 
 impl Link {
     /// True once the current connection has broken.
     pub fn is_broken(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.broken.load(Ordering::SeqCst)
+    }
+
+    /// True once the peer has sent at least one byte on the current connection.
+    pub fn heard_back(&self) -> bool {
+        self.0.heard.load(Ordering::SeqCst)
     }
 
     fn set(&self, broken: bool) {
-        self.0.store(broken, Ordering::SeqCst);
+        self.0.broken.store(broken, Ordering::SeqCst);
+    }
+
+    fn reset(&self) {
+        self.0.broken.store(false, Ordering::SeqCst);
+        self.0.heard.store(false, Ordering::SeqCst);
     }
 }
 
@@ -285,9 +366,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &poll
             && wanted
-            && buf.filled().len() == before
         {
-            self.link.set(true);
+            if buf.filled().len() == before {
+                self.link.set(true);
+            } else {
+                self.link.0.heard.store(true, Ordering::SeqCst);
+            }
         }
         self.watch(poll)
     }
@@ -389,14 +473,21 @@ async fn left_unread(fd: std::os::fd::RawFd, after: Duration) {
     std::future::pending().await
 }
 
-/// Connects a gRPC channel to the agent at `addr`, giving up after `timeout`.
+/// Connects a gRPC channel to the agent at `addr`: dials it (with the hybrid-vsock
+/// handshake) and starts the HTTP/2 session, all within `timeout`. Whether the agent
+/// answers a call is the caller's to prove ([`crate::client::Client::connect`] does).
 ///
 /// The first stream is dialed here so that failures come back as a [`ConnectError`]
 /// rather than a transport error; if the channel later needs to reconnect, it dials the
-/// same address again.
+/// same address again, within `timeout` too.
 pub async fn connect(addr: &Address, timeout: Duration) -> Result<(Channel, Link), ConnectError> {
-    let timed_out = || ConnectError::Timeout { addr: addr.clone(), timeout };
-    let first = tokio::time::timeout(timeout, dial(addr)).await.map_err(|_| timed_out())??;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let first = tokio::time::timeout_at(deadline, dial(addr)).await.map_err(|_| match addr {
+        Address::HybridVsock { port, .. } => {
+            ConnectError::HandshakeTimeout { addr: addr.clone(), port: *port, timeout }
+        }
+        _ => ConnectError::Timeout { addr: addr.clone(), timeout },
+    })??;
     let first = Arc::new(Mutex::new(Some(first)));
     let redial = addr.clone();
     let link = Link::default();
@@ -412,7 +503,7 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<(Channel, Link
                     .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("no answer from {addr}")))?
                     .map_err(io::Error::other)?,
             };
-            link.set(false);
+            link.reset();
             Ok::<_, io::Error>(TokioIo::new(Watched { inner: stream, link }))
         }
     });
@@ -421,21 +512,27 @@ pub async fn connect(addr: &Address, timeout: Duration) -> Result<(Channel, Link
         .initial_stream_window_size(H2_STREAM_WINDOW)
         .initial_connection_window_size(H2_CONNECTION_WINDOW)
         .max_frame_size(H2_MAX_FRAME_SIZE);
-    let channel = tokio::time::timeout(timeout, endpoint.connect_with_connector(connector))
+    let channel = tokio::time::timeout_at(deadline, endpoint.connect_with_connector(connector))
         .await
-        .map_err(|_| timed_out())?
+        .map_err(|_| ConnectError::Silent { addr: addr.clone(), timeout })?
         .map_err(|source| ConnectError::Protocol { addr: addr.clone(), source })?;
     Ok((channel, link))
 }
 
-/// Adds `authorization: Bearer $ATOLL_AGENT_TOKEN` to every call when that variable is
-/// set: an agent listening on a non-loopback TCP address requires it.
+/// Adds `authorization: Bearer $ATOLL_AGENT_TOKEN` to every call to a `tcp://` agent
+/// when that variable is set: an agent listening on a non-loopback TCP address requires
+/// it. Never to any other kind of address: a sandbox's agent link, a Unix socket or a
+/// vsock port leads to an agent the guest controls, which must not learn the token.
 #[derive(Clone, Default)]
 pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
 
 impl Bearer {
-    /// The token from `ATOLL_AGENT_TOKEN`, if set and usable in a header.
-    pub fn from_env() -> Self {
+    /// The token from `ATOLL_AGENT_TOKEN` for an agent at `addr`: only a `tcp://` one
+    /// gets it, and only when the variable is set and usable in a header.
+    pub fn for_address(addr: &Address) -> Self {
+        if !matches!(addr, Address::Tcp(_)) {
+            return Bearer(None);
+        }
         let token = std::env::var("ATOLL_AGENT_TOKEN").ok().filter(|t| !t.trim().is_empty());
         let value = token.and_then(|t| {
             let mut v = tonic::metadata::MetadataValue::try_from(format!("Bearer {}", t.trim())).ok()?;
@@ -480,11 +577,11 @@ mod tests {
     #[test]
     fn timeout_message_names_the_address_and_port() {
         let addr: Address = "hvsock:///run/vm/v.sock:1024".parse().unwrap();
-        let e = ConnectError::Timeout { addr, timeout: Duration::from_secs(5) };
+        let e = ConnectError::HandshakeTimeout { addr, port: 1024, timeout: Duration::from_secs(5) };
         assert_eq!(
             e.to_string(),
-            "no agent answered at hvsock:///run/vm/v.sock:1024 within 5 s: is the VM booted and \
-             atoll-agent listening on port 1024?"
+            "the VM socket at hvsock:///run/vm/v.sock:1024 took the connection but did not let us \
+             through to guest port 1024 within 5 s: the VM is not booted yet, or it is stopped"
         );
     }
 
@@ -538,7 +635,7 @@ mod tests {
         let (_dir, addr, _listener) = vmm_socket(None);
         let got = tokio::time::timeout(UNREAD_LIMIT * 4, dial(&addr)).await.expect("gives up by itself");
         let Err(e @ ConnectError::Stalled { .. }) = got else { panic!("{:?}", got.err()) };
-        assert!(e.to_string().contains("did not read the request"), "{e}");
+        assert!(e.to_string().contains("nothing read the request"), "{e}");
     }
 
     #[tokio::test]

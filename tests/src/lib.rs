@@ -1,8 +1,10 @@
 //! Helpers shared by the whole-system tests: a real `atoll-agent` process on a Unix
 //! socket in a temp dir, and the generated gRPC client connected to it; [`vm`] runs the
-//! real `atoll` binary against microVMs; [`netns`] builds the test "outside world" for
+//! real `atoll` binary against microVMs; [`commands`] lists every subcommand that talks
+//! to an agent; [`netns`] builds the test "outside world" for
 //! network tests; [`pty`] runs a program on a real pseudo-terminal.
 
+pub mod commands;
 pub mod netns;
 pub mod pty;
 pub mod vm;

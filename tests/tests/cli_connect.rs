@@ -132,7 +132,8 @@ fn a_silent_vmm_hits_the_connect_timeout() {
     assert_eq!(
         stderr(&out).trim_end(),
         format!(
-            "atoll: no agent answered at {addr} within 1 s: is the VM booted and atoll-agent listening on port 1024?"
+            "atoll: the VM socket at {addr} took the connection but did not let us through to guest port \
+             1024 within 1 s: the VM is not booted yet, or it is stopped"
         )
     );
 }

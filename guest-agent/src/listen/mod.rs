@@ -263,6 +263,10 @@ pub async fn bind_listeners(addrs: &[Address], link: bool) -> Result<Vec<Listene
 /// How long the agent waits at start for the kernel to add the link's port.
 const PORT_FIRST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How many calls the host's link may cancel before the agent accepted them (see
+/// [`serve_port`]): far more than clients that give up on a stopped VM in one pause.
+const LINK_PENDING_RESETS: usize = 4096;
+
 /// Serves `svc` on the agent link's port (a virtio-serial port, or a character device
 /// standing in for one), one host connection after another, until the process ends.
 /// The port is reached only from the host: no token is asked. A port that does not
@@ -281,6 +285,12 @@ pub async fn serve_port(source: link::PortSource, svc: AgentService, alone: bool
     };
     tracing::info!(port = %source, "serving the agent link");
     builder()
+        // The host's link cancels every call whose client went away. While the VM was
+        // stopped or wedged those cancellations pile up unread, and once it runs again
+        // they arrive together, before their calls were accepted: hyper's guard against
+        // rapid resets (20) would end the whole link with ENHANCE_YOUR_CALM, failing
+        // the first call after a resume. The port's only peer is the host.
+        .http2_max_pending_accept_reset_streams(Some(LINK_PENDING_RESETS))
         .add_service(svc.into_server())
         .serve_with_incoming(tokio_stream::wrappers::ReceiverStream::new(link::sessions(
             source.clone(),

@@ -67,7 +67,8 @@ Exit codes:
   0        success (for exec: the remote command's own code is passed through)
   1        the agent refused the request, or a local file operation failed
   2        usage error: bad flags, bad address, no agent given
-  69       no agent answered (EX_UNAVAILABLE): the VM is down or not booted yet
+  69       no agent answered within --connect-timeout, or the connection broke
+           (EX_UNAVAILABLE): the VM is down, still booting, stopped or wedged
   124      exec: the command hit its --timeout and was killed
   128+N    exec: the command was killed by signal N";
 
@@ -92,7 +93,7 @@ pub struct GlobalArgs {
     /// Sandbox to talk to, by name or id (instead of --agent).
     #[arg(short = 's', long, global = true, env = "ATOLL_SANDBOX", value_name = "NAME")]
     pub sandbox: Option<String>,
-    /// How long to wait for the agent to answer, e.g. 5s, 500ms, 1m.
+    /// How long reaching the agent may take, its first answer included, e.g. 5s, 500ms, 1m.
     #[arg(long, global = true, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
     /// Print one JSON document on stdout (errors as JSON on stderr).

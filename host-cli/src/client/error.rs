@@ -115,6 +115,21 @@ impl ClientError {
         matches!(self, ClientError::Unreachable(_) | ClientError::Disconnected { .. })
     }
 
+    /// True when the agent's end took the connection but did not answer in time:
+    /// connecting again would only wait again.
+    pub fn is_silent(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Unreachable(
+                ConnectError::Timeout { .. }
+                    | ConnectError::HandshakeTimeout { .. }
+                    | ConnectError::Silent { .. }
+                    | ConnectError::Unanswered { .. }
+                    | ConnectError::Stalled { .. }
+            )
+        )
+    }
+
     /// True when the VM's vsock backend took the connection but stopped serving it:
     /// retrying through the same backend cannot help.
     pub fn is_stalled(&self) -> bool {

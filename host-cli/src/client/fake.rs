@@ -50,7 +50,8 @@ impl FakeAgent {
     /// A client connected to it.
     pub(crate) async fn client(&self) -> Client {
         let addr = format!("unix://{}", self.dir.path().join("agent.sock").display()).parse().unwrap();
-        Client::connect(&addr, Duration::from_secs(5)).await.unwrap()
+        // As a restore reaches it: the greeting is the first call.
+        Client::dial(&addr, Duration::from_secs(5)).await.unwrap()
     }
 
     /// The calls so far, in order.

@@ -76,7 +76,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
 }
 
 pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
-    let i = sandbox::inspect(name).await?;
+    let i = sandbox::inspect(name, ctx.global.connect_timeout).await?;
     let s = &i.sandbox;
     let pid = |p: Option<u32>| p.map_or_else(|| "-".to_string(), |p| p.to_string());
     let mut t = String::new();

@@ -93,6 +93,11 @@ impl AtollMcp {
         &self.allowed_mounts
     }
 
+    /// How long a tool waits for an agent to answer (`--connect-timeout`).
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// What guest tools act on when a call names no sandbox.
     pub fn pinned(&self) -> Option<&Target> {
         self.pinned.as_ref()
@@ -114,8 +119,20 @@ impl AtollMcp {
     /// connection to that address, or a new one.
     pub(crate) async fn client(&self, sandbox_id: Option<&str>) -> Result<Client, ToolError> {
         let addr = self.address(sandbox_id).await?;
-        if let Some(client) = self.kept().get(&addr) {
-            return Ok(client.clone());
+        let kept = self.kept().get(&addr).cloned();
+        if let Some(client) = kept {
+            // A kept connection proves the agent answered once; a VM stopped or wedged
+            // since would leave this call waiting, so the agent answers again first,
+            // within the connect timeout like a new connection.
+            match client.check(self.connect_timeout).await {
+                Ok(()) => return Ok(client),
+                Err(e) => {
+                    self.kept().remove(&addr);
+                    if e.is_silent() {
+                        return Err(e.into());
+                    }
+                }
+            }
         }
         let client = Client::connect(&addr, self.connect_timeout).await?;
         self.kept().insert(addr, client.clone());

@@ -30,7 +30,9 @@ pub(super) fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, 
         SandboxState::Dead if record.is_abandoned() => Err(SandboxError::Abandoned(record.name)),
         SandboxState::Dead => Err(SandboxError::Dead(record.name)),
         SandboxState::Starting => Err(SandboxError::Starting(record.name)),
-        SandboxState::Running | SandboxState::Paused | SandboxState::Parked => Ok(record),
+        SandboxState::Running | SandboxState::Paused | SandboxState::Parked | SandboxState::Stopped => {
+            Ok(record)
+        }
     }
 }
 
@@ -128,18 +130,21 @@ pub struct Inspection {
     pub network: crate::sandbox::network::NetView,
 }
 
-/// Everything about one sandbox: its record and, if it is running, its agent's Info.
-/// A paused sandbox is not resumed for this.
-pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
+/// Everything about one sandbox: its record and, if it is running, its agent's Info,
+/// waited for at most `timeout`. A paused sandbox is not resumed for this.
+pub async fn inspect(name_or_id: &str, timeout: Duration) -> Result<Inspection, SandboxError> {
     let state = dirs::state_dir()?;
     let record = state::find(&state, name_or_id)?;
     let sandbox = SandboxInfo::of(&record);
     let (agent, agent_error) = match sandbox.state {
-        SandboxState::Running => match Client::connect(&agent_address(&record), AGENT_TIMEOUT).await {
+        SandboxState::Running => match Client::connect(&agent_address(&record), timeout).await {
             Ok(client) => match client.info().await {
                 Ok(info) => (Some(info), None),
                 Err(e) => (None, Some(e.to_string())),
             },
+            // QEMU runs and is not stopped (else the state would say so): the guest is
+            // wedged, or too busy to answer.
+            Err(e) if e.is_silent() => (None, Some(format!("the VM is wedged: its QEMU runs, but {e}"))),
             Err(e) => (None, Some(e.to_string())),
         },
         other => (None, Some(format!("the sandbox is {}", other.as_str()))),
@@ -152,6 +157,9 @@ pub async fn inspect(name_or_id: &str) -> Result<Inspection, SandboxError> {
 pub async fn resolve(name_or_id: &str) -> Result<Address, SandboxError> {
     let state = dirs::state_dir()?;
     let record = live(&state, name_or_id)?;
+    if let Some(qemu) = record.qemu.filter(|q| !record.paused && q.is_frozen()) {
+        return Err(SandboxError::Stopped { name: record.name, pid: qemu.pid });
+    }
     if record.paused || record.parked {
         match resume(&record.id).await {
             // The guest runs again; a clock left behind is worth a warning, not a refusal.

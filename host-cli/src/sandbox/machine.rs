@@ -189,7 +189,8 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
     let addr = agent_address(record);
     loop {
         let tried = async {
-            let client = Client::connect(&addr, AGENT_TRY).await?;
+            // Bounded below by AGENT_TRY; the first call is the greeting itself.
+            let client = Client::dial(&addr, AGENT_TRY).await?;
             let (version, made_own) = match hello {
                 Hello::Info => (client.info().await?.agent_version, true),
                 Hello::Restored(name) => {
@@ -226,7 +227,7 @@ async fn reach_agent(record: &Record, limit: Duration, hello: Hello<'_>) -> Resu
 /// caller gives up on it.
 pub(super) async fn wait_for_agent(addr: &atoll_proto::Address) -> String {
     loop {
-        let tried = async { Client::connect(addr, AGENT_TRY).await?.info().await };
+        let tried = async { Client::dial(addr, AGENT_TRY).await?.info().await };
         match tokio::time::timeout(BOOT_TRY, tried).await {
             Ok(Ok(info)) => return info.agent_version,
             Ok(Err(e)) => tracing::debug!("the booting agent did not answer yet: {e}"),

@@ -136,6 +136,17 @@ pub enum SandboxError {
     /// Still booting.
     #[error("sandbox `{0}` is still booting; wait for `atoll create` to finish")]
     Starting(String),
+    /// QEMU is stopped by someone else than `atoll pause`.
+    #[error(
+        "sandbox `{name}` is stopped: its QEMU process (pid {pid}) was stopped by a signal (SIGSTOP) \
+         or a debugger, so nothing in it answers; `atoll resume {name}` continues it"
+    )]
+    Stopped {
+        /// The sandbox.
+        name: String,
+        /// QEMU's pid.
+        pid: u32,
+    },
     /// QEMU did not stop on SIGSTOP.
     #[error("sandbox `{name}` could not be paused: its QEMU did not stop within {secs} s; it keeps running")]
     Freeze {
@@ -232,6 +243,9 @@ pub enum SandboxState {
     Running,
     /// The whole VM is frozen (`atoll pause`).
     Paused,
+    /// QEMU is stopped though atoll did not pause it (SIGSTOP, a debugger): nothing in
+    /// the guest runs or answers; `atoll resume` continues it.
+    Stopped,
     /// Saved to disk with QEMU ended (`atoll pause --to-disk`); any use brings it back.
     Parked,
     /// QEMU is gone, or its `atoll create` died before it was ready; `atoll kill` cleans up.
@@ -245,6 +259,7 @@ impl SandboxState {
             SandboxState::Starting => "starting",
             SandboxState::Running => "running",
             SandboxState::Paused => "paused",
+            SandboxState::Stopped => "stopped",
             SandboxState::Parked => "parked",
             SandboxState::Dead => "dead",
         }
@@ -302,6 +317,7 @@ impl SandboxInfo {
             (false, ..) => SandboxState::Dead,
             (true, false, _) => SandboxState::Starting,
             (true, true, true) => SandboxState::Paused,
+            (true, true, false) if record.qemu.is_some_and(|p| p.is_frozen()) => SandboxState::Stopped,
             (true, true, false) => SandboxState::Running,
         };
         let alive_pid = |p: Option<process::ProcRef>| p.filter(|p| p.is_alive()).map(|p| p.pid);

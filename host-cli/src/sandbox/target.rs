@@ -83,6 +83,9 @@ pub enum TargetError {
         /// The name asked for.
         name: String,
     },
+    /// The sandbox's QEMU is stopped (not by `atoll pause`): nothing in it can answer.
+    #[error(transparent)]
+    Stopped(SandboxError),
     /// Finding the sandbox failed for a reason the VM code explains.
     #[error("could not look up sandbox `{name}`")]
     Lookup {
@@ -130,9 +133,10 @@ pub fn flags_over_env<'a>(
 /// The agent address of the sandbox called `name`: [`Target::address`], with a name
 /// that matches no sandbox told apart from a lookup that failed.
 pub async fn sandbox_address(name: &str) -> Result<Address, TargetError> {
-    Target::Sandbox(name.to_string()).address().await.map_err(|e| match e.not_found() {
-        Some(_) => TargetError::NoSandbox { name: name.to_string() },
-        None => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },
+    Target::Sandbox(name.to_string()).address().await.map_err(|e| match e {
+        _ if e.not_found().is_some() => TargetError::NoSandbox { name: name.to_string() },
+        SandboxError::Stopped { .. } => TargetError::Stopped(e),
+        e => TargetError::Lookup { name: name.to_string(), source: Box::new(e) },
     })
 }
 

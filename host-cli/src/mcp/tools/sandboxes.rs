@@ -113,7 +113,8 @@ pub struct SandboxView {
     /// Unique name.
     pub name: String,
     /// "starting", "running", "paused", "parked" (saved to disk; guest tools bring it
-    /// back) or "dead".
+    /// back), "stopped" (its VM stopped from outside; guest tools fail until it is
+    /// resumed) or "dead".
     pub state: String,
     /// Template it booted from.
     pub template: String,

@@ -95,7 +95,7 @@ impl AtollMcp {
                 }));
             }
         };
-        let inspection = crate::sandbox::inspect(&sandbox).await?;
+        let inspection = crate::sandbox::inspect(&sandbox, self.connect_timeout()).await?;
         Ok(Json(InfoOutput {
             address: inspection.sandbox.address.clone(),
             sandbox: Some(inspection.sandbox.into()),

@@ -168,7 +168,7 @@ async fn with_helper(name_or_id: &str) -> Result<Record, NetError> {
     match SandboxInfo::of(&record).state {
         SandboxState::Dead => return Err(SandboxError::Dead(record.name).into()),
         SandboxState::Starting => return Err(SandboxError::Starting(record.name).into()),
-        SandboxState::Running | SandboxState::Paused | SandboxState::Parked => {}
+        SandboxState::Running | SandboxState::Paused | SandboxState::Parked | SandboxState::Stopped => {}
     }
     match record.net_helper {
         Some(p) if p.is_alive() => Ok(record),

@@ -61,7 +61,7 @@ pub async fn serve(
 async fn forward(upstream: &Upstream, req: Request<Incoming>, wait: Duration) -> Response<Body> {
     let Some(mut sender) = upstream.sender(wait).await else {
         return unavailable(format!(
-            "the agent link is down (waited {}): the VM is not running or its agent does not answer; check `atoll ls` and try again",
+            "the VM did not answer over its agent link within {}: it is stopped, wedged or no longer running",
             humantime::format_duration(wait)
         ));
     };

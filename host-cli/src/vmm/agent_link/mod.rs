@@ -80,20 +80,31 @@ pub async fn run(port: &Path, socket: &Path, wait: Duration) -> AgentLinkError {
     }
 }
 
+/// Makes the socket at `path` appear only once it listens, with mode 0600: it is bound
+/// under a private name beside it, listened on, restricted, then renamed into place. A
+/// client that sees the file can connect (no "connection refused" between bind and
+/// listen), and no other user can connect in between (before the mode is set).
 fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let err = |source| AgentLinkError::Bind { path: path.to_path_buf(), source };
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                "a file that is not a socket is in the way",
-            )));
-        }
-        std::fs::remove_file(path).map_err(err)?;
+    if let Ok(meta) = std::fs::symlink_metadata(path)
+        && !meta.file_type().is_socket()
+    {
+        return Err(err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "a file that is not a socket is in the way",
+        )));
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    // Short, so that it fits in a socket address wherever `path` does.
+    let private = path.with_file_name(format!(".{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&private);
+    let listener = UnixListener::bind(&private).map_err(err)?;
+    let placed = std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::rename(&private, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&private);
+        return Err(err(e));
+    }
     Ok(listener)
 }
 
@@ -101,4 +112,36 @@ fn bind(path: &Path) -> Result<UnixListener, AgentLinkError> {
 /// the agent's server and the CLI's channel do.
 pub(crate) mod h2 {
     pub(crate) use atoll_proto::limits::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    use super::*;
+
+    /// Whoever sees the socket file can connect: it appears already listening, 0600,
+    /// with no private name left beside it; a stale socket is replaced, anything else
+    /// in the way refused.
+    #[tokio::test]
+    async fn the_socket_appears_only_once_it_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(AGENT_SOCKET);
+        let stale = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        drop(stale);
+        let listener = bind(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        std::os::unix::net::UnixStream::connect(&path)
+            .expect("the stale socket was replaced by a listening one");
+        let (_conn, _) = listener.accept().await.unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [AGENT_SOCKET], "only the socket is left");
+
+        let other = dir.path().join("other.sock");
+        std::fs::write(&other, b"not a socket").unwrap();
+        assert!(matches!(bind(&other), Err(AgentLinkError::Bind { .. })));
+        assert_eq!(std::fs::read(&other).unwrap(), b"not a socket", "what was in the way is kept");
+    }
 }
