@@ -244,6 +244,7 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
         if force { vhost.kill().await } else { vhost.terminate(VHOST_GRACE).await }
     }
     crate::sandbox::network::lifecycle::stop(record.net_helper, force).await;
+    crate::jail::cgroup::remove(&record.id);
 }
 
 pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {

@@ -72,6 +72,9 @@ pub enum SandboxError {
     /// Starting QEMU.
     #[error(transparent)]
     Launch(#[from] launcher::LaunchError),
+    /// QEMU's jail would not start it.
+    #[error(transparent)]
+    Jail(#[from] crate::jail::JailError),
     /// Talking to QEMU.
     #[error(transparent)]
     Qmp(#[from] qmp::QmpError),
