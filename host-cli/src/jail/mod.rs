@@ -9,6 +9,8 @@
 //!   UTS and network namespaces, no capabilities, and only the files it needs bound in
 //!   (shared folders with what host tools run bound read-only over them).
 //! - [`cgroup`]: a cgroup per sandbox (memory, pids, CPU weight), v2 or v1.
+//! - [`user`]: who QEMU runs as (never root when atoll is: the shares' owner or the
+//!   `atoll` system user), and the few files handed to it.
 //!
 //! QEMU also runs under its own seccomp filter ([`SECCOMP`]); saves and loads hand it
 //! descriptors over QMP (`vmm::migrate`), so it never needs to spawn or open them.
@@ -16,6 +18,7 @@
 pub mod cgroup;
 pub mod env;
 pub mod namespaces;
+pub mod user;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
@@ -50,6 +53,9 @@ pub enum JailError {
         /// The end of QEMU's log (bwrap writes its own errors there too).
         log: String,
     },
+    /// QEMU's user could not be set up.
+    #[error(transparent)]
+    User(#[from] user::UserError),
     /// The sandbox's cgroup could not be made.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),
@@ -79,7 +85,11 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
     let (info_read, info_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
-    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd());
+    let run_as = user::for_qemu(spec.storage)?;
+    if let Some(run_as) = run_as {
+        grant_files(spec, run_as)?;
+    }
+    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as);
     args.push(qemu.display().to_string());
     args.extend(qemu_args);
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
@@ -95,6 +105,29 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         log: launcher::tail(log, 5),
     })?;
     Ok(JailedQemu { child, qemu })
+}
+
+/// Hands QEMU's user what it opens itself: the sandbox directory (to make its sockets
+/// in), the disk overlay, the console log, the NIC's socket and a restore's guest RAM.
+fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
+    let p = spec.paths;
+    user::grant(&p.dir, run_as, 0o1770)?;
+    if !p.console_log.exists() {
+        std::fs::File::create(&p.console_log)
+            .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
+    }
+    let mut files = vec![p.console_log.clone()];
+    files.extend(p.overlay.iter().filter(|o| o.exists()).cloned());
+    if spec.network {
+        files.push(crate::sandbox::network::config::frames_path(&p.dir));
+    }
+    if let launcher::GuestRam::Snapshot(ram) = spec.ram {
+        files.push(ram.to_path_buf());
+    }
+    for f in files {
+        user::grant(&f, run_as, 0o660)?;
+    }
+    Ok(())
 }
 
 /// Starts the network helper (`exe args`) detached with the scrubbed environment. It

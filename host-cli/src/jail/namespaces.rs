@@ -94,7 +94,7 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
 
 /// bwrap's arguments for QEMU of `spec`, up to (not including) the program; bwrap
 /// writes QEMU's pid as JSON to `info_fd`.
-pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32) -> Vec<String> {
+pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::RunAs>) -> Vec<String> {
     let mut a: Vec<String> = [
         "--unshare-pid",
         "--unshare-ipc",
@@ -102,8 +102,6 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32) -> Vec<String> {
         "--unshare-net",
         "--unshare-cgroup-try",
         "--as-pid-1",
-        "--cap-drop",
-        "ALL",
         "--hostname",
         "atoll",
         "--ro-bind",
@@ -125,7 +123,17 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32) -> Vec<String> {
     }
     a.extend(["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"].map(String::from));
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
-    for b in binds(spec) {
+    let binds = binds(spec);
+    // Every directory on the way to a bind, made searchable by anyone: bwrap would make
+    // them 0700, which only root could pass.
+    let mut ancestors: Vec<&Path> = binds.iter().flat_map(|b| b.path.ancestors().skip(1)).collect();
+    ancestors.retain(|p| p.components().count() > 1 && !p.starts_with("/usr") && !p.starts_with("/dev"));
+    ancestors.sort_by_key(|p| (p.components().count(), p.to_path_buf()));
+    ancestors.dedup();
+    for dir in ancestors {
+        a.extend(["--perms".into(), "0755".into(), "--dir".into(), dir.display().to_string()]);
+    }
+    for b in &binds {
         let flag = match b.access {
             Access::Read => "--ro-bind",
             Access::Write => "--bind",
@@ -135,6 +143,26 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32) -> Vec<String> {
         a.extend([flag.into(), path.clone(), path]);
     }
     a.extend(["--info-fd".into(), info_fd.to_string()]);
+    match run_as {
+        // setpriv (util-linux, in /usr) changes the uid and then drops every capability
+        // bwrap kept for it; bwrap's --cap-drop would leave it unable to.
+        Some(r) => a.extend([
+            "setpriv".into(),
+            "--reuid".into(),
+            r.uid.to_string(),
+            "--regid".into(),
+            r.gid.to_string(),
+            "--groups".into(),
+            r.atoll_gid.to_string(),
+            "--bounding-set".into(),
+            "-all".into(),
+            "--inh-caps".into(),
+            "-all".into(),
+            "--no-new-privs".into(),
+            "--".into(),
+        ]),
+        None => a.extend(["--cap-drop".into(), "ALL".into()]),
+    }
     a
 }
 
@@ -196,7 +224,7 @@ mod tests {
         assert!(
             at(repo.clone()) < at(repo.join(".git")) && at(repo.join(".git")) < at(repo.join(".git/config"))
         );
-        let args = bwrap_args(&spec, 7);
+        let args = bwrap_args(&spec, 7, None);
         assert!(!args.iter().any(|a| a == "--die-with-parent"), "a sandbox outlives its command");
         assert!(args.windows(2).any(|w| w[0] == "--info-fd" && w[1] == "7"));
         assert!(args.iter().any(|a| a == "--unshare-net") && args.iter().any(|a| a == "--as-pid-1"));
