@@ -107,6 +107,29 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     Ok(JailedQemu { child, qemu })
 }
 
+/// The `bwrap` watching a jailed QEMU (its parent, which ends once QEMU has), while
+/// both run: whoever ends QEMU waits for it too, so nothing of the sandbox is left.
+pub fn monitor_of(qemu: &ProcRef) -> Option<ProcRef> {
+    if !qemu.is_alive() {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", qemu.pid)).ok()?;
+    // Field 4 (ppid) comes after the command name, which is in parentheses.
+    let ppid: u32 = stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()?;
+    let comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).ok()?;
+    if comm.trim() == BWRAP { ProcRef::of(ppid) } else { None }
+}
+
+/// Waits for the watcher of a QEMU that was just ended to follow it, and kills it if
+/// it does not (it was stopped, say).
+pub async fn end_monitor(monitor: Option<ProcRef>) {
+    if let Some(m) = monitor
+        && !m.wait_gone(Duration::from_secs(2)).await
+    {
+        m.kill().await;
+    }
+}
+
 /// Hands QEMU's user what it opens itself: the sandbox directory (to make its sockets
 /// in), the disk overlay, the console log, the NIC's socket and a restore's guest RAM.
 fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {

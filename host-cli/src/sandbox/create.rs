@@ -310,11 +310,12 @@ impl Drop for Cleanup {
             return;
         }
         let record = &self.record;
-        for p in record.processes() {
+        let monitors: Vec<ProcRef> = record.qemu.iter().filter_map(crate::jail::monitor_of).collect();
+        for p in record.processes().chain(monitors.iter().copied()) {
             p.kill_now();
         }
         // Drop cannot await; the kernel ends SIGKILLed processes within moments.
-        for p in record.processes() {
+        for p in record.processes().chain(monitors.iter().copied()) {
             for _ in 0..200 {
                 if !p.is_alive() {
                     break;
