@@ -135,8 +135,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
         let p = point.display().to_string();
         mountinfo
             .lines()
-            .filter(|l| l.split(' ').nth(4) == Some(p.as_str()))
-            .last()
+            .rfind(|l| l.split(' ').nth(4) == Some(p.as_str()))
             .unwrap_or_else(|| panic!("{p} is not a mount point in QEMU's namespace:\n{mountinfo}"))
             .split(' ')
             .nth(5)

@@ -153,7 +153,7 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::R
             "--regid".into(),
             r.gid.to_string(),
             "--groups".into(),
-            r.atoll_gid.to_string(),
+            groups(spec, r),
             "--bounding-set".into(),
             "-all".into(),
             "--inh-caps".into(),
@@ -164,6 +164,17 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::R
         None => a.extend(["--cap-drop".into(), "ALL".into()]),
     }
     a
+}
+
+/// The supplementary groups of an unprivileged QEMU: `atoll`, and under KVM the group
+/// that may open `/dev/kvm`.
+fn groups(spec: &VmSpec<'_>, run_as: super::user::RunAs) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let kvm = (spec.accel == Accel::Kvm).then(|| std::fs::metadata("/dev/kvm").ok()).flatten();
+    match kvm.map(|m| m.gid()).filter(|&g| g != 0 && g != run_as.atoll_gid) {
+        Some(g) => format!("{},{g}", run_as.atoll_gid),
+        None => run_as.atoll_gid.to_string(),
+    }
 }
 
 #[cfg(test)]
