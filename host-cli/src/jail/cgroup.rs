@@ -152,11 +152,11 @@ pub fn remove(id: &str) {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) if tries >= 100 => {
+                Err(e) if tries >= 400 => {
                     tracing::warn!("could not remove the cgroup {}: {e}", dir.display());
                     break;
                 }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
             }
         }
     }

@@ -123,10 +123,15 @@ pub fn monitor_of(qemu: &ProcRef) -> Option<ProcRef> {
 /// Waits for the watcher of a QEMU that was just ended to follow it, and kills it if
 /// it does not (it was stopped, say).
 pub async fn end_monitor(monitor: Option<ProcRef>) {
-    if let Some(m) = monitor
-        && !m.wait_gone(Duration::from_secs(2)).await
-    {
-        m.kill().await;
+    let Some(m) = monitor else { return };
+    // It follows within a few milliseconds; `kill` waits for it, so poll finely.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while m.is_alive() {
+        if Instant::now() >= deadline {
+            m.kill().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
