@@ -194,7 +194,11 @@ mod tests {
     use std::process::Stdio;
 
     /// A child in its own session, as the jail starts them.
-    fn spawn_detached(program: &Path, args: &[String], _log: &Path) -> std::io::Result<tokio::process::Child> {
+    fn spawn_detached(
+        program: &Path,
+        args: &[String],
+        _log: &Path,
+    ) -> std::io::Result<tokio::process::Child> {
         let mut cmd = tokio::process::Command::new(program);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent.
