@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one set-up for a fresh machine (Debian bookworm or similar, x86_64); idempotent,
 # so it is cheap to run again:
-#   1. apt packages: QEMU, busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
+#   1. apt packages: QEMU, bubblewrap (the jail), busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
 #   2. the musl Rust target; with --with-vsock also vhost-device-vsock (`cargo install`,
 #      a minute or more, once; atoll's own VMs do not use it: it gives QEMU VMs you start
 #      yourself the hybrid-vsock socket that `atoll --agent hvsock://...` reaches, and the
@@ -47,7 +47,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
-packages="qemu-system-x86 qemu-utils busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
+packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
 [ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3"
 missing_packages() {
     local p

@@ -22,6 +22,8 @@
 //!    - [`vmm`]: what a microVM runs on: QEMU's command line, its processes, QMP,
 //!      vhost-device-vsock, the agent's READY, the state files. Only [`sandbox`] and
 //!      [`template`] call it.
+//!    - [`jail`]: the one door every QEMU and network helper starts through (seccomp,
+//!      namespaces, no capabilities, a scrubbed environment, a cgroup per sandbox).
 //!    - [`client`]: [`client::Client`], the one typed client of the agent, and its
 //!      records (one file per area).
 //! 4. **Transport**: [`connect`] dials any [`atoll_proto::Address`] (vsock, hybrid vsock,
@@ -34,6 +36,7 @@ pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod connect;
+pub mod jail;
 pub mod mcp;
 pub mod output;
 pub mod sandbox;

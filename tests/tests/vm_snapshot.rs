@@ -264,7 +264,8 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
         qemu = new_dir.and_then(|d| {
             processes_mentioning(&d)
                 .into_iter()
-                .find(|p| p.contains("qemu-system"))
+                // QEMU itself, not the bwrap that jails it.
+                .find(|p| p.contains("qemu-system") && !p.contains("bwrap"))
                 .map(|p| p.split(':').next().unwrap().to_string())
         });
         qemu.is_some()

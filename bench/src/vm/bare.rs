@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use atoll::sandbox::CreateOptions;
 use atoll::vmm::agent_link::PORT_SOCKET;
 use atoll::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
-use atoll::vmm::process::{find_in_path, spawn_detached};
+use atoll::vmm::process::find_in_path;
 use atoll::vmm::state::Paths;
 use atoll::vmm::template;
 use atoll::vmm::template::Template;
@@ -102,7 +102,7 @@ impl BareVm {
             ram: GuestRam::Fresh,
         };
         let t = Instant::now();
-        let mut qemu = spawn_detached(&self.qemu, &launcher::qemu_args(&spec), &paths.qemu_log)?;
+        let mut qemu = spawn_bare(&self.qemu, &launcher::qemu_args(&spec), &paths.qemu_log)?;
         let port = dir.join(PORT_SOCKET);
         let ready = async {
             // QEMU makes the chardev socket as it starts, before the guest runs.
@@ -171,6 +171,22 @@ fn newc_entry(out: &mut Vec<u8>, name: &str, mode: u32, data: &[u8]) {
     out.resize(out.len().next_multiple_of(4), 0);
     out.extend_from_slice(data);
     out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// QEMU as a bare process (no jail: this is the yardstick the jailed path is measured
+/// against), output appended to `log`.
+fn spawn_bare(
+    program: &std::path::Path,
+    args: &[String],
+    log: &std::path::Path,
+) -> std::io::Result<tokio::process::Child> {
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(log);
+    tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(open()?)
+        .stderr(open()?)
+        .spawn()
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
         return Ok(0);
     }
     let text = format!(
-        "agent:    atoll-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch",
+        "agent:    atoll-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch\njail:     {}",
         i.agent_version,
         client.address(),
         if i.pid1 { " (pid 1)" } else { "" },
@@ -29,6 +29,7 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
         human_bytes(i.disk_free_bytes),
         human_bytes(i.disk_total_bytes),
         i.time_unix_ms,
+        crate::sandbox::jail_status(),
     );
     ctx.out.text(&text)?;
     Ok(0)

@@ -241,17 +241,20 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
     // creator could finish and report a sandbox that is about to go.
     let force = force || !record.ready;
     if let Some(qemu) = record.qemu.filter(|p| p.is_alive()) {
+        let monitor = crate::jail::monitor_of(&qemu);
         // A paused QEMU neither answers QMP nor acts on SIGTERM until it runs again.
         qemu.thaw();
         let asked = !force && qmp::run(&record.paths.qmp_socket, "quit").await.is_ok();
         if !(asked && qemu.wait_gone(QUIT_GRACE).await) {
             qemu.kill().await;
         }
+        crate::jail::end_monitor(monitor).await;
     }
     if let Some(vhost) = record.vhost {
         if force { vhost.kill().await } else { vhost.terminate(VHOST_GRACE).await }
     }
     crate::sandbox::network::lifecycle::stop(record.net_helper, force).await;
+    crate::jail::cgroup::remove(&record.id);
 }
 
 pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{SandboxError, SandboxInfo};
 use crate::vmm::launcher::{self, GuestRam, QEMU, VmSpec};
-use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
+use crate::vmm::process::{ProcRef, find_in_path};
 use crate::vmm::state::{self, Paths, Record, StateLock};
 use crate::vmm::template::{self, DEFAULT_TEMPLATE};
 use crate::vmm::{dirs, watchdog};
@@ -136,7 +136,9 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
     check_disk(opts.storage.disk_bytes, &template)?;
-    let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
+    // Missing programs are reported before anything is allocated.
+    find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
+    find_in_path(crate::jail::BWRAP).map_err(launcher::LaunchError::from)?;
     let accel = launcher::probe_accel();
     step("template loaded, programs found, accelerator probed");
 
@@ -183,10 +185,10 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         storage: &opts.storage,
         ram: GuestRam::Fresh,
     };
-    let mut qemu_child = spawn_detached(&qemu, &launcher::qemu_args(&spec), &paths.qemu_log)
-        .map_err(launcher::LaunchError::from)?;
-    let qemu_pid = qemu_child.id().unwrap_or(0);
-    guard.set(|r| r.qemu = ProcRef::of(qemu_pid));
+    let jailed = crate::jail::start_qemu(&spec, false).await?;
+    let mut qemu_child = jailed.child;
+    let qemu_pid = jailed.qemu.pid;
+    guard.set(|r| r.qemu = Some(jailed.qemu));
     guard.save()?;
     step("QEMU spawned");
 
@@ -308,11 +310,12 @@ impl Drop for Cleanup {
             return;
         }
         let record = &self.record;
-        for p in record.processes() {
+        let monitors: Vec<ProcRef> = record.qemu.iter().filter_map(crate::jail::monitor_of).collect();
+        for p in record.processes().chain(monitors.iter().copied()) {
             p.kill_now();
         }
         // Drop cannot await; the kernel ends SIGKILLed processes within moments.
-        for p in record.processes() {
+        for p in record.processes().chain(monitors.iter().copied()) {
             for _ in 0..200 {
                 if !p.is_alive() {
                     break;
@@ -320,6 +323,7 @@ impl Drop for Cleanup {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        crate::jail::cgroup::remove(&record.id);
         if let Err(e) = std::fs::remove_dir_all(&record.paths.dir) {
             tracing::warn!("could not remove {}: {e}", record.paths.dir.display());
         }

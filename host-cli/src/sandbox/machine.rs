@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use super::network::lifecycle::{self, RestoredNet};
 use super::{SandboxError, agent_address, own};
 use crate::client::{Client, ClientError};
-use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, QEMU, VmSpec};
+use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, VmSpec};
 use crate::vmm::migrate;
-use crate::vmm::process::{ProcRef, find_in_path, spawn_detached};
+use crate::vmm::process::ProcRef;
 use crate::vmm::qmp::Qmp;
 use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
@@ -33,7 +33,7 @@ pub(super) struct SavedVm {
 }
 
 /// Saves the VM of `record` (running, not frozen) into `staging`: the guest stopped,
-/// its whole state written by QEMU into a FIFO and split, as it arrives, into the
+/// its whole state written by QEMU into a pipe and split, as it arrives, into the
 /// device state (`memory.bin`) and guest RAM (`ram.bin`, see [`migrate::save_split`]), and
 /// its disk overlay copied when `copy_disk`. QEMU is left stopped; [`run_on`] lets it
 /// continue.
@@ -45,8 +45,7 @@ pub(super) async fn save(
     let mut qmp = Qmp::connect(&record.paths.qmp_socket).await?;
     let qemu_version = qemu_version(&mut qmp).await?;
     let memory_ram = (staging.memory(), staging.ram());
-    let split =
-        migrate::save_split(&mut qmp, &staging.full_stream(), GUEST_RAM, memory_ram, SAVE_LIMIT).await?;
+    let split = migrate::save_split(&mut qmp, GUEST_RAM, memory_ram, SAVE_LIMIT).await?;
     tracing::debug!(
         "save: {} MiB of guest RAM in ram.bin, {} MiB of zero pages left as holes",
         split.data >> 20,
@@ -86,7 +85,6 @@ pub(super) async fn bring_up(
     let started = Instant::now();
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
-    let qemu = find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
     persist(record)?;
@@ -107,11 +105,10 @@ pub(super) async fn bring_up(
         storage: &record.storage,
         ram: GuestRam::Snapshot(&ram),
     };
-    let args = migrate::restore_args(launcher::qemu_args(&spec));
     let _ = std::fs::remove_file(&record.paths.qmp_socket);
-    let mut child =
-        spawn_detached(&qemu, &args, &record.paths.qemu_log).map_err(launcher::LaunchError::from)?;
-    record.qemu = child.id().and_then(ProcRef::of);
+    let jailed = crate::jail::start_qemu(&spec, true).await?;
+    let mut child = jailed.child;
+    record.qemu = Some(jailed.qemu);
     persist(record)?;
     let mut qmp = connect_new(record, &mut child, limit).await?;
     step("QEMU answers");

@@ -72,6 +72,9 @@ pub enum SandboxError {
     /// Starting QEMU.
     #[error(transparent)]
     Launch(#[from] launcher::LaunchError),
+    /// QEMU's jail would not start it.
+    #[error(transparent)]
+    Jail(#[from] crate::jail::JailError),
     /// Talking to QEMU.
     #[error(transparent)]
     Qmp(#[from] qmp::QmpError),
@@ -352,10 +355,16 @@ pub(crate) fn reap_if_abandoned(record: &state::Record) {
     if !record.is_abandoned() {
         return;
     }
-    for p in record.processes().filter(process::ProcRef::is_alive) {
+    let monitors: Vec<process::ProcRef> = record.qemu.iter().filter_map(crate::jail::monitor_of).collect();
+    for p in record.processes().chain(monitors).filter(process::ProcRef::is_alive) {
         tracing::info!(sandbox = %record.name, pid = p.pid, "stopping a boot whose atoll create died");
         p.kill_now();
     }
+}
+
+/// What walls this host's sandboxes run in (seccomp, namespaces, cgroup), for `atoll info`.
+pub fn jail_status() -> String {
+    crate::jail::describe()
 }
 
 /// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's

@@ -1,6 +1,7 @@
 //! Saving a running VM to a file and starting one from it, over QMP.
 //!
-//! A save is QEMU's own migration stream (`migrate` to `exec:cat > FIFO`), with all of
+//! A save is QEMU's own migration stream (`migrate` to `fd:`, a pipe atoll hands QEMU
+//! over QMP; a load reads a file atoll opened the same way), with all of
 //! guest RAM in it; atoll splits guest RAM out into the snapshot's `ram.bin` as the
 //! stream arrives ([`super::stream_split`]), and a restore maps that file privately
 //! ([`super::launcher::GuestRam::Snapshot`]) and loads the rest. QEMU 7.2 can migrate
@@ -12,6 +13,7 @@
 //! byte stream for the VM's life, and a fresh port clears whatever the saved one held in
 //! both directions and gives the guest agent the event it reopens the port on.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -62,18 +64,18 @@ pub enum MigrateError {
     /// Splitting guest RAM out of the stream failed.
     #[error(transparent)]
     Split(#[from] super::stream_split::StreamSplitError),
-    /// The FIFO the stream goes through could not be made.
-    #[error("could not make the FIFO {} for the VM state; check the state directory's permissions", path.display())]
-    Fifo {
-        /// The FIFO.
+    /// The pipe the stream goes through could not be made.
+    #[error("could not make a pipe for the VM state; the process may be out of file descriptors")]
+    Pipe(#[source] std::io::Error),
+    /// The saved state could not be opened.
+    #[error("could not open the saved VM state {}", path.display())]
+    Open {
+        /// The file.
         path: PathBuf,
         /// What failed.
         #[source]
         source: std::io::Error,
     },
-    /// A path that cannot go on a shell command line.
-    #[error("the path {} holds a quote or a newline; use a state directory without them", .0.display())]
-    BadPath(PathBuf),
 }
 
 /// Whether QEMU has a device with the id `id`.
@@ -124,50 +126,48 @@ fn agent_port_device() -> Value {
     })
 }
 
-/// Stops the guest and writes its whole state, guest RAM included, to `file`
-/// (created or truncated). The VM is left stopped, its disks flushed and released:
+/// The name under which QEMU holds the descriptor of a save or a load (`getfd`).
+const MIGRATION_FD: &str = "atoll-migration";
+
+/// Stops the guest and writes its whole state, guest RAM included, into `to` (a pipe's
+/// write end, handed to QEMU over QMP: QEMU opens and spawns nothing, so its seccomp
+/// filter can forbid both). The VM is left stopped, its disks flushed and released:
 /// `cont` lets it run on.
-pub async fn save(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
-    let quoted = shell_quote(file)?;
+async fn save(qmp: &mut Qmp, to: OwnedFd, limit: Duration) -> Result<(), MigrateError> {
     qmp.execute("stop").await?;
     set_capabilities(qmp).await?;
-    // The default is 128 MiB/s; a local file takes what the disk gives.
+    // The default is 128 MiB/s; a local pipe takes what the reader takes.
     qmp.execute_with("migrate-set-parameters", json!({ "max-bandwidth": 64_i64 << 30 })).await?;
-    qmp.execute_with("migrate", json!({ "uri": format!("exec:cat > {quoted}") })).await?;
+    qmp.send_fd(MIGRATION_FD, to.as_fd()).await?;
+    // QEMU holds its own copy now; ours must go, or the reader never sees the end.
+    drop(to);
+    if let Err(e) = qmp.execute_with("migrate", json!({ "uri": format!("fd:{MIGRATION_FD}") })).await {
+        // A refused `migrate` leaves the descriptor with QEMU: take it back, so the
+        // reader sees the end.
+        let _ = qmp.execute_with("closefd", json!({ "fdname": MIGRATION_FD })).await;
+        return Err(e.into());
+    }
     wait_migration(qmp, "save", limit).await.map(drop)
 }
 
-/// [`save`]s into a new FIFO at `fifo` while [`super::stream_split`] reads it as it
-/// arrives, writing guest RAM (block `ram_block`) into `ram` and the rest into
-/// `memory`; the FIFO is removed afterwards. When the splitter could not write (a full
-/// disk, say), its error is the one returned: QEMU then only saw its pipe break.
+/// [`save`]s into a pipe while [`super::stream_split`] reads it as it arrives, writing
+/// guest RAM (block `ram_block`) into `ram` and the rest into `memory`. When the
+/// splitter could not write (a full disk, say), its error is the one returned: QEMU
+/// then only saw its pipe break.
 pub async fn save_split(
     qmp: &mut Qmp,
-    fifo: &Path,
     ram_block: &'static str,
     (memory, ram): (PathBuf, PathBuf),
     limit: Duration,
 ) -> Result<super::stream_split::Split, MigrateError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    rustix::fs::mknodat(rustix::fs::CWD, fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0)
-        .map_err(|e| MigrateError::Fifo { path: fifo.into(), source: e.into() })?;
-    let from = fifo.to_path_buf();
-    let splitter =
-        tokio::task::spawn_blocking(move || super::stream_split::split(&from, ram_block, &memory, &ram));
-    let saved = save(qmp, fifo, limit).await;
-    if saved.is_err() {
-        // The splitter may still wait for a writer to open the FIFO: be that writer,
-        // so that it reads an end and returns.
-        while !splitter.is_finished() {
-            let nonblock = rustix::fs::OFlags::NONBLOCK.bits().cast_signed();
-            if std::fs::File::options().write(true).custom_flags(nonblock).open(fifo).is_ok() {
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| MigrateError::Pipe(e.into()))?;
+    let from = PathBuf::from("(QEMU's migration stream)");
+    let splitter = tokio::task::spawn_blocking(move || {
+        super::stream_split::split_from(std::fs::File::from(read), &from, ram_block, &memory, &ram)
+    });
+    let saved = save(qmp, write, limit).await;
     let split = splitter.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    let _ = std::fs::remove_file(fifo);
     match (saved, split) {
         (_, Err(e @ super::stream_split::StreamSplitError::Write { .. })) => Err(e.into()),
         (Err(e), _) => Err(e),
@@ -176,11 +176,14 @@ pub async fn save_split(
 }
 
 /// Loads `file` into a QEMU started with [`restore_args`]; the guest stays stopped
-/// until `cont`.
+/// until `cont`. atoll opens the file and hands QEMU the descriptor (`fd:`).
 pub async fn load(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
-    let quoted = shell_quote(file)?;
+    let stream =
+        std::fs::File::open(file).map_err(|source| MigrateError::Open { path: file.into(), source })?;
     set_capabilities(qmp).await?;
-    qmp.execute_with("migrate-incoming", json!({ "uri": format!("exec:cat {quoted}") })).await?;
+    qmp.send_fd(MIGRATION_FD, stream.as_fd()).await?;
+    drop(stream);
+    qmp.execute_with("migrate-incoming", json!({ "uri": format!("fd:{MIGRATION_FD}") })).await?;
     wait_migration(qmp, "load", limit).await.map(drop)
 }
 
@@ -229,14 +232,6 @@ pub fn looks_like_stream(file: &Path) -> bool {
     std::fs::File::open(file).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == STREAM_MAGIC
 }
 
-fn shell_quote(path: &Path) -> Result<String, MigrateError> {
-    let s = path
-        .to_str()
-        .filter(|s| !s.contains(['\'', '\n']))
-        .ok_or_else(|| MigrateError::BadPath(path.into()))?;
-    Ok(format!("'{s}'"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,11 +247,5 @@ mod tests {
             assert_eq!(args[key].as_str(), Some(value), "{key}");
         }
         assert_eq!(args.as_object().unwrap().len(), line.split(',').count());
-    }
-
-    #[test]
-    fn quotes_paths_and_refuses_quotes() {
-        assert_eq!(shell_quote(Path::new("/a b/c")).unwrap(), "'/a b/c'");
-        assert!(shell_quote(Path::new("/a'b")).is_err());
     }
 }

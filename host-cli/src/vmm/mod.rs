@@ -11,7 +11,7 @@
 //! - [`dirs`]: where templates and sandbox state live.
 //! - [`template`]: reading `template.json`.
 //! - [`state`]: `sandbox.json` records, the state lock, id / name allocation.
-//! - [`process`]: starting detached processes, pid identity, killing.
+//! - [`process`]: pid identity, freezing, killing (starting is [`crate::jail`]'s).
 //! - [`launcher`]: QEMU's command line (guest RAM fresh or a snapshot's, mapped
 //!   privately), accelerator probe.
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.

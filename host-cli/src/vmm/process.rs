@@ -1,12 +1,11 @@
-//! The processes a sandbox owns (QEMU and its network helper): starting them in their
-//! own session, telling whether they still live, and ending them.
+//! The processes a sandbox owns (QEMU and its network helper): telling whether they
+//! still live, and ending them. They are started by [`crate::jail`], the one door.
 //!
 //! A process is recorded as its pid plus its start time (field 22 of
 //! `/proc/<pid>/stat`), so a pid reused by an unrelated process is never taken for
 //! ours, and never killed.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
@@ -189,35 +188,25 @@ fn is_executable(p: &Path) -> bool {
     p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Starts `program args` in a new session with stdin closed and stdout and stderr
-/// appended to `log`. The child is reaped by tokio if it ends while we run, and
-/// re-parented to init when we exit.
-pub fn spawn_detached(
-    program: &Path,
-    args: &[String],
-    log: &Path,
-) -> Result<tokio::process::Child, ProcessError> {
-    let open_log = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })
-    };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
-    // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent; it is
-    // the only thing run between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
-    }
-    let name = program.display().to_string();
-    cmd.spawn().map_err(|source| ProcessError::Spawn { program: name, source })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Stdio;
+
+    /// A child in its own session, as the jail starts them.
+    fn spawn_detached(
+        program: &Path,
+        args: &[String],
+        _log: &Path,
+    ) -> std::io::Result<tokio::process::Child> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
+        }
+        cmd.spawn()
+    }
 
     #[tokio::test]
     async fn tracks_and_kills_a_detached_child() {

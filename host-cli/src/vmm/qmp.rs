@@ -140,6 +140,53 @@ impl Qmp {
         }
     }
 
+    /// Hands `fd` to QEMU under `name` (`getfd`, the descriptor riding on the command
+    /// as `SCM_RIGHTS`), for a later `fd:NAME` (a migration URI, say): QEMU then never
+    /// has to open or spawn anything itself.
+    pub async fn send_fd(&mut self, name: &str, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), QmpError> {
+        use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+        let command = "getfd";
+        let line = format!("{}\n", json!({ "execute": command, "arguments": { "fdname": name } }));
+        let io = |source| QmpError::Io { command: command.into(), source };
+        let stream: &UnixStream = self.writer.as_ref();
+        // A descriptor rides on the first byte sent; the rest of the line follows.
+        let fds = [fd];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+        let first = loop {
+            stream.writable().await.map_err(io)?;
+            let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                rustix::net::sendmsg(
+                    stream,
+                    &[std::io::IoSlice::new(line.as_bytes())],
+                    &mut control,
+                    SendFlags::NOSIGNAL,
+                )
+                .map_err(std::io::Error::from)
+            });
+            match sent {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(io(e)),
+            }
+        };
+        self.writer.write_all(&line.as_bytes()[first..]).await.map_err(io)?;
+        loop {
+            let msg = self.read_message(command).await?;
+            if msg.get("return").is_some() {
+                return Ok(());
+            }
+            if let Some(err) = msg.get("error") {
+                let message = err.get("desc").and_then(Value::as_str).unwrap_or("no description").to_string();
+                return Err(QmpError::Refused { command: command.into(), message });
+            }
+            if let Some(name) = msg.get("event").and_then(Value::as_str) {
+                self.events.push(name.to_string());
+            }
+        }
+    }
+
     /// Whether the guest CPUs run: `query-status`'s `running`.
     pub async fn is_running(&mut self) -> Result<bool, QmpError> {
         let status = self.execute("query-status").await?;

@@ -28,8 +28,6 @@ pub const META_FILE: &str = "snapshot.json";
 pub const MEMORY_FILE: &str = "memory.bin";
 /// Guest RAM.
 pub const RAM_FILE: &str = "ram.bin";
-/// The FIFO QEMU's whole stream, guest RAM included, goes through to be split.
-const FULL_STREAM_FILE: &str = "stream.fifo";
 /// The disk overlay.
 pub const DISK_FILE: &str = "disk.qcow2";
 /// The version of this layout.
@@ -299,12 +297,6 @@ impl Staging {
     /// Where guest RAM goes.
     pub fn ram(&self) -> PathBuf {
         self.dir.join(RAM_FILE)
-    }
-
-    /// The FIFO QEMU writes its whole stream into, to be split into [`Self::memory`]
-    /// and [`Self::ram`] as it arrives (removed afterwards).
-    pub fn full_stream(&self) -> PathBuf {
-        self.dir.join(FULL_STREAM_FILE)
     }
 
     /// Where the disk overlay goes.

@@ -160,6 +160,17 @@ pub enum StreamSplitError {
 /// length with its pages). Both outputs are created new; on error neither is left.
 pub fn split(full: &Path, block: &str, stream: &Path, ram: &Path) -> Result<Split, StreamSplitError> {
     let input = File::open(full).map_err(|source| StreamSplitError::Read { path: full.into(), source })?;
+    split_from(input, full, block, stream, ram)
+}
+
+/// [`split`] reading an open stream (a pipe QEMU writes into); `full` names it in errors.
+pub fn split_from(
+    input: File,
+    full: &Path,
+    block: &str,
+    stream: &Path,
+    ram: &Path,
+) -> Result<Split, StreamSplitError> {
     let mut created = Created(Vec::new());
     let out = created.create(stream)?;
     let ram_file = created.create(ram)?;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{self, NetConfig};
 use super::spec::NetworkMode;
-use crate::vmm::process::{ProcRef, ProcessError, spawn_detached};
+use crate::vmm::process::ProcRef;
 
 /// How long the helper may take to be ready.
 const READY_WAIT: Duration = Duration::from_secs(10);
@@ -25,7 +25,7 @@ pub enum HelperStartError {
     OwnPath(#[source] std::io::Error),
     /// It would not start.
     #[error(transparent)]
-    Spawn(#[from] ProcessError),
+    Spawn(#[from] crate::jail::JailError),
     /// `net.json` could not be written.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
@@ -55,7 +55,7 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<tokio::process::Chil
     NetConfig { ports: Vec::new(), ..config.clone() }.save(dir)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
-    Ok(spawn_detached(&exe, &args, &config::helper_log_path(dir))?)
+    Ok(crate::jail::start_helper(&exe, &args, &config::helper_log_path(dir))?)
 }
 
 /// Waits until the helper's control socket exists.

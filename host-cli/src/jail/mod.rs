@@ -1,0 +1,252 @@
+//! One jail, one door: every process atoll starts for a sandbox (QEMU for a boot, a
+//! template snapshot restore, a fork, an unpark, a snapshot restore; the network
+//! helper) starts here, so no start path can forget a wall. Like Firecracker's jailer,
+//! a small module with one job; docs/security.md says what each wall stops and what
+//! it does not.
+//!
+//! - [`env`]: the scrubbed environment (no host token or key reaches QEMU or the helper).
+//! - [`namespaces`]: QEMU's view of the host, built by `bwrap`: its own mount, PID, IPC,
+//!   UTS and network namespaces, no capabilities, and only the files it needs bound in
+//!   (shared folders with what host tools run bound read-only over them).
+//! - [`cgroup`]: a cgroup per sandbox (memory, pids, CPU weight), v2 or v1.
+//! - [`user`]: who QEMU runs as (never root when atoll is: the shares' owner or the
+//!   `atoll` system user), and the few files handed to it.
+//!
+//! QEMU also runs under its own seccomp filter ([`SECCOMP`]); saves and loads hand it
+//! descriptors over QMP (`vmm::migrate`), so it never needs to spawn or open them.
+
+pub mod cgroup;
+pub mod env;
+pub mod namespaces;
+pub mod user;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::vmm::launcher::{self, VmSpec};
+use crate::vmm::process::{ProcRef, ProcessError, find_in_path};
+
+/// QEMU's own seccomp filter: no obsolete calls, no set*id, no fork/exec, no
+/// scheduler or CPU-affinity changes.
+pub const SECCOMP: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+/// The namespace tool.
+pub const BWRAP: &str = "bwrap";
+/// How long `bwrap` may take to say which pid QEMU has.
+const INFO_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a jailed process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    /// A program is missing or would not start.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The pipe bwrap reports QEMU's pid on could not be made.
+    #[error("could not make a pipe for the jail; the process may be out of file descriptors")]
+    Pipe(#[source] std::io::Error),
+    /// bwrap did not say which pid QEMU has.
+    #[error("the jail (bwrap) did not start QEMU: {why}; QEMU's log says: {log}")]
+    NoPid {
+        /// What happened.
+        why: String,
+        /// The end of QEMU's log (bwrap writes its own errors there too).
+        log: String,
+    },
+    /// QEMU's user could not be set up.
+    #[error(transparent)]
+    User(#[from] user::UserError),
+    /// The sandbox's cgroup could not be made.
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
+}
+
+/// A jailed QEMU: the `bwrap` process that watches it (it ends when QEMU ends, with
+/// QEMU's status), and QEMU's own pid, which is what is signalled, paused and watched.
+#[derive(Debug)]
+pub struct JailedQemu {
+    /// The watching bwrap.
+    pub child: tokio::process::Child,
+    /// QEMU itself.
+    pub qemu: ProcRef,
+}
+
+/// Starts QEMU for `spec` in its jail, detached (its own session; it outlives this
+/// command), stdout and stderr appended to the sandbox's `qemu.log`. `restore`: QEMU
+/// waits stopped for a saved state (`-incoming defer`).
+pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, JailError> {
+    let qemu = find_in_path(launcher::QEMU)?;
+    let bwrap = find_in_path(BWRAP)?;
+    let mut qemu_args = launcher::qemu_args(spec);
+    qemu_args.extend(["-sandbox".into(), SECCOMP.into()]);
+    if restore {
+        qemu_args = crate::vmm::migrate::restore_args(qemu_args);
+    }
+    let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
+    let (info_read, info_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
+    let run_as = user::for_qemu(spec.storage)?;
+    if let Some(run_as) = run_as {
+        grant_files(spec, run_as)?;
+    }
+    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as);
+    args.push(qemu.display().to_string());
+    args.extend(qemu_args);
+    let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
+    let log = &spec.paths.qemu_log;
+    let child = spawn(&bwrap, &args, log, env::qemu(), Some(&info_write), procs)?;
+    drop(info_write);
+    let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let pid = pid.map_err(|why| JailError::NoPid { why, log: launcher::tail(log, 5) })?;
+    let qemu = ProcRef::of(pid).ok_or_else(|| JailError::NoPid {
+        why: format!("QEMU (pid {pid}) ended at once"),
+        log: launcher::tail(log, 5),
+    })?;
+    Ok(JailedQemu { child, qemu })
+}
+
+/// The `bwrap` watching a jailed QEMU (its parent, which ends once QEMU has), while
+/// both run: whoever ends QEMU waits for it too, so nothing of the sandbox is left.
+pub fn monitor_of(qemu: &ProcRef) -> Option<ProcRef> {
+    if !qemu.is_alive() {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", qemu.pid)).ok()?;
+    // Field 4 (ppid) comes after the command name, which is in parentheses.
+    let ppid: u32 = stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()?;
+    let comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).ok()?;
+    if comm.trim() == BWRAP { ProcRef::of(ppid) } else { None }
+}
+
+/// Waits for the watcher of a QEMU that was just ended to follow it, and kills it if
+/// it does not (it was stopped, say).
+pub async fn end_monitor(monitor: Option<ProcRef>) {
+    let Some(m) = monitor else { return };
+    // It follows within a few milliseconds; `kill` waits for it, so poll finely.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while m.is_alive() {
+        if Instant::now() >= deadline {
+            m.kill().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Hands QEMU's user what it opens itself: the sandbox directory (to make its sockets
+/// in), the disk overlay, the console log, the NIC's socket and a restore's guest RAM.
+fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
+    let p = spec.paths;
+    user::grant(&p.dir, run_as, 0o1770)?;
+    if !p.console_log.exists() {
+        std::fs::File::create(&p.console_log)
+            .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
+    }
+    let mut files = vec![p.console_log.clone()];
+    files.extend(p.overlay.iter().filter(|o| o.exists()).cloned());
+    if spec.network {
+        files.push(crate::sandbox::network::config::frames_path(&p.dir));
+    }
+    if let launcher::GuestRam::Snapshot(ram) = spec.ram {
+        files.push(ram.to_path_buf());
+    }
+    for f in files {
+        user::grant(&f, run_as, 0o660)?;
+    }
+    Ok(())
+}
+
+/// Starts the network helper (`exe args`) detached with the scrubbed environment. It
+/// needs the host's network, so it keeps the host's namespaces.
+pub fn start_helper(exe: &Path, args: &[String], log: &Path) -> Result<tokio::process::Child, JailError> {
+    spawn(exe, args, log, env::helper(), None, Vec::new())
+}
+
+/// bwrap's `--info-fd` report: `{"child-pid": N, ...}` once the sandbox runs.
+fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
+    use rustix::event::{PollFd, PollFlags};
+    let deadline = Instant::now() + INFO_WAIT;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&text)
+            && let Some(pid) = v.get("child-pid").and_then(serde_json::Value::as_u64)
+        {
+            return u32::try_from(pid).map_err(|_| format!("bwrap reported pid {pid}"));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no pid reported within {} s", INFO_WAIT.as_secs()));
+        }
+        let mut fds = [PollFd::new(&from, PollFlags::IN)];
+        let timeout = rustix::event::Timespec::try_from(left).ok();
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+            Ok(_) => {}
+            Err(e) => return Err(format!("waiting for bwrap's report failed: {e}")),
+        }
+        match rustix::io::read(&from, &mut buf) {
+            Ok(0) => return Err("bwrap exited before it started QEMU".into()),
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(format!("reading bwrap's report failed: {e}")),
+        }
+    }
+}
+
+/// Starts `program args` in a new session with stdin closed, stdout and stderr
+/// appended to `log`, exactly the environment `env`, `keep` (a descriptor the child
+/// inherits) left open across exec, and the child moved into the cgroups whose
+/// `cgroup.procs` are `procs` before it runs anything.
+fn spawn(
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    env: Vec<(String, String)>,
+    keep: Option<&OwnedFd>,
+    procs: Vec<OwnedFd>,
+) -> Result<tokio::process::Child, JailError> {
+    let open_log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })
+    };
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
+    let keep = keep.map(AsRawFd::as_raw_fd);
+    let proc_fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
+    // SAFETY: only async-signal-safe calls run between fork and exec (setsid, fcntl,
+    // write on descriptors opened before the fork); nothing allocates or takes a lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid().map_err(std::io::Error::from)?;
+            for &fd in &proc_fds {
+                // `0` is the writing process: the child, and so everything it starts.
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                rustix::io::write(fd, b"0").map_err(std::io::Error::from)?;
+            }
+            if let Some(fd) = keep {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
+    let name = program.display().to_string();
+    let child = cmd.spawn().map_err(|source| ProcessError::Spawn { program: name, source })?;
+    drop(procs);
+    Ok(child)
+}
+
+/// What the jail can apply on this host, for `atoll info`.
+pub fn describe() -> String {
+    let ns = match find_in_path(BWRAP) {
+        Ok(_) => "own mount/pid/ipc/uts/net namespaces (bwrap), no capabilities",
+        Err(_) => "bwrap missing: QEMU cannot start (install bubblewrap)",
+    };
+    format!("seccomp ({SECCOMP}); {ns}; {}", cgroup::describe())
+}

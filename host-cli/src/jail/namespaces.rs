@@ -1,0 +1,243 @@
+//! QEMU's view of the host, as `bwrap` (Debian's bubblewrap) builds it: new mount, PID,
+//! IPC, UTS, cgroup and network namespaces (its NIC and its agent link are Unix sockets
+//! in the sandbox directory, so an empty network namespace is enough), no capabilities,
+//! and a root with nothing in it but QEMU's own programs, libraries and firmware
+//! (`/usr`, read-only), a minimal `/dev` and `/proc`, the sandbox directory, the
+//! template's files and the shared folders. Every bind bwrap makes is `nosuid,nodev`.
+//!
+//! In a read-write shared folder, what host tools run without being asked is bound
+//! read-only over it ([`PROTECTED`]), and `.git` is bound onto itself so that the guest
+//! can neither rename it away nor remove it (a mount point cannot be renamed), while
+//! its objects, refs and index stay writable and the guest can still commit.
+//!
+//! bwrap runs with `--as-pid-1`: QEMU itself is PID 1 of its namespace and the pid
+//! bwrap reports, so `kill`, `pause` (SIGSTOP, which the kernel delivers to a
+//! namespace's init from outside) and the watchdog act on QEMU. No `--die-with-parent`:
+//! a sandbox outlives the command that started it.
+
+use std::path::{Path, PathBuf};
+
+use crate::vmm::launcher::{Accel, GuestRam, VmSpec};
+
+/// What host tools (git, editors, IDEs) read and act on without being asked, relative
+/// to a shared folder; each that exists is bound read-only over a read-write share.
+/// docs/security.md says why each is here.
+pub const PROTECTED: &[&str] =
+    &[".git/config", ".git/hooks", ".git/info", ".vscode", ".idea", ".devcontainer"];
+
+/// How a path is bound into QEMU's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read-only.
+    Read,
+    /// Read-write.
+    Write,
+    /// A device node (`/dev/kvm`).
+    Device,
+}
+
+/// One path of the host shown to QEMU, at the same path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// The host path.
+    pub path: PathBuf,
+    /// How.
+    pub access: Access,
+}
+
+/// What QEMU of `spec` sees besides `/usr`, `/dev` and `/proc`, parents before what is
+/// bound inside them.
+pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
+    let bind = |path: &Path, access| Bind { path: path.to_path_buf(), access };
+    let mut out = vec![bind(&spec.paths.dir, Access::Write)];
+    let t = spec.template;
+    out.push(bind(&t.kernel, Access::Read));
+    out.extend(t.initrd.iter().map(|p| bind(p, Access::Read)));
+    // The root filesystem image is the overlay's backing file, read-only.
+    out.extend(t.rootfs.iter().map(|p| bind(p, Access::Read)));
+    if let GuestRam::Snapshot(ram) = spec.ram {
+        // QEMU 7.2 opens a memory-backend-file read-write even with share=off (its
+        // `readonly` maps guest RAM read-only), so the file is bound read-write; it
+        // maps it privately and never writes it (docs/security.md: not defended).
+        out.push(bind(ram, Access::Write));
+    }
+    if spec.accel == Accel::Kvm {
+        out.push(bind(Path::new("/dev/kvm"), Access::Device));
+    }
+    for m in &spec.storage.mounts {
+        if m.read_only {
+            out.push(bind(&m.host, Access::Read));
+            continue;
+        }
+        out.push(bind(&m.host, Access::Write));
+        let git = m.host.join(".git");
+        match std::fs::symlink_metadata(&git) {
+            // A directory: bound onto itself, so it cannot be renamed or removed.
+            Ok(meta) if meta.is_dir() => out.push(bind(&git, Access::Write)),
+            // A file (`gitdir: PATH` of a worktree or submodule): where git looks.
+            Ok(meta) if meta.is_file() => out.push(bind(&git, Access::Read)),
+            _ => {}
+        }
+        for rel in PROTECTED {
+            let p = m.host.join(rel);
+            // A symlink is not followed: it is shown as it is, read-only, only if it
+            // is a real file or directory.
+            if std::fs::symlink_metadata(&p).is_ok_and(|meta| meta.is_dir() || meta.is_file()) {
+                out.push(bind(&p, Access::Read));
+            }
+        }
+    }
+    // Shallower first: a bind inside another must come after it, or it is hidden.
+    out.sort_by_key(|b| b.path.components().count());
+    out
+}
+
+/// bwrap's arguments for QEMU of `spec`, up to (not including) the program; bwrap
+/// writes QEMU's pid as JSON to `info_fd`.
+pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::RunAs>) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--as-pid-1",
+        "--hostname",
+        "atoll",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+    .map(String::from)
+    .to_vec();
+    if !rustix::process::geteuid().is_root() {
+        // An ordinary user makes namespaces inside a user namespace of its own.
+        a.push("--unshare-user".into());
+    }
+    for top in ["/lib", "/lib64", "/bin", "/sbin"] {
+        match std::fs::read_link(top) {
+            Ok(target) => a.extend(["--symlink".into(), target.display().to_string(), top.into()]),
+            Err(_) if Path::new(top).is_dir() => a.extend(["--ro-bind".into(), top.into(), top.into()]),
+            Err(_) => {}
+        }
+    }
+    a.extend(["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"].map(String::from));
+    a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
+    let binds = binds(spec);
+    // Every directory on the way to a bind, made searchable by anyone: bwrap would make
+    // them 0700, which only root could pass.
+    let mut ancestors: Vec<&Path> = binds.iter().flat_map(|b| b.path.ancestors().skip(1)).collect();
+    ancestors.retain(|p| p.components().count() > 1 && !p.starts_with("/usr") && !p.starts_with("/dev"));
+    ancestors.sort_by_key(|p| (p.components().count(), p.to_path_buf()));
+    ancestors.dedup();
+    for dir in ancestors {
+        a.extend(["--perms".into(), "0755".into(), "--dir".into(), dir.display().to_string()]);
+    }
+    for b in &binds {
+        let flag = match b.access {
+            Access::Read => "--ro-bind",
+            Access::Write => "--bind",
+            Access::Device => "--dev-bind",
+        };
+        let path = b.path.display().to_string();
+        a.extend([flag.into(), path.clone(), path]);
+    }
+    a.extend(["--info-fd".into(), info_fd.to_string()]);
+    match run_as {
+        // setpriv (util-linux, in /usr) changes the uid and then drops every capability
+        // bwrap kept for it; bwrap's --cap-drop would leave it unable to.
+        Some(r) => a.extend([
+            "setpriv".into(),
+            "--reuid".into(),
+            r.uid.to_string(),
+            "--regid".into(),
+            r.gid.to_string(),
+            "--groups".into(),
+            groups(spec, r),
+            "--bounding-set".into(),
+            "-all".into(),
+            "--inh-caps".into(),
+            "-all".into(),
+            "--no-new-privs".into(),
+            "--".into(),
+        ]),
+        None => a.extend(["--cap-drop".into(), "ALL".into()]),
+    }
+    a
+}
+
+/// The supplementary groups of an unprivileged QEMU: `atoll`, and under KVM the group
+/// that may open `/dev/kvm`.
+fn groups(spec: &VmSpec<'_>, run_as: super::user::RunAs) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let kvm = (spec.accel == Accel::Kvm).then(|| std::fs::metadata("/dev/kvm").ok()).flatten();
+    match kvm.map(|m| m.gid()).filter(|&g| g != 0 && g != run_as.atoll_gid) {
+        Some(g) => format!("{},{g}", run_as.atoll_gid),
+        None => run_as.atoll_gid.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vmm::state::Paths;
+    use crate::vmm::storage::{Mount, Storage};
+    use crate::vmm::template::{InitKind, Template};
+
+    #[test]
+    fn a_read_write_share_gets_its_git_and_editor_files_read_only() {
+        let d = tempfile::tempdir().unwrap();
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+        std::fs::write(repo.join(".git/config"), "").unwrap();
+        std::fs::create_dir_all(repo.join(".vscode")).unwrap();
+        let ro = d.path().join("ro");
+        std::fs::create_dir_all(ro.join(".git")).unwrap();
+        let t = Template {
+            name: "t".into(),
+            kernel: "/t/vmlinux".into(),
+            initrd: None,
+            rootfs: Some("/t/rootfs.ext4".into()),
+            cmdline: String::new(),
+            init: InitKind::Agent,
+        };
+        let paths = Paths::in_dir(Path::new("/s/id"), true);
+        let storage = Storage {
+            mounts: vec![
+                Mount { host: repo.clone(), guest: "/work".into(), read_only: false },
+                Mount { host: ro.clone(), guest: "/ro".into(), read_only: true },
+            ],
+            disk_bytes: None,
+        };
+        let spec = VmSpec {
+            id: "id",
+            name: "n",
+            template: &t,
+            memory_mib: 256,
+            cpus: 1,
+            accel: Accel::Tcg,
+            paths: &paths,
+            network: false,
+            storage: &storage,
+            ram: GuestRam::Fresh,
+        };
+        let b = binds(&spec);
+        let access = |p: PathBuf| b.iter().find(|x| x.path == p).map(|x| x.access);
+        assert_eq!(access(repo.clone()), Some(Access::Write));
+        assert_eq!(access(repo.join(".git")), Some(Access::Write), "bound onto itself: no rename");
+        assert_eq!(access(repo.join(".git/config")), Some(Access::Read));
+        assert_eq!(access(repo.join(".git/hooks")), Some(Access::Read));
+        assert_eq!(access(repo.join(".vscode")), Some(Access::Read));
+        assert_eq!(access(repo.join(".idea")), None, "only what exists is bound");
+        assert_eq!(access(ro.clone()), Some(Access::Read));
+        assert_eq!(access(ro.join(".git")), None, "a read-only share needs nothing more");
+        let at = |p: PathBuf| b.iter().position(|x| x.path == p).unwrap();
+        assert!(
+            at(repo.clone()) < at(repo.join(".git")) && at(repo.join(".git")) < at(repo.join(".git/config"))
+        );
+        let args = bwrap_args(&spec, 7, None);
+        assert!(!args.iter().any(|a| a == "--die-with-parent"), "a sandbox outlives its command");
+        assert!(args.windows(2).any(|w| w[0] == "--info-fd" && w[1] == "7"));
+        assert!(args.iter().any(|a| a == "--unshare-net") && args.iter().any(|a| a == "--as-pid-1"));
+    }
+}
