@@ -73,6 +73,18 @@ impl ExecSpec {
         }
     }
 
+    /// This spec with `defaults` filled in where it says nothing: its own env entries,
+    /// cwd and user win.
+    pub fn with_defaults(&self, defaults: &crate::vmm::template::CommandDefaults) -> ExecSpec {
+        let mut spec = self.clone();
+        let mut env = defaults.env.clone();
+        env.extend(spec.env);
+        spec.env = env;
+        spec.cwd = spec.cwd.or_else(|| defaults.cwd.clone());
+        spec.user = spec.user.or_else(|| defaults.user.clone());
+        spec
+    }
+
     pub(crate) fn command(&self) -> pb::Command {
         let (shell, argv) = match &self.program {
             Program::Shell(s) => (s.clone(), Vec::new()),

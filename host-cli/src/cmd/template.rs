@@ -28,9 +28,24 @@ pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
 
 async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     template::check_name(&a.name)?;
+    let (source, from) = match (&a.from, &a.image) {
+        (Some(from), _) => (Source::detect(from)?, from.display().to_string()),
+        (None, Some(reference)) => {
+            let fetch = template::image::FetchOptions {
+                insecure: a.insecure_registry,
+                auth_file: a.registry_auth.clone(),
+            };
+            eprintln!("atoll: fetching image {reference}");
+            let r = reference.clone();
+            let fetched = tokio::task::spawn_blocking(move || template::image::fetch(&r, &fetch)).await??;
+            let from = format!("image {reference} ({})", fetched.digest);
+            (Source::Image(Box::new(fetched)), from)
+        }
+        (None, None) => unreachable!("clap requires --from or --image"),
+    };
     let opts = BuildOptions {
         name: a.name,
-        source: Source::detect(&a.from)?,
+        source,
         init: match a.init {
             InitArg::Agent => InitKind::Agent,
             InitArg::Systemd => InitKind::Systemd,
@@ -38,7 +53,7 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         size: a.size,
         force: a.force,
     };
-    eprintln!("atoll: building template `{}` from {}", opts.name, a.from.display());
+    eprintln!("atoll: building template `{}` from {from}", opts.name);
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
     let name = built.template.name.clone();
     let mut text = format!(

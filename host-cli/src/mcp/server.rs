@@ -117,7 +117,8 @@ impl AtollMcp {
         if let Some(client) = self.kept().get(&addr) {
             return Ok(client.clone());
         }
-        let client = Client::connect(&addr, self.connect_timeout).await?;
+        let defaults = crate::sandbox::command_defaults(&addr);
+        let client = Client::connect(&addr, self.connect_timeout).await?.with_defaults(defaults);
         self.kept().insert(addr, client.clone());
         Ok(client)
     }
