@@ -49,6 +49,15 @@ pub enum TemplateCommand {
     Rm(TemplateRmArgs),
 }
 
+/// `atoll image ...`: the cache of image layers `atoll template build --image` fills.
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// List the images fetched and the cache's size.
+    Ls,
+    /// Empty the cache (templates keep working: their disk holds the files).
+    Prune,
+}
+
 /// `atoll template save`.
 #[derive(Debug, Args)]
 pub struct SaveArgs {

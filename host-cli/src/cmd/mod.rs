@@ -111,6 +111,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Template(cmd) => template::run(&ctx, cmd).await,
+        Command::Image(cmd) => template::image(&ctx, cmd),
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,
     }

@@ -26,6 +26,37 @@ pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
     }
 }
 
+/// Runs one `atoll image` subcommand.
+pub(crate) fn image(ctx: &Ctx, cmd: crate::cli::ImageCommand) -> Result<u8> {
+    match cmd {
+        crate::cli::ImageCommand::Ls => {
+            let listing = template::image::cached()?;
+            let mut text = String::new();
+            for i in &listing.images {
+                let _ = writeln!(
+                    text,
+                    "{}  {}  {} layer{}  {}",
+                    template::image::escape_controls(&i.reference),
+                    i.digest,
+                    i.layers.len(),
+                    if i.layers.len() == 1 { "" } else { "s" },
+                    human_bytes(i.bytes)
+                );
+            }
+            let _ = writeln!(text, "cache: {}", human_bytes(listing.total_bytes));
+            print(ctx, &listing, &text)
+        }
+        crate::cli::ImageCommand::Prune => {
+            let freed = template::image::prune()?;
+            print(
+                ctx,
+                &serde_json::json!({ "freed_bytes": freed }),
+                &format!("freed {}\n", human_bytes(freed)),
+            )
+        }
+    }
+}
+
 async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     template::check_name(&a.name)?;
     let (source, from) = match (&a.from, &a.image) {

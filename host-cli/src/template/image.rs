@@ -166,7 +166,103 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
         let tail = lines[lines.len().saturating_sub(4)..].join("\n");
         return Err(ImageError::Fetch { reference: reference.into(), stderr: escape_controls(&tail) });
     }
-    read_layout(reference, layout.path(), &blobs)
+    let fetched = read_layout(reference, layout.path(), &blobs)?;
+    remember(&fetched);
+    Ok(fetched)
+}
+
+/// One image in the cache, as `atoll image ls` shows it.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct CachedImage {
+    /// The reference it was fetched as.
+    pub reference: String,
+    /// Its manifest's digest.
+    pub digest: String,
+    /// Its layers' digests, bottom first.
+    pub layers: Vec<String>,
+    /// When it was last fetched (Unix seconds).
+    pub fetched_unix: u64,
+    /// Bytes its layers take in the cache (shared layers counted in each image).
+    #[serde(default)]
+    pub bytes: u64,
+}
+
+/// What the cache holds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CacheListing {
+    /// The images fetched, by reference.
+    pub images: Vec<CachedImage>,
+    /// Bytes of every blob in the cache.
+    pub total_bytes: u64,
+}
+
+fn refs_dir() -> Result<PathBuf, ImageError> {
+    Ok(dirs::data_dir()?.join("images/refs"))
+}
+
+/// Notes what was fetched as `reference` (best effort: the listing only).
+fn remember(f: &Fetched) {
+    let Ok(dir) = refs_dir() else { return };
+    let record = CachedImage {
+        reference: f.reference.clone(),
+        digest: f.digest.clone(),
+        layers: f
+            .layers
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| format!("sha256:{}", n.to_string_lossy())))
+            .collect(),
+        fetched_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        bytes: 0,
+    };
+    let key: String = Sha256::digest(f.reference.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(
+        dir.join(format!("{key}.json")),
+        serde_json::to_vec_pretty(&record).unwrap_or_default(),
+    );
+}
+
+/// The images in the cache and its size.
+pub fn cached() -> Result<CacheListing, ImageError> {
+    let blobs = blob_dir()?.join("sha256");
+    let size = |hex: &str| std::fs::metadata(blobs.join(hex)).map_or(0, |m| m.len());
+    let mut images: Vec<CachedImage> = std::fs::read_dir(refs_dir()?)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| serde_json::from_slice::<CachedImage>(&std::fs::read(e.path()).ok()?).ok())
+        .map(|mut i| {
+            i.bytes = i.layers.iter().filter_map(|d| d.strip_prefix("sha256:")).map(size).sum();
+            i
+        })
+        .collect();
+    images.sort_by(|a, b| a.reference.cmp(&b.reference));
+    let total_bytes = std::fs::read_dir(&blobs)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    Ok(CacheListing { images, total_bytes })
+}
+
+/// Empties the cache (templates never need it: their image holds the files); returns
+/// the bytes freed. Do not run it while a build is fetching.
+pub fn prune() -> Result<u64, ImageError> {
+    let freed = cached()?.total_bytes;
+    let root = dirs::data_dir()?.join("images");
+    for sub in ["blobs", "refs", "tmp"] {
+        let path = root.join(sub);
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => return Err(ImageError::Cache { path, source }),
+        }
+    }
+    Ok(freed)
 }
 
 #[derive(Deserialize)]
@@ -298,7 +394,8 @@ fn tool_exists(tool: &str) -> bool {
         .unwrap_or(false)
 }
 
-fn escape_controls(s: &str) -> String {
+/// `s` with control characters (but newlines) escaped, for a terminal.
+pub fn escape_controls(s: &str) -> String {
     s.chars()
         .flat_map(
             |c| if c.is_control() && c != '\n' { c.escape_default().collect::<Vec<_>>() } else { vec![c] },

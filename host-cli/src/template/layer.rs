@@ -269,10 +269,10 @@ impl Layer<'_> {
             Err(Errno::NOENT) => {}
             Err(e) => return Err(errno(e)),
         }
-        let mtime = header.mtime().unwrap_or(0);
+        let mtime = i64::try_from(header.mtime().unwrap_or(0)).unwrap_or(i64::MAX);
         let times = rustix::fs::Timestamps {
-            last_access: rustix::fs::Timespec { tv_sec: mtime as i64, tv_nsec: 0 },
-            last_modification: rustix::fs::Timespec { tv_sec: mtime as i64, tv_nsec: 0 },
+            last_access: rustix::fs::Timespec { tv_sec: mtime, tv_nsec: 0 },
+            last_modification: rustix::fs::Timespec { tv_sec: mtime, tv_nsec: 0 },
         };
         match kind {
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
@@ -390,4 +390,160 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 /// A path for an error message: control characters escaped.
 fn escaped(p: &Path) -> String {
     p.to_string_lossy().chars().flat_map(char::escape_default).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    enum E<'a> {
+        Dir(&'a str),
+        File(&'a str, &'a [u8]),
+        Symlink(&'a str, &'a str),
+        /// A hard link whose names go into the header unchecked, as a hostile layer's.
+        RawHardLink(&'a [u8], &'a [u8]),
+        /// A file whose name goes into the header unchecked.
+        RawFile(&'a [u8]),
+    }
+
+    fn layer(dir: &Path, name: &str, entries: &[E<'_>]) -> PathBuf {
+        let path = dir.join(name);
+        let gz = flate2::write::GzEncoder::new(File::create(&path).unwrap(), flate2::Compression::fast());
+        let mut tar = tar::Builder::new(gz);
+        for e in entries {
+            let mut h = tar::Header::new_old();
+            h.set_uid(1000);
+            h.set_gid(1000);
+            h.set_size(0);
+            match e {
+                E::Dir(p) => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_mode(0o750);
+                    tar.append_data(&mut h, p, std::io::empty()).unwrap();
+                }
+                E::File(p, data) => {
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_mode(0o4755);
+                    h.set_size(data.len() as u64);
+                    tar.append_data(&mut h, p, *data).unwrap();
+                }
+                E::Symlink(p, t) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.set_mode(0o777);
+                    tar.append_link(&mut h, p, t).unwrap();
+                }
+                E::RawHardLink(p, t) => {
+                    h.set_entry_type(tar::EntryType::Link);
+                    h.set_mode(0o644);
+                    h.as_old_mut().name[..p.len()].copy_from_slice(p);
+                    h.as_old_mut().linkname[..t.len()].copy_from_slice(t);
+                    h.set_cksum();
+                    tar.append(&h, std::io::empty()).unwrap();
+                }
+                E::RawFile(p) => {
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_mode(0o644);
+                    h.as_old_mut().name[..p.len()].copy_from_slice(p);
+                    h.set_cksum();
+                    tar.append(&h, std::io::empty()).unwrap();
+                }
+            }
+        }
+        tar.into_inner().unwrap().finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn whiteouts_opaque_dirs_and_replacements_follow_the_oci_spec() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let lower = layer(
+            d.path(),
+            "l1",
+            &[
+                E::Dir("a/"),
+                E::File("a/gone", b"1"),
+                E::Dir("a/tree/"),
+                E::File("a/tree/x", b"1"),
+                E::Dir("o/"),
+                E::File("o/old", b"1"),
+                E::Dir("becomes-file/"),
+                E::File("becomes-file/x", b"1"),
+                E::Symlink("link", "/etc"),
+            ],
+        );
+        let upper = layer(
+            d.path(),
+            "l2",
+            &[
+                E::File("o/new", b"2"),
+                E::File("a/.wh.gone", b""),
+                E::File("a/.wh.tree", b""),
+                E::File("o/.wh..wh..opq", b""),
+                E::File("becomes-file", b"2"),
+                E::File("link", b"not through the link"),
+            ],
+        );
+        apply(&root, &lower).unwrap();
+        apply(&root, &upper).unwrap();
+        let names = |p: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(root.join(p))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert!(names("a").is_empty(), "{:?}", names("a"));
+        assert_eq!(names("o"), ["new"], "the opaque marker keeps the layer's own files, even earlier ones");
+        assert_eq!(std::fs::read(root.join("becomes-file")).unwrap(), b"2");
+        let link = std::fs::symlink_metadata(root.join("link")).unwrap();
+        assert!(link.is_file(), "a file replaces a symlink, never writes through it");
+        let meta = std::fs::metadata(root.join("o/new")).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (1000, 1000, 0o4755));
+    }
+
+    #[test]
+    fn hostile_entries_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"s").unwrap();
+        let cases: Vec<(&str, Vec<E<'_>>)> = vec![
+            ("dotdot", vec![E::RawFile(b"a/../../x")]),
+            ("absolute", vec![E::RawFile(b"/x")]),
+            ("hardlink-out", vec![E::RawHardLink(b"h", b"../outside/secret")]),
+            ("via-symlink", vec![E::Symlink("s", "../outside"), E::File("s/x", b"x")]),
+            ("hardlink-via-symlink", vec![E::Symlink("s", "../outside"), E::RawHardLink(b"h", b"s/secret")]),
+        ];
+        for (name, entries) in cases {
+            let root = d.path().join(format!("root-{name}"));
+            std::fs::create_dir(&root).unwrap();
+            let l = layer(d.path(), name, &entries);
+            let err = apply(&root, &l).unwrap_err();
+            assert!(matches!(err, LayerError::Hostile { .. }), "{name}: {err}");
+            assert!(err.to_string().contains("hostile entry"), "{name}: {err}");
+        }
+        let mut left: Vec<String> = std::fs::read_dir(&outside)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["secret"]);
+        assert!(!d.path().join("x").exists());
+        assert_eq!(std::fs::metadata(outside.join("secret")).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn other_compressions_are_named() {
+        let d = tempfile::tempdir().unwrap();
+        let l = d.path().join("l");
+        std::fs::write(&l, [0x28, 0xb5, 0x2f, 0xfd, 0, 0]).unwrap();
+        let err = apply(d.path(), &l).unwrap_err();
+        assert!(err.to_string().contains("zstd"), "{err}");
+    }
 }
