@@ -298,6 +298,33 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     assert!(out.status.success(), "build by digest: {}", text(&out.stderr));
     assert_eq!(entries_of(&blobs), cached, "nothing new was fetched");
     drop(registry);
+    // A `docker save` tarball (skopeo writes one from the layout): its layers are plain tar.
+    let archive = work.path().join("saved.tar");
+    let save = Command::new("skopeo")
+        .args(["copy", "--quiet"])
+        .arg(format!("oci:{}:1", layout.display()))
+        .arg(format!("docker-archive:{}:test/img:1", archive.display()))
+        .output()
+        .unwrap();
+    assert!(save.status.success(), "skopeo save: {}", text(&save.stderr));
+    let from_archive = format!("docker-archive:{}", archive.display());
+    let out = atoll(
+        data.path(),
+        &["--json", "template", "build", "--image", &from_archive, "--name", "t3", "--no-snapshot"],
+    );
+    assert!(out.status.success(), "build from docker-archive: {}", text(&out.stderr));
+    let built: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(built["template"]["defaults"]["cwd"], "/app/work", "{built}");
+    let ls = atoll(data.path(), &["--json", "image", "ls"]);
+    assert!(ls.status.success(), "{}", text(&ls.stderr));
+    let ls: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let refs: Vec<&str> =
+        ls["images"].as_array().unwrap().iter().map(|i| i["reference"].as_str().unwrap()).collect();
+    assert!(refs.contains(&image.as_str()) && refs.contains(&by_digest.as_str()), "{ls}");
+    assert!(ls["total_bytes"].as_u64().unwrap() > busybox.len() as u64 / 3, "{ls}");
+    let prune = atoll(data.path(), &["image", "prune"]);
+    assert!(prune.status.success(), "{}", text(&prune.stderr));
+    assert!(entries_of(&blobs).is_empty(), "prune empties the cache");
 
     // One boot: the layers' result and the config's defaults, through `atoll exec`.
     let a = Atoll::with_data_dir(data.path());
