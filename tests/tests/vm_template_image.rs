@@ -75,7 +75,7 @@ fn blob(dir: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
 
 /// An OCI layout at `dir` holding one image tagged `tag`: `layers` bottom first, with
 /// `env` and `workdir` in its config.
-fn oci_layout(dir: &Path, tag: &str, layers: &[Vec<u8>], env: &[&str], workdir: &str) {
+fn oci_layout(dir: &Path, tag: &str, layers: &[Vec<u8>], env: &[&str], workdir: &str, user: &str) {
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
     let mut descs = Vec::new();
     let mut diff_ids = Vec::new();
@@ -88,7 +88,7 @@ fn oci_layout(dir: &Path, tag: &str, layers: &[Vec<u8>], env: &[&str], workdir: 
     }
     let config = serde_json::json!({
         "architecture": "amd64", "os": "linux",
-        "config": { "Env": env, "WorkingDir": workdir },
+        "config": { "Env": env, "WorkingDir": workdir, "User": user },
         "rootfs": { "type": "layers", "diff_ids": diff_ids },
     });
     let config = blob(dir, "application/vnd.oci.image.config.v1+json", config.to_string().as_bytes());
@@ -186,7 +186,7 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
 
     // The image: a busybox root, then a layer that deletes /etc/gone and makes /opq opaque.
     let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
-    let applets = ["sh", "cat", "ls", "pwd", "env", "test"];
+    let applets = ["sh", "cat", "ls", "pwd", "env", "test", "id"];
     for a in &applets {
         base.push(Entry::Link(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
     }
@@ -194,6 +194,8 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
         Entry::Dir("etc/"),
         Entry::File("etc/gone", b"lower\n", 0o644),
         Entry::File("etc/keep", b"kept\n", 0o644),
+        Entry::File("etc/passwd", b"root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/app:/bin/sh\n", 0o644),
+        Entry::File("etc/group", b"root:x:0:\napp:x:1000:\n", 0o644),
         Entry::Dir("opq/"),
         Entry::File("opq/lower", b"lower\n", 0o644),
         Entry::Dir("opq/sub/"),
@@ -212,6 +214,7 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
         &[layer(&base), layer(&upper)],
         &["PATH=/bin", "GREETING=hello from the image"],
         "/app/work",
+        "app:app",
     );
 
     let registry = Registry::start();
@@ -241,7 +244,7 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     ];
     for (name, evil) in evils {
         let dir = work.path().join(name);
-        oci_layout(&dir, "1", &[layer(&base[..2]), evil], &[], "/");
+        oci_layout(&dir, "1", &[layer(&base[..2]), evil], &[], "/", "");
         let reference = format!("oci:{}:1", dir.display());
         let out = atoll(
             data.path(),
@@ -283,6 +286,7 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     let defaults = &built["template"]["defaults"];
     assert_eq!(defaults["cwd"], "/app/work", "{built}");
     assert_eq!(defaults["env"]["GREETING"], "hello from the image", "{built}");
+    assert_eq!(defaults["user"], "app", "`User: app:app` keeps the name: {built}");
     let from_image = built["template"]["from_image"].as_str().unwrap().to_owned();
     let digest = from_image.rsplit_once('@').unwrap().1.to_owned();
     assert!(digest.starts_with("sha256:"), "{from_image}");
@@ -337,7 +341,10 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     );
     let etc = a.sh("img", "ls -a /etc");
     assert!(etc.contains("keep") && !etc.contains("gone") && !etc.contains(".wh."), "{etc}");
-    assert_eq!(a.sh("img", "pwd; echo $GREETING; echo $PATH"), "/app/work\nhello from the image\n/bin\n");
+    assert_eq!(
+        a.sh("img", "pwd; echo $GREETING; echo $PATH; id -u"),
+        "/app/work\nhello from the image\n/bin\n1000\n"
+    );
     // A call's own cwd and env win over the image's.
     let out = a.run(&[
         "-s",
