@@ -239,6 +239,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn defaults_fill_what_a_call_leaves_unset() {
+        let defaults = crate::vmm::template::CommandDefaults {
+            env: [("PATH", "/img/bin"), ("A", "image")].map(|(k, v)| (k.to_owned(), v.to_owned())).into(),
+            cwd: Some("/app".into()),
+            user: Some("app".into()),
+        };
+        let plain = ExecSpec::shell("x").with_defaults(&defaults);
+        assert_eq!((plain.cwd.as_deref(), plain.user.as_deref()), (Some("/app"), Some("app")));
+        assert_eq!(plain.env, defaults.env);
+        let mut own = ExecSpec::shell("x");
+        own.cwd = Some("/".into());
+        own.user = Some("root".into());
+        own.env.insert("A".into(), "mine".into());
+        let own = own.with_defaults(&defaults);
+        assert_eq!((own.cwd.as_deref(), own.user.as_deref()), (Some("/"), Some("root")));
+        assert_eq!(own.env["A"], "mine");
+        assert_eq!(own.env["PATH"], "/img/bin");
+    }
+
+    #[test]
     fn shell_codes() {
         let st = |code, signal, timed_out| ExitStatus {
             code,

@@ -408,6 +408,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_blob_that_does_not_match_its_digest_is_refused_and_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let hex: String = Sha256::digest(b"good").iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::create_dir_all(d.path().join("sha256")).unwrap();
+        let path = d.path().join("sha256").join(&hex);
+        std::fs::write(&path, b"good").unwrap();
+        assert_eq!(verified_blob(d.path(), &format!("sha256:{hex}"), "r").unwrap(), path);
+        std::fs::write(&path, b"evil").unwrap();
+        let err = verified_blob(d.path(), &format!("sha256:{hex}"), "r").unwrap_err();
+        assert!(matches!(err, ImageError::DigestMismatch { .. }), "{err}");
+        assert!(!path.exists(), "the bad blob leaves the cache");
+        let err = verified_blob(d.path(), "sha256:../../etc/passwd", "r").unwrap_err();
+        assert!(matches!(err, ImageError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
     fn references_become_skopeo_transports() {
         assert_eq!(transport_reference("python:3.12-slim").unwrap(), "docker://python:3.12-slim");
         assert_eq!(
