@@ -99,7 +99,8 @@ pub struct BuildArgs {
     pub insecure_registry: bool,
     /// Registry credentials in ~/.docker/config.json form; default: skopeo's lookup
     /// ($REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json).
-    #[arg(long, value_name = "FILE", env = "ATOLL_REGISTRY_AUTH", requires = "image")]
+    /// Under sudo, the invoking user's ~/.docker/config.json is used when it exists.
+    #[arg(long, value_name = "FILE", env = "ATOLL_REGISTRY_AUTH")]
     pub registry_auth: Option<PathBuf>,
     /// The template's name (letters, digits, `-`, `_`, `.`).
     #[arg(long, short = 'n')]

@@ -144,7 +144,7 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
     if opts.insecure && source.starts_with("docker://") {
         cmd.arg("--src-tls-verify=false");
     }
-    if let Some(auth) = &opts.auth_file {
+    if let Some(auth) = opts.auth_file.clone().or_else(sudo_user_docker_config) {
         cmd.arg("--src-authfile").arg(auth);
     }
     cmd.arg("--dest-shared-blob-dir").arg(&blobs);
@@ -162,7 +162,7 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
         if text.contains("server gave HTTP response to HTTPS client") {
             return Err(ImageError::PlainHttp(reference.into()));
         }
-        let lines: Vec<&str> = text.lines().collect();
+        let lines: Vec<String> = text.lines().map(skopeo_message).collect();
         let tail = lines[lines.len().saturating_sub(4)..].join("\n");
         return Err(ImageError::Fetch { reference: reference.into(), stderr: escape_controls(&tail) });
     }
@@ -388,6 +388,27 @@ fn read_small(path: &Path) -> Result<Vec<u8>, ImageError> {
     Ok(bytes)
 }
 
+/// Under sudo, skopeo's lookup sees root's home; the invoking user's
+/// `~/.docker/config.json` (from `$SUDO_USER` and /etc/passwd, both the operator's) is
+/// what they logged in with.
+fn sudo_user_docker_config() -> Option<PathBuf> {
+    let user = std::env::var("SUDO_USER").ok().filter(|u| !u.is_empty() && u != "root")?;
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let home = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.len() >= 6 && fields[0] == user).then(|| PathBuf::from(fields[5]))
+    })?;
+    Some(home.join(".docker/config.json")).filter(|p| p.is_file())
+}
+
+/// The `msg="..."` of a skopeo log line (`time=... level=fatal msg="..."`), else the line.
+fn skopeo_message(line: &str) -> String {
+    match line.split_once("msg=\"") {
+        Some((_, rest)) => rest.strip_suffix('"').unwrap_or(rest).replace("\\\"", "\""),
+        None => line.to_owned(),
+    }
+}
+
 fn tool_exists(tool: &str) -> bool {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
@@ -421,6 +442,13 @@ mod tests {
         assert!(!path.exists(), "the bad blob leaves the cache");
         let err = verified_blob(d.path(), "sha256:../../etc/passwd", "r").unwrap_err();
         assert!(matches!(err, ImageError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn skopeo_log_lines_keep_their_message() {
+        let line = r#"time="x" level=fatal msg="pinging: Get \"http://h/v2/\": refused""#;
+        assert_eq!(skopeo_message(line), r#"pinging: Get "http://h/v2/": refused"#);
+        assert_eq!(skopeo_message("plain"), "plain");
     }
 
     #[test]
