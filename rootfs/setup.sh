@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one set-up for a fresh machine (Debian bookworm or similar, x86_64); idempotent,
 # so it is cheap to run again:
-#   1. apt packages: QEMU, bubblewrap (the jail), busybox-static, cpio, e2fsprogs, debootstrap, musl-tools, ...
+#   1. apt packages: QEMU, bubblewrap (the jail), busybox-static, cpio, e2fsprogs, debootstrap,
+#      musl-tools, skopeo (`atoll template build --image`), ...
 #   2. the musl Rust target; with --with-vsock also vhost-device-vsock (`cargo install`,
 #      a minute or more, once; atoll's own VMs do not use it: it gives QEMU VMs you start
 #      yourself the hybrid-vsock socket that `atoll --agent hvsock://...` reaches, and the
@@ -19,7 +20,7 @@
 #      ATOLL_TEMPLATE_SNAPSHOT=off. One that cannot be made is warned about, not fatal.
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
-#   openssl and python3.
+#   openssl and python3, and docker-registry (the image tests' registry on loopback).
 #
 # Usage: rootfs/setup.sh [--with-debian] [--with-test-tools] [--with-vsock]
 # $DATA is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else ~/.local/share/atoll.
@@ -47,8 +48,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
-packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev"
-[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3"
+packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev skopeo"
+[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry"
 missing_packages() {
     local p
     for p in $packages; do

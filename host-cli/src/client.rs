@@ -63,6 +63,8 @@ pub struct Client {
     addr: Address,
     /// Whether the connection under `rpc` broke (see [`Link`]).
     link: Link,
+    /// What commands get when their spec does not say (a template's image config).
+    defaults: Option<std::sync::Arc<crate::vmm::template::CommandDefaults>>,
 }
 
 impl Client {
@@ -128,7 +130,22 @@ impl Client {
         let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::for_address(&addr))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Client { rpc, addr, link: Link::default() }
+        Client { rpc, addr, link: Link::default(), defaults: None }
+    }
+
+    /// This client with `defaults` for every command it runs (exec, jobs, terminals)
+    /// whose spec leaves env entries, cwd or user unset.
+    pub fn with_defaults(mut self, defaults: Option<crate::vmm::template::CommandDefaults>) -> Client {
+        self.defaults = defaults.map(std::sync::Arc::new);
+        self
+    }
+
+    /// `spec` with this client's defaults filled in.
+    fn complete(&self, spec: &ExecSpec) -> ExecSpec {
+        match &self.defaults {
+            Some(d) => spec.with_defaults(d),
+            None => spec.clone(),
+        }
     }
 
     /// Where the agent is.
@@ -145,7 +162,13 @@ impl Client {
 
     /// Runs a command to completion; its output comes back capped (head and tail).
     pub async fn exec(&self, spec: &ExecSpec) -> Result<ExecResult> {
-        let r = self.rpc.clone().exec(spec.request()).await.map_err(self.err("Exec"))?.into_inner();
+        let r = self
+            .rpc
+            .clone()
+            .exec(self.complete(spec).request())
+            .await
+            .map_err(self.err("Exec"))?
+            .into_inner();
         let status = r.status.ok_or(ClientError::Protocol { rpc: "Exec", what: "no exit status" })?;
         Ok(ExecResult { status: status.into(), stdout: r.stdout.into(), stderr: r.stderr.into() })
     }
@@ -162,7 +185,7 @@ impl Client {
         R: AsyncRead + Send + Unpin + 'static,
     {
         use pb::exec_stream_input::Input;
-        let start = pb::ExecStreamInput { input: Some(Input::Start(spec.request())) };
+        let start = pb::ExecStreamInput { input: Some(Input::Start(self.complete(spec).request())) };
         let eof = pb::ExecStreamInput { input: Some(Input::StdinEof(true)) };
         let data: BoxStream<'static, pb::ExecStreamInput> = match stdin {
             Some(r) => tokio_util::io::ReaderStream::with_capacity(r, CHUNK_SIZE)
@@ -218,6 +241,7 @@ impl Client {
 
     /// Starts a detached background job (`spec.timeout`: `None` runs until it ends).
     pub async fn start_job(&self, spec: &ExecSpec) -> Result<Job> {
+        let spec = self.complete(spec);
         let req = pb::StartJobRequest { command: Some(spec.command()), timeout_ms: spec.timeout_ms() };
         Ok(self.rpc.clone().start_job(req).await.map_err(self.err("StartJob"))?.into_inner().into())
     }

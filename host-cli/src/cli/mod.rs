@@ -38,7 +38,9 @@ pub use network::{
 };
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
-pub use template::{BuildArgs, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs, TemplateSnapshotArgs};
+pub use template::{
+    BuildArgs, ImageCommand, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs, TemplateSnapshotArgs,
+};
 
 /// Exit code when the agent could not be reached (`EX_UNAVAILABLE` of sysexits.h).
 pub const EXIT_UNREACHABLE: u8 = 69;
@@ -199,6 +201,9 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     /// sandbox's disk, list, remove.
     #[command(subcommand)]
     Template(TemplateCommand),
+    /// The cache of image layers `atoll template build --image` fills: list, prune.
+    #[command(subcommand)]
+    Image(ImageCommand),
     /// A sandbox's network: its egress policy (show, set) and audit log.
     #[command(subcommand)]
     Net(NetCommand),

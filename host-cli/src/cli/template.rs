@@ -14,6 +14,8 @@ pub enum TemplateCommand {
         docker export $(docker create ubuntu:24.04) > ubuntu.tar\n  \
         sudo atoll template build --from ubuntu.tar --name ubuntu\n  \
         sudo atoll template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
+        sudo atoll template build --image registry.example:5000/team/base:1 --name base\n  \
+        sudo atoll template build --image docker-archive:saved.tar --name saved\n  \
         atoll create --template mine\n\n\
         At the end it makes the template's snapshot for the default machine shape (see\n\
         `atoll template snapshot`) unless --no-snapshot or ATOLL_TEMPLATE_SNAPSHOT=off. Under\n\
@@ -47,6 +49,15 @@ pub enum TemplateCommand {
     Rm(TemplateRmArgs),
 }
 
+/// `atoll image ...`: the cache of image layers `atoll template build --image` fills.
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// List the images fetched and the cache's size.
+    Ls,
+    /// Empty the cache (templates keep working: their disk holds the files).
+    Prune,
+}
+
 /// `atoll template save`.
 #[derive(Debug, Args)]
 pub struct SaveArgs {
@@ -74,8 +85,23 @@ pub enum InitArg {
 #[derive(Debug, Args)]
 pub struct BuildArgs {
     /// The root filesystem: a directory, or a tarball (.tar, .tar.gz, .tar.xz, .tar.zst).
-    #[arg(long, value_name = "DIR|TARBALL")]
-    pub from: PathBuf,
+    #[arg(long, value_name = "DIR|TARBALL", required_unless_present = "image", conflicts_with = "image")]
+    pub from: Option<PathBuf>,
+    /// An OCI/Docker image instead: a registry reference (`python:3.12-slim`,
+    /// `registry.example:5000/team/base:tag`, `NAME@sha256:...`), `oci:DIR[:TAG]` (an OCI
+    /// layout) or `docker-archive:FILE` (a `docker save` tarball); linux/amd64 is picked
+    /// from a multi-platform index. Its Env, WorkingDir and User become the defaults of
+    /// commands in the sandbox.
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+    /// Allow the --image registry over plain HTTP or with an unverified certificate.
+    #[arg(long, requires = "image")]
+    pub insecure_registry: bool,
+    /// Registry credentials in ~/.docker/config.json form; default: skopeo's lookup
+    /// ($REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json).
+    /// Under sudo, the invoking user's ~/.docker/config.json is used when it exists.
+    #[arg(long, value_name = "FILE", env = "ATOLL_REGISTRY_AUTH")]
+    pub registry_auth: Option<PathBuf>,
     /// The template's name (letters, digits, `-`, `_`, `.`).
     #[arg(long, short = 'n')]
     pub name: String,

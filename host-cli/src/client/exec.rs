@@ -73,6 +73,18 @@ impl ExecSpec {
         }
     }
 
+    /// This spec with `defaults` filled in where it says nothing: its own env entries,
+    /// cwd and user win.
+    pub fn with_defaults(&self, defaults: &crate::vmm::template::CommandDefaults) -> ExecSpec {
+        let mut spec = self.clone();
+        let mut env = defaults.env.clone();
+        env.extend(spec.env);
+        spec.env = env;
+        spec.cwd = spec.cwd.or_else(|| defaults.cwd.clone());
+        spec.user = spec.user.or_else(|| defaults.user.clone());
+        spec
+    }
+
     pub(crate) fn command(&self) -> pb::Command {
         let (shell, argv) = match &self.program {
             Program::Shell(s) => (s.clone(), Vec::new()),
@@ -225,6 +237,26 @@ pub enum ExecEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn defaults_fill_what_a_call_leaves_unset() {
+        let defaults = crate::vmm::template::CommandDefaults {
+            env: [("PATH", "/img/bin"), ("A", "image")].map(|(k, v)| (k.to_owned(), v.to_owned())).into(),
+            cwd: Some("/app".into()),
+            user: Some("app".into()),
+        };
+        let plain = ExecSpec::shell("x").with_defaults(&defaults);
+        assert_eq!((plain.cwd.as_deref(), plain.user.as_deref()), (Some("/app"), Some("app")));
+        assert_eq!(plain.env, defaults.env);
+        let mut own = ExecSpec::shell("x");
+        own.cwd = Some("/".into());
+        own.user = Some("root".into());
+        own.env.insert("A".into(), "mine".into());
+        let own = own.with_defaults(&defaults);
+        assert_eq!((own.cwd.as_deref(), own.user.as_deref()), (Some("/"), Some("root")));
+        assert_eq!(own.env["A"], "mine");
+        assert_eq!(own.env["PATH"], "/img/bin");
+    }
 
     #[test]
     fn shell_codes() {

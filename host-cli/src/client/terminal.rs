@@ -44,7 +44,7 @@ impl Client {
         input: impl Stream<Item = TerminalInput> + Send + 'static,
     ) -> Result<BoxStream<'static, Result<ExecEvent>>> {
         use pb::exec_stream_input::Input;
-        let mut start = spec.request();
+        let mut start = self.complete(spec).request();
         start.tty = Some(pb::Tty { term: term.to_owned(), size: Some(size.into()) });
         let start = pb::ExecStreamInput { input: Some(Input::Start(start)) };
         let input = input.map(|i| pb::ExecStreamInput {

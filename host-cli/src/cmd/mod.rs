@@ -67,7 +67,8 @@ impl Ctx {
         );
         let addr = target::resolve_target(agent, sandbox).await?;
         tracing::debug!("connecting to {addr}");
-        Ok(Client::connect(&addr, self.global.connect_timeout).await?)
+        let defaults = crate::sandbox::command_defaults(&addr);
+        Ok(Client::connect(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
     }
 
     /// Connects to the named sandbox, or to the global target when `sandbox` is `None`.
@@ -76,7 +77,8 @@ impl Ctx {
             None => self.client().await,
             Some(name) => {
                 let addr = target::sandbox_address(name).await?;
-                Ok(Client::connect(&addr, self.global.connect_timeout).await?)
+                let defaults = crate::sandbox::command_defaults(&addr);
+                Ok(Client::connect(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
             }
         }
     }
@@ -109,6 +111,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Sandbox(cmd) => sandbox::run(&ctx, cmd).await,
         Command::Snapshot(cmd) => snapshot::run(&ctx, cmd).await,
         Command::Template(cmd) => template::run(&ctx, cmd).await,
+        Command::Image(cmd) => template::image(&ctx, cmd),
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,
     }

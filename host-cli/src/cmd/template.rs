@@ -26,11 +26,57 @@ pub(crate) async fn run(ctx: &Ctx, cmd: TemplateCommand) -> Result<u8> {
     }
 }
 
+/// Runs one `atoll image` subcommand.
+pub(crate) fn image(ctx: &Ctx, cmd: crate::cli::ImageCommand) -> Result<u8> {
+    match cmd {
+        crate::cli::ImageCommand::Ls => {
+            let listing = template::image::cached()?;
+            let mut text = String::new();
+            for i in &listing.images {
+                let _ = writeln!(
+                    text,
+                    "{}  {}  {} layer{}  {}",
+                    template::image::escape_controls(&i.reference),
+                    i.digest,
+                    i.layers.len(),
+                    if i.layers.len() == 1 { "" } else { "s" },
+                    human_bytes(i.bytes)
+                );
+            }
+            let _ = writeln!(text, "cache: {}", human_bytes(listing.total_bytes));
+            print(ctx, &listing, &text)
+        }
+        crate::cli::ImageCommand::Prune => {
+            let freed = template::image::prune()?;
+            print(
+                ctx,
+                &serde_json::json!({ "freed_bytes": freed }),
+                &format!("freed {}\n", human_bytes(freed)),
+            )
+        }
+    }
+}
+
 async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     template::check_name(&a.name)?;
+    let (source, from) = match (&a.from, &a.image) {
+        (Some(from), _) => (Source::detect(from)?, from.display().to_string()),
+        (None, Some(reference)) => {
+            let fetch = template::image::FetchOptions {
+                insecure: a.insecure_registry,
+                auth_file: a.registry_auth.clone(),
+            };
+            eprintln!("atoll: fetching image {reference}");
+            let r = reference.clone();
+            let fetched = tokio::task::spawn_blocking(move || template::image::fetch(&r, &fetch)).await??;
+            let from = format!("image {reference} ({})", fetched.digest);
+            (Source::Image(Box::new(fetched)), from)
+        }
+        (None, None) => unreachable!("clap requires --from or --image"),
+    };
     let opts = BuildOptions {
         name: a.name,
-        source: Source::detect(&a.from)?,
+        source,
         init: match a.init {
             InitArg::Agent => InitKind::Agent,
             InitArg::Systemd => InitKind::Systemd,
@@ -38,7 +84,7 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         size: a.size,
         force: a.force,
     };
-    eprintln!("atoll: building template `{}` from {}", opts.name, a.from.display());
+    eprintln!("atoll: building template `{}` from {from}", opts.name);
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
     let name = built.template.name.clone();
     let mut text = format!(

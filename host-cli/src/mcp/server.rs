@@ -134,7 +134,8 @@ impl AtollMcp {
                 }
             }
         }
-        let client = Client::connect(&addr, self.connect_timeout).await?;
+        let defaults = crate::sandbox::command_defaults(&addr);
+        let client = Client::connect(&addr, self.connect_timeout).await?.with_defaults(defaults);
         self.kept().insert(addr, client.clone());
         Ok(client)
     }

@@ -379,6 +379,23 @@ pub fn agent_address(record: &state::Record) -> Address {
     Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
 }
 
+/// The command defaults (an image's Env, WorkingDir, User) of the template the sandbox
+/// whose agent is at `addr` booted from; `None` for an address that is not a sandbox's,
+/// or a template without any. Read from the operator's own files (the sandbox record and
+/// the template's `template.json`), never from the guest.
+pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandDefaults> {
+    let Address::Unix(socket) = addr else { return None };
+    let dir = socket.parent()?;
+    let record: state::Record =
+        serde_json::from_slice(&std::fs::read(dir.join(state::RECORD_FILE)).ok()?).ok()?;
+    if !crate::vmm::template::is_plain_name(&record.template) {
+        return None;
+    }
+    let path = dirs::templates_dir().ok()?.join(&record.template).join("template.json");
+    let file: crate::vmm::template::TemplateFile = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    file.defaults
+}
+
 /// Every sandbox, oldest first.
 pub fn list() -> Result<Vec<SandboxInfo>, SandboxError> {
     let state = dirs::state_dir()?;

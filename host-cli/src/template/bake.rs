@@ -27,6 +27,9 @@ pub enum Source {
     Dir(PathBuf),
     /// A tar archive of the tree (plain, gzip, xz, bzip2 or zstd; `tar` detects which).
     Tarball(PathBuf),
+    /// An OCI image in the cache ([`super::image::fetch`]): its layers are applied in
+    /// order and its config becomes the template's command defaults.
+    Image(Box<super::image::Fetched>),
 }
 
 impl Source {
@@ -80,6 +83,9 @@ pub enum BakeError {
     /// Name or data-directory problem.
     #[error(transparent)]
     Store(#[from] TemplateStoreError),
+    /// A layer of the image could not be applied.
+    #[error(transparent)]
+    Layer(#[from] super::layer::LayerError),
     /// The data directory is unknown.
     #[error(transparent)]
     Dirs(#[from] dirs::DirsError),
@@ -247,6 +253,14 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
             .map_or(0, |d| d.as_secs()),
         from_sandbox: None,
         from_template: None,
+        defaults: match &opts.source {
+            Source::Image(image) => Some(image.defaults.clone()),
+            _ => None,
+        },
+        from_image: match &opts.source {
+            Source::Image(image) => Some(format!("{}@{}", image.reference, image.digest)),
+            _ => None,
+        },
     };
     let json = serde_json::to_string_pretty(&template).expect("a TemplateFile always serializes");
     write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644)?;
@@ -315,6 +329,17 @@ fn fill_tree(source: &Source, root: &Path) -> Result<(), BakeError> {
                     "--same-permissions",
                 ]),
             )
+        }
+        Source::Image(image) => {
+            for layer in &image.layers {
+                super::layer::apply(root, layer)?;
+            }
+            // As docker does, the image's WorkingDir exists even when no layer made it.
+            if let Some(cwd) = &image.defaults.cwd {
+                let dir = resolve_in_root(root, cwd)?;
+                std::fs::create_dir_all(&dir).map_err(|source| BakeError::Write { path: dir, source })?;
+            }
+            Ok(())
         }
     }
 }

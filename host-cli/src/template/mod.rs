@@ -9,6 +9,8 @@
 //!
 //! - [`bake`]: staging, copying or unpacking the user's tree, adding the agent (as PID 1
 //!   or as a systemd unit), `mkfs.ext4 -d`, and the atomic move into place.
+//! - [`image`]: `--image REF`, an OCI image fetched by skopeo into the content-addressed
+//!   cache; [`layer`] applies its layers (whiteouts, opaque directories, no escapes).
 //! - [`probe`]: whether a template's image holds a program (which interpreters
 //!   `sandbox_run_code` can find where), read from the image without booting it.
 //! - Saving a sandbox's disk as a template is a sandbox use-case
@@ -16,6 +18,8 @@
 //! - A template a sandbox uses ([`users`]) is neither removed nor replaced.
 
 pub mod bake;
+pub mod image;
+pub mod layer;
 pub mod probe;
 
 use std::path::{Path, PathBuf};

@@ -88,6 +88,28 @@ pub struct TemplateFile {
     /// The template that sandbox had booted from, if it was saved from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_template: Option<String>,
+    /// The defaults of every command run in its sandboxes (an image's `Env`,
+    /// `WorkingDir` and `User`), if it was built from an image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<CommandDefaults>,
+    /// The image reference it was built from (`atoll template build --image`), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_image: Option<String>,
+}
+
+/// What a command run in a sandbox gets when its call does not say: the host adds
+/// these to each exec, job and shell (the agent stays as it is).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandDefaults {
+    /// Environment variables (a call's own win).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory (absolute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// User name or uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 fn default_init() -> InitKind {
