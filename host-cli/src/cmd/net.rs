@@ -52,7 +52,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
             };
             let before = policy::show(&a.sandbox)?;
             let view = policy::set(&a.sandbox, update).await?;
-            print(ctx, &view, &(replaced_text(&before, &view) + &policy_text(&view)))
+            print(ctx, &view, &(replaced_text(&before, &view, a.reset) + &policy_text(&view)))
         }
         NetCommand::Log(a) => log(ctx, a).await,
     }
@@ -120,7 +120,7 @@ fn record_line(r: &Record) -> String {
 
 /// What `net set` replaced: each list it changed, with the rules it dropped, so a user
 /// who meant to add a rule sees what went.
-fn replaced_text(before: &PolicyView, after: &PolicyView) -> String {
+fn replaced_text(before: &PolicyView, after: &PolicyView, reset: bool) -> String {
     let mut t = String::new();
     for (name, old, new) in
         [("allow_out", &before.allow_out, &after.allow_out), ("deny_out", &before.deny_out, &after.deny_out)]
@@ -131,6 +131,8 @@ fn replaced_text(before: &PolicyView, after: &PolicyView) -> String {
         let dropped: Vec<&str> = old.iter().filter(|r| !new.contains(r)).map(String::as_str).collect();
         if dropped.is_empty() {
             let _ = writeln!(t, "{name} replaced");
+        } else if reset {
+            let _ = writeln!(t, "{name} reset; dropped: {}", dropped.join(", "));
         } else {
             let _ = writeln!(
                 t,
