@@ -109,6 +109,18 @@ async def test_network_tools_on_a_booted_sandbox(world: dict, state_dir: Path) -
             updated = await call_ok(session, "sandbox_update", sandbox_id=sid, allow_out=["allowed.test", "other.test"])
             assert updated["allow_out"] == ["allowed.test", "other.test"], updated
             assert updated["deny_out"] == ["0.0.0.0/0", "::/0"], updated
+            # Single rules added and removed; the others stay. One it does not have: an error.
+            added = await call_ok(
+                session, "sandbox_update", sandbox_id=sid, add_allow_out=["third.test"], remove=["other.test"]
+            )
+            assert added["allow_out"] == ["allowed.test", "third.test"], added
+            assert added["deny_out"] == ["0.0.0.0/0", "::/0"], added
+            text = await call_err(session, "sandbox_update", sandbox_id=sid, remove=["nosuch.test"])
+            assert "no rule `nosuch.test`" in text, text
+            back = await call_ok(
+                session, "sandbox_update", sandbox_id=sid, add_allow_out=["other.test"], remove=["third.test"]
+            )
+            assert back["allow_out"] == ["allowed.test", "other.test"], back
             assert (await fetch(session, sid, "https://other.test/")).endswith("sni=other.test")
 
             await call_ok(

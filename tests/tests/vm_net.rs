@@ -317,7 +317,7 @@ fn net_bad_rules_and_a_host_port_in_use_at_create_change_nothing() {
     // leaves nothing behind (it is published before QEMU starts).
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let err = atoll.fails(&["create", "--name", "never", "--publish", &format!("8000:{port}")]);
+    let err = atoll.fails(&["create", "--name", "never", "--publish", &format!("{port}:8000")]);
     assert!(err.contains("guest port 8000") && err.contains("already in use"), "{err}");
     assert!(atoll.sandbox_dirs().is_empty(), "a failed create left {:?}", atoll.sandbox_dirs());
     assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());

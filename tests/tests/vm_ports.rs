@@ -152,13 +152,13 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     // A host port in use is refused, saying so, and publishes nothing.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let taken_port = taken.local_addr().unwrap().port();
-    let err = atoll.fails(&["port", "publish", "web", &format!("7000:{taken_port}")]);
+    let err = atoll.fails(&["port", "publish", "web", &format!("{taken_port}:7000")]);
     assert!(err.contains("already in use") && err.contains(&taken_port.to_string()), "{err}");
     // Bad ports and names are usage errors naming the form.
     for bad in ["0", "70000", "80:0", "x"] {
         let out = atoll.run(&["port", "publish", "web", bad]);
         assert_eq!(out.status.code(), Some(2), "port publish {bad}: {}", text(&out.stderr));
-        assert!(text(&out.stderr).contains("GUESTPORT[:HOSTPORT]"), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("[HOSTPORT:]GUESTPORT"), "{}", text(&out.stderr));
     }
     let err = atoll.fails(&["port", "publish", "nosuch", "8000"]);
     assert!(err.contains("no sandbox is called `nosuch`"), "{err}");

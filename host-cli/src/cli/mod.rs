@@ -33,8 +33,8 @@ pub use guest::{
 use mcp::MCP_AFTER_HELP;
 pub use mcp::McpArgs;
 pub use network::{
-    HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, SetArgs,
-    UnpublishArgs, VerdictArg,
+    HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, RulesArgs,
+    SetArgs, UnpublishArgs, VerdictArg,
 };
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
@@ -51,15 +51,15 @@ pub const EXIT_FAILURE: u8 = 1;
 
 const AFTER_HELP: &str = "\
 Examples:
-  atoll --agent unix:///tmp/agent.sock info
-  export ATOLL_AGENT=hvsock:///run/vm/v.sock:1024
-  atoll exec -- uname -a
+  atoll create --name dev          (the `minimal` template: busybox and the agent)
+  atoll -s dev exec -- uname -a    export ATOLL_SANDBOX=dev
   atoll shell dev                  atoll exec -it -- top
-  atoll exec --cwd /work -e CI=1 --timeout 5m -- make test
-  echo 'print(6*7)' | atoll exec -- python3 -
-  atoll run -d -- ./server --port 8080 && atoll jobs
-  atoll cp ./src :/work/src        atoll cp :/work/out.tar.gz .
-  atoll cat /etc/os-release        atoll ls -R --depth 2 /work
+  atoll exec --cwd /tmp -e CI=1 --timeout 5m -- sh -c 'echo $CI'
+  echo 'print(6*7)' | atoll exec -- python3 -       (a `--template debian` sandbox)
+  atoll run -d -- httpd -f -p 8080 && atoll jobs
+  atoll cp ./src :/work/src        atoll cp :/etc/hostname .
+  atoll cat /etc/hostname          atoll ls -R --depth 2 /work
+  atoll --agent unix:///tmp/agent.sock info         (an agent you started yourself)
 
 Guest paths for `atoll cp` are written `:/path` (the current agent) or `NAME:/path` (a
 sandbox). Every command takes --json and then prints one JSON document on stdout;
@@ -111,8 +111,8 @@ pub struct GlobalArgs {
 pub enum Command {
     /// Run a command in the guest, streaming its output; exits with its exit code.
     #[command(
-        after_help = "Examples:\n  atoll exec -- ls -la /\n  atoll exec --sh 'cd /work && make 2>&1 | tail'\n  \
-                            tar c . | atoll exec --cwd /work -- tar x\n  atoll exec --capture --json -- cat /etc/hostname\n  \
+        after_help = "Examples:\n  atoll exec -- ls -la /\n  atoll exec --sh 'cd /etc && ls | tail -3'\n  \
+                            tar c . | atoll exec --cwd /tmp -- tar x\n  atoll exec --capture --json -- cat /etc/hostname\n  \
                             atoll exec -it -- top                   (a pseudo-terminal: see `atoll shell --help`)\n\n\
                             -t without a terminal on stdin is refused (exit 2), as `docker exec -t` does."
     )]
@@ -133,7 +133,8 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     Shell(ShellArgs),
     /// Start a background job; with -d print its id and return at once.
     #[command(
-        after_help = "Examples:\n  atoll run -d -- python3 -m http.server 8000\n  atoll run -- sleep 3"
+        after_help = "Examples:\n  atoll run -d -- httpd -f -p 8000   (busybox; in debian: python3 -m http.server 8000)\n  \
+                            atoll run -- sleep 3"
     )]
     Run(RunArgs),
     /// List the background jobs.
@@ -143,7 +144,7 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     Job(JobCommand),
     /// Print a guest file to stdout (binary-safe).
     #[command(
-        after_help = "Examples:\n  atoll cat /etc/os-release\n  atoll cat --offset 100 --length 20 /var/log/big.log"
+        after_help = "Examples:\n  atoll cat /etc/hostname\n  atoll cat --offset 5 --length 20 /etc/passwd"
     )]
     Cat(CatArgs),
     /// Write stdin (or --from FILE) to a guest file, atomically.
@@ -153,7 +154,7 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     Write(WriteArgs),
     /// List a guest directory; with no PATH, list the sandboxes.
     #[command(
-        after_help = "Examples:\n  atoll ls /work\n  atoll ls -R --depth 2 /etc\n  atoll ls --names /usr/bin\n  atoll ls"
+        after_help = "Examples:\n  atoll ls /tmp\n  atoll ls -R --depth 2 /etc\n  atoll ls --names /usr/bin\n  atoll ls"
     )]
     Ls(LsArgs),
     /// Show a guest file's metadata.
@@ -166,13 +167,13 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     Mkdir(MkdirArgs),
     /// Copy files or directories between host and guest (guest paths: `:/path`).
     #[command(
-        after_help = "Examples:\n  atoll cp ./data.bin :/work/data.bin\n  atoll cp :/work/results ./results\n  \
+        after_help = "Examples:\n  atoll cp ./data.bin :/work/data.bin\n  atoll cp :/etc ./guest-etc\n  \
                             atoll cp ./project :/work            (copies into /work/project)\n  atoll cp dev:/etc/hosts hosts"
     )]
     Cp(CpArgs),
     /// Download a guest directory as a zip archive.
     #[command(
-        after_help = "Examples:\n  atoll download /work -o work.zip\n  atoll download /work -o - | bsdtar -tf -"
+        after_help = "Examples:\n  atoll download /etc -o etc.zip\n  atoll download /etc -o - | bsdtar -tf -"
     )]
     Download(DownloadArgs),
     /// Show the agent's version and its machine's resources; with a sandbox name, the

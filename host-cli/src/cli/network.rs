@@ -1,5 +1,5 @@
 //! The arguments of a sandbox's network: `atoll port publish|ls|unpublish`, `atoll net
-//! show|set|log`, and the hidden `atoll net-helper` that `atoll create` starts.
+//! show|allow|deny|rm|set|log`, and the hidden `atoll net-helper` that `atoll create` starts.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ pub enum PortCommand {
     /// Make a guest TCP port reachable on the host (127.0.0.1 unless --bind); prints its URL.
     #[command(
         after_help = "Examples:\n  atoll port publish dev 8000          (a free host port, printed)\n  \
-                            atoll port publish dev 8000:8080     (host port 8080)\n  \
+                            atoll port publish dev 8080:8000     (host port 8080 to guest port 8000)\n  \
                             atoll port publish dev 3000 --bind 0.0.0.0\n\n\
                             The guest side is the guest's own 127.0.0.1 (or ::1), so a server that\n\
                             listens only on loopback is reached too; it works with --net none."
@@ -34,8 +34,8 @@ pub struct PublishArgs {
     /// Sandbox name or id.
     #[arg(value_name = "SANDBOX")]
     pub sandbox: String,
-    /// GUESTPORT, or GUESTPORT:HOSTPORT.
-    #[arg(value_name = "GUESTPORT[:HOSTPORT]")]
+    /// GUESTPORT (on a free host port), or HOSTPORT:GUESTPORT as Docker writes it.
+    #[arg(value_name = "[HOSTPORT:]GUESTPORT")]
     pub port: PortSpec,
     /// Host address to listen on.
     #[arg(long, value_name = "ADDR", default_value_t = DEFAULT_BIND)]
@@ -66,8 +66,23 @@ pub struct UnpublishArgs {
 pub enum NetCommand {
     /// Print a sandbox's egress policy.
     Show(NetSandboxArg),
-    /// Change a sandbox's egress rules; new connections follow them at once.
-    #[command(after_help = "Each list given replaces the current one; a list not given is kept.\n\n\
+    /// Add rules to a sandbox's allow list (taking them out of its deny list); the other
+    /// rules stay. New connections follow them at once.
+    #[command(after_help = "Examples:\n  atoll net allow dev pypi.org files.pythonhosted.org\n  \
+                            atoll net allow dev 10.0.0.5:5432     (a private address needs an IP rule)")]
+    Allow(RulesArgs),
+    /// Add rules to a sandbox's deny list (taking them out of its allow list); the other
+    /// rules stay.
+    #[command(after_help = "Examples:\n  atoll net deny dev '*.example.com'\n  \
+                            atoll net deny dev 0.0.0.0/0 ::/0     (then only allowed names are reached)")]
+    Deny(RulesArgs),
+    /// Remove rules, as written in `atoll net show`, from whichever list holds them.
+    #[command(visible_alias = "remove", after_help = "Examples:\n  atoll net rm dev pypi.org")]
+    Rm(RulesArgs),
+    /// Replace a sandbox's allow and/or deny list; new connections follow them at once.
+    /// To add or remove one rule, use `atoll net allow`, `deny` or `rm`.
+    #[command(after_help = "Each list given REPLACES the current one (rules not named are dropped; \
+                            the output says which); a list not given is kept.\n\n\
                             Examples:\n  atoll net set dev --allow-out pypi.org,files.pythonhosted.org\n  \
                             atoll net set dev --deny-out 0.0.0.0/0,::/0 --allow-out github.com\n  \
                             atoll net set dev --reset               (back to the default policy)")]
@@ -89,17 +104,28 @@ pub struct NetSandboxArg {
     pub sandbox: String,
 }
 
+/// `atoll net allow|deny|rm`.
+#[derive(Debug, Args)]
+pub struct RulesArgs {
+    /// Sandbox name or id.
+    #[arg(value_name = "SANDBOX")]
+    pub sandbox: String,
+    /// Rules (space- or comma-separated): domain, *.pattern, IP or CIDR, optionally :PORT.
+    #[arg(value_name = "RULE", required = true, value_delimiter = ',')]
+    pub rules: Vec<Rule>,
+}
+
 /// `atoll net set`.
 #[derive(Debug, Args)]
 pub struct SetArgs {
     /// Sandbox name or id.
     #[arg(value_name = "SANDBOX")]
     pub sandbox: String,
-    /// The new allow rules (repeatable or comma-separated): domain, *.pattern, IP or CIDR,
-    /// optionally :PORT.
+    /// The new allow list, replacing the current one (repeatable or comma-separated):
+    /// domain, *.pattern, IP or CIDR, optionally :PORT.
     #[arg(long, value_name = "RULE", value_delimiter = ',', num_args = 1)]
     pub allow_out: Option<Vec<Rule>>,
-    /// The new deny rules (same forms).
+    /// The new deny list, replacing the current one (same forms).
     #[arg(long, value_name = "RULE", value_delimiter = ',', num_args = 1)]
     pub deny_out: Option<Vec<Rule>>,
     /// Clear both lists first (the default policy), then apply the lists given.

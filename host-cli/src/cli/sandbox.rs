@@ -24,7 +24,7 @@ pub enum SandboxCommand {
     #[command(after_help = "Examples:\n  atoll create\n  atoll create --name dev --memory 1024 --cpus 2\n  \
                             atoll create --template debian --name web --publish 8000\n  \
                             atoll create --net none\n  \
-                            atoll create --mount ./src:/work --mount ~/data:/data:ro\n  \
+                            mkdir -p src && atoll create --mount ./src:/work   (the folder must exist)\n  \
                             atoll create --template debian --disk 8G\n  \
                             atoll create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             atoll create --from clean --name try1   (a fork of snapshot `clean`)\n  \
@@ -81,9 +81,10 @@ pub struct CreateArgs {
     /// `default`: a NIC reaching the public internet by policy; `none`: no NIC at all.
     #[arg(long, default_value = "default", value_name = "NET")]
     pub net: NetworkMode,
-    /// Publish a guest TCP port on the host's 127.0.0.1 (repeatable): GUESTPORT, or
-    /// GUESTPORT:HOSTPORT; without a host port a free one is picked (see `atoll port ls`).
-    #[arg(long, short = 'p', value_name = "GUESTPORT[:HOSTPORT]")]
+    /// Publish a guest TCP port on the host's 127.0.0.1 (repeatable): GUESTPORT (on a
+    /// free host port), or HOSTPORT:GUESTPORT as Docker writes it. The host ports are
+    /// printed (and `atoll port ls` lists them).
+    #[arg(long, short = 'p', value_name = "[HOSTPORT:]GUESTPORT")]
     pub publish: Vec<PortSpec>,
     /// Allow destinations (repeatable, or comma-separated): a domain (pypi.org), a pattern
     /// (*.example.com), an IP or CIDR, each optionally :PORT. Adds to the default (the

@@ -1,4 +1,4 @@
-//! `atoll net show|set|log`: thin callers of [`crate::sandbox::network::policy`] and
+//! `atoll net show|allow|deny|rm|set|log`: thin callers of [`crate::sandbox::network::policy`] and
 //! [`crate::sandbox::network::audit`].
 
 use super::print;
@@ -24,10 +24,23 @@ pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
             let view = policy::show(&a.sandbox)?;
             print(ctx, &view, &policy_text(&view))
         }
+        NetCommand::Allow(a) => {
+            let view = policy::set(&a.sandbox, PolicyUpdate { allow: a.rules, ..Default::default() }).await?;
+            print(ctx, &view, &policy_text(&view))
+        }
+        NetCommand::Deny(a) => {
+            let view = policy::set(&a.sandbox, PolicyUpdate { deny: a.rules, ..Default::default() }).await?;
+            print(ctx, &view, &policy_text(&view))
+        }
+        NetCommand::Rm(a) => {
+            let view =
+                policy::set(&a.sandbox, PolicyUpdate { remove: a.rules, ..Default::default() }).await?;
+            print(ctx, &view, &policy_text(&view))
+        }
         NetCommand::Set(a) => {
             if !a.reset && a.allow_out.is_none() && a.deny_out.is_none() {
                 return Err(UsageError(
-                    "give --allow-out, --deny-out or --reset (`atoll net set --help`)".into(),
+                    "give --allow-out, --deny-out or --reset (`atoll net set --help`); to add one rule: `atoll net allow SANDBOX RULE`".into(),
                 )
                 .into());
             }
@@ -35,9 +48,11 @@ pub(crate) async fn run(ctx: &Ctx, cmd: NetCommand) -> Result<u8> {
             let update = PolicyUpdate {
                 allow_out: a.allow_out.clone().or_else(empty),
                 deny_out: a.deny_out.clone().or_else(empty),
+                ..Default::default()
             };
+            let before = policy::show(&a.sandbox)?;
             let view = policy::set(&a.sandbox, update).await?;
-            print(ctx, &view, &policy_text(&view))
+            print(ctx, &view, &(replaced_text(&before, &view, a.reset) + &policy_text(&view)))
         }
         NetCommand::Log(a) => log(ctx, a).await,
     }
@@ -132,6 +147,33 @@ fn record_line(r: &Record) -> String {
     }
     line.push('\n');
     line
+}
+
+/// What `net set` replaced: each list it changed, with the rules it dropped, so a user
+/// who meant to add a rule sees what went.
+fn replaced_text(before: &PolicyView, after: &PolicyView, reset: bool) -> String {
+    let mut t = String::new();
+    for (name, old, new) in
+        [("allow_out", &before.allow_out, &after.allow_out), ("deny_out", &before.deny_out, &after.deny_out)]
+    {
+        if old == new {
+            continue;
+        }
+        let dropped: Vec<&str> = old.iter().filter(|r| !new.contains(r)).map(String::as_str).collect();
+        if dropped.is_empty() {
+            let _ = writeln!(t, "{name} replaced");
+        } else if reset {
+            let _ = writeln!(t, "{name} reset; dropped: {}", dropped.join(", "));
+        } else {
+            let _ = writeln!(
+                t,
+                "{name} replaced; dropped: {} (`atoll net allow|deny {} RULE` adds one rule and keeps the others)",
+                dropped.join(", "),
+                after.sandbox
+            );
+        }
+    }
+    t
 }
 
 fn policy_text(v: &PolicyView) -> String {

@@ -50,6 +50,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
 
 /// `atoll create`: boots and prints the id; Ctrl-C undoes everything it started.
 async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
+    let publishes = !args.publish.is_empty();
     let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
     let opts = CreateOptions {
@@ -69,10 +70,26 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         r = sandbox::create(&opts) => r?,
         _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
     };
+    // The host ports picked for --publish: stdout keeps only the id (scripts read it),
+    // so they go to stderr, and into the JSON result as `ports`.
+    let ports = if publishes { crate::sandbox::network::ports(&info.name).await? } else { Vec::new() };
     if !ctx.out.json {
         eprintln!("sandbox `{}` is running; try: atoll -s {} exec -- uname -a", info.name, info.name);
+        for p in &ports {
+            eprintln!("guest port {} is published at {}", p.guest_port, p.url);
+        }
     }
-    print(ctx, &info, &format!("{}\n", info.id))
+    let created = Created { info, ports };
+    print(ctx, &created, &format!("{}\n", created.info.id))
+}
+
+/// What `atoll create --json` prints: the sandbox, and the ports `--publish` gave it.
+#[derive(serde::Serialize)]
+struct Created {
+    #[serde(flatten)]
+    info: sandbox::SandboxInfo,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ports: Vec<crate::sandbox::network::PublishedPort>,
 }
 
 pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {

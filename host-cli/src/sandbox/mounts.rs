@@ -25,9 +25,16 @@ pub enum MountError {
     /// Not `HOSTDIR:GUESTDIR[:ro]`.
     #[error("`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work or --mount /data:/data:ro")]
     Syntax(String),
-    /// The host folder is missing or unreadable.
-    #[error("host folder `{}` does not exist or cannot be read; create it first or fix the path", .0.display())]
+    /// The host folder does not exist. It is not made for the user: a mistyped path would
+    /// then share a new empty folder instead of failing.
+    #[error(
+        "host folder `{}` does not exist; atoll shares an existing folder and does not make one: create it first (`mkdir -p {}`) or fix the path",
+        .0.display(), .0.display()
+    )]
     HostMissing(PathBuf),
+    /// The host folder cannot be reached.
+    #[error("host folder `{}` cannot be read ({}); check the path and its permissions", .0.display(), .1)]
+    HostUnreadable(PathBuf, std::io::ErrorKind),
     /// A host path given without `..` and symlinks resolved.
     #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
     NotCanonical(PathBuf),
@@ -85,7 +92,12 @@ pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
 
 /// A host folder, canonical.
 pub fn canonical_dir(host: &Path) -> Result<PathBuf, MountError> {
-    let real = std::fs::canonicalize(host).map_err(|_| MountError::HostMissing(host.into()))?;
+    let real = std::fs::canonicalize(host).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            MountError::HostMissing(std::path::absolute(host).unwrap_or(host.into()))
+        }
+        kind => MountError::HostUnreadable(host.into(), kind),
+    })?;
     if !real.is_dir() {
         return Err(MountError::HostNotDir(host.into()));
     }
@@ -198,7 +210,8 @@ mod tests {
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
         for (bad, what) in [
-            ("/nonexistent-atoll:/w".to_string(), "does not exist"),
+            ("/nonexistent-atoll:/w".to_string(), "`/nonexistent-atoll` does not exist"),
+            ("/nonexistent-atoll:/w".to_string(), "mkdir -p /nonexistent-atoll"),
             (format!("{}:/w", file.display()), "not a folder"),
             (format!("{}:work", d.path().display()), "relative"),
             (format!("{}:/", d.path().display()), "root"),

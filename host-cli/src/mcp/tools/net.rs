@@ -64,6 +64,16 @@ pub struct UpdateArgs {
     /// The new deny rules (same forms), replacing the current ones. Omitted: kept.
     #[serde(default)]
     pub deny_out: Option<Vec<String>>,
+    /// Rules to add to the allow list, keeping the others (each also leaves the deny list).
+    #[serde(default)]
+    pub add_allow_out: Option<Vec<String>>,
+    /// Rules to add to the deny list, keeping the others (each also leaves the allow list).
+    #[serde(default)]
+    pub add_deny_out: Option<Vec<String>>,
+    /// Rules to remove, as written in the policy, from whichever list holds them; one
+    /// that neither holds is an error and nothing changes.
+    #[serde(default)]
+    pub remove: Option<Vec<String>>,
 }
 
 /// Arguments of `sandbox_network_log`.
@@ -179,9 +189,10 @@ impl AtollMcp {
     /// Changes a sandbox's egress rules.
     #[tool(
         name = "sandbox_update",
-        description = "Change a running sandbox's network rules: allow_out and deny_out replace \
-            the current lists (omit one to keep it). New connections follow them at once; open \
-            ones are left alone. Returns the policy now in force.",
+        description = "Change a running sandbox's network rules: add_allow_out, add_deny_out \
+            and remove add or remove single rules and keep the others; allow_out and deny_out \
+            REPLACE the whole list (omit one to keep it). New connections follow them at once; \
+            open ones are left alone. Returns the policy now in force.",
         annotations(
             title = "Change a sandbox's network rules",
             read_only_hint = false,
@@ -194,7 +205,14 @@ impl AtollMcp {
         &self,
         Parameters(args): Parameters<UpdateArgs>,
     ) -> Result<Json<PolicyView>, ToolError> {
-        let update = PolicyUpdate { allow_out: rules(args.allow_out)?, deny_out: rules(args.deny_out)? };
+        let update = PolicyUpdate {
+            allow_out: rules(args.allow_out)?,
+            deny_out: rules(args.deny_out)?,
+            allow: rules(args.add_allow_out)?.unwrap_or_default(),
+            deny: rules(args.add_deny_out)?.unwrap_or_default(),
+            remove: rules(args.remove)?.unwrap_or_default(),
+        };
+
         Ok(Json(network::policy::set(&args.sandbox_id, update).await?))
     }
 

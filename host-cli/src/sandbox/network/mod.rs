@@ -3,7 +3,7 @@
 //! [`crate::sandbox::network::helper`]) that holds its published ports (and its network); these
 //! functions find the sandbox, check that its helper lives, and ask it over `net.ctl`.
 //!
-//! - [`spec`]: port specs (`GUESTPORT[:HOSTPORT]`), published ports, network modes.
+//! - [`spec`]: port specs (`[HOSTPORT:]GUESTPORT`, Docker's order), published ports, network modes.
 //! - [`config`]: the network files of a sandbox directory; `net.json`.
 //! - [`control`]: the JSON-lines protocol on `net.ctl` and its client.
 //! - [`lifecycle`]: starting the helper for `atoll create`, stopping it for `atoll kill`.
@@ -58,6 +58,16 @@ pub enum NetError {
     /// `net.json` could not be read.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// A rule to remove is in neither list.
+    #[error(
+        "sandbox `{sandbox}` has no rule `{rule}` to remove; `atoll net show {sandbox}` lists its rules as written"
+    )]
+    RuleNotSet {
+        /// The sandbox.
+        sandbox: String,
+        /// The rule, as written.
+        rule: String,
+    },
 }
 
 /// What the helper reports about itself.

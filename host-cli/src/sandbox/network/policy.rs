@@ -36,13 +36,56 @@ impl PolicyView {
     }
 }
 
-/// A change of the rules: each list given replaces the current one; `None` keeps it.
+/// A change of the rules. Each list given in `allow_out`/`deny_out` replaces the current
+/// one (`None` keeps it); then each rule in `allow` joins the allow list (and leaves the
+/// deny list, so that afterwards it is allowed), each in `deny` joins the deny list (and
+/// leaves the allow list), and each in `remove` leaves whichever list holds it.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyUpdate {
     /// The new `allow_out`.
     pub allow_out: Option<Vec<Rule>>,
     /// The new `deny_out`.
     pub deny_out: Option<Vec<Rule>>,
+    /// Rules to add to `allow_out`.
+    pub allow: Vec<Rule>,
+    /// Rules to add to `deny_out`.
+    pub deny: Vec<Rule>,
+    /// Rules to take out of either list; one that is in neither is refused.
+    pub remove: Vec<Rule>,
+}
+
+impl PolicyUpdate {
+    /// `policy` with this change made; a rule to remove that neither list holds (after
+    /// the replacements and additions) is an error, and nothing changes.
+    pub fn apply(self, mut policy: Policy, sandbox: &str) -> Result<Policy, NetError> {
+        if let Some(allow) = self.allow_out {
+            policy.allow_out = allow;
+        }
+        if let Some(deny) = self.deny_out {
+            policy.deny_out = deny;
+        }
+        for rule in self.allow {
+            policy.deny_out.retain(|r| r != &rule);
+            if !policy.allow_out.contains(&rule) {
+                policy.allow_out.push(rule);
+            }
+        }
+        for rule in self.deny {
+            policy.allow_out.retain(|r| r != &rule);
+            if !policy.deny_out.contains(&rule) {
+                policy.deny_out.push(rule);
+            }
+        }
+        for rule in self.remove {
+            let before = policy.allow_out.len() + policy.deny_out.len();
+            policy.allow_out.retain(|r| r != &rule);
+            policy.deny_out.retain(|r| r != &rule);
+            if policy.allow_out.len() + policy.deny_out.len() == before {
+                return Err(NetError::RuleNotSet { sandbox: sandbox.to_owned(), rule: rule.to_string() });
+            }
+        }
+        Ok(policy)
+    }
 }
 
 /// The sandbox's policy as recorded in its `net.json`.
@@ -58,13 +101,46 @@ pub fn show(name_or_id: &str) -> Result<PolicyView, NetError> {
 pub async fn set(name_or_id: &str, update: PolicyUpdate) -> Result<PolicyView, NetError> {
     let record = with_helper(name_or_id).await?;
     let config = NetConfig::load(&record.paths.dir)?;
-    let mut policy = config.policy;
-    if let Some(allow) = update.allow_out {
-        policy.allow_out = allow;
-    }
-    if let Some(deny) = update.deny_out {
-        policy.deny_out = deny;
-    }
+    let policy = update.apply(config.policy, &record.name)?;
     let policy: Policy = ask(&record, &Request::SetPolicy { policy }).await?;
     Ok(PolicyView::of(record.name, config.network, &policy, "running".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(list: &[&str]) -> Vec<Rule> {
+        list.iter().map(|r| r.parse().unwrap()).collect()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str]) -> Policy {
+        Policy { allow_out: rules(allow), deny_out: rules(deny) }
+    }
+
+    #[test]
+    fn adding_keeps_the_other_rules_and_moves_a_rule_between_lists() {
+        let start = policy(&["pypi.org"], &["0.0.0.0/0"]);
+        let add = PolicyUpdate { allow: rules(&["github.com", "pypi.org"]), ..Default::default() };
+        assert_eq!(
+            add.apply(start.clone(), "dev").unwrap(),
+            policy(&["pypi.org", "github.com"], &["0.0.0.0/0"])
+        );
+        let deny = PolicyUpdate { deny: rules(&["pypi.org"]), ..Default::default() };
+        assert_eq!(deny.apply(start.clone(), "dev").unwrap(), policy(&[], &["0.0.0.0/0", "pypi.org"]));
+        let allow_back = PolicyUpdate { allow: rules(&["0.0.0.0/0"]), ..Default::default() };
+        assert_eq!(allow_back.apply(start.clone(), "dev").unwrap(), policy(&["pypi.org", "0.0.0.0/0"], &[]));
+        let replace = PolicyUpdate { allow_out: Some(rules(&["github.com"])), ..Default::default() };
+        assert_eq!(replace.apply(start, "dev").unwrap(), policy(&["github.com"], &["0.0.0.0/0"]));
+    }
+
+    #[test]
+    fn removing_a_rule_takes_it_from_either_list_and_an_unknown_one_is_refused() {
+        let start = policy(&["pypi.org", "github.com"], &["0.0.0.0/0"]);
+        let rm = PolicyUpdate { remove: rules(&["pypi.org", "0.0.0.0/0"]), ..Default::default() };
+        assert_eq!(rm.apply(start.clone(), "dev").unwrap(), policy(&["github.com"], &[]));
+        let rm = PolicyUpdate { remove: rules(&["github.com", "example.com"]), ..Default::default() };
+        let err = rm.apply(start, "dev").unwrap_err().to_string();
+        assert!(err.contains("no rule `example.com`") && err.contains("atoll net show dev"), "{err}");
+    }
 }

@@ -1,5 +1,5 @@
-//! The shapes of published ports and network modes, and the `GUESTPORT[:HOSTPORT]`
-//! grammar of `atoll port publish` and `atoll create --publish`.
+//! The shapes of published ports and network modes, and the `[HOSTPORT:]GUESTPORT`
+//! grammar (Docker's order) of `atoll port publish` and `atoll create --publish`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::str::FromStr;
@@ -43,7 +43,8 @@ impl FromStr for NetworkMode {
     }
 }
 
-/// A port to publish: `GUESTPORT[:HOSTPORT]`; no host port means an ephemeral one.
+/// A port to publish: `[HOSTPORT:]GUESTPORT`, Docker's order; no host port means an
+/// ephemeral one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortSpec {
     /// The TCP port in the guest.
@@ -61,18 +62,38 @@ impl PortSpec {
     }
 }
 
+/// How the port form is written, for messages.
+const PORT_FORM: &str = "write [HOSTPORT:]GUESTPORT (Docker's order) with ports 1 to 65535, e.g. 8000 (a free host port) or 8080:8000 (host port 8080 to guest port 8000)";
+
 impl FromStr for PortSpec {
     type Err = String;
 
     fn from_str(s: &str) -> Result<PortSpec, String> {
         let port = |p: &str, which: &str| {
-            p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| {
-                format!("`{s}`: {which} `{p}` is not a TCP port; write GUESTPORT[:HOSTPORT] with ports 1 to 65535, e.g. 8000 or 8000:8080")
-            })
+            p.parse::<u16>()
+                .ok()
+                .filter(|p| *p != 0)
+                .ok_or_else(|| format!("`{s}`: {which} `{p}` is not a TCP port; {PORT_FORM}"))
         };
-        let (guest, host) = match s.split_once(':') {
-            Some((g, h)) => (port(g, "guest port")?, Some(port(h, "host port")?)),
-            None => (port(s, "guest port")?, None),
+        // Docker's `/tcp` suffix is accepted; anything else it takes is refused by name
+        // rather than guessed at.
+        let body = s.strip_suffix("/tcp").unwrap_or(s);
+        if body.contains('/') {
+            return Err(format!("`{s}`: only TCP ports are published (no `/udp`); {PORT_FORM}"));
+        }
+        if body.contains('-') {
+            return Err(format!(
+                "`{s}`: port ranges are not taken; publish each port on its own; {PORT_FORM}"
+            ));
+        }
+        let (host, guest) = match body.split(':').collect::<Vec<_>>()[..] {
+            [guest] => (None, port(guest, "guest port")?),
+            [host, guest] => (Some(port(host, "host port")?), port(guest, "guest port")?),
+            _ => {
+                return Err(format!(
+                    "`{s}`: a host address goes in --bind (`atoll port publish SANDBOX PORT --bind ADDR`), not in the port; {PORT_FORM}"
+                ));
+            }
         };
         Ok(PortSpec { guest_port: guest, host_port: host, bind: DEFAULT_BIND })
     }
@@ -113,12 +134,29 @@ mod tests {
 
     #[test]
     fn port_specs_parse_and_bad_ones_say_the_form() {
-        assert_eq!("8000".parse::<PortSpec>().unwrap().host_port, None);
-        let s: PortSpec = "8000:18080".parse().unwrap();
+        let s: PortSpec = "8000".parse().unwrap();
+        assert_eq!((s.guest_port, s.host_port), (8000, None));
+        // Docker's order: host port first.
+        let s: PortSpec = "18080:8000".parse().unwrap();
         assert_eq!((s.guest_port, s.host_port, s.bind), (8000, Some(18080), DEFAULT_BIND));
-        for bad in ["0", "70000", "80:0", "x", "", "80:", ":80", "1:2:3"] {
+        let s: PortSpec = "18080:8000/tcp".parse().unwrap();
+        assert_eq!((s.guest_port, s.host_port), (8000, Some(18080)));
+        for (bad, why) in [
+            ("0", "guest port `0`"),
+            ("70000", "guest port `70000`"),
+            ("0:80", "host port `0`"),
+            ("80:0", "guest port `0`"),
+            ("x", "is not a TCP port"),
+            ("", "is not a TCP port"),
+            ("80:", "guest port ``"),
+            (":80", "host port ``"),
+            ("127.0.0.1:80:80", "--bind"),
+            ("1:2:3", "--bind"),
+            ("53/udp", "only TCP"),
+            ("8000-8010", "ranges"),
+        ] {
             let e = bad.parse::<PortSpec>().unwrap_err();
-            assert!(e.contains("GUESTPORT[:HOSTPORT]"), "{bad}: {e}");
+            assert!(e.contains("[HOSTPORT:]GUESTPORT") && e.contains(why), "{bad}: {e}");
         }
     }
 

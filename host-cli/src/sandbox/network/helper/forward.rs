@@ -36,7 +36,7 @@ pub(super) enum ForwardError {
     NotPublished(u16),
     /// The host address is taken.
     #[error(
-        "{addr} is already in use on the host; pick another host port (GUESTPORT:HOSTPORT) or leave it out for a free one"
+        "{addr} is already in use on the host; pick another host port (HOSTPORT:GUESTPORT) or leave it out for a free one"
     )]
     InUse {
         /// The address.
