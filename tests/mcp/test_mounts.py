@@ -62,7 +62,8 @@ async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) 
             session,
             "sandbox_create",
             network="none",
-            mounts=[mount(dirs / "root" / "proj"), mount(dirs / "root" / "proj", "/ro", read_only=True)],
+            # read_only defaults to true: the second share is read-only without asking.
+            mounts=[mount(dirs / "root" / "proj", read_only=False), mount(dirs / "root" / "proj", "/ro")],
         )
         try:
             assert created["mounts"][0] == {
@@ -70,6 +71,7 @@ async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) 
                 "guest_path": "/work",
                 "read_only": False,
             }
+            assert created["mounts"][1]["read_only"] is True, created
             ran = await call_ok(
                 session,
                 "sandbox_exec",

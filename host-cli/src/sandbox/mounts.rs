@@ -1,5 +1,5 @@
 //! The rules for host folders shared into a sandbox (`atoll create --mount
-//! HOSTDIR:GUESTDIR[:ro]`, MCP `mounts`) and for its disk size (`--disk 8G`), for
+//! HOSTDIR:GUESTDIR[:rw]`, MCP `mounts`; read-only unless `rw` is asked for) and for its disk size (`--disk 8G`), for
 //! both faces: parsing, the checks that refuse bad input before anything is started,
 //! which folders an MCP client may share, and the refusal to snapshot a sandbox that
 //! has host folders. QEMU's side is [`crate::vmm::storage`].
@@ -22,8 +22,10 @@ pub const MAX_DISK_BYTES: u64 = 16 << 40;
 /// Why a mount or a disk size was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// Not `HOSTDIR:GUESTDIR[:ro]`.
-    #[error("`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work or --mount /data:/data:ro")]
+    /// Not `HOSTDIR:GUESTDIR[:ro|:rw]`.
+    #[error(
+        "`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work (read-only) or --mount ./src:/work:rw"
+    )]
     Syntax(String),
     /// The host folder is missing or unreadable.
     #[error("host folder `{}` does not exist or cannot be read; create it first or fix the path", .0.display())]
@@ -66,14 +68,15 @@ pub enum MountError {
     Snapshot(String),
 }
 
-/// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`. The host folder must exist; it
+/// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`, read-only unless it ends in
+/// `:rw` (a guest that can write a folder can plant what host tools run). The host folder must exist; it
 /// is made canonical (absolute, `..` and symlinks resolved), so the folder shared is
 /// the one the user named even if a link moves later.
 pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     let (rest, read_only) = match text.rsplit_once(':') {
         Some((rest, "ro")) => (rest, true),
         Some((rest, "rw")) => (rest, false),
-        _ => (text, false),
+        _ => (text, true),
     };
     // Guest paths hold no `:`, so the last one splits; a host path may contain `:`.
     let Some((host, guest)) = rest.rsplit_once(':') else { return Err(MountError::Syntax(text.into())) };
@@ -194,7 +197,7 @@ mod tests {
         let m = parse_mount(&format!("{}/./:/work//src/:ro", d.path().display())).unwrap();
         assert_eq!(m, Mount { host: real.clone(), guest: "/work/src".into(), read_only: true });
         assert!(!parse_mount(&format!("{}:/w:rw", d.path().display())).unwrap().read_only);
-        assert!(!parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only);
+        assert!(parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only, "read-only by default");
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
         for (bad, what) in [
