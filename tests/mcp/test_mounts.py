@@ -27,7 +27,7 @@ pytestmark = pytest.mark.anyio
 def dirs():
     # Short: the sandbox's Unix sockets live under the state dir.
     base = Path(tempfile.mkdtemp(prefix="atollm-", dir="/tmp"))
-    (base / "state").mkdir()
+    (base / "state").mkdir(mode=0o700)  # atoll refuses a state directory others may enter
     (base / "root" / "proj").mkdir(parents=True)
     (base / "outside").mkdir()
     (base / "root" / "proj" / "hello.txt").write_text("from the host\n")

@@ -98,7 +98,12 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     assert_eq!(existing.mode(), existing_mode, "a host file's mode changed");
     assert_eq!(std::fs::read_to_string(share.join("existing")).unwrap(), "host file\n");
     let suid = std::fs::metadata(share.join("suid")).unwrap();
-    assert_eq!(suid.mode() & 0o111, 0, "guest-made files are never executable on the host ({:o})", suid.mode());
+    assert_eq!(
+        suid.mode() & 0o111,
+        0,
+        "guest-made files are never executable on the host ({:o})",
+        suid.mode()
+    );
 
     // The share given without `:rw` refuses writes, and the host folder is untouched.
     for write in ["echo x > /data/new", "chmod 4755 /data/kept", "mknod /data/mem c 1 1", "rm /data/kept"] {

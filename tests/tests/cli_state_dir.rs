@@ -3,8 +3,8 @@
 //! user owns is refused, naming the fix; a missing one is no error for a command about
 //! a sandbox (it says there is no such sandbox and creates nothing); a planted
 //! `sandbox.json` that names a directory outside the state directory cannot make
-//! `atoll kill` delete it, and a record whose id is not its directory's name is no
-//! sandbox.
+//! `atoll kill` delete it, a record whose id is not its directory's name is no
+//! sandbox, and a path with a comma (which QEMU options would split) is refused.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -67,16 +67,23 @@ fn a_state_directory_others_can_steer_is_refused_and_records_cannot_name_paths()
     assert!(err.contains("imposter"), "{err}");
     assert!(victim.path().join("precious").exists());
 
+    // A path with a comma (QEMU's option separator) is refused before anything starts.
+    let comma = tempfile::tempdir().unwrap();
+    let out = atoll
+        .command(&["create", "--net", "none"])
+        .env("ATOLL_STATE_DIR", comma.path().join("a,b"))
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success() && err.contains("has a comma"), "{err}");
+    assert!(!comma.path().join("a,b").exists());
+
     // A fresh machine: no state directory yet. A command about a sandbox says there is
     // no such sandbox, and creates nothing.
     let fresh = tempfile::tempdir().unwrap();
     let missing = fresh.path().join("state");
     for args in [vec!["port", "publish", "nosuch", "8000"], vec!["pause", "nosuch"], vec!["info", "nosuch"]] {
-        let out = atoll
-            .command(&args)
-            .env("ATOLL_STATE_DIR", &missing)
-            .output()
-            .unwrap();
+        let out = atoll.command(&args).env("ATOLL_STATE_DIR", &missing).output().unwrap();
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{args:?}");
         assert!(err.contains("no sandbox") && err.contains("nosuch"), "{args:?}: {err}");

@@ -197,7 +197,10 @@ mod tests {
         let m = parse_mount(&format!("{}/./:/work//src/:ro", d.path().display())).unwrap();
         assert_eq!(m, Mount { host: real.clone(), guest: "/work/src".into(), read_only: true });
         assert!(!parse_mount(&format!("{}:/w:rw", d.path().display())).unwrap().read_only);
-        assert!(parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only, "read-only by default");
+        assert!(
+            parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only,
+            "read-only by default"
+        );
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
         for (bad, what) in [

@@ -33,6 +33,12 @@ pub enum DirsError {
         /// What is wrong, in words.
         why: String,
     },
+    /// The state directory's path holds a comma, which QEMU's option syntax would split.
+    #[error(
+        "the atoll state directory {} has a comma in its path, which QEMU options cannot carry safely; set $ATOLL_STATE_DIR to a path without commas",
+        .0.display()
+    )]
+    Comma(PathBuf),
     /// The state directory could not be created.
     #[error("could not create the atoll state directory {}; check its permissions or set $ATOLL_STATE_DIR", path.display())]
     Create {
@@ -59,6 +65,10 @@ pub fn templates_dir() -> Result<PathBuf, DirsError> {
 pub fn state_dir() -> Result<PathBuf, DirsError> {
     let dir = resolve("ATOLL_STATE_DIR", "XDG_STATE_HOME", ".local/state")
         .ok_or(DirsError::NoHome { what: "sandboxes", var: "ATOLL_STATE_DIR" })?;
+    // Sockets, logs and disks under it go into QEMU options (`path=...,server=on`).
+    if dir.as_os_str().as_encoded_bytes().contains(&b',') {
+        return Err(DirsError::Comma(dir));
+    }
     match std::fs::metadata(&dir) {
         Ok(meta) => check_private(&dir, &meta)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -103,7 +103,8 @@ mod tests {
         };
         let args = qemu_args(&s);
         assert_eq!(
-            args[1], "local,id=fs0,path=/h/a,,b,security_model=mapped-xattr,fmode=0644,dmode=0755,multidevs=remap",
+            args[1],
+            "local,id=fs0,path=/h/a,,b,security_model=mapped-xattr,fmode=0644,dmode=0755,multidevs=remap",
             "commas doubled, no readonly"
         );
         assert!(args[5].ends_with(",readonly=on"));
