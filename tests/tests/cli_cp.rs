@@ -154,3 +154,33 @@ fn a_missing_guest_source_is_not_found() {
     assert_eq!(cli_util::json_error(&out)["kind"], "not_found");
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
 }
+
+/// A directory copied out of a guest is capped (entries, inflated bytes) and leaves
+/// nothing behind when refused; guest-chosen modes pass through the umask. The agent
+/// here is honest; the caps count what the host unpacks, so they hold whatever sends the
+/// zip (`host-cli/src/archive.rs` has the bomb itself).
+#[test]
+fn copies_out_of_a_guest_are_capped_and_modes_masked() {
+    let agent = Agent::start();
+    let guest = agent.dir.path().join("many");
+    std::fs::create_dir(&guest).unwrap();
+    for i in 0..11 {
+        std::fs::write(guest.join(format!("f{i}")), vec![b'x'; 200]).unwrap();
+    }
+    std::fs::set_permissions(guest.join("f0"), std::fs::Permissions::from_mode(0o4777)).unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let src = format!(":{}", s(&guest));
+
+    let dst = host.path().join("a");
+    let out = atoll(&agent.address(), &["cp", "--max-entries", "10", &src, s(&dst)]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("11 entries, over the limit of 10"), "{}", stderr(&out));
+    let out = atoll(&agent.address(), &["cp", "--max-unpacked-bytes", "1000", &src, s(&dst)]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("more than 1000 bytes"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "nothing left behind");
+
+    ok(&atoll(&agent.address(), &["cp", &src, s(&dst)]));
+    let mode = std::fs::metadata(dst.join("f0")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode & 0o7002, 0, "setuid or world-writable from the guest's mode: {mode:o}");
+}
