@@ -173,6 +173,12 @@ async fn download_any(
     let entry = client.stat(src).await?;
     let target = host_target(src, dst);
     let to = target.display().to_string();
+    // Files and folders are staged beside the target, then renamed into place.
+    let records: Vec<_> = crate::vmm::dirs::state_dir()
+        .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
+        .unwrap_or_default();
+    crate::sandbox::mounts::refuse_staging_in_share(parent_of(&target), &records)
+        .map_err(|e| UsageError(e.to_string()))?;
     if entry.kind == FileKind::Dir {
         if target.exists() {
             return Err(UsageError(format!(

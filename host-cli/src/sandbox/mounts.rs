@@ -61,6 +61,19 @@ pub enum MountError {
         /// What is allowed, said in words.
         allowed: String,
     },
+    /// A copy out of a guest would be staged inside a folder a sandbox writes.
+    #[error(
+        "`{}` is inside `{}`, which sandbox `{sandbox}` shares read-write: its guest could swap files there while they land; copy to a folder outside it, then move the result",
+        path.display(), host.display()
+    )]
+    StagingShared {
+        /// Where the copy would be staged.
+        path: PathBuf,
+        /// The shared folder.
+        host: PathBuf,
+        /// The sandbox sharing it.
+        sandbox: String,
+    },
     /// A snapshot or park of a sandbox with host folders.
     #[error(
         "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `atoll cp`"
@@ -170,6 +183,24 @@ pub fn parse_disk(text: &str) -> Result<u64, MountError> {
 /// need the same folders, unchanged, and QEMU cannot save a 9p device in use.
 pub fn refuse_snapshot(record: &Record) -> Result<(), MountError> {
     if record.storage.mounts.is_empty() { Ok(()) } else { Err(MountError::Snapshot(record.name.clone())) }
+}
+
+/// Refuses to stage a copy from a guest in `dir` (where temp files and folders are made
+/// before their rename) when `dir` lies in a folder a sandbox of `records` shares
+/// read-write: the guest could plant a link or swap a file there mid-copy. `dir` is
+/// made canonical first; one that cannot be is left to the copy to report.
+pub fn refuse_staging_in_share(dir: &Path, records: &[Record]) -> Result<(), MountError> {
+    let Ok(real) = std::fs::canonicalize(dir) else { return Ok(()) };
+    for r in records {
+        if let Some(m) = r.storage.mounts.iter().find(|m| !m.read_only && real.starts_with(&m.host)) {
+            return Err(MountError::StagingShared {
+                path: real,
+                host: m.host.clone(),
+                sandbox: r.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`
