@@ -31,7 +31,7 @@ PY
 head -c $((256 << 20)) /dev/urandom >"$work/share/big"
 
 "$atoll" create --name bm --net none --memory 1024 --disk 1G --timeout 300s \
-    --mount "$work/share:/work" >/dev/null 2>&1
+    --mount "$work/share:/work:rw" >/dev/null 2>&1
 g() { "$atoll" -s bm exec --timeout 10m --sh "$1"; }
 # Seconds a guest command takes, from the guest's own clock.
 timed() {

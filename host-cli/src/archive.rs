@@ -2,7 +2,10 @@
 //! for `UploadDir`, and unpacking a `DownloadDir` archive safely.
 //!
 //! Unpacking checks every entry before writing anything: a name that would land outside
-//! the target (`..`, an absolute path) or a symlink refuses the whole archive.
+//! the target (`..`, an absolute path) or a symlink refuses the whole archive. A zip
+//! comes from the guest, so what it may write is capped ([`UnpackLimits`]: entries, and
+//! bytes actually inflated, never the sizes the archive claims), and the modes it asks
+//! for pass through the umask (a guest cannot make a host file world-writable).
 //! Both functions are blocking; async callers run them on `spawn_blocking`.
 
 use std::fs::{self, File};
@@ -46,6 +49,46 @@ pub enum ArchiveError {
     /// An entry is a symlink, which we do not recreate.
     #[error("the archive entry `{0}` is a symlink; nothing was extracted")]
     Symlink(String),
+    /// More entries than [`UnpackLimits::max_entries`].
+    #[error(
+        "the archive from the guest holds {count} entries, over the limit of {max}; nothing was extracted (raise it with --max-entries if you expect that many)"
+    )]
+    TooManyEntries {
+        /// Entries in the archive.
+        count: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// More bytes than [`UnpackLimits::max_bytes`].
+    #[error(
+        "the archive from the guest unpacks to more than {max} bytes; extraction stopped (raise the limit with --max-unpacked-bytes if you expect that much)"
+    )]
+    TooBig {
+        /// The limit.
+        max: u64,
+    },
+}
+
+/// Caps on what unpacking one archive from a guest may write on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnpackLimits {
+    /// Most entries (files and folders).
+    pub max_entries: u64,
+    /// Most bytes written, counted as they are inflated.
+    pub max_bytes: u64,
+}
+
+impl UnpackLimits {
+    /// Default entry cap: a large source tree, far from what fills a disk's inodes.
+    pub const DEFAULT_ENTRIES: u64 = 200_000;
+    /// Default byte cap: 4 GiB.
+    pub const DEFAULT_BYTES: u64 = 4 << 30;
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits { max_entries: Self::DEFAULT_ENTRIES, max_bytes: Self::DEFAULT_BYTES }
+    }
 }
 
 /// What a pack or unpack covered.
@@ -101,10 +144,28 @@ pub fn zip_dir(dir: &Path, out: File) -> Result<(File, ArchiveStats), ArchiveErr
     Ok((out, stats))
 }
 
+/// The process's umask, read without changing it (`umask(2)` would set it, racing other
+/// threads); 022 where /proc does not say.
+fn current_umask() -> u32 {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
+}
+
 /// Unpacks the zip in `archive` into `into`, which must exist and should be empty.
-/// Every entry is checked first; a bad one refuses the whole archive.
-pub fn unzip_into(archive: File, into: &Path) -> Result<ArchiveStats, ArchiveError> {
+/// Every entry is checked first; a bad one, or more entries than `limits` allow,
+/// refuses the whole archive; writing stops once the inflated bytes pass the limit
+/// (the caller removes the partial result). Modes lose what the umask masks.
+pub fn unzip_into(archive: File, into: &Path, limits: UnpackLimits) -> Result<ArchiveStats, ArchiveError> {
     let mut zip = ZipArchive::new(archive).map_err(ArchiveError::Zip)?;
+    let count = zip.len() as u64;
+    if count > limits.max_entries {
+        return Err(ArchiveError::TooManyEntries { count, max: limits.max_entries });
+    }
+    let umask = current_umask();
     let mut plan = Vec::with_capacity(zip.len());
     for i in 0..zip.len() {
         let entry = zip.by_index_raw(i).map_err(ArchiveError::Zip)?;
@@ -126,12 +187,19 @@ pub fn unzip_into(archive: File, into: &Path) -> Result<ArchiveStats, ArchiveErr
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(io_err("create", parent))?;
         }
-        let mut entry = zip.by_index(i).map_err(ArchiveError::Zip)?;
+        let entry = zip.by_index(i).map_err(ArchiveError::Zip)?;
         let mut f = File::create(&path).map_err(io_err("create", &path))?;
-        stats.file_bytes += io::copy(&mut entry, &mut f).map_err(io_err("write", &path))?;
+        // One byte past what is left tells an entry that fits from one that does not.
+        let left = limits.max_bytes - stats.file_bytes;
+        let n = io::copy(&mut io::Read::take(entry, left.saturating_add(1)), &mut f)
+            .map_err(io_err("write", &path))?;
+        if n > left {
+            return Err(ArchiveError::TooBig { max: limits.max_bytes });
+        }
+        stats.file_bytes += n;
         stats.files += 1;
         if let Some(mode) = mode {
-            fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o777))
+            fs::set_permissions(&path, fs::Permissions::from_mode(mode & 0o777 & !umask))
                 .map_err(io_err("set permissions on", &path))?;
         }
     }
@@ -155,7 +223,7 @@ mod tests {
         assert_eq!((stats.files, stats.dirs, stats.file_bytes), (2, 2, 100_005));
         assert_eq!(stats.skipped, vec!["link".to_string()]);
         let dst = tempfile::tempdir().unwrap();
-        let got = unzip_into(zip, dst.path()).unwrap();
+        let got = unzip_into(zip, dst.path(), UnpackLimits::default()).unwrap();
         assert_eq!((got.files, got.file_bytes), (2, 100_005));
         assert_eq!(fs::read(dst.path().join("a/b/f.txt")).unwrap(), b"hello");
         assert_eq!(fs::metadata(dst.path().join("top")).unwrap().permissions().mode() & 0o777, 0o755);
@@ -174,9 +242,64 @@ mod tests {
         let dst = tempfile::tempdir().unwrap();
         let inner = dst.path().join("in");
         fs::create_dir(&inner).unwrap();
-        let err = unzip_into(file, &inner).unwrap_err();
+        let err = unzip_into(file, &inner, UnpackLimits::default()).unwrap_err();
         assert!(matches!(&err, ArchiveError::Escapes(n) if n == "../evil.txt"), "{err}");
         assert!(!inner.join("ok.txt").exists());
         assert!(!dst.path().join("evil.txt").exists());
+    }
+
+    /// A zip as a hostile guest could send it: `entries` files named f0.., each `size`
+    /// zero bytes (deflated to almost nothing) with mode `mode`.
+    fn bomb(entries: usize, size: usize, mode: u32) -> File {
+        let mut zip = ZipWriter::new(tempfile::tempfile().unwrap());
+        let opts = SimpleFileOptions::default()
+            .compression_method(CompressionMethod::Deflated)
+            .unix_permissions(mode)
+            .large_file(size > u32::MAX as usize);
+        let zeros = vec![0u8; 1 << 20];
+        for i in 0..entries {
+            zip.start_file(format!("f{i}"), opts).unwrap();
+            let mut left = size;
+            while left > 0 {
+                let n = left.min(zeros.len());
+                zip.write_all(&zeros[..n]).unwrap();
+                left -= n;
+            }
+        }
+        let mut file = zip.finish().unwrap();
+        file.rewind().unwrap();
+        file
+    }
+
+    #[test]
+    fn a_zip_bomb_stops_at_the_byte_cap() {
+        let file = bomb(1, 16 << 20, 0o644);
+        assert!(file.metadata().unwrap().len() < 256 << 10, "the bomb is small on the wire");
+        let dst = tempfile::tempdir().unwrap();
+        let limits = UnpackLimits { max_bytes: 1 << 20, ..UnpackLimits::default() };
+        let err = unzip_into(file, dst.path(), limits).unwrap_err();
+        assert!(matches!(err, ArchiveError::TooBig { max } if max == 1 << 20), "{err}");
+        assert!(err.to_string().contains("--max-unpacked-bytes"), "{err}");
+        let written = fs::metadata(dst.path().join("f0")).unwrap().len();
+        assert!(written <= (1 << 20) + 1, "wrote {written} bytes past the cap");
+    }
+
+    #[test]
+    fn too_many_entries_refuse_the_archive_before_writing() {
+        let limits = UnpackLimits { max_entries: 10, ..UnpackLimits::default() };
+        let dst = tempfile::tempdir().unwrap();
+        let err = unzip_into(bomb(11, 1, 0o644), dst.path(), limits).unwrap_err();
+        assert!(matches!(err, ArchiveError::TooManyEntries { count: 11, max: 10 }), "{err}");
+        assert_eq!(fs::read_dir(dst.path()).unwrap().count(), 0, "nothing written");
+        assert!(unzip_into(bomb(10, 1, 0o644), dst.path(), limits).is_ok(), "the cap itself fits");
+    }
+
+    #[test]
+    fn guest_modes_pass_through_the_umask() {
+        let dst = tempfile::tempdir().unwrap();
+        unzip_into(bomb(1, 1, 0o6777), dst.path(), UnpackLimits::default()).unwrap();
+        let mode = fs::metadata(dst.path().join("f0")).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o777 & !current_umask(), "setuid bits dropped, umask applied");
+        assert_eq!(mode & 0o002, 0, "world-writable under the usual umask");
     }
 }

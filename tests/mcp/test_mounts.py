@@ -27,7 +27,7 @@ pytestmark = pytest.mark.anyio
 def dirs():
     # Short: the sandbox's Unix sockets live under the state dir.
     base = Path(tempfile.mkdtemp(prefix="atollm-", dir="/tmp"))
-    (base / "state").mkdir()
+    (base / "state").mkdir(mode=0o700)  # atoll refuses a state directory others may enter
     (base / "root" / "proj").mkdir(parents=True)
     (base / "outside").mkdir()
     (base / "root" / "proj" / "hello.txt").write_text("from the host\n")
@@ -62,7 +62,8 @@ async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) 
             session,
             "sandbox_create",
             network="none",
-            mounts=[mount(dirs / "root" / "proj"), mount(dirs / "root" / "proj", "/ro", read_only=True)],
+            # read_only defaults to true: the second share is read-only without asking.
+            mounts=[mount(dirs / "root" / "proj", read_only=False), mount(dirs / "root" / "proj", "/ro")],
         )
         try:
             assert created["mounts"][0] == {
@@ -70,6 +71,7 @@ async def test_a_declared_root_can_be_mounted_and_the_guest_sees_it(dirs: Path) 
                 "guest_path": "/work",
                 "read_only": False,
             }
+            assert created["mounts"][1]["read_only"] is True, created
             ran = await call_ok(
                 session,
                 "sandbox_exec",

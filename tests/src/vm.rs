@@ -30,8 +30,12 @@ pub fn minimal_template_dir() -> PathBuf {
 }
 
 /// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
+/// Mode 0700: atoll refuses a state directory others may enter.
 pub fn short_tempdir() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("atoll-vm-").tempdir_in("/tmp").expect("tempdir")
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new().prefix("atoll-vm-").tempdir_in("/tmp").expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    dir
 }
 
 /// Bytes as text, lossily, for messages and comparisons.

@@ -181,7 +181,7 @@ fn bad_addresses_and_usage_errors_exit_2() {
     assert_eq!(code(&out), 2);
     assert!(stderr(&out).contains("write the guest side as :/path"), "{}", stderr(&out));
 
-    let state = tempfile::tempdir().unwrap();
+    let state = atoll_tests::vm::short_tempdir();
     let out = cli_util::atoll_cmd("", &["--sandbox", "ghost", "info"])
         .env("ATOLL_STATE_DIR", state.path())
         .stdin(std::process::Stdio::null())
@@ -213,7 +213,7 @@ fn info_reports_the_agent() {
 
 #[test]
 fn ls_without_a_path_lists_sandboxes() {
-    let state = tempfile::tempdir().unwrap();
+    let state = atoll_tests::vm::short_tempdir();
     let out = cli_util::atoll_cmd("", &["--json", "ls"])
         .env("ATOLL_STATE_DIR", state.path())
         .stdin(std::process::Stdio::null())

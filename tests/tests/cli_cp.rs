@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use atoll_tests::Agent;
-use cli_util::{atoll, code, json, ok, s, sha256_file, stderr};
+use cli_util::{atoll, atoll_cmd, code, json, ok, s, sha256_file, stderr};
 
 /// Writes `len` bytes of noise to `path` in pieces, without holding it all in memory.
 fn write_noise(path: &Path, len: usize, seed: u64) {
@@ -153,4 +153,76 @@ fn a_missing_guest_source_is_not_found() {
     assert_eq!(code(&out), 1);
     assert_eq!(cli_util::json_error(&out)["kind"], "not_found");
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0);
+}
+
+/// A directory copied out of a guest is capped (entries, inflated bytes) and leaves
+/// nothing behind when refused; guest-chosen modes pass through the umask. The agent
+/// here is honest; the caps count what the host unpacks, so they hold whatever sends the
+/// zip (`host-cli/src/archive.rs` has the bomb itself).
+#[test]
+fn copies_out_of_a_guest_are_capped_and_modes_masked() {
+    let agent = Agent::start();
+    let guest = agent.dir.path().join("many");
+    std::fs::create_dir(&guest).unwrap();
+    for i in 0..11 {
+        std::fs::write(guest.join(format!("f{i}")), vec![b'x'; 200]).unwrap();
+    }
+    std::fs::set_permissions(guest.join("f0"), std::fs::Permissions::from_mode(0o4777)).unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let src = format!(":{}", s(&guest));
+
+    let dst = host.path().join("a");
+    let out = atoll(&agent.address(), &["cp", "--max-entries", "10", &src, s(&dst)]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("11 entries, over the limit of 10"), "{}", stderr(&out));
+    let out = atoll(&agent.address(), &["cp", "--max-unpacked-bytes", "1000", &src, s(&dst)]);
+    assert_ne!(code(&out), 0);
+    assert!(stderr(&out).contains("more than 1000 bytes"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "nothing left behind");
+
+    ok(&atoll(&agent.address(), &["cp", &src, s(&dst)]));
+    let mode = std::fs::metadata(dst.join("f0")).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode & 0o7002, 0, "setuid or world-writable from the guest's mode: {mode:o}");
+}
+
+/// A copy out of a guest is not staged inside a folder a sandbox shares read-write (its
+/// guest could plant links or swap files there mid-copy); a read-only share is fine.
+#[test]
+fn copies_out_are_not_staged_in_a_read_write_share() {
+    let agent = Agent::start();
+    let guest = agent.dir.path().join("out.txt");
+    std::fs::write(&guest, "from the guest\n").unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let (rw, ro) = (host.path().join("rw"), host.path().join("ro"));
+    std::fs::create_dir_all(rw.join("sub")).unwrap();
+    std::fs::create_dir(&ro).unwrap();
+    let state = atoll_tests::vm::short_tempdir();
+    let dir = state.path().join("0badc0de");
+    std::fs::create_dir(&dir).unwrap();
+    let record = serde_json::json!({
+        "id": "0badc0de", "name": "sharer", "template": "minimal", "memory_mib": 256, "cpus": 1,
+        "accel": "tcg", "created_unix_ms": 1, "qemu": null, "ready": true, "agent_version": null,
+        "paused": false,
+        "storage": {"mounts": [
+            {"host": std::fs::canonicalize(&rw).unwrap(), "guest": "/work", "read_only": false},
+            {"host": std::fs::canonicalize(&ro).unwrap(), "guest": "/data", "read_only": true},
+        ]},
+        "paths": {"dir": dir, "qmp_socket": dir.join("q"), "console_log": dir.join("c"),
+                  "qemu_log": dir.join("l"), "overlay": null},
+    });
+    std::fs::write(dir.join("sandbox.json"), record.to_string()).unwrap();
+    let cp = |dst: &Path| {
+        atoll_cmd(&agent.address(), &["cp", &format!(":{}", s(&guest)), s(dst)])
+            .env("ATOLL_STATE_DIR", state.path())
+            .output()
+            .unwrap()
+    };
+    for dst in [rw.join("out.txt"), rw.join("sub"), rw.clone()] {
+        let out = cp(&dst);
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains("which sandbox `sharer` shares read-write"), "{}", stderr(&out));
+    }
+    assert_eq!(std::fs::read_dir(&rw).unwrap().count(), 1, "nothing staged in the share");
+    ok(&cp(&ro.join("out.txt")));
+    assert_eq!(std::fs::read_to_string(ro.join("out.txt")).unwrap(), "from the guest\n");
 }

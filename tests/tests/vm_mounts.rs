@@ -1,6 +1,7 @@
 //! Host folders (`atoll create --mount HOST:GUEST[:ro]`, virtio-9p) and the disk size
 //! (`--disk`), through the `atoll` binary and real microVMs: changes seen both ways,
-//! files made in the guest owned by the host user, `:ro` refused in the guest, no way
+//! files made in the guest owned by the host user, a share without `:rw` read-only
+//! (refused in the guest), no way
 //! out of the share through a symlink, a 10,000-file tree walked, the disk size in the
 //! guest's `df`, a full disk giving the "no space" error and the sandbox still working,
 //! snapshots refused, nothing left running after `atoll kill`; and bad input refused
@@ -42,7 +43,7 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     make_tree(&share.join("tree"), 100, 100);
 
     let atoll = Atoll::new();
-    let (m_rw, m_ro) = (format!("{}:/work", share.display()), format!("{}:/data:ro", ro.display()));
+    let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
     let created =
         atoll.create_with("m", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--disk", "256M"]);
     assert_eq!(created["disk_bytes"], 256 << 20);

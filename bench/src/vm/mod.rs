@@ -109,6 +109,8 @@ pub(crate) fn measure(run: &VmRun<'_>, rt: &Runtime) -> Result<VmFigures> {
     let bare_dir = run.scratch.join("bare-vm");
     let state = run.scratch.join("vm-state");
     fs::create_dir_all(&state)?;
+    // atoll refuses a state directory others may enter.
+    fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
     let (mut create, mut bare) = (Vec::new(), Vec::new());
     let mut last: Option<Created> = None;
     let memory = MEMORY_MIB.to_string();

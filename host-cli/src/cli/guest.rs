@@ -253,6 +253,13 @@ pub struct CpArgs {
     /// and, as with `cp`, the kernel writes it to disk in its own time.
     #[arg(long)]
     pub sync: bool,
+    /// A directory copied from a guest may unpack to at most this many bytes (the guest
+    /// chooses what it sends; default 4 GiB).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::archive::UnpackLimits::DEFAULT_BYTES)]
+    pub max_unpacked_bytes: u64,
+    /// A directory copied from a guest may hold at most this many files and folders.
+    #[arg(long, value_name = "N", default_value_t = crate::archive::UnpackLimits::DEFAULT_ENTRIES)]
+    pub max_entries: u64,
 }
 
 /// `atoll download`.

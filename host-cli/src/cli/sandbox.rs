@@ -24,7 +24,7 @@ pub enum SandboxCommand {
     #[command(after_help = "Examples:\n  atoll create\n  atoll create --name dev --memory 1024 --cpus 2\n  \
                             atoll create --template debian --name web --publish 8000\n  \
                             atoll create --net none\n  \
-                            mkdir -p src && atoll create --mount ./src:/work   (the folder must exist)\n  \
+                            mkdir -p src && atoll create --mount ./src:/work:rw   (the folder must exist)\n  \
                             atoll create --template debian --disk 8G\n  \
                             atoll create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             atoll create --from clean --name try1   (a fork of snapshot `clean`)\n  \
@@ -105,10 +105,13 @@ pub struct CreateArgs {
         conflicts_with_all = ["template", "memory", "cpus", "mount", "disk", "net", "allow_out", "deny_out"]
     )]
     pub from: Option<String>,
-    /// Share a host folder (repeatable): HOSTDIR:GUESTDIR, or with `:ro` read-only in the
-    /// guest. Changes show on both sides at once; files the guest creates belong to
-    /// you; nothing outside HOSTDIR is reachable. Such a sandbox cannot be snapshotted.
-    #[arg(long, value_name = "HOSTDIR:GUESTDIR[:ro]", value_parser = parse_mount)]
+    /// Share a host folder (repeatable): HOSTDIR:GUESTDIR is read-only in the guest;
+    /// add `:rw` to let the guest write it. Changes show on both sides at once; files the
+    /// guest creates belong to you with plain modes (0644, dirs 0755: the guest's
+    /// owners, modes, setuid bits and device nodes stay in extended attributes, never on
+    /// your files); nothing outside HOSTDIR is reachable. Such a sandbox cannot be
+    /// snapshotted.
+    #[arg(long, value_name = "HOSTDIR:GUESTDIR[:rw]", value_parser = parse_mount)]
     pub mount: Vec<Mount>,
     /// The writable disk's size, e.g. 8G or 512M: the disk of a disk template (at least
     /// the template's own), the root tmpfs of `minimal` (which lives in guest memory).

@@ -65,7 +65,9 @@ pub(super) async fn cp(ctx: &Ctx, args: CpArgs) -> Result<u8> {
         }
         (Location::Guest { sandbox, path }, Location::Host(dst)) => {
             let client = ctx.client_for(sandbox.as_deref()).await?;
-            download_any(ctx, &client, &path, &dst, args.sync).await?
+            let limits =
+                archive::UnpackLimits { max_entries: args.max_entries, max_bytes: args.max_unpacked_bytes };
+            download_any(ctx, &client, &path, &dst, args.sync, limits).await?
         }
     };
     if ctx.out.json {
@@ -160,10 +162,23 @@ fn parent_of(path: &Path) -> &Path {
 }
 
 /// Guest to host: a file is streamed, a directory downloaded as a zip and extracted.
-async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path, sync: bool) -> Result<Copied> {
+async fn download_any(
+    ctx: &Ctx,
+    client: &Client,
+    src: &str,
+    dst: &Path,
+    sync: bool,
+    limits: archive::UnpackLimits,
+) -> Result<Copied> {
     let entry = client.stat(src).await?;
     let target = host_target(src, dst);
     let to = target.display().to_string();
+    // Files and folders are staged beside the target, then renamed into place.
+    let records: Vec<_> = crate::vmm::dirs::state_dir()
+        .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
+        .unwrap_or_default();
+    crate::sandbox::mounts::refuse_staging_in_share(parent_of(&target), &records)
+        .map_err(|e| UsageError(e.to_string()))?;
     if entry.kind == FileKind::Dir {
         if target.exists() {
             return Err(UsageError(format!(
@@ -171,7 +186,7 @@ async fn download_any(ctx: &Ctx, client: &Client, src: &str, dst: &Path, sync: b
             ))
             .into());
         }
-        let stats = download_dir(ctx, client, src, &target, sync).await?;
+        let stats = download_dir(ctx, client, src, &target, sync, limits).await?;
         return Ok(Copied {
             from: format!(":{src}"),
             to,
@@ -216,6 +231,7 @@ async fn download_dir(
     src: &str,
     target: &Path,
     sync: bool,
+    limits: archive::UnpackLimits,
 ) -> Result<ArchiveStats> {
     let zip = tempfile::tempfile().context("could not create a temp file for the zip")?;
     let bar = ctx.out.progress(None, "download");
@@ -232,7 +248,7 @@ async fn download_dir(
             .with_context(|| format!("cannot create a directory in {}", staging_parent.display()))?;
         let mut zip = zip;
         std::io::Seek::rewind(&mut zip)?;
-        let stats = archive::unzip_into(zip, staging.path())?;
+        let stats = archive::unzip_into(zip, staging.path(), limits)?;
         // Renamed first and only then kept, so a failed rename still removes the staging
         // directory.
         std::fs::rename(staging.path(), &target)

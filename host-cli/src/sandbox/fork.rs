@@ -69,6 +69,7 @@ pub(super) async fn start(
     guard.save()?;
     drop(lock);
     if let (Some(disk), Some(overlay)) = (snap.disk(), &guard.record.paths.overlay) {
+        super::snapshot::check_snapshot_disk(&disk, tpl)?;
         machine::copy_file(&disk, overlay)?;
     }
     let mut record = guard.record.clone();

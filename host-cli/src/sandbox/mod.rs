@@ -181,6 +181,9 @@ pub enum SandboxError {
     /// A snapshot on disk.
     #[error(transparent)]
     SnapFile(#[from] crate::vmm::snapfile::SnapFileError),
+    /// A snapshot's disk names a backing file other than its template's image.
+    #[error(transparent)]
+    Qcow2(#[from] crate::vmm::qcow2::Qcow2Error),
     /// A VM came back from a snapshot but its agent did not answer.
     #[error("sandbox `{name}` did not come back from its snapshot: {reason}")]
     Revive {

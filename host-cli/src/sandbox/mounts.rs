@@ -1,5 +1,5 @@
 //! The rules for host folders shared into a sandbox (`atoll create --mount
-//! HOSTDIR:GUESTDIR[:ro]`, MCP `mounts`) and for its disk size (`--disk 8G`), for
+//! HOSTDIR:GUESTDIR[:rw]`, MCP `mounts`; read-only unless `rw` is asked for) and for its disk size (`--disk 8G`), for
 //! both faces: parsing, the checks that refuse bad input before anything is started,
 //! which folders an MCP client may share, and the refusal to snapshot a sandbox that
 //! has host folders. QEMU's side is [`crate::vmm::storage`].
@@ -22,8 +22,10 @@ pub const MAX_DISK_BYTES: u64 = 16 << 40;
 /// Why a mount or a disk size was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
-    /// Not `HOSTDIR:GUESTDIR[:ro]`.
-    #[error("`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work or --mount /data:/data:ro")]
+    /// Not `HOSTDIR:GUESTDIR[:ro|:rw]`.
+    #[error(
+        "`{0}` is not HOSTDIR:GUESTDIR[:ro|:rw]; e.g. --mount ./src:/work (read-only) or --mount ./src:/work:rw"
+    )]
     Syntax(String),
     /// The host folder does not exist. It is not made for the user: a mistyped path would
     /// then share a new empty folder instead of failing.
@@ -66,6 +68,19 @@ pub enum MountError {
         /// What is allowed, said in words.
         allowed: String,
     },
+    /// A copy out of a guest would be staged inside a folder a sandbox writes.
+    #[error(
+        "`{}` is inside `{}`, which sandbox `{sandbox}` shares read-write: its guest could swap files there while they land; copy to a folder outside it, then move the result",
+        path.display(), host.display()
+    )]
+    StagingShared {
+        /// Where the copy would be staged.
+        path: PathBuf,
+        /// The shared folder.
+        host: PathBuf,
+        /// The sandbox sharing it.
+        sandbox: String,
+    },
     /// A snapshot or park of a sandbox with host folders.
     #[error(
         "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `atoll cp`"
@@ -73,14 +88,15 @@ pub enum MountError {
     Snapshot(String),
 }
 
-/// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`. The host folder must exist; it
+/// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`, read-only unless it ends in
+/// `:rw` (a guest that can write a folder can plant what host tools run). The host folder must exist; it
 /// is made canonical (absolute, `..` and symlinks resolved), so the folder shared is
 /// the one the user named even if a link moves later.
 pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     let (rest, read_only) = match text.rsplit_once(':') {
         Some((rest, "ro")) => (rest, true),
         Some((rest, "rw")) => (rest, false),
-        _ => (text, false),
+        _ => (text, true),
     };
     // Guest paths hold no `:`, so the last one splits; a host path may contain `:`.
     let Some((host, guest)) = rest.rsplit_once(':') else { return Err(MountError::Syntax(text.into())) };
@@ -181,6 +197,24 @@ pub fn refuse_snapshot(record: &Record) -> Result<(), MountError> {
     if record.storage.mounts.is_empty() { Ok(()) } else { Err(MountError::Snapshot(record.name.clone())) }
 }
 
+/// Refuses to stage a copy from a guest in `dir` (where temp files and folders are made
+/// before their rename) when `dir` lies in a folder a sandbox of `records` shares
+/// read-write: the guest could plant a link or swap a file there mid-copy. `dir` is
+/// made canonical first; one that cannot be is left to the copy to report.
+pub fn refuse_staging_in_share(dir: &Path, records: &[Record]) -> Result<(), MountError> {
+    let Ok(real) = std::fs::canonicalize(dir) else { return Ok(()) };
+    for r in records {
+        if let Some(m) = r.storage.mounts.iter().find(|m| !m.read_only && real.starts_with(&m.host)) {
+            return Err(MountError::StagingShared {
+                path: real,
+                host: m.host.clone(),
+                sandbox: r.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`
 /// (canonical folders: the client's roots and `atoll mcp --allow-mount`) or inside one.
 pub fn check_allowed(host: &Path, allowed: &[PathBuf]) -> Result<(), MountError> {
@@ -206,7 +240,10 @@ mod tests {
         let m = parse_mount(&format!("{}/./:/work//src/:ro", d.path().display())).unwrap();
         assert_eq!(m, Mount { host: real.clone(), guest: "/work/src".into(), read_only: true });
         assert!(!parse_mount(&format!("{}:/w:rw", d.path().display())).unwrap().read_only);
-        assert!(!parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only);
+        assert!(
+            parse_mount(&format!("{}:/w", d.path().display())).unwrap().read_only,
+            "read-only by default"
+        );
         let file = d.path().join("f");
         std::fs::write(&file, "").unwrap();
         for (bad, what) in [

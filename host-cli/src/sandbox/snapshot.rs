@@ -271,6 +271,7 @@ pub async fn restore(
     record.cpus = snap.meta.cpus;
     record.save()?;
     if let (Some(disk), Some(overlay)) = (snap.disk(), &record.paths.overlay) {
+        check_snapshot_disk(&disk, &tpl)?;
         machine::copy_file(&disk, overlay)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
@@ -280,4 +281,14 @@ pub async fn restore(
         return Err(e);
     }
     Ok(SandboxInfo::of(&record))
+}
+
+/// Refuses a snapshot's disk whose qcow2 header names any backing file but `tpl`'s
+/// image (or an external data file): QEMU would open whatever it names.
+pub(super) fn check_snapshot_disk(disk: &Path, tpl: &Template) -> Result<(), SandboxError> {
+    let base = tpl.rootfs.as_deref().ok_or_else(|| SandboxError::Incompatible {
+        snapshot: disk.display().to_string(),
+        why: format!("it has a disk but template `{}` has no disk image", tpl.name),
+    })?;
+    Ok(crate::vmm::qcow2::check_backing(disk, base)?)
 }

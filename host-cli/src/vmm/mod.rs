@@ -17,6 +17,7 @@
 //! - [`qmp`]: a few QMP commands (query-status, cont, quit) and events.
 //! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
 //!   agent link's port of a restored VM.
+//! - [`qcow2`]: the backing file a snapshot's disk makes QEMU open, checked.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`stream_split`]: taking guest RAM out of a saved migration stream into a
 //!   sparse file of its own (`ram.bin`), the stream left with the rest.
@@ -29,6 +30,7 @@ pub mod dirs;
 pub mod launcher;
 pub mod migrate;
 pub mod process;
+pub mod qcow2;
 pub mod qmp;
 pub mod snapfile;
 pub mod state;

@@ -189,6 +189,20 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     if meta.format != FORMAT {
         return Err(SnapFileError::Outdated { dir: dir.to_path_buf(), format: meta.format });
     }
+    // The description picks QEMU's memory, vCPUs, accelerator and template: range-checked
+    // as `atoll create` checks its flags, so an edited file cannot ask for more.
+    if !(1..=crate::sandbox::create::MAX_MEMORY_MIB).contains(&meta.memory_mib) {
+        return Err(damaged(format!("its memory of {} MiB is out of range", meta.memory_mib)));
+    }
+    if !(1..=crate::sandbox::create::MAX_CPUS).contains(&meta.cpus) {
+        return Err(damaged(format!("its {} vCPUs are out of range", meta.cpus)));
+    }
+    if !matches!(meta.accel.as_str(), "kvm" | "tcg") {
+        return Err(damaged("its accelerator is neither kvm nor tcg".into()));
+    }
+    if !super::template::is_plain_name(&meta.template) {
+        return Err(damaged("its template is not a plain name".into()));
+    }
     let memory = dir.join(MEMORY_FILE);
     let len = std::fs::metadata(&memory)
         .map(|m| m.len())
@@ -449,4 +463,30 @@ mod tests {
     }
 
     const STREAM: [u8; 8] = super::super::migrate::STREAM_MAGIC;
+
+    #[test]
+    fn out_of_range_descriptions_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let target = named_dir(d.path()).join("r");
+        let staging = Staging::new(&target, 0).unwrap();
+        fill(&staging, 0, 4);
+        staging.commit(SnapshotMeta { memory_mib: 4, ..meta("r") }, false).unwrap();
+        let good: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(target.join(META_FILE)).unwrap()).unwrap();
+        for (field, value, says) in [
+            ("memory_mib", serde_json::json!(u32::MAX), "memory"),
+            ("cpus", serde_json::json!(0), "vCPUs"),
+            ("cpus", serde_json::json!(100_000), "vCPUs"),
+            ("accel", serde_json::json!("xen"), "accelerator"),
+            ("template", serde_json::json!("../../etc"), "template"),
+        ] {
+            let mut json = good.clone();
+            json[field] = value;
+            std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
+            let err = open(&target).unwrap_err().to_string();
+            assert!(err.contains(says), "{field}: {err}");
+        }
+        std::fs::write(target.join(META_FILE), good.to_string()).unwrap();
+        assert!(open(&target).is_ok());
+    }
 }

@@ -2,6 +2,7 @@
 //! keeps two `atoll create` from taking the same id or name.
 
 use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -209,18 +210,23 @@ impl Record {
 /// An exclusive lock on the state directory, held while ids, names and CIDs are handed
 /// out or records change; released when dropped.
 pub struct StateLock {
-    _file: File,
+    _file: Option<File>,
 }
 
 impl StateLock {
-    /// Blocks until the lock on `<state>/.lock` is ours.
+    /// Blocks until the lock on `<state>/.lock` is ours. A state directory that does not
+    /// exist yet holds no sandbox, so there is nothing to lock: what follows finds no
+    /// sandbox and says so (a create makes the directory before it locks).
     pub fn acquire(state: &Path) -> Result<StateLock, StateError> {
+        if !state.exists() {
+            return Ok(StateLock { _file: None });
+        }
         let path = state.join(".lock");
         let err = |source| StateError::Lock { path: path.clone(), source };
         let file = File::options().create(true).truncate(false).write(true).open(&path).map_err(err)?;
         rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
             .map_err(|e| err(std::io::Error::from(e)))?;
-        Ok(StateLock { _file: file })
+        Ok(StateLock { _file: Some(file) })
     }
 }
 
@@ -240,9 +246,17 @@ pub fn load_all(state: &Path) -> Vec<Result<Record, PathBuf>> {
     out
 }
 
+/// The record in `dir`, with every path derived from `dir` itself: the paths written in
+/// the file are never trusted (`kill` deletes the sandbox directory; one named by a
+/// record could be anywhere), nor is a record whose id is not its directory's name.
 fn load_dir(dir: &Path) -> Option<Record> {
     let text = std::fs::read(dir.join(RECORD_FILE)).ok()?;
-    serde_json::from_slice(&text).ok()
+    let mut record: Record = serde_json::from_slice(&text).ok()?;
+    if dir.file_name()? != record.id.as_str() || !is_plain_name(&record.id) {
+        return None;
+    }
+    record.paths = Paths::in_dir(dir, record.paths.overlay.is_some());
+    Some(record)
 }
 
 /// Finds a sandbox by exact id, exact name, or unique id prefix.
@@ -290,7 +304,11 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
     let name = name.unwrap_or_else(|| generate_name(&id, |n| taken_name(n)));
     let dir = state.join(&id);
     check_socket_path_len(&dir)?;
-    std::fs::create_dir(&dir).map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
+    let made = std::fs::DirBuilder::new().mode(0o700).create(&dir).and_then(|()| {
+        // Whatever the umask: a sandbox directory is the user's alone.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+    });
+    made.map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
     Ok(Allocation { id, name, dir })
 }
 

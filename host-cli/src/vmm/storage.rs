@@ -4,13 +4,16 @@
 //! arguments and the kernel command line words the agent reads
 //! (guest-agent/src/storage.rs).
 //!
-//! Why 9p and `security_model=none` (rootfs/README.md says it at length): the 9p server
-//! is part of QEMU, so there is no helper process to start, record or reap, and it
-//! works the same under TCG; QEMU resolves every path below the shared folder with
-//! `openat(O_NOFOLLOW)`, so a symlink the guest follows resolves inside the guest,
-//! never on the host; with `none`, files are created with QEMU's own credentials (the
-//! host user running atoll) as real files, symlinks and modes that host tools read as
-//! they are.
+//! Why 9p and `security_model=mapped-xattr` (rootfs/README.md and docs/security.md say
+//! it at length): the 9p server is part of QEMU, so there is no helper process to start,
+//! record or reap, and it works the same under TCG; QEMU resolves every path below the
+//! shared folder with `openat(O_NOFOLLOW)`, so a symlink the guest follows resolves
+//! inside the guest, never on the host. With `mapped-xattr`, what the guest (root in
+//! it) says about owners, modes, device nodes and symlinks is kept in `user.virtfs.*`
+//! extended attributes: host files are made by QEMU with its own credentials and the
+//! plain modes [`FILE_MODE`] / [`DIR_MODE`], and a guest chmod/chown/mknod never
+//! changes a host mode or owner. No setuid bit, device node or world-writable mode
+//! lands on the host. (`none`, used before, passed chmod straight to the host file.)
 
 use std::path::PathBuf;
 
@@ -38,6 +41,13 @@ pub struct Storage {
     pub disk_bytes: Option<u64>,
 }
 
+/// The host mode of every file the guest creates in a share (its guest mode lives in
+/// an xattr): readable by the host user's tools, never executable, setuid or
+/// world-writable.
+pub const FILE_MODE: u32 = 0o644;
+/// The host mode of every folder the guest creates in a share.
+pub const DIR_MODE: u32 = 0o755;
+
 /// The 9p mount tag of the `i`-th share.
 fn tag(i: usize) -> String {
     format!("atoll{i}")
@@ -52,7 +62,9 @@ pub fn qemu_args(storage: &Storage) -> Vec<String> {
         let ro = if m.read_only { ",readonly=on" } else { "" };
         args.extend([
             "-fsdev".into(),
-            format!("local,id=fs{i},path={path},security_model=none,multidevs=remap{ro}"),
+            format!(
+                "local,id=fs{i},path={path},security_model=mapped-xattr,fmode={FILE_MODE:04o},dmode={DIR_MODE:04o},multidevs=remap{ro}"
+            ),
             "-device".into(),
             format!("virtio-9p-pci,fsdev=fs{i},mount_tag={}", tag(i)),
         ]);
@@ -91,7 +103,8 @@ mod tests {
         };
         let args = qemu_args(&s);
         assert_eq!(
-            args[1], "local,id=fs0,path=/h/a,,b,security_model=none,multidevs=remap",
+            args[1],
+            "local,id=fs0,path=/h/a,,b,security_model=mapped-xattr,fmode=0644,dmode=0755,multidevs=remap",
             "commas doubled, no readonly"
         );
         assert!(args[5].ends_with(",readonly=on"));

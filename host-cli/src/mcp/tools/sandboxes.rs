@@ -75,9 +75,15 @@ pub struct MountArg {
     pub host_path: String,
     /// Where it appears in the sandbox (absolute, e.g. "/work").
     pub guest_path: String,
-    /// Writes fail in the sandbox. Default: false.
-    #[serde(default)]
+    /// Writes fail in the sandbox. Default: true (read-only); give false only when the
+    /// sandbox must write the folder (it can then plant files host tools read).
+    #[serde(default = "read_only_default")]
     pub read_only: bool,
+}
+
+/// Shared folders are read-only unless asked otherwise.
+fn read_only_default() -> bool {
+    true
 }
 
 /// Arguments of `sandbox_pause`.
