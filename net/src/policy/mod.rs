@@ -26,6 +26,7 @@
 //!    allowed (`default`).
 
 pub mod builtin;
+pub mod private;
 pub mod rule;
 
 #[cfg(test)]
@@ -35,6 +36,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub use builtin::{BuiltinRange, Builtins};
+pub use private::OpensPrivate;
 pub use rule::{Rule, RuleError, Target, canonical_ip, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove

@@ -179,6 +179,7 @@ impl AtollMcp {
         Parameters(args): Parameters<UpdateArgs>,
     ) -> Result<Json<PolicyView>, ToolError> {
         let update = PolicyUpdate { allow_out: rules(args.allow_out)?, deny_out: rules(args.deny_out)? };
+        self.check_private_egress(update.allow_out.as_deref().unwrap_or_default())?;
         Ok(Json(network::policy::set(&args.sandbox_id, update).await?))
     }
 
