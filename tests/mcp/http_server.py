@@ -21,7 +21,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import binary, wait_for
 
-URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp)")
+# The whole line: the token file's path follows the URL.
+URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp) \(.*\)\n")
 # When given no token, the server makes one and says where it is.
 TOKEN_FILE_LINE = re.compile(r"bearer token required; it is in (/\S+) \(mode 0600\)")
 

@@ -119,7 +119,9 @@ pub async fn serve_http(server: AtollMcp, options: HttpOptions) -> Result<(), Ht
         None => "bearer token required".to_owned(),
     };
     // A fixed line on stderr whatever the log level: scripts and tests read the port here.
-    eprintln!("atoll mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})");
+    // One write, so a reader never sees half the line.
+    let line = format!("atoll mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     tracing::info!(hosts = ?policy.names(), "accepted Host names (and --allowed-host ones)");
     // Answers go out as several small writes (headers, SSE events); without NODELAY, Nagle
     // holds the later ones for the client's delayed ACK, tens of ms per call.
