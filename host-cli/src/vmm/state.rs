@@ -370,6 +370,7 @@ mod tests {
             parked: false,
             storage: Default::default(),
             started_from: None,
+            created_by: None,
             paths: Paths::in_dir(&d, false),
         };
         r.save().unwrap();
