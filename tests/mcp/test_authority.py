@@ -41,6 +41,11 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                         text = await call_err(b, tool, sandbox_id=name, **args)
                         assert "created by another MCP client over HTTP" in text, (tool, text)
                         assert "--share-sandbox owned-a" in text, (tool, text)
+                # MCP never replaces a built-in template (nor one it did not save), whoever asks.
+                for name in ("minimal", "debian"):
+                    text = await call_err(a, "sandbox_template_create", from_sandbox="owned-a", name=name, replace=True)
+                    assert f"template `{name}` was not saved by this MCP client" in text, text
+                    assert "--replace" in text and "new name" in text, text
                 # A's sandbox is untouched and still A's.
                 out = await call_ok(a, "sandbox_exec", command="echo still-a", sandbox_id=sid)
                 assert out["stdout"] == "still-a\n"

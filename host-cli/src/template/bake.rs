@@ -247,6 +247,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
             .map_or(0, |d| d.as_secs()),
         from_sandbox: None,
         from_template: None,
+        saved_by: None,
     };
     let json = serde_json::to_string_pretty(&template).expect("a TemplateFile always serializes");
     write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644)?;

@@ -88,6 +88,9 @@ pub struct TemplateFile {
     /// The template that sandbox had booted from, if it was saved from one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_template: Option<String>,
+    /// The MCP identity that saved it, if one did (an MCP client may replace only these).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_by: Option<String>,
 }
 
 fn default_init() -> InitKind {
