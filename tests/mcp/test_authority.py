@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import call_err, call_ok, mcp_session
-from http_server import http_server, session_client
+from http_server import http_server, session_client, stateless_client
 from test_sandboxes import need_vm
 
 pytestmark = pytest.mark.anyio
@@ -41,6 +41,11 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                         text = await call_err(b, tool, sandbox_id=name, **args)
                         assert "created by another MCP client over HTTP" in text, (tool, text)
                         assert "--share-sandbox owned-a" in text, (tool, text)
+                # B's stateless (2026-07-28) requests are B's too.
+                async with stateless_client(server.url, TOKEN_B) as b2:
+                    result = await b2.call_tool("sandbox_exec", {"command": "true", "sandbox_id": "owned-a"})
+                    assert result.is_error, result
+                    assert "created by another MCP client over HTTP" in result.content[0].text, result.content
                 # MCP never replaces a built-in template (nor one it did not save), whoever asks.
                 for name in ("minimal", "debian"):
                     text = await call_err(a, "sandbox_template_create", from_sandbox="owned-a", name=name, replace=True)
