@@ -3,7 +3,7 @@
 // Streamable HTTP client, and the binaries' paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
@@ -80,10 +80,13 @@ export async function mcpClient(address) {
 
 /**
  * `atoll mcp --http 127.0.0.1:0 ARGS` (the server picks a free port and prints its URL on
- * stderr); `stop()` sends SIGTERM (SIGKILL if it lingers) and waits for the exit.
+ * stderr; given no token, it makes one in its state directory, a private one unless
+ * `extraEnv` names one, and prints where: `auth` carries it); `stop()` sends SIGTERM
+ * (SIGKILL if it lingers) and waits for the exit.
  */
 export async function startHttpServer(args = [], extraEnv = {}) {
   const env = { ...process.env, RUST_LOG: "warn", ...extraEnv };
+  if (!("ATOLL_STATE_DIR" in extraEnv)) env.ATOLL_STATE_DIR = mkdtempSync(join(tmpdir(), "atoll-mcp-st-"));
   delete env.ATOLL_AGENT;
   delete env.ATOLL_SANDBOX;
   if (!("ATOLL_MCP_TOKEN" in extraEnv)) delete env.ATOLL_MCP_TOKEN;
@@ -98,14 +101,19 @@ export async function startHttpServer(args = [], extraEnv = {}) {
   const url = await new Promise((done, fail) => {
     server.stderr.on("data", (chunk) => {
       stderr += chunk;
-      const found = /serving MCP over Streamable HTTP at (http:\/\/\S+\/mcp)/.exec(stderr);
+      // The whole line: the token file's path follows the URL.
+      const found = /serving MCP over Streamable HTTP at (http:\/\/\S+\/mcp) \(.*\)\n/.exec(stderr);
       if (found) done(found[1]);
     });
     server.on("exit", (code) => fail(new Error(`atoll mcp --http exited with ${code}: ${stderr}`)));
     timer = setTimeout(() => fail(new Error(`gave up waiting for atoll mcp --http: ${stderr}`)), 30_000);
   }).finally(() => clearTimeout(timer));
+  const made = /bearer token required; it is in (\/\S+) \(mode 0600\)/.exec(stderr);
+  const token = made ? readFileSync(made[1], "utf8").trim() : undefined;
   return {
     url,
+    token,
+    auth: token ? { Authorization: `Bearer ${token}` } : {},
     alive: () => !exited,
     stderr: () => stderr,
     async stop() {

@@ -50,7 +50,7 @@ test("over HTTP: a real microVM from create to kill", { skip: missing() }, async
   let client;
   let sid;
   try {
-    client = await httpClient(server.url);
+    client = await httpClient(server.url, server.auth);
     const updates = [];
     const created = await client.callTool(
       { name: "sandbox_create", arguments: { template: "minimal", name: "ts-http-vm", boot_timeout_s: 300 } },

@@ -42,7 +42,7 @@ test("over HTTP: the same tools as stdio, results and progress", async () => {
   await stdio.close();
   const server = await startHttpServer(["--agent", agent.address]);
   try {
-    const client = await httpClient(server.url);
+    const client = await httpClient(server.url, server.auth);
     const httpTools = (await client.listTools()).tools.map((t) => [t.name, t.inputSchema]);
     assert.deepEqual(httpTools, stdioTools);
     const path = join(agent.dir, "ts-http.txt");
@@ -67,7 +67,7 @@ test("over HTTP: the same tools as stdio, results and progress", async () => {
 test("over HTTP: aborting a call kills the command and the client goes on", async () => {
   const server = await startHttpServer(["--agent", agent.address]);
   try {
-    const client = await httpClient(server.url);
+    const client = await httpClient(server.url, server.auth);
     const pids = join(agent.dir, "ts-http-cancel-pids");
     const abort = new AbortController();
     const call = client.callTool(
@@ -113,7 +113,7 @@ test("over HTTP: 50 clients calling at once are all answered", async () => {
   try {
     const answers = await Promise.all(
       Array.from({ length: 50 }, async (_, i) => {
-        const client = await httpClient(server.url);
+        const client = await httpClient(server.url, server.auth);
         const out = await client.callTool({ name: "sandbox_exec", arguments: { command: `sleep 0.2; echo ts-${i}` } });
         await client.close();
         return out.structuredContent.stdout;

@@ -96,7 +96,7 @@ async def mcp_session(*args: str, env: dict[str, str] | None = None) -> AsyncIte
             # A 1 MiB sandbox_files_read answers with one SSE event of over 2 MiB, over the
             # Python SDK's default 1 MiB cap per event (docs/mcp.md): lift it, as a
             # client reading whole files must.
-            async with session_client(server.url, max_sse_event_size=None) as session:
+            async with session_client(server.url, server.token, max_sse_event_size=None) as session:
                 yield session
         return
     async with stdio_client(server_params(*args, env=env)) as (read, write):

@@ -21,7 +21,10 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from conftest import binary, wait_for
 
-URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp)")
+# The whole line: the token file's path follows the URL.
+URL_LINE = re.compile(r"serving MCP over Streamable HTTP at (http://\S+/mcp) \(.*\)\n")
+# When given no token, the server makes one and says where it is.
+TOKEN_FILE_LINE = re.compile(r"bearer token required; it is in (/\S+) \(mode 0600\)")
 
 
 @dataclass
@@ -31,9 +34,17 @@ class HttpServer:
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+    # The token the server made (None when the test gave one).
+    token: str | None = None
+    token_file: Path | None = None
 
     def stderr(self) -> str:
         return self.log.read_text(errors="replace")
+
+    @property
+    def auth(self) -> dict[str, str]:
+        """The Authorization header with the server's made token."""
+        return bearer(self.token)
 
 
 def server_env(env: dict[str, str] | None) -> dict[str, str]:
@@ -46,8 +57,12 @@ def server_env(env: dict[str, str] | None) -> dict[str, str]:
 @contextmanager
 def http_server(*args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> Iterator[HttpServer]:
     """`atoll mcp --http BIND ARGS`; port 0 lets the server pick a free port, which it
-    prints. Always stopped (SIGTERM, then SIGKILL) on the way out."""
+    prints, and with no token given it makes one in its state directory (a private one
+    unless `env` names one), also printed. Always stopped (SIGTERM, then SIGKILL) on the
+    way out."""
     log = Path(tempfile.mkstemp(prefix="atoll-mcp-http-", suffix=".log")[1])
+    env = dict(env or {})
+    env.setdefault("ATOLL_STATE_DIR", tempfile.mkdtemp(prefix="atoll-mcp-st-"))
     with open(log, "wb") as sink:
         process = subprocess.Popen(
             [str(binary("atoll")), "mcp", "--http", bind, *args],
@@ -61,7 +76,10 @@ def http_server(*args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | Non
         match = URL_LINE.search(log.read_text())
         if match is None:
             pytest.fail(f"atoll mcp --http exited with {process.returncode}: {log.read_text()}")
-        yield HttpServer(process=process, url=match.group(1), log=log)
+        made = TOKEN_FILE_LINE.search(log.read_text())
+        token_file = Path(made.group(1)) if made else None
+        token = token_file.read_text().strip() if token_file else None
+        yield HttpServer(process=process, url=match.group(1), log=log, token=token, token_file=token_file)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -69,7 +69,7 @@ async def test_a_session_client_gets_the_same_tools_and_results_as_stdio(agent: 
         updates.append(message)
 
     with http_server("--agent", agent.address) as server:
-        async with session_client(server.url) as session:
+        async with session_client(server.url, server.token) as session:
             http_tools = {t.name: t.input_schema for t in (await session.list_tools()).tools}
             assert http_tools == stdio_tools
             await call_ok(session, "sandbox_files_write", path=str(work / "a.txt"), content="over http")
@@ -90,7 +90,7 @@ async def test_a_stateless_2026_client_calls_tools_with_progress(agent: Agent) -
         updates.append(progress)
 
     with http_server("--agent", agent.address) as server:
-        async with stateless_client(server.url) as client:
+        async with stateless_client(server.url, server.token) as client:
             assert client.protocol_version == "2026-07-28"
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"sandbox_exec", "sandbox_files_read", "sandbox_create"} <= names
@@ -106,11 +106,11 @@ async def test_a_stateless_2026_client_calls_tools_with_progress(agent: Agent) -
 async def test_each_handshake_version_gets_a_session(agent: Agent, version: str) -> None:
     with http_server("--agent", agent.address) as server:
         async with httpx2.AsyncClient(timeout=60) as http:
-            init = await http.post(server.url, headers=ACCEPT, json=initialize_body(version))
+            init = await http.post(server.url, headers={**ACCEPT, **server.auth}, json=initialize_body(version))
             assert init.status_code == 200, init.text
             assert sse_messages(init.text)[0]["result"]["protocolVersion"] == version
             sid = init.headers["mcp-session-id"]
-            headers = {**ACCEPT, "Mcp-Session-Id": sid, "MCP-Protocol-Version": version}
+            headers = {**ACCEPT, **server.auth, "Mcp-Session-Id": sid, "MCP-Protocol-Version": version}
             done = await http.post(server.url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
             assert done.status_code == 202
             call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
@@ -120,7 +120,7 @@ async def test_each_handshake_version_gets_a_session(agent: Agent, version: str)
             result = sse_messages(answer.text)[-1]["result"]
             assert result["structuredContent"]["stdout"] == f"{version}\n"
             # Without the session id a call is refused: the session is what the handshake set up.
-            lost = await http.post(server.url, headers={**ACCEPT, "MCP-Protocol-Version": version}, json=call)
+            lost = await http.post(server.url, headers={**ACCEPT, **server.auth, "MCP-Protocol-Version": version}, json=call)
             assert lost.status_code >= 400
 
 
@@ -128,7 +128,7 @@ async def test_cancelling_a_call_kills_the_command_in_either_mode(agent: Agent) 
     with http_server("--agent", agent.address) as server:
         for mode, client in (("session", session_client), ("stateless", stateless_client)):
             pids = agent.scratch(f"http-cancel-{mode}") / "pids"
-            async with client(server.url) as session:
+            async with client(server.url, server.token) as session:
                 child, shell = await start_and_cancel_a_sleeper(session, pids)
                 # The client goes on after a cancellation.
                 again = await session.call_tool("sandbox_exec", {"command": "echo still here"})
@@ -147,9 +147,9 @@ from http_server import session_client, stateless_client
 async def main():
     client = session_client if sys.argv[3] == "session" else stateless_client
     arguments = {"command": sys.argv[4], "timeout_ms": 600000}
-    if len(sys.argv) > 5:
+    if sys.argv[5]:
         arguments["sandbox_id"] = sys.argv[5]
-    async with client(sys.argv[2]) as c:
+    async with client(sys.argv[2], sys.argv[6]) as c:
         await c.call_tool("sandbox_exec", arguments)
 anyio.run(main)
 """
@@ -161,7 +161,7 @@ async def test_a_client_that_disconnects_mid_call_has_its_command_killed(agent: 
     command = f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
     with http_server("--agent", agent.address) as server:
         client = subprocess.Popen(
-            [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, mode, command],
+            [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, mode, command, "", server.token],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -176,7 +176,7 @@ async def test_a_client_that_disconnects_mid_call_has_its_command_killed(agent: 
         )
         # The server lives on and serves the next client.
         assert server.process.poll() is None
-        async with session_client(server.url) as session:
+        async with session_client(server.url, server.token) as session:
             out = await call_ok(session, "sandbox_exec", command="echo next")
             assert out["stdout"] == "next\n"
 
@@ -203,29 +203,66 @@ async def test_without_the_right_token_nothing_runs(agent: Agent) -> None:
             out = await call_ok(session, "sandbox_exec", command="echo authorized")
             assert out["stdout"] == "authorized\n"
         with pytest.raises(BaseException):
-            async with session_client(server.url) as session:
+            async with session_client(server.url, server.token) as session:
                 pass
         assert TOKEN not in server.stderr(), "the token was logged"
 
 
-def test_a_wildcard_bind_without_a_token_is_refused_with_how_to_make_one() -> None:
-    out = subprocess.run(
-        [str(binary("atoll")), "mcp", "--http", "0.0.0.0:0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=server_env(None),
-        stdin=subprocess.DEVNULL,
-    )
-    assert out.returncode != 0
-    assert "needs a bearer token" in out.stderr and "head -c32 /dev/urandom | base64" in out.stderr, out.stderr
-    assert "serving MCP" not in out.stderr
-    # A token that is too short is refused too.
+async def test_without_a_token_given_the_server_makes_one_in_a_private_file(agent: Agent) -> None:
+    """Loopback is no reason to serve without a token: the server makes one (0600, in its
+    state directory), prints where it is, and refuses requests without it."""
+    marker = agent.scratch("http-made-token") / "ran"
+    headers, body = stateless_call("sandbox_exec", {"command": f"touch {marker}"})
+    for bind in ("127.0.0.1:0", "0.0.0.0:0"):
+        with http_server("--agent", agent.address, bind=bind) as server:
+            assert server.token_file is not None, server.stderr()
+            assert server.token_file.stat().st_mode & 0o777 == 0o600
+            assert server.token_file.name == "mcp-token" and server.token and len(server.token) >= 32
+            assert server.token not in server.stderr(), "the token was logged"
+            port = server.url.rsplit(":", 1)[1].split("/")[0]
+            url = f"http://127.0.0.1:{port}/mcp"
+            async with httpx2.AsyncClient(timeout=60) as http:
+                refused = await http.post(url, headers=headers, json=body)
+                assert refused.status_code == 401 and "Authorization: Bearer" in refused.text, refused.text
+                assert not marker.exists()
+                ran = await http.post(url, headers={**headers, **server.auth}, json=body)
+                assert ran.status_code == 200, ran.text
+                assert marker.exists()
+                marker.unlink()
+    # A token that is too short is refused.
     out = subprocess.run(
         [str(binary("atoll")), "mcp", "--http", "0.0.0.0:0"],
         capture_output=True, text=True, timeout=60, env=server_env({"ATOLL_MCP_TOKEN": "short"}), stdin=subprocess.DEVNULL,
     )
     assert out.returncode != 0 and "at least 16" in out.stderr, out.stderr
+
+
+async def test_a_made_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "mcp-token").write_text("x" * 40 + "\n")
+    (tmp_path / "mcp-token").chmod(0o644)
+    out = subprocess.run(
+        [str(binary("atoll")), "mcp", "--http", "127.0.0.1:0"],
+        capture_output=True, text=True, timeout=60, env=server_env({"ATOLL_STATE_DIR": str(tmp_path)}), stdin=subprocess.DEVNULL,
+    )
+    assert out.returncode != 0 and "0600" in out.stderr and "serving MCP" not in out.stderr, out.stderr
+
+
+async def test_a_client_over_its_session_cap_is_refused(agent: Agent) -> None:
+    with http_server("--agent", agent.address, "--max-sessions", "2") as server:
+        async with httpx2.AsyncClient(timeout=60) as http:
+            sids = []
+            for _ in range(2):
+                init = await http.post(server.url, headers={**ACCEPT, **server.auth}, json=initialize_body("2025-11-25"))
+                assert init.status_code == 200, init.text
+                sids.append(init.headers["mcp-session-id"])
+            over = await http.post(server.url, headers={**ACCEPT, **server.auth}, json=initialize_body("2025-11-25"))
+            assert over.status_code == 429 and "--max-sessions" in over.text, over.text
+            assert "mcp-session-id" not in over.headers
+            # Ending a session frees its place.
+            ended = await http.delete(server.url, headers={**server.auth, "Mcp-Session-Id": sids[0]})
+            assert ended.status_code < 300, ended.text
+            again = await http.post(server.url, headers={**ACCEPT, **server.auth}, json=initialize_body("2025-11-25"))
+            assert again.status_code == 200, again.text
 
 
 async def test_a_wildcard_bind_with_a_token_file_serves_and_checks_host(agent: Agent) -> None:
@@ -248,16 +285,19 @@ async def test_a_foreign_origin_is_refused_and_runs_nothing(agent: Agent) -> Non
     marker = agent.scratch("http-origin") / "ran"
     headers, body = stateless_call("sandbox_exec", {"command": f"touch {marker}"})
     with http_server("--agent", agent.address, "--allowed-origin", "https://app.example.com") as server:
+        headers = {**headers, **server.auth}
         async with httpx2.AsyncClient(timeout=60) as http:
-            for origin in ("https://evil.example", "null", "http://app.example.com"):
+            # Only exact origins: a page on another loopback port (a preview) or another
+            # port of the allowed host is another origin.
+            for origin in ("https://evil.example", "null", "http://app.example.com", "http://localhost:6274",
+                           "http://127.0.0.1:8080", "https://app.example.com:8443"):
                 refused = await http.post(server.url, headers={**headers, "Origin": origin}, json=body)
                 assert refused.status_code == 403, (origin, refused.text)
             rebound = await http.post(server.url, headers={**headers, "Host": "rebound.example"}, json=body)
             assert rebound.status_code == 403
             assert not marker.exists()
-            for origin in ("http://localhost:6274", "https://app.example.com"):
-                ok = await http.post(server.url, headers={**headers, "Origin": origin}, json=body)
-                assert ok.status_code == 200, (origin, ok.text)
+            ok = await http.post(server.url, headers={**headers, "Origin": "https://app.example.com"}, json=body)
+            assert ok.status_code == 200, ok.text
             assert marker.exists()
 
 
@@ -267,7 +307,7 @@ async def test_fifty_clients_calling_at_once_are_all_answered(agent: Agent) -> N
 
         async def one(i: int) -> None:
             client = session_client if i % 2 else stateless_client
-            async with client(server.url) as session:
+            async with client(server.url, server.token) as session:
                 result = await session.call_tool("sandbox_exec", {"command": f"sleep 0.2; echo client-{i}"})
                 assert not result.is_error, text_of(result)
                 answers[i] = result.structured_content["stdout"]
@@ -284,7 +324,7 @@ async def test_sigterm_stops_the_server_and_kills_open_calls(agent: Agent) -> No
     command = f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
     with http_server("--agent", agent.address) as server:
         client = subprocess.Popen(
-            [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, "session", command],
+            [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, "session", command, "", server.token],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -50,7 +50,7 @@ async def test_a_real_microvm_over_http(state_dir: Path) -> None:  # noqa: F811
         updates.append(message)
 
     with http_server(env={"ATOLL_STATE_DIR": str(state_dir)}) as server:
-        async with session_client(server.url) as session:
+        async with session_client(server.url, server.token) as session:
             created = await session.call_tool(
                 "sandbox_create", {"template": "minimal", "name": "http-vm", "boot_timeout_s": 300},
                 progress_callback=on_progress,
@@ -68,7 +68,7 @@ async def test_a_real_microvm_over_http(state_dir: Path) -> None:  # noqa: F811
                 async def tick(progress: float, total: float | None, message: str | None) -> None:
                     ticks.append(progress)
 
-                async with stateless_client(server.url) as client:
+                async with stateless_client(server.url, server.token) as client:
                     read = await client.call_tool("sandbox_files_read", {"path": "/tmp/h/hello.txt", "sandbox_id": sid})
                     assert read.structured_content["content"] == "over http"
                     slow = await client.call_tool(
@@ -90,7 +90,7 @@ async def test_a_real_microvm_over_http(state_dir: Path) -> None:  # noqa: F811
                         )
 
                     group.start_soon(long_call)
-                    async with session_client(server.url) as probe:
+                    async with session_client(server.url, server.token) as probe:
                         await wait_guest_started(probe, sid, pids)
                         assert await guest_alive(probe, sid, pids), "the probe cannot see a running command"
                     group.cancel_scope.cancel()
@@ -101,7 +101,7 @@ async def test_a_real_microvm_over_http(state_dir: Path) -> None:  # noqa: F811
                     pids = f"/tmp/vanish-{mode}"
                     command = f"sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
                     client = subprocess.Popen(
-                        [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, mode, command, sid],
+                        [sys.executable, "-c", VANISHING_CLIENT, str(Path(__file__).parent), server.url, mode, command, sid, server.token],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                     )
                     try:

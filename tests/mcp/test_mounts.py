@@ -118,3 +118,28 @@ async def test_allow_mount_opens_a_folder_for_a_client_without_roots(dirs: Path)
     async with session_with_roots([], env=env) as session:
         text = await call_err(session, "sandbox_create", mounts=[mount(allowed)])
         assert "declared no roots" in text and "--allow-mount" in text, text
+
+
+async def test_over_http_client_roots_never_count_only_allow_mount(dirs: Path) -> None:
+    """A client over HTTP declares `file:///` as its root and asks for / and the home:
+    refused, naming the operator's --allow-mount. Only --allow-mount folders count, made
+    canonical on the server (a symlink inside leads nowhere else). Nothing boots."""
+    from http_server import http_server
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def list_roots(_context) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri="file:///", name="everything")])
+
+    env = {"ATOLL_STATE_DIR": str(dirs / "state")}
+    with http_server("--allow-mount", str(dirs / "root" / "proj"), env=env) as server:
+        async with create_mcp_http_client(headers={"Authorization": f"Bearer {server.token}"}) as http:
+            async with streamable_http_client(server.url, http_client=http) as (read, write):
+                async with ClientSession(read, write, list_roots_callback=list_roots) as session:
+                    await session.initialize()
+                    for host in ("/", str(Path.home()), str(dirs / "outside"), str(dirs / "root" / "escape")):
+                        text = await call_err(session, "sandbox_create", mounts=[mount(host)])
+                        assert "may not be mounted" in text, (host, text)
+                        assert "only the operator" in text and "--allow-mount" in text, (host, text)
+                        assert "roots a client declares never count" in text, (host, text)
+    assert not any((dirs / "state").glob("sandboxes/*")), "a refused create left a sandbox behind"

@@ -76,6 +76,9 @@ async def test_network_tools_on_a_booted_sandbox(world: dict, state_dir: Path) -
     async with session_in(world["client"], state_dir) as session:
         text = await call_err(session, "sandbox_create", allow_out=["http://x/"])
         assert "invalid rule `http://x/`" in text and "a rule is a domain" in text, text
+        # Private destinations are the operator's alone: refused before anything boots.
+        text = await call_err(session, "sandbox_create", allow_out=["pypi.org", "127.0.0.1"])
+        assert "127.0.0.1" in text and "--allow-private-egress" in text and "atoll net set" in text, text
         created = await call_ok(
             session,
             "sandbox_create",
@@ -122,6 +125,16 @@ async def test_network_tools_on_a_booted_sandbox(world: dict, state_dir: Path) -
             )
             assert back["allow_out"] == ["allowed.test", "other.test"], back
             assert (await fetch(session, sid, "https://other.test/")).endswith("sni=other.test")
+            # A model cannot open loopback, metadata or private ranges to the guest; the
+            # refusal names who may, and the rules stay as they were.
+            # (127.0.0.1 and ::1 are named as the host's own addresses or as loopback.)
+            for rule, what in (("127.0.0.1", ("loopback", "host")), ("169.254.169.254", ("link-local",)),
+                               ("10.0.0.0/8:22", ("private",)), ("[::1]:8765", ("loopback", "host"))):
+                text = await call_err(session, "sandbox_update", sandbox_id=sid, allow_out=["other.test", rule])
+                assert any(f"the {w} range" in text for w in what) and "only the operator" in text, text
+                assert "--allow-private-egress" in text and "rules are unchanged" in text, text
+            kept = (await call_ok(session, "sandbox_info", sandbox_id=sid))["network"]
+            assert kept["allow_out"] == ["allowed.test", "other.test"], kept
 
             await call_ok(
                 session,

@@ -17,6 +17,9 @@ use crate::sandbox::Target;
 /// The environment variable that gives the HTTP bearer token inline.
 const TOKEN_ENV: &str = "ATOLL_MCP_TOKEN";
 
+/// The token file `atoll mcp --http` makes in the state directory when given no token.
+const MADE_TOKEN_FILE: &str = "mcp-token";
+
 /// Runs the MCP server until the client closes stdin (or, over HTTP, until SIGINT or
 /// SIGTERM). `--agent` (or `ATOLL_AGENT`) pins the agent that guest tools act on when a
 /// call names no sandbox; `--sandbox` (or `ATOLL_SANDBOX`) pins a sandbox instead.
@@ -31,11 +34,27 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     if let Some(pinned) = &pinned {
         tracing::info!("atoll mcp: guest tools default to {pinned}");
     }
-    let server = AtollMcp::new(pinned, ctx.global.connect_timeout).allow_mounts(allowed);
+    let server = AtollMcp::new(pinned, ctx.global.connect_timeout)
+        .allow_mounts(allowed)
+        .allow_private_egress(args.allow_private_egress.clone())
+        .share(crate::mcp::access::Shared {
+            sandboxes: args.share_sandbox.clone(),
+            cli_sandboxes: args.share_cli_sandboxes,
+        });
     if let Some(bind) = args.http {
+        let (token, made_token_file) = match token(&args)? {
+            Some(token) => (token, None),
+            None => {
+                let path = crate::sandbox::state_file(MADE_TOKEN_FILE)?;
+                (crate::mcp::http::auth::made_token(&path)?, Some(path))
+            }
+        };
         let options = HttpOptions {
             bind,
-            token: token(&args)?,
+            token,
+            made_token_file,
+            max_sessions: args.max_sessions as usize,
+            max_in_flight: args.max_in_flight as usize,
             allowed_hosts: args.allowed_host,
             allowed_origins: args.allowed_origin,
         };

@@ -64,6 +64,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         policy: atoll_net::policy::Policy { allow_out: args.allow_out, deny_out: args.deny_out },
         from_snapshot: args.from,
         storage,
+        created_by: None,
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {

@@ -189,7 +189,8 @@ fn under_sudo() -> bool {
 }
 
 async fn save(ctx: &Ctx, a: SaveArgs) -> Result<u8> {
-    let saved = save_template(&a.sandbox, &SaveOptions { name: a.name, replace: a.replace }).await?;
+    let saved =
+        save_template(&a.sandbox, &SaveOptions { name: a.name, replace: a.replace, by: None }).await?;
     if ctx.out.json {
         ctx.out.json(&saved)?;
     } else {

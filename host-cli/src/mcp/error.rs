@@ -135,6 +135,50 @@ pub enum ToolError {
     /// An egress rule that does not parse; the message names it and the forms.
     #[error("{0}")]
     BadRule(atoll_net::policy::RuleError),
+    /// An `allow_out` rule that opens a private destination the operator did not grant.
+    #[error(
+        "allow_out {rule} would open the {what} range {range}, which only the operator may open: with the \
+         CLI (`atoll net set SANDBOX --allow-out {rule}` or `atoll create --allow-out {rule}`), or by starting \
+         `atoll mcp --allow-private-egress CIDR`; the sandbox's rules are unchanged"
+    )]
+    PrivateEgress {
+        /// The rule as written.
+        rule: String,
+        /// What the range is ("loopback", "link-local", "host", ...).
+        what: &'static str,
+        /// The range.
+        range: String,
+    },
+    /// A sandbox this MCP client did not create and was not handed.
+    #[error(
+        "sandbox `{name}` was created by {creator}, not by this MCP client; MCP tools act only on the \
+         sandboxes a client created itself (sandbox_list shows them). The operator may hand it over by \
+         starting `atoll mcp --share-sandbox {name}` (or --share-cli-sandboxes for the CLI's)"
+    )]
+    NotYours {
+        /// Its name.
+        name: String,
+        /// Who created it, in words.
+        creator: &'static str,
+    },
+    /// A server pinned to one sandbox asked about another.
+    #[error(
+        "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \
+         ATOLL_SANDBOX), not on `{asked}`; leave out sandbox_id, or ask the operator for a server \
+         started for that sandbox"
+    )]
+    Pinned {
+        /// The sandbox asked for.
+        asked: String,
+        /// The one it is pinned to.
+        pinned: String,
+    },
+    /// The request's HTTP client changed within a session.
+    #[error("this session was opened with another bearer token; open a session of your own")]
+    OtherClient,
+    /// The host's addresses could not be read to check a rule against them.
+    #[error("could not list this host's addresses to check allow_out against them; try again")]
+    HostAddrs(#[source] std::io::Error),
     /// A log limit out of range.
     #[error("limit must be between 1 and {max}, not {got}")]
     LimitOutOfRange {

@@ -16,6 +16,8 @@
 //! - [`output_schema`]: output schemas every validating client checks cheaply (typed
 //!   always-present fields; every field described in one string).
 //! - [`listing`]: the one-line-per-entry text of a directory listing.
+//! - [`access`]: which sandboxes a client may act on (its own, those handed over, or
+//!   the one a pinned server is for).
 //! - [`error`]: [`ToolError`], the short actionable text a failed tool call returns with
 //!   `isError: true`.
 //! - [`sandbox_arg`]: [`SandboxArg`](sandbox_arg::SandboxArg), the `sandbox_id` argument
@@ -25,6 +27,7 @@
 //!
 //! On stdio, stdout carries only the protocol; logs go to stderr.
 
+pub mod access;
 pub mod error;
 pub mod http;
 pub mod listing;

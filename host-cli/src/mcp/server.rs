@@ -17,6 +17,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool_handler};
 
 use crate::client::Client;
+use crate::mcp::access::STDIO_IDENTITY;
 use crate::mcp::error::ToolError;
 use crate::mcp::output_schema::lean_output_schema;
 use crate::mcp::shape::{schema_signature, tidy_schema};
@@ -52,6 +53,11 @@ pub struct AtollMcp {
     router: ToolRouter<AtollMcp>,
     clients: Arc<Mutex<HashMap<Address, Client>>>,
     allowed_mounts: Arc<Vec<std::path::PathBuf>>,
+    trust_roots: bool,
+    private_egress: Arc<Vec<ipnet::IpNet>>,
+    shared: Arc<crate::mcp::access::Shared>,
+    /// Who this session's calls come from (set at the first call over HTTP).
+    identity: Arc<std::sync::OnceLock<String>>,
 }
 
 impl AtollMcp {
@@ -78,7 +84,17 @@ impl AtollMcp {
                 lean_output_schema(output);
             }
         }
-        AtollMcp { pinned, connect_timeout, router, clients: Arc::default(), allowed_mounts: Arc::default() }
+        AtollMcp {
+            pinned,
+            connect_timeout,
+            router,
+            clients: Arc::default(),
+            allowed_mounts: Arc::default(),
+            trust_roots: true,
+            private_egress: Arc::default(),
+            shared: Arc::default(),
+            identity: Arc::new(std::sync::OnceLock::from(STDIO_IDENTITY.to_owned())),
+        }
     }
 
     /// Lets `sandbox_create` mount folders under `dirs` (canonical), on top of the
@@ -96,6 +112,83 @@ impl AtollMcp {
     /// How long a tool waits for an agent to answer (`--connect-timeout`).
     pub(crate) fn connect_timeout(&self) -> Duration {
         self.connect_timeout
+    }
+
+    /// Lets `allow_out` rules inside these networks open private destinations
+    /// (`atoll mcp --allow-private-egress CIDR`).
+    pub fn allow_private_egress(mut self, nets: Vec<ipnet::IpNet>) -> Self {
+        self.private_egress = Arc::new(nets);
+        self
+    }
+
+    /// Refuses `allow_out` rules that open loopback, the host's own addresses (as they
+    /// are now), link-local, metadata or private ranges the operator did not grant.
+    pub(crate) fn check_private_egress(
+        &self,
+        allow_out: &[atoll_net::policy::Rule],
+    ) -> Result<(), ToolError> {
+        if allow_out.is_empty() {
+            return Ok(());
+        }
+        let builtins = atoll_net::policy::Builtins::current().map_err(ToolError::HostAddrs)?;
+        match builtins.first_opened(allow_out, &self.private_egress) {
+            None => Ok(()),
+            Some(found) => Err(ToolError::PrivateEgress {
+                rule: found.rule.to_string(),
+                what: found.range.what,
+                range: found.range.net.to_string(),
+            }),
+        }
+    }
+
+    /// Hands over sandboxes besides the client's own (`--share-sandbox`,
+    /// `--share-cli-sandboxes`).
+    pub fn share(mut self, shared: crate::mcp::access::Shared) -> Self {
+        self.shared = Arc::new(shared);
+        self
+    }
+
+    /// What the operator handed over.
+    pub(crate) fn shared(&self) -> &crate::mcp::access::Shared {
+        &self.shared
+    }
+
+    /// Who this session's calls come from: `mcp:stdio`, or `mcp:http:HASH`.
+    pub(crate) fn identity(&self) -> String {
+        self.identity.get().cloned().unwrap_or_else(|| "mcp:unknown".to_owned())
+    }
+
+    /// A copy for one HTTP session (or one stateless request): its identity is set by its
+    /// first call.
+    pub(crate) fn for_session(&self) -> Self {
+        Self { identity: Arc::default(), ..self.clone() }
+    }
+
+    /// Sets the identity of an HTTP session from its request, refusing a session whose
+    /// token changed.
+    fn bind_identity(&self, context: &RequestContext<RoleServer>) -> Result<(), ToolError> {
+        if !self.trust_roots {
+            let Some(id) = crate::mcp::access::http_identity(context) else {
+                return Err(ToolError::OtherClient);
+            };
+            if *self.identity.get_or_init(|| id.clone()) != id {
+                return Err(ToolError::OtherClient);
+            }
+        }
+        Ok(())
+    }
+
+    /// The server as served over HTTP: a client's roots name folders on the client's
+    /// machine (or are simply what it claims), so only `--allow-mount` counts.
+    pub(crate) fn over_http(mut self) -> Self {
+        self.trust_roots = false;
+        self
+    }
+
+    /// Whether the client's declared roots bound what it may mount (stdio: the client is
+    /// the local editor that started the server).
+    pub(crate) fn trusts_roots(&self) -> bool {
+        self.trust_roots
     }
 
     /// What guest tools act on when a call names no sandbox.
@@ -185,6 +278,12 @@ impl ServerHandler for AtollMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = request.name.clone();
+        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&request)) {
+            use rmcp::model::IntoContents;
+            return Ok(CallToolResponse::Complete(rmcp::model::CallToolResult::error(
+                refused.into_contents(),
+            )));
+        }
         let response = self.router.call(ToolCallContext::new(self, request, context)).await?;
         Ok(self.explain_argument_error(&tool, response))
     }

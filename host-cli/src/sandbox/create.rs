@@ -48,6 +48,8 @@ pub struct CreateOptions {
     /// Host folders to share and the disk size, already parsed by
     /// [`super::mounts`]; checked again here.
     pub storage: crate::vmm::storage::Storage,
+    /// Which MCP identity creates it (`None`: the CLI); MCP tools act only on their own.
+    pub created_by: Option<String>,
 }
 
 impl Default for CreateOptions {
@@ -63,6 +65,7 @@ impl Default for CreateOptions {
             policy: atoll_net::policy::Policy::default(),
             from_snapshot: None,
             storage: Default::default(),
+            created_by: None,
         }
     }
 }
@@ -148,6 +151,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
         storage: opts.storage.clone(),
+        created_by: opts.created_by.clone(),
         ..Record::starting(
             alloc,
             template.name.clone(),

@@ -55,6 +55,7 @@ pub(super) async fn start(
     let machine = &snap.meta;
     let record = Record {
         started_from: Some(started_from),
+        created_by: opts.created_by.clone(),
         ..Record::starting(
             alloc,
             machine.template.clone(),

@@ -304,6 +304,8 @@ pub struct SandboxInfo {
     /// What its VM started from: `boot`, `snapshot NAME` (a fork) or `template
     /// snapshot` (restored from its template's snapshot instead of booting).
     pub started_from: String,
+    /// Which face created it: `None` for the CLI, else the MCP identity.
+    pub created_by: Option<String>,
     /// The sandbox directory (console.log is there).
     pub dir: PathBuf,
     /// Host folders shared into it.
@@ -342,6 +344,7 @@ impl SandboxInfo {
             net_helper_pid: alive_pid(record.net_helper),
             agent_version: record.agent_version.clone(),
             started_from: record.started_from.clone().unwrap_or_else(|| "boot".into()),
+            created_by: record.created_by.clone(),
             dir: record.paths.dir.clone(),
             mounts: record.storage.mounts.clone(),
             disk_bytes: record.storage.disk_bytes,
@@ -397,6 +400,12 @@ pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandD
     let path = dirs::templates_dir().ok()?.join(&record.template).join("template.json");
     let file: crate::vmm::template::TemplateFile = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
     file.defaults
+}
+
+/// Where `atoll mcp --http` keeps the token it makes when given none (`NAME` in the
+/// state directory, which is created if missing).
+pub fn state_file(name: &str) -> Result<std::path::PathBuf, SandboxError> {
+    Ok(dirs::ensure_state_dir()?.join(name))
 }
 
 /// Every sandbox, oldest first.

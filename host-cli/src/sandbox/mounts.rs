@@ -216,16 +216,25 @@ pub fn refuse_staging_in_share(dir: &Path, records: &[Record]) -> Result<(), Mou
 }
 
 /// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`
-/// (canonical folders: the client's roots and `atoll mcp --allow-mount`) or inside one.
-pub fn check_allowed(host: &Path, allowed: &[PathBuf]) -> Result<(), MountError> {
+/// (canonical folders: `atoll mcp --allow-mount`, and the client's roots when
+/// `roots_count`, over stdio) or inside one.
+pub fn check_allowed(host: &Path, allowed: &[PathBuf], roots_count: bool) -> Result<(), MountError> {
     if allowed.iter().any(|a| host.starts_with(a)) {
         return Ok(());
     }
-    let allowed = if allowed.is_empty() {
+    let mut allowed = if allowed.is_empty() && roots_count {
         "nothing: this client declared no roots and `atoll mcp` was started without --allow-mount DIR".into()
+    } else if allowed.is_empty() {
+        "nothing: `atoll mcp` was started without --allow-mount DIR".into()
     } else {
         allowed.iter().map(|a| format!("`{}`", a.display())).collect::<Vec<_>>().join(", ")
     };
+    if !roots_count {
+        allowed.push_str(
+            "; over HTTP the roots a client declares never count: only the operator can allow a folder, \
+             by starting `atoll mcp` with --allow-mount DIR",
+        );
+    }
     Err(MountError::NotAllowed { host: host.into(), allowed })
 }
 
@@ -285,10 +294,14 @@ mod tests {
     #[test]
     fn mcp_mounts_stay_under_allowed_folders() {
         let allowed = vec![PathBuf::from("/home/u/proj")];
-        assert!(check_allowed(Path::new("/home/u/proj"), &allowed).is_ok());
-        assert!(check_allowed(Path::new("/home/u/proj/sub"), &allowed).is_ok());
-        let e = check_allowed(Path::new("/home/u/projects"), &allowed).unwrap_err().to_string();
+        assert!(check_allowed(Path::new("/home/u/proj"), &allowed, true).is_ok());
+        assert!(check_allowed(Path::new("/home/u/proj/sub"), &allowed, true).is_ok());
+        let e = check_allowed(Path::new("/home/u/projects"), &allowed, true).unwrap_err().to_string();
         assert!(e.contains("/home/u/proj`"), "{e}");
-        assert!(check_allowed(Path::new("/etc"), &[]).unwrap_err().to_string().contains("--allow-mount"));
+        assert!(
+            check_allowed(Path::new("/etc"), &[], true).unwrap_err().to_string().contains("--allow-mount")
+        );
+        let e = check_allowed(Path::new("/"), &[], false).unwrap_err().to_string();
+        assert!(e.contains("only the operator") && e.contains("--allow-mount"), "{e}");
     }
 }

@@ -43,6 +43,9 @@ pub struct SaveOptions {
     pub name: String,
     /// Replace a template of that name (refused while a sandbox uses it).
     pub replace: bool,
+    /// Which MCP identity saves it (`None`: the CLI). An MCP identity may replace only a
+    /// template it saved itself, never a built-in or another's.
+    pub by: Option<String>,
 }
 
 /// A template saved from a sandbox.
@@ -92,6 +95,13 @@ pub enum SaveTemplateError {
         "template `{0}` already exists; pick another name, or replace it (`atoll template save --replace`, MCP replace: true)"
     )]
     Exists(String),
+    /// An MCP client asked to replace a template it did not save.
+    #[error(
+        "template `{0}` was not saved by this MCP client (it is built in, or saved by the CLI or another \
+         client), so MCP may not replace it; save under a new name, or the operator replaces it with \
+         `atoll template save SANDBOX {0} --replace`"
+    )]
+    NotYours(String),
     /// The guest's `sync` failed.
     #[error("could not flush sandbox `{sandbox}`'s disk before saving it ({why}); nothing was saved")]
     Sync {
@@ -111,6 +121,9 @@ pub enum SaveTemplateError {
 /// Saves sandbox `name_or_id`'s disk as template `opts.name`; see the module docs.
 pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<SavedTemplate, SaveTemplateError> {
     store::check_name(&opts.name)?;
+    if let Some(by) = &opts.by {
+        refuse_foreign_replace(&opts.name, by)?;
+    }
     let state = dirs::state_dir().map_err(SandboxError::from)?;
     let _lock = StateLock::acquire(&state).map_err(SandboxError::from)?;
     let record = live(&state, name_or_id)?;
@@ -165,6 +178,7 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
         created_unix: u64::try_from(now_unix_ms() / 1000).unwrap_or(0),
         from_sandbox: Some(record.name.clone()),
         from_template: Some(record.template.clone()),
+        saved_by: opts.by.clone(),
         ..source_file
     };
     let json = serde_json::to_string_pretty(&file).expect("a TemplateFile always serializes");
@@ -179,6 +193,15 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
         disk_usage_bytes,
         replaced,
     })
+}
+
+/// Refuses MCP identity `by` a template `name` that exists and that it did not save.
+fn refuse_foreign_replace(name: &str, by: &str) -> Result<(), SaveTemplateError> {
+    let templates = dirs::templates_dir().map_err(SandboxError::from)?;
+    let file = templates.join(name).join("template.json");
+    let Ok(text) = std::fs::read_to_string(&file) else { return Ok(()) };
+    let saved_by = serde_json::from_str::<TemplateFile>(&text).ok().and_then(|t| t.saved_by);
+    if saved_by.as_deref() == Some(by) { Ok(()) } else { Err(SaveTemplateError::NotYours(name.to_owned())) }
 }
 
 /// Lets QEMU run again when dropped (also when the save fails or is cancelled); a

@@ -44,8 +44,9 @@ pub fn enabled() -> bool {
 
 /// The options a template snapshot is keyed on or applies itself (the rest of a create's
 /// options must be at their defaults for one to be used).
-const HANDLED: [&str; 8] =
-    ["template", "memory_mib", "cpus", "network", "name", "timeout", "publish", "policy"];
+/// (`created_by` is who asked, recorded on the new sandbox; it does not change the machine.)
+const HANDLED: [&str; 9] =
+    ["template", "memory_mib", "cpus", "network", "name", "timeout", "publish", "policy", "created_by"];
 
 /// The key of the machine `opts` asks for, or `None` when template snapshots are off or
 /// `opts` asks for something a snapshot's machine may not have: any option other than

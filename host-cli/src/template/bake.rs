@@ -261,6 +261,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
             Source::Image(image) => Some(format!("{}@{}", image.reference, image.digest)),
             _ => None,
         },
+        saved_by: None,
     };
     let json = serde_json::to_string_pretty(&template).expect("a TemplateFile always serializes");
     write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644)?;

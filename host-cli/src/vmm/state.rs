@@ -147,6 +147,10 @@ pub struct Record {
     /// `template snapshot` (a plain create that restored its template's snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_from: Option<String>,
+    /// Which face created it: `None` for the CLI (the operator), else the MCP identity
+    /// (`mcp:stdio`, or `mcp:http:HASH` for an HTTP client's token, never the token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
     /// Its files.
     pub paths: Paths,
 }
@@ -181,6 +185,7 @@ impl Record {
             parked: false,
             storage: Default::default(),
             started_from: None,
+            created_by: None,
             paths,
         }
     }
@@ -383,6 +388,7 @@ mod tests {
             parked: false,
             storage: Default::default(),
             started_from: None,
+            created_by: None,
             paths: Paths::in_dir(&d, false),
         };
         r.save().unwrap();

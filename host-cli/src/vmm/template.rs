@@ -95,6 +95,9 @@ pub struct TemplateFile {
     /// The image reference it was built from (`atoll template build --image`), if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_image: Option<String>,
+    /// The MCP identity that saved it, if one did (an MCP client may replace only these).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_by: Option<String>,
 }
 
 /// What a command run in a sandbox gets when its call does not say: the host adds

@@ -30,6 +30,7 @@
 //!    port 25 (`smtp.example.com:25`).
 
 pub mod builtin;
+pub mod private;
 pub mod rule;
 
 #[cfg(test)]
@@ -39,6 +40,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub use builtin::{BuiltinRange, Builtins, SMTP_PORT, operator_only};
+pub use private::OpensPrivate;
 pub use rule::{Rule, RuleError, Target, canonical_ip, is_host_name, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove

@@ -9,8 +9,10 @@
 //!   server is bound to, this machine's host name, or an `--allowed-host`. A server bound
 //!   to every address (`0.0.0.0`, `::`) also accepts any IP literal: a rebinding attack
 //!   needs a domain name in `Host`, never an address.
-//! - `Origin`, when present, must be a loopback origin (any port, http or https) or an
-//!   `--allowed-origin`. Clients that are not browsers send no `Origin` and pass.
+//! - `Origin`, when present, must be exactly an `--allowed-origin` (scheme, host and
+//!   port). No origin is accepted by default, loopback ones neither: a page served on
+//!   another loopback port (a sandbox's preview, another local server) is another origin.
+//!   Clients that are not browsers send no `Origin` and pass.
 //!
 //! The same lists go to rmcp's own checks ([`StreamableHttpServerConfig`]), a second line;
 //! this layer answers first, with a 403 whose text says which flag admits the request.
@@ -122,17 +124,12 @@ impl HostPolicy {
     }
 
     fn origin_ok(&self, origin: &Origin) -> bool {
-        let loopback = matches!(origin.scheme.as_str(), "http" | "https")
-            && LOOPBACK_NAMES.contains(&origin.host.as_str());
-        loopback || self.origins.contains(origin)
+        self.origins.contains(origin)
     }
 
     /// rmcp's config with the same lists: its own check runs after this layer's.
     pub fn apply(&self, config: StreamableHttpServerConfig) -> StreamableHttpServerConfig {
-        let mut allowed: Vec<String> =
-            ["http", "https"].iter().flat_map(|s| LOOPBACK_NAMES.map(|h| origin_pattern(s, h))).collect();
-        allowed.extend(self.origin_texts.iter().cloned());
-        let config = config.with_allowed_origins(allowed).enforce_origin_validation();
+        let config = config.with_allowed_origins(self.origin_texts.clone()).enforce_origin_validation();
         if self.any_address {
             // rmcp cannot say "any IP literal"; this layer checks Host alone.
             config.disable_allowed_hosts()
@@ -168,10 +165,6 @@ impl HostPolicy {
             )),
         }
     }
-}
-
-fn origin_pattern(scheme: &str, host: &str) -> String {
-    if host.contains(':') { format!("{scheme}://[{host}]:*") } else { format!("{scheme}://{host}:*") }
 }
 
 /// Middleware: answers 403 to a request whose `Host` or `Origin` the policy refuses.
@@ -227,7 +220,10 @@ mod tests {
         let policy =
             HostPolicy::new("127.0.0.1:8765".parse().unwrap(), &[], &["https://app.example.com".into()])
                 .unwrap();
-        assert!(policy.refusal(&request("localhost", Some("http://localhost:6274"))).is_none());
+        // A loopback page on another port is another origin (a preview, another server).
+        assert!(policy.refusal(&request("localhost", Some("http://localhost:6274"))).is_some());
+        assert!(policy.refusal(&request("localhost", Some("http://127.0.0.1:8765"))).is_some());
+        assert!(policy.refusal(&request("localhost", Some("https://app.example.com:8443"))).is_some());
         assert!(policy.refusal(&request("localhost", Some("https://app.example.com"))).is_none());
         assert!(policy.refusal(&request("localhost", Some("https://app.example.com:443"))).is_none());
         let why = policy.refusal(&request("localhost", Some("https://evil.example"))).unwrap();

@@ -8,13 +8,16 @@
 //! calls are independent whichever client makes them.
 //!
 //! In front of rmcp, outermost first:
-//! - [`auth`]: the bearer token (required when the bind is not loopback): 401 otherwise;
+//! - [`auth`]: the bearer token, always (made and written to a 0600 file when none is
+//!   given): 401 otherwise; each token is a client of its own;
+//! - [`limits`]: per-client caps on sessions and in-flight requests: 429 over them;
 //! - [`hosts`]: `Host` and `Origin` checks against DNS rebinding: 403 otherwise;
 //! - [`disconnect`]: a session client that drops its response mid-call cancels the call.
 
 pub mod auth;
 pub mod disconnect;
 pub mod hosts;
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,9 +35,10 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::mcp::AtollMcp;
-use auth::{BearerToken, MAKE_TOKEN};
+use auth::BearerToken;
 use disconnect::Watch;
 use hosts::{HostPolicy, HostsError};
+use limits::Limits;
 
 /// The path the tools are served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -52,8 +56,14 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(30 * 60);
 pub struct HttpOptions {
     /// The address to listen on (port 0: a free one, printed at start).
     pub bind: SocketAddr,
-    /// The token clients must send; required unless `bind` is loopback.
-    pub token: Option<BearerToken>,
+    /// The tokens clients must send (one per client).
+    pub token: BearerToken,
+    /// Where the token is when the server made it (printed at start).
+    pub made_token_file: Option<std::path::PathBuf>,
+    /// Sessions one client may hold open.
+    pub max_sessions: usize,
+    /// Requests one client may have in flight.
+    pub max_in_flight: usize,
     /// `Host` names accepted besides the loopback ones and the bound address.
     pub allowed_hosts: Vec<String>,
     /// Browser origins accepted besides loopback ones.
@@ -63,16 +73,6 @@ pub struct HttpOptions {
 /// Why `atoll mcp --http` did not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
-    /// A bind beyond loopback without a token.
-    #[error(
-        "atoll mcp --http {bind} would be reachable from other machines, so it needs a bearer token: make one \
-         with `{MAKE_TOKEN}`, then pass --token-file ~/.config/atoll/mcp-token (or set ATOLL_MCP_TOKEN); \
-         or bind to 127.0.0.1"
-    )]
-    TokenRequired {
-        /// The address asked for.
-        bind: SocketAddr,
-    },
     /// An `--allowed-host` or `--allowed-origin` value was refused.
     #[error(transparent)]
     Hosts(#[from] HostsError),
@@ -98,19 +98,30 @@ pub enum HttpError {
 
 /// Serves `server` over Streamable HTTP until SIGINT or SIGTERM.
 pub async fn serve_http(server: AtollMcp, options: HttpOptions) -> Result<(), HttpError> {
-    let HttpOptions { bind, token, allowed_hosts, allowed_origins } = options;
-    if !bind.ip().is_loopback() && token.is_none() {
-        return Err(HttpError::TokenRequired { bind });
-    }
+    let HttpOptions {
+        bind,
+        token,
+        made_token_file,
+        max_sessions,
+        max_in_flight,
+        allowed_hosts,
+        allowed_origins,
+    } = options;
     let policy = Arc::new(HostPolicy::new(bind, &allowed_hosts, &allowed_origins)?);
     let shutdown = CancellationToken::new();
-    let router = router(server, token.clone(), &policy, shutdown.clone());
+    let caps = Caps { max_sessions, max_in_flight };
+    let router = router(server.over_http(), token, caps, &policy, shutdown.clone());
     let listener =
         tokio::net::TcpListener::bind(bind).await.map_err(|source| HttpError::Bind { bind, source })?;
     let local = listener.local_addr().map_err(|source| HttpError::Bind { bind, source })?;
-    let auth = if token.is_some() { "bearer token required" } else { "no token: loopback only" };
+    let auth = match &made_token_file {
+        Some(path) => format!("bearer token required; it is in {} (mode 0600)", path.display()),
+        None => "bearer token required".to_owned(),
+    };
     // A fixed line on stderr whatever the log level: scripts and tests read the port here.
-    eprintln!("atoll mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})");
+    // One write, so a reader never sees half the line.
+    let line = format!("atoll mcp: serving MCP over Streamable HTTP at http://{local}{MCP_PATH} ({auth})\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     tracing::info!(hosts = ?policy.names(), "accepted Host names (and --allowed-host ones)");
     // Answers go out as several small writes (headers, SSE events); without NODELAY, Nagle
     // holds the later ones for the client's delayed ACK, tens of ms per call.
@@ -129,11 +140,18 @@ pub async fn serve_http(server: AtollMcp, options: HttpOptions) -> Result<(), Ht
         .map_err(|source| HttpError::Serve { bind: local, source })
 }
 
-/// `/mcp` behind the token, host and disconnect layers; cancelling `shutdown` ends every
-/// session and stream.
+/// The per-client caps.
+struct Caps {
+    max_sessions: usize,
+    max_in_flight: usize,
+}
+
+/// `/mcp` behind the token, host, cap and disconnect layers; cancelling `shutdown` ends
+/// every session and stream.
 fn router(
     server: AtollMcp,
-    token: Option<BearerToken>,
+    token: BearerToken,
+    caps: Caps,
     policy: &Arc<HostPolicy>,
     shutdown: CancellationToken,
 ) -> Router {
@@ -150,17 +168,16 @@ fn router(
             .with_max_request_body_bytes(MAX_REQUEST_BYTES)
             .with_cancellation_token(shutdown),
     );
-    let service = StreamableHttpService::new(move || Ok(server.clone()), sessions.clone(), config);
-    let watch = Arc::new(Watch::new(sessions, MAX_REQUEST_BYTES));
-    let mut router = Router::new()
+    let service = StreamableHttpService::new(move || Ok(server.for_session()), sessions.clone(), config);
+    let watch = Arc::new(Watch::new(sessions.clone(), MAX_REQUEST_BYTES));
+    let limits = Arc::new(Limits::new(sessions, caps.max_sessions, caps.max_in_flight));
+    Router::new()
         .route_service(MCP_PATH, service)
         .layer(from_fn(session_end_no_content))
         .layer(from_fn_with_state(watch, disconnect::cancel_on_disconnect))
-        .layer(from_fn_with_state(policy.clone(), hosts::check_host_and_origin));
-    if let Some(token) = token {
-        router = router.layer(from_fn_with_state(Arc::new(token), auth::require_bearer));
-    }
-    router
+        .layer(from_fn_with_state(policy.clone(), hosts::check_host_and_origin))
+        .layer(from_fn_with_state(limits, limits::cap_per_client))
+        .layer(from_fn_with_state(Arc::new(token), auth::require_bearer))
 }
 
 /// Returns on SIGINT or SIGTERM (systemd stops a service with SIGTERM).

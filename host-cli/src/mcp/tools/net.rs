@@ -213,6 +213,8 @@ impl AtollMcp {
             remove: rules(args.remove)?.unwrap_or_default(),
         };
 
+        self.check_private_egress(update.allow_out.as_deref().unwrap_or_default())?;
+        self.check_private_egress(&update.allow)?;
         Ok(Json(network::policy::set(&args.sandbox_id, update).await?))
     }
 

@@ -56,8 +56,8 @@ pub struct CreateArgs {
     /// egress rules then come from it.
     #[serde(default)]
     pub from_snapshot: Option<String>,
-    /// Host folders to share into the sandbox. Only folders under the roots this client
-    /// declares (MCP roots) or that `atoll mcp --allow-mount DIR` allows can be mounted.
+    /// Host folders to share into the sandbox. Only folders under `atoll mcp --allow-mount
+    /// DIR` (and, over stdio, under the roots this client declares) can be mounted.
     /// Changes show on both sides at once. A sandbox with mounts cannot be snapshotted.
     #[serde(default)]
     pub mounts: Option<Vec<MountArg>>,
@@ -251,11 +251,13 @@ impl AtollMcp {
             return Ok(Storage { mounts: Vec::new(), disk_bytes });
         }
         let mut allowed = self.allowed_mounts().to_vec();
-        allowed.extend(crate::mcp::roots::client_roots(peer).await);
+        if self.trusts_roots() {
+            allowed.extend(crate::mcp::roots::client_roots(peer).await);
+        }
         let mut out = Vec::new();
         for m in mounts {
             let host = mounts::canonical_dir(std::path::Path::new(&m.host_path))?;
-            mounts::check_allowed(&host, &allowed)?;
+            mounts::check_allowed(&host, &allowed, self.trusts_roots())?;
             out.push(Mount { host, guest: mounts::guest_path(&m.guest_path)?, read_only: m.read_only });
         }
         mounts::check(&out)?;
@@ -296,6 +298,8 @@ impl AtollMcp {
         let mounts = args.mounts.take().unwrap_or_default();
         let disk = args.disk.take();
         let mut opts = args.options()?;
+        opts.created_by = Some(self.identity());
+        self.check_private_egress(&opts.policy.allow_out)?;
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
         let info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
@@ -320,7 +324,8 @@ impl AtollMcp {
         Parameters(_args): Parameters<ListSandboxesArgs>,
     ) -> Result<Json<SandboxList>, ToolError> {
         let sandboxes = sandbox::list()?;
-        Ok(Json(SandboxList { sandboxes: sandboxes.into_iter().map(SandboxView::from).collect() }))
+        let mine = sandboxes.into_iter().filter(|s| self.may_see(s));
+        Ok(Json(SandboxList { sandboxes: mine.map(SandboxView::from).collect() }))
     }
 
     /// Pauses a sandbox.

@@ -52,7 +52,8 @@ pub struct CreateTemplateArgs {
     pub from_sandbox: String,
     /// The new template's name: letters, digits, "-", "_" and ".".
     pub name: String,
-    /// Replace a template of that name (refused while a sandbox uses it). Default: false.
+    /// Replace a template of that name that this client saved (refused while a sandbox
+    /// uses it; built-in templates and others' are never replaced). Default: false.
     #[serde(default)]
     pub replace: bool,
 }
@@ -125,7 +126,7 @@ impl AtollMcp {
         Parameters(args): Parameters<CreateTemplateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<CreatedTemplate>, ToolError> {
-        let opts = SaveOptions { name: args.name, replace: args.replace };
+        let opts = SaveOptions { name: args.name, replace: args.replace, by: Some(self.identity()) };
         let saved =
             run_with_progress(&context, None, "saving", save_template(&args.from_sandbox, &opts)).await??;
         Ok(Json(CreatedTemplate {
