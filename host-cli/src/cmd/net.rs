@@ -91,7 +91,7 @@ fn record_line(r: &Record) -> String {
     let kind =
         serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
     let ip = r.ip.map_or_else(|| "-".to_string(), |ip| std::net::SocketAddr::new(ip, r.port).to_string());
-    let name = r.name.as_deref().unwrap_or("-");
+    let name = crate::output::escape_controls(r.name.as_deref().unwrap_or("-"));
     let mut line = format!(
         "{} {kind:<3} {verdict:<5} {name} {ip} rule={} out={} in={} {}ms",
         r.time, r.rule, r.bytes_out, r.bytes_in, r.duration_ms
