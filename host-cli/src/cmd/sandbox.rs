@@ -144,5 +144,16 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
 pub(crate) async fn remove(ctx: &Ctx, names: &[String], all: bool, force: bool) -> Result<u8> {
     let removed = sandbox::remove(names, RemoveOptions { all, force }).await?;
     let text: String = removed.iter().map(|r| format!("{}\n", r.id)).collect();
+    if all && !ctx.out.json {
+        // Template snapshots are not sandboxes: say what stays and how to remove it.
+        let (count, bytes) = crate::sandbox::template_snap::held();
+        if count > 0 {
+            eprintln!(
+                "note: {count} template snapshot(s) stay ({}), kept so that `atoll create` restores \
+                 instead of booting; `atoll template snapshot TEMPLATE --rm` removes a template's",
+                crate::output::human_bytes(bytes)
+            );
+        }
+    }
     print(ctx, &removed, &text)
 }
