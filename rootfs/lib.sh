@@ -103,6 +103,9 @@ build_initramfs() {
     busybox="$(command -v busybox)" || die "busybox is not installed; run rootfs/setup.sh"
     file_is_static "$busybox" || die "$busybox is dynamically linked; install busybox-static"
     tree="$(mktemp -d)"
+    # The archive's `.` entry sets the mode of the guest's / (the kernel's rootfs is
+    # 1777 otherwise, a world-writable root); mktemp made it 0700.
+    chmod 0755 "$tree"
     mkdir -p "$tree"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,run,tmp,root,etc/atoll,lib/modules}
     chmod 1777 "$tree/tmp"
     chmod 0700 "$tree/root"
@@ -127,7 +130,7 @@ build_initramfs() {
     fi
     (
         cd "$tree"
-        find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --reproducible --quiet
+        find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --reproducible --quiet
     ) | case "$compress" in
         gzip) gzip -6 -n ;;
         none) cat ;;

@@ -198,6 +198,12 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
         if cause.downcast_ref::<UsageError>().is_some() {
             return (EXIT_USAGE, "usage");
         }
+        // A size, a count or a disk that cannot be: a usage error like clap's own.
+        if let Some(crate::sandbox::SandboxError::BadResources(_) | crate::sandbox::SandboxError::Mount(_)) =
+            cause.downcast_ref()
+        {
+            return (EXIT_USAGE, "usage");
+        }
     }
     (EXIT_FAILURE, "error")
 }
@@ -221,7 +227,9 @@ fn report(e: &anyhow::Error, json: bool) -> ExitCode {
         print_json_error(kind, &format!("{e}{step}"), &causes, code);
     } else {
         let mut err = io::stderr().lock();
-        let _ = writeln!(err, "atoll: {e:#}{step}");
+        // The chain may quote the guest (an agent's message, a console tail).
+        let text = format!("{e:#}");
+        let _ = writeln!(err, "atoll: {}{step}", crate::output::escape_controls_keep_lines(&text));
     }
     ExitCode::from(code)
 }

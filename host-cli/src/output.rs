@@ -4,7 +4,14 @@
 //! cat big | head`) fails with [`StdoutClosed`] inside its `io::Error`: that, and only
 //! that, ends `atoll` quietly. A broken pipe anywhere else (the agent's socket) is an
 //! error like any other, so it can never pass for success.
+//!
+//! [`escape_controls`]: every string a guest controls (file names, job commands, its
+//! error text, names in the network log) goes through it before human-readable output,
+//! so that an escape sequence in a file name cannot move the cursor, retitle the
+//! terminal, set the clipboard or forge a line. `--json` output is left as it is (JSON
+//! escapes control characters itself).
 
+use std::borrow::Cow;
 use std::io::{self, IsTerminal, Write};
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -27,6 +34,41 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
                 .and_then(|e| e.get_ref())
                 .is_some_and(|inner| inner.is::<StdoutClosed>())
     })
+}
+
+/// `s` with each control character (C0, DEL, C1: what a terminal acts on) written as
+/// an escape, `\x1b` or `\u{9b}` (`\n`, `\r`, `\t` by name); ordinary text, other
+/// Unicode included, is returned as it is. For one-line fields: a name, a command.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    escape(s, false)
+}
+
+/// [`escape_controls`] keeping line breaks: for text of several lines (an error
+/// message, whose lines may quote the guest).
+pub fn escape_controls_keep_lines(s: &str) -> Cow<'_, str> {
+    escape(s, true)
+}
+
+fn escape(s: &str, keep_lines: bool) -> Cow<'_, str> {
+    let wanted = |c: char| c.is_control() && !(keep_lines && c == '\n');
+    if !s.chars().any(wanted) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if !wanted(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x80 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => out.extend(c.escape_unicode()),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Marks a failed write to stdout: a broken pipe there means the reader went away.
@@ -117,3 +159,21 @@ impl Output {
 
 /// `1.5 MiB`: a byte count for people, written once for both sides in atoll-proto.
 pub use atoll_proto::units::human_bytes;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_other_text_is_kept() {
+        assert!(matches!(escape_controls("plain name é 名"), Cow::Borrowed("plain name é 名")));
+        assert_eq!(escape_controls("a\x1b]52;c;aGk=\x07b"), "a\\x1b]52;c;aGk=\\x07b");
+        assert_eq!(escape_controls("x\u{9b}31m\x7f"), "x\\u{9b}31m\\x7f");
+        assert_eq!(escape_controls("two\nlines\r\t"), "two\\nlines\\r\\t");
+        assert_eq!(escape_controls_keep_lines("two\nlines\x1b[2J"), "two\nlines\\x1b[2J");
+        for c in (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32) {
+            let out = escape_controls(&c.to_string()).into_owned();
+            assert!(!out.chars().any(char::is_control), "{c:?} -> {out:?}");
+        }
+    }
+}

@@ -27,10 +27,14 @@ pub enum Reason {
     UnknownJob,
     /// The program to run does not exist.
     ProgramNotFound,
+    /// A move's destination exists and the caller did not ask to replace it.
+    DestinationExists,
+    /// A directory's zip grew past the caller's cap.
+    ZipOverCap,
 }
 
 impl Reason {
-    const ALL: [Reason; 7] = [
+    const ALL: [Reason; 9] = [
         Reason::NotFound,
         Reason::IsADirectory,
         Reason::NotADirectory,
@@ -38,6 +42,8 @@ impl Reason {
         Reason::CwdMissing,
         Reason::UnknownJob,
         Reason::ProgramNotFound,
+        Reason::DestinationExists,
+        Reason::ZipOverCap,
     ];
 
     /// The token on the wire.
@@ -50,6 +56,8 @@ impl Reason {
             Reason::CwdMissing => "cwd_missing",
             Reason::UnknownJob => "unknown_job",
             Reason::ProgramNotFound => "program_not_found",
+            Reason::DestinationExists => "destination_exists",
+            Reason::ZipOverCap => "zip_over_cap",
         }
     }
 

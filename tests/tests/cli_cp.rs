@@ -140,6 +140,12 @@ fn download_writes_a_zip() {
         atoll(&agent.address(), &["download", s(&agent.dir.path().join("nope")), "-o", s(&zip_path)]);
     assert_eq!(code(&missing), 1);
     assert!(zip_path.exists(), "a failed download leaves the old file alone");
+
+    // Over the cap: the CLI names its own flag, never the MCP/gRPC argument.
+    let over = atoll(&agent.address(), &["download", s(&tree), "--max-bytes", "10", "-o", s(&zip_path)]);
+    let err = stderr(&over);
+    assert_eq!(code(&over), 1, "{err}");
+    assert!(err.contains("--max-bytes") && !err.contains("max_bytes"), "{err}");
 }
 
 #[test]

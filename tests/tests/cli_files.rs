@@ -72,6 +72,10 @@ fn small_operations_and_their_json() {
     std::fs::write(deep.join("f.txt"), b"again").unwrap();
     let clash = atoll(&a, &["--json", "mv", s(&deep.join("f.txt")), s(&moved)]);
     assert_eq!(json_error(&clash)["kind"], "already_exists");
+    // The CLI names its own flag, never the MCP argument.
+    let clash = atoll(&a, &["mv", s(&deep.join("f.txt")), s(&moved)]);
+    let err = stderr(&clash);
+    assert!(err.contains("`atoll mv -f` replaces it") && !err.contains("overwrite"), "{err}");
     ok(&atoll(&a, &["mv", "-f", s(&deep.join("f.txt")), s(&moved)]));
     assert_eq!(std::fs::read(&moved).unwrap(), b"again");
 
@@ -134,4 +138,34 @@ fn a_closed_pipe_ends_cat_quietly() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stderr(&out), "", "a broken pipe is not an error to report");
+}
+
+#[test]
+fn guest_file_names_with_escape_sequences_reach_the_terminal_escaped() {
+    let agent = Agent::start();
+    let a = agent.address();
+    let dir = agent.dir.path().join("hostile");
+    std::fs::create_dir(&dir).unwrap();
+    // Clears the screen, sets the clipboard (OSC 52), and a C1 CSI.
+    let name = "evil\x1b[2J\x1b]52;c;aGk=\x07\u{9b}31mname";
+    std::fs::write(dir.join(name), b"x").unwrap();
+    std::os::unix::fs::symlink("/tmp/\x1b[1mtarget", dir.join("link")).unwrap();
+    for args in [&["ls", s(&dir)][..], &["ls", "--names", s(&dir)], &["stat", &format!("{}/{name}", s(&dir))]]
+    {
+        let out = atoll(&a, args);
+        let text = ok(&out);
+        assert!(
+            !out.stdout.contains(&0x1b) && !text.contains('\u{9b}') && !text.contains('\x07'),
+            "{args:?}: {text:?}"
+        );
+        assert!(text.contains("evil\\x1b[2J\\x1b]52;c;aGk=\\x07\\u{9b}31mname"), "{args:?}: {text:?}");
+    }
+    assert!(ok(&atoll(&a, &["ls", s(&dir)])).contains("-> /tmp/\\x1b[1mtarget"));
+    // An error quoting the name is escaped too; --json keeps the name exact.
+    let missing = atoll(&a, &["cat", &format!("{}/{name}.gone", s(&dir))]);
+    assert!(!missing.stderr.contains(&0x1b) && stderr(&missing).contains("\\x1b[2J"), "{}", stderr(&missing));
+    let listed = json(&atoll(&a, &["--json", "ls", s(&dir)]));
+    let names: Vec<&str> =
+        listed["entries"].as_array().unwrap().iter().filter_map(|e| e["path"].as_str()).collect();
+    assert!(names.contains(&name), "{names:?}");
 }

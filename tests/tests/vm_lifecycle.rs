@@ -43,6 +43,9 @@ fn vm_lifecycle_create_exec_pause_resume_ls_kill() {
     assert_eq!(text(&out.stdout), "hello-42 from Linux\n");
     let info = atoll.json(&["-s", &id, "info"]);
     assert_eq!(info["pid1"], true, "the agent is the guest's init: {info}");
+    // The root directory is not world-writable (the initramfs's `.` entry sets its mode).
+    let out = atoll.run(&["-s", "life", "exec", "--", "stat", "-c", "%a", "/"]);
+    assert_eq!(text(&out.stdout), "755\n", "{}", text(&out.stderr));
 
     // Pause: ls shows it. The guest's clock is first put 25 years back, so that only
     // resume's clock setting can bring it right (it runs on through a pause otherwise).
@@ -224,8 +227,10 @@ fn sandbox_create_refuses_a_missing_template_and_bad_resources_before_starting_a
     let atoll = Atoll::with_data_dir(data.path());
     let err = atoll.fails(&["create", "--template", "nope"]);
     assert!(err.contains("template `nope` is not installed") && err.contains("rootfs/setup.sh"), "{err}");
-    let err = atoll.fails(&["create", "--memory", "1"]);
-    assert!(err.contains("--memory 1 MiB is out of range"), "{err}");
+    // A size out of range is a usage error (exit 2), like one clap refuses.
+    let out = atoll.run(&["create", "--memory", "1"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("--memory 1 MiB is out of range") && out.status.code() == Some(2), "{err}");
     let err = atoll.fails(&["create", "--name", "../x"]);
     assert!(err.contains("not a valid sandbox name"), "{err}");
     let err = atoll.fails(&["kill", "ghost"]);

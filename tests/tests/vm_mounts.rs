@@ -157,6 +157,37 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
 }
 
 #[test]
+fn vm_minimal_disk_is_bounded_by_memory_and_a_full_root_leaves_the_guest_running() {
+    let atoll = Atoll::new();
+    // README's old example: a 2 GiB root in a 512 MiB guest's memory is refused up front.
+    let out = atoll.run(&["create", "--name", "dk", "--net", "none", "--disk", "2G"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("at most 320 MiB") && err.contains("--memory") && err.contains("debian"), "{err}");
+    assert!(atoll.sandbox_dirs().is_empty() && processes_mentioning(atoll.state_dir()).is_empty());
+
+    // The largest root that fits: filling it gives "No space left on device", the guest
+    // lives on, and the next command runs.
+    let created = atoll.create_with("dk", &["--net", "none", "--disk", "320M"]);
+    assert_eq!(created["disk_bytes"], 320 << 20);
+    let (code, _, err) = sh(&atoll, "dk", "dd if=/dev/zero of=/big bs=1M count=700");
+    assert!(code != 0 && err.contains("No space left on device"), "dd: {code} {err}");
+    let (code, out, err) = sh(&atoll, "dk", "stat -c %s /big && echo alive");
+    assert_eq!((code, out.ends_with("alive\n")), (0, true), "{out} {err}");
+    let filled: u64 = out.lines().next().and_then(|l| l.parse().ok()).unwrap_or(0);
+    assert!(filled > 300 << 20, "the root filled up: {out}");
+    assert_eq!(atoll.state_of("dk").as_deref(), Some("running"));
+    // The root directory is not world-writable (mode 0755, as on any Linux).
+    assert_eq!(sh(&atoll, "dk", "stat -c %a /").1.trim(), "755");
+    // A guest file name holding an escape sequence is listed escaped, never raw.
+    assert_eq!(sh(&atoll, "dk", "rm /big && printf x > \"/tmp/a$(printf '\\033')[2Jb\"").0, 0);
+    let out = atoll.run(&["-s", "dk", "ls", "/tmp"]);
+    assert!(out.status.success() && !out.stdout.contains(&0x1b), "{:?}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("a\\x1b[2Jb"), "{:?}", text(&out.stdout));
+    atoll.json(&["kill", "dk"]);
+}
+
+#[test]
 fn vm_debian_disk_grows_to_the_size_asked_and_shares_mount_there_too() {
     if !atoll_tests::debian_or_skip() {
         return;

@@ -152,11 +152,20 @@ fn vm_snapshot_fork_park_and_restore_minimal() {
 
     // Parking: no process left; any command brings it back with its files and job.
     let f2_dir = dir_of(&atoll, "f2");
+    atoll.json(&["port", "publish", "f2", "8000"]);
     assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(atoll.state_of("f2").as_deref(), Some("parked"));
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
+    // Its port is listed without waking it, and not as if something listened there.
+    let ls = atoll.run(&["port", "ls", "f2"]);
+    assert!(text(&ls.stdout).contains("(parked: not listening)"), "{}", text(&ls.stdout));
+    assert!(text(&ls.stderr).contains("atoll resume f2"), "{}", text(&ls.stderr));
+    assert_eq!(atoll.state_of("f2").as_deref(), Some("parked"));
     assert_eq!(atoll.sh("f2", "cat /tmp/file"), "original\n");
     assert_eq!(atoll.state_of("f2").as_deref(), Some("running"));
+    let ls = atoll.run(&["port", "ls", "f2"]);
+    assert!(ls.status.success() && !text(&ls.stdout).contains("parked"), "{}", text(&ls.stdout));
+    atoll.json(&["port", "unpublish", "f2", "8000"]);
     counting(&atoll, "f2");
     assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert_eq!(atoll.json(&["resume", "f2"])["sandbox"]["state"], "running");

@@ -136,6 +136,23 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(started_from(&atoll, "g"), "boot");
+
+    // `kill --all` leaves the template snapshots and says which command removes them;
+    // that command removes them all, and the template stays.
+    let out = atoll.run(&["kill", "--all"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success() && err.contains("atoll template snapshot TEMPLATE --rm"), "{err}");
+    assert!(!template_snapshots(&atoll).is_empty());
+    let removed = atoll.json(&["template", "snapshot", "minimal", "--rm"]);
+    assert!(removed["removed"].as_u64().unwrap() >= 1, "{removed}");
+    assert!(template_snapshots(&atoll).is_empty());
+    let out = atoll.run(&["kill", "--all"]);
+    assert!(
+        out.status.success() && !text(&out.stderr).contains("template snapshot"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(text(&atoll.run(&["template", "ls"]).stdout).contains("minimal"));
 }
 
 #[test]

@@ -26,8 +26,7 @@ pub enum ArchiveError {
     Fs(#[from] FsError),
     /// The archive grew past the caller's `max_bytes`.
     #[error(
-        "the zip of {} passed the max_bytes cap of {}; the directory holds {} in {}; \
-         raise max_bytes or download a subdirectory",
+        "the zip of {} passed the cap of {} it was given; the directory holds {} in {}",
         .path.display(), human_bytes(*.cap), human_bytes(*.total), plural(*.files, "file", "files")
     )]
     TooLarge {

@@ -84,6 +84,9 @@ pub enum FsError {
         /// How to replace or accept it.
         hint: &'static str,
     },
+    /// A move's destination exists and the caller did not ask to replace it.
+    #[error("{} already exists; nothing was moved", .0.display())]
+    DestinationExists(PathBuf),
     /// A slice of known size is over the caller's `max_bytes`.
     #[error("{what} is {}, over the {} read limit; read a slice with offset/length", size_and_limit(*.size, *.limit).0, size_and_limit(*.size, *.limit).1)]
     TooLarge {

@@ -82,9 +82,7 @@ fn inside(from: &Path, to: &Path) -> bool {
 fn rename_error(from: &Path, to: &Path, meta: &Metadata, e: io::Error) -> FsError {
     let to = to.to_path_buf();
     match e.kind() {
-        io::ErrorKind::AlreadyExists => {
-            FsError::AlreadyExists { path: to, hint: "pass overwrite to replace it" }
-        }
+        io::ErrorKind::AlreadyExists => FsError::DestinationExists(to),
         io::ErrorKind::IsADirectory => FsError::IsADirectory {
             path: to,
             hint: "a file cannot replace a directory; remove the directory first",
@@ -104,7 +102,7 @@ fn copy_then_remove(from: &Path, meta: &Metadata, to: &Path, overwrite: bool) ->
     let parent = to.parent().unwrap_or(Path::new("/"));
     let existing = std::fs::symlink_metadata(to).ok();
     if existing.is_some() && !overwrite {
-        return Err(FsError::AlreadyExists { path: to.to_path_buf(), hint: "pass overwrite to replace it" });
+        return Err(FsError::DestinationExists(to.to_path_buf()));
     }
     let staging = tempfile::Builder::new()
         .prefix(".atoll-move-")

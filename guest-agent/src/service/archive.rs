@@ -48,7 +48,10 @@ impl From<ArchiveError> for Status {
         let msg = error_chain(&e);
         match e {
             ArchiveError::Fs(fs) => fs.into(),
-            ArchiveError::TooLarge { .. } => Status::resource_exhausted(msg),
+            ArchiveError::TooLarge { .. } => super::with_reason(
+                Status::resource_exhausted(msg),
+                Some(atoll_proto::reason::Reason::ZipOverCap),
+            ),
             ArchiveError::NotZip(_) | ArchiveError::BadEntry { .. } | ArchiveError::Corrupt { .. } => {
                 Status::invalid_argument(msg)
             }

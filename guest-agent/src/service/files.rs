@@ -100,6 +100,7 @@ impl From<FsError> for Status {
             E::IsADirectory { .. } => Some(Reason::IsADirectory),
             E::NotADirectory { .. } => Some(Reason::NotADirectory),
             E::ParentMissing { .. } => Some(Reason::ParentMissing),
+            E::DestinationExists(_) => Some(Reason::DestinationExists),
             _ => None,
         };
         let status = match e {
@@ -120,7 +121,7 @@ impl From<FsError> for Status {
             E::PermissionDenied { .. } | E::ReadOnly { .. } | E::CannotCreateIn(_) => {
                 Status::permission_denied(msg)
             }
-            E::AlreadyExists { .. } => Status::already_exists(msg),
+            E::AlreadyExists { .. } | E::DestinationExists(_) => Status::already_exists(msg),
             E::TooLarge { .. } | E::TooLargeUnsized { .. } | E::NoSpace { .. } => {
                 Status::resource_exhausted(msg)
             }

@@ -114,6 +114,8 @@ pub enum Command {
         after_help = "Examples:\n  atoll exec -- ls -la /\n  atoll exec --sh 'cd /etc && ls | tail -3'\n  \
                             tar c . | atoll exec --cwd /tmp -- tar x\n  atoll exec --capture --json -- cat /etc/hostname\n  \
                             atoll exec -it -- top                   (a pseudo-terminal: see `atoll shell --help`)\n\n\
+                            The command is killed after 60 s by default (exit code 124); --timeout gives it up to 10m, \
+                            -t sessions have no limit, and `atoll run -d` starts a background job with none.\n\n\
                             -t without a terminal on stdin is refused (exit 2), as `docker exec -t` does."
     )]
     Exec(ExecArgs),

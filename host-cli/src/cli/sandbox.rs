@@ -114,7 +114,8 @@ pub struct CreateArgs {
     #[arg(long, value_name = "HOSTDIR:GUESTDIR[:rw]", value_parser = parse_mount)]
     pub mount: Vec<Mount>,
     /// The writable disk's size, e.g. 8G or 512M: the disk of a disk template (at least
-    /// the template's own), the root tmpfs of `minimal` (which lives in guest memory).
+    /// the template's own), the root tmpfs of `minimal` (which lives in guest memory: at
+    /// most --memory less 192 MiB or a quarter of it, whichever is more).
     #[arg(long, value_name = "SIZE", value_parser = parse_disk)]
     pub disk: Option<u64>,
 }

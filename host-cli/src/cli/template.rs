@@ -31,6 +31,7 @@ pub enum TemplateCommand {
     #[command(after_help = "Examples:\n  \
         atoll template snapshot minimal\n  \
         atoll template snapshot debian --memory 1024 --cpus 2\n  \
+        atoll template snapshot debian --rm   (removes its snapshots, every shape; the template stays)\n  \
         atoll create --template debian --memory 1024 --cpus 2   (restores it; atoll inspect: started_from)")]
     Snapshot(TemplateSnapshotArgs),
     /// Save a sandbox's current disk as a new template (disk templates such as `debian`).
@@ -137,6 +138,10 @@ pub struct TemplateSnapshotArgs {
     /// How long to wait for the agent to come up, e.g. 120s, 5m.
     #[arg(long, default_value = "120s", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
+    /// Remove the template's snapshots (every machine shape) instead of making one; the
+    /// template stays, and the next `atoll create` of a shape boots and saves one again.
+    #[arg(long, conflicts_with_all = ["memory", "cpus", "net", "timeout"])]
+    pub rm: bool,
 }
 
 /// `atoll template rm`.

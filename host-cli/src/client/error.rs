@@ -24,7 +24,10 @@ pub enum ClientError {
         reason: Option<Reason>,
     },
     /// The agent is older than this `atoll` and lacks the call.
-    #[error("the agent at {addr} does not support {rpc}; update atoll-agent to the version of this atoll")]
+    #[error(
+        "the agent at {addr} does not support {}; update atoll-agent to the version of this atoll",
+        doing(rpc)
+    )]
     Unsupported {
         /// The agent's address.
         addr: Address,
@@ -33,7 +36,8 @@ pub enum ClientError {
     },
     /// The connection broke in the middle of a call.
     #[error(
-        "lost the connection to the agent at {addr} during {rpc} ({message}); check that the VM is still running"
+        "lost the connection to the agent at {addr} while {} ({message}); check that the VM is still running",
+        doing(rpc)
     )]
     Disconnected {
         /// The agent's address.
@@ -48,7 +52,10 @@ pub enum ClientError {
     #[error("reading the local data to send failed; nothing was written in the guest")]
     Source(#[source] std::io::Error),
     /// The agent's answer broke the contract.
-    #[error("the agent's answer to {rpc} made no sense ({what}); is atoll-agent the same version as atoll?")]
+    #[error(
+        "the agent's answer made no sense while {} ({what}); is atoll-agent the same version as atoll?",
+        doing(rpc)
+    )]
     Protocol {
         /// The RPC answered.
         rpc: &'static str,
@@ -160,6 +167,32 @@ impl ClientError {
     }
 }
 
+/// What the user was doing when the call `rpc` was made, in their words: messages name
+/// what they did, never a gRPC method.
+fn doing(rpc: &str) -> &'static str {
+    match rpc {
+        "Exec" | "ExecStream" => "running the command",
+        "StartJob" => "starting the background job",
+        "GetJob" | "ListJobs" => "looking up the background jobs",
+        "WaitJob" => "waiting for the background job",
+        "SignalJob" => "signalling the background job",
+        "ReadFile" => "reading the file",
+        "WriteFile" => "writing the file",
+        "ListDir" => "listing the directory",
+        "Stat" => "looking up the path",
+        "Remove" => "removing the path",
+        "Move" => "moving the path",
+        "MakeDir" => "creating the directory",
+        "DownloadDir" => "copying the directory out of the guest",
+        "UploadDir" => "copying the directory into the guest",
+        "Info" => "asking the agent about the guest",
+        "SetTime" => "setting the guest's clock",
+        "Restored" => "telling the guest it was restored",
+        "ConnectPort" => "forwarding a connection to a guest port",
+        _ => "talking to the agent",
+    }
+}
+
 fn code_name(code: Code) -> &'static str {
     match code {
         Code::Ok => "ok",
@@ -179,5 +212,35 @@ fn code_name(code: Code) -> &'static str {
         Code::Unavailable => "unavailable",
         Code::DataLoss => "data_loss",
         Code::Unauthenticated => "unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_say_what_the_user_did_never_a_grpc_method() {
+        let proto = include_str!("../../../proto/agent/v1/agent.proto");
+        let rpcs: Vec<&'static str> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .filter_map(|l| l.split('(').next())
+            .collect();
+        assert!(rpcs.len() >= 18, "{rpcs:?}");
+        let addr: Address = "unix:///s/agent.sock".parse().unwrap();
+        for rpc in rpcs {
+            assert_ne!(doing(rpc), "talking to the agent", "{rpc} has no words of its own");
+            for e in [
+                ClientError::Disconnected { addr: addr.clone(), rpc, message: "broken pipe".into() },
+                ClientError::Unsupported { addr: addr.clone(), rpc },
+                ClientError::Protocol { rpc, what: "no exit status" },
+            ] {
+                let text = e.to_string();
+                assert!(!text.contains(rpc), "{text}");
+            }
+        }
+        let e = ClientError::Disconnected { addr, rpc: "ExecStream", message: "reset".into() };
+        assert!(e.to_string().contains("while running the command"), "{e}");
     }
 }

@@ -20,5 +20,7 @@ pub fn next_step(reason: Reason) -> &'static str {
         Reason::CwdMissing => "`atoll mkdir -p DIR` creates it; or pass another --cwd",
         Reason::UnknownJob => "`atoll jobs` lists the jobs started in this sandbox",
         Reason::ProgramNotFound => "`atoll exec --sh 'command -v NAME'` says whether a program is installed",
+        Reason::DestinationExists => "`atoll mv -f` replaces it",
+        Reason::ZipOverCap => "raise `atoll download --max-bytes`, or download a subdirectory",
     }
 }

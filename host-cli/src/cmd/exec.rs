@@ -43,7 +43,11 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
     spec.output_limit = args.output_limit;
     if args.tty {
         if !crate::tty::stdin_is_terminal() {
-            return Err(crate::tty::TtyError::NotATerminal { what: "`atoll exec -t`" }.into());
+            return Err(crate::tty::TtyError::NotATerminal {
+                what: "`atoll exec -t`",
+                instead: "drop -t and pipe the input to `atoll exec -- CMD` instead",
+            }
+            .into());
         }
         return super::shell::session(&ctx.client().await?, &spec).await;
     }
@@ -72,7 +76,6 @@ pub(super) async fn exec(ctx: &Ctx, args: ExecArgs) -> Result<u8> {
             }
             ExecEvent::Exited(status) => {
                 if status.timed_out {
-                    tracing::warn!("the command hit its timeout and was killed");
                     stderr
                         .write_all(b"atoll: the command hit its timeout and was killed (exit code 124); raise --timeout (at most 10m) or use `atoll run -d`\n")
                         .await?;

@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 use super::Ctx;
 use crate::cli::{CatArgs, LsArgs, MkdirArgs, MvArgs, PathArg, RmArgs, WriteArgs};
 use crate::client::{FileEntry, FileKind, ListOpts, ReadOpts, WriteOpts};
-use crate::output::human_bytes;
+use crate::output::{escape_controls, human_bytes};
 
 /// Cap on a file read into memory for `atoll cat --json`.
 const JSON_READ_LIMIT: u64 = 16 * 1024 * 1024;
@@ -162,10 +162,11 @@ struct NameEntry<'a> {
 
 /// `name/` for a directory, `name@` for a symlink, else `name`, like `ls -F`.
 fn name_line(e: &FileEntry) -> String {
+    let path = escape_controls(&e.path);
     match e.kind {
-        FileKind::Dir => format!("{}/", e.path),
-        FileKind::Symlink => format!("{}@", e.path),
-        _ => e.path.clone(),
+        FileKind::Dir => format!("{path}/"),
+        FileKind::Symlink => format!("{path}@"),
+        _ => path.into_owned(),
     }
 }
 
@@ -184,9 +185,9 @@ fn long_line(e: &FileEntry) -> String {
     let when = humantime::format_rfc3339_seconds(when).to_string();
     let when = when.get(..16).unwrap_or(&when).replace('T', " ");
     let size = if e.kind == FileKind::Dir { "-".to_string() } else { human_bytes(e.size) };
-    let mut line = format!("{perms} {size:>10}  {when}  {}", e.path);
+    let mut line = format!("{perms} {size:>10}  {when}  {}", escape_controls(&e.path));
     if let Some(t) = &e.symlink_target {
-        let _ = write!(line, " -> {t}");
+        let _ = write!(line, " -> {}", escape_controls(t));
     }
     line
 }

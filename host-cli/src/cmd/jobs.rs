@@ -8,6 +8,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use super::Ctx;
 use crate::cli::{JobCommand, JobKillArgs, JobLogsArgs, JobWaitArgs, RunArgs};
 use crate::client::{Client, Job, JobState, ReadOpts, TIMEOUT_EXIT_CODE};
+use crate::output::escape_controls;
 use crate::sandbox::files;
 
 /// Cap on a log read into memory for `atoll job logs --json`.
@@ -23,7 +24,7 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs) -> Result<u8> {
         if ctx.out.json {
             ctx.out.json(&job)?;
         } else {
-            ctx.out.text(&job.id)?;
+            ctx.out.text(&escape_controls(&job.id))?;
         }
         return Ok(0);
     }
@@ -66,7 +67,8 @@ pub(super) async fn list(ctx: &Ctx) -> Result<u8> {
     }
     let mut text = format!("{:<14} {:<8} {:>7} {:>5}  COMMAND\n", "ID", "STATE", "PID", "EXIT");
     for j in &jobs {
-        text.push_str(&format!("{:<14} {:<8} {:>7} {:>5}  {}\n", j.id, state(j), j.pid, exit(j), j.command));
+        let (id, command) = (escape_controls(&j.id), escape_controls(&j.command));
+        text.push_str(&format!("{id:<14} {:<8} {:>7} {:>5}  {command}\n", state(j), j.pid, exit(j)));
     }
     ctx.out.text(&text)?;
     Ok(0)
@@ -122,14 +124,14 @@ fn show(ctx: &Ctx, job: &Job) -> Result<()> {
     }
     let mut text = format!(
         "id:       {}\nstate:    {}\npid:      {}\nexit:     {}\ncommand:  {}\nstdout:   {} ({} bytes)\nstderr:   {} ({} bytes)\n",
-        job.id,
+        escape_controls(&job.id),
         state(job),
         job.pid,
         exit(job),
-        job.command,
-        job.stdout.log_path,
+        escape_controls(&job.command),
+        escape_controls(&job.stdout.log_path),
         job.stdout.total_bytes,
-        job.stderr.log_path,
+        escape_controls(&job.stderr.log_path),
         job.stderr.total_bytes
     );
     for (name, out) in [("stdout", &job.stdout), ("stderr", &job.stderr)] {

@@ -24,16 +24,24 @@ pub(crate) async fn run(ctx: &Ctx, cmd: PortCommand) -> Result<u8> {
             print(ctx, &p, &format!("{}\n", p.port.url))
         }
         PortCommand::Ls(a) => {
-            let ports = network::ports(&a.sandbox).await?;
+            let list = network::ports(&a.sandbox).await?;
             let mut t = String::new();
-            if !ports.is_empty() {
+            if !list.ports.is_empty() {
                 let _ = writeln!(t, "{:<7} {:<22} URL", "GUEST", "HOST");
             }
-            for p in &ports {
+            // A parked sandbox's ports come back with it; until then nothing listens.
+            let state = if list.parked { "  (parked: not listening)" } else { "" };
+            for p in &list.ports {
                 let host = std::net::SocketAddr::new(p.bind, p.host_port).to_string();
-                let _ = writeln!(t, "{:<7} {:<22} {}", p.guest_port, host, p.url);
+                let _ = writeln!(t, "{:<7} {:<22} {}{state}", p.guest_port, host, p.url);
             }
-            print(ctx, &ports, &t)
+            if list.parked && !list.ports.is_empty() && !ctx.out.json {
+                eprintln!(
+                    "note: `{0}` is parked; its ports listen again once it is resumed (`atoll resume {0}`)",
+                    a.sandbox
+                );
+            }
+            print(ctx, &list.ports, &t)
         }
         PortCommand::Unpublish(a) => {
             let p = network::unpublish(&a.sandbox, a.guest_port).await?;

@@ -73,7 +73,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     };
     // The host ports picked for --publish: stdout keeps only the id (scripts read it),
     // so they go to stderr, and into the JSON result as `ports`.
-    let ports = if publishes { crate::sandbox::network::ports(&info.name).await? } else { Vec::new() };
+    let ports = if publishes { crate::sandbox::network::ports(&info.name).await?.ports } else { Vec::new() };
     if !ctx.out.json {
         eprintln!("sandbox `{}` is running; try: atoll -s {} exec -- uname -a", info.name, info.name);
         for p in &ports {
@@ -171,5 +171,16 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
 pub(crate) async fn remove(ctx: &Ctx, names: &[String], all: bool, force: bool) -> Result<u8> {
     let removed = sandbox::remove(names, RemoveOptions { all, force }).await?;
     let text: String = removed.iter().map(|r| format!("{}\n", r.id)).collect();
+    if all && !ctx.out.json {
+        // Template snapshots are not sandboxes: say what stays and how to remove it.
+        let (count, bytes) = crate::sandbox::template_snap::held();
+        if count > 0 {
+            eprintln!(
+                "note: {count} template snapshot(s) stay ({}), kept so that `atoll create` restores \
+                 instead of booting; `atoll template snapshot TEMPLATE --rm` removes a template's",
+                crate::output::human_bytes(bytes)
+            );
+        }
+    }
     print(ctx, &removed, &text)
 }

@@ -25,7 +25,10 @@ const KEY_QUEUE: usize = 16;
 /// `atoll shell [NAME]`.
 pub(super) async fn shell(ctx: &Ctx, args: ShellArgs) -> Result<u8> {
     if !tty::stdin_is_terminal() {
-        return Err(TtyError::NotATerminal { what: "`atoll shell`" }.into());
+        return Err(TtyError::NotATerminal {
+            what: "`atoll shell`",
+            instead: "pipe the input to `atoll exec -- CMD` (`atoll exec --sh LINE` for a shell line) instead",
+        }.into());
     }
     let client = ctx.client_for(args.name.as_deref()).await?;
     let mut spec = ExecSpec::shell(SHELL);

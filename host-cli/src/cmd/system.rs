@@ -5,7 +5,7 @@ use clap::CommandFactory;
 
 use super::Ctx;
 use crate::cli::{Cli, CompletionsArgs};
-use crate::output::human_bytes;
+use crate::output::{escape_controls, human_bytes};
 
 /// `atoll info`: the agent's version and its machine.
 pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
@@ -17,11 +17,11 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
     }
     let text = format!(
         "agent:    atoll-agent {} at {}{}\nhost:     {} ({})\nuptime:   {}\ncpus:     {}\nmemory:   {} available of {}\ndisk:     {} free of {}\nclock:    {} ms since the epoch\njail:     {}",
-        i.agent_version,
+        escape_controls(&i.agent_version),
         client.address(),
         if i.pid1 { " (pid 1)" } else { "" },
-        i.hostname,
-        i.kernel,
+        escape_controls(&i.hostname),
+        escape_controls(&i.kernel),
         humantime::format_duration(std::time::Duration::from_secs(i.uptime_ms / 1000)),
         i.cpus,
         human_bytes(i.memory_available_bytes),

@@ -138,6 +138,11 @@ async fn snapshot_after_build(name: &str) -> Option<TemplateSnapshotInfo> {
 }
 
 async fn snapshot(ctx: &Ctx, a: TemplateSnapshotArgs) -> Result<u8> {
+    if a.rm {
+        let removed = template_snap::forget(&a.template)?;
+        let doc = serde_json::json!({ "template": a.template, "removed": removed });
+        return print(ctx, &doc, &format!("removed {removed} snapshot(s) of template `{}`\n", a.template));
+    }
     let opts = CreateOptions {
         template: a.template,
         memory_mib: a.memory,

@@ -286,6 +286,8 @@ fn next_step(reason: Reason) -> &'static str {
         Reason::ProgramNotFound => {
             "sandbox_exec with command \"command -v NAME\" says whether a program is installed"
         }
+        Reason::DestinationExists => "pass overwrite: true to replace it",
+        Reason::ZipOverCap => "download a subdirectory, or pack it smaller with sandbox_exec",
     }
 }
 

@@ -138,7 +138,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         return Err(state::StateError::BadName(name.to_string()).into());
     }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
-    check_disk(opts.storage.disk_bytes, &template)?;
+    check_disk(opts.storage.disk_bytes, opts.memory_mib, &template)?;
     // Missing programs are reported before anything is allocated.
     find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     find_in_path(crate::jail::BWRAP).map_err(launcher::LaunchError::from)?;
@@ -271,9 +271,39 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
     Ok(())
 }
 
-/// A disk template's disk can grow, not shrink: its filesystem fills the image.
-fn check_disk(disk: Option<u64>, template: &template::Template) -> Result<(), SandboxError> {
-    let (Some(bytes), Some(base)) = (disk, &template.rootfs) else { return Ok(()) };
+/// Guest memory a memory-backed root (`minimal`'s tmpfs) never takes: the kernel, the
+/// agent and the commands it runs need it. A tmpfs page cannot be reclaimed, so a root
+/// that could fill all of RAM leaves the out-of-memory killer nothing to free but the
+/// agent (PID 1) and the guest kernel panics ("System is deadlocked on memory").
+pub const MEMORY_ROOT_RESERVE_MIB: u32 = 192;
+
+/// The largest `--disk` a memory-backed root may have in a guest of `memory_mib`: all
+/// but [`MEMORY_ROOT_RESERVE_MIB`] (or a quarter of the memory, when that is more).
+pub fn max_memory_disk_bytes(memory_mib: u32) -> u64 {
+    let reserve = MEMORY_ROOT_RESERVE_MIB.max(memory_mib / 4);
+    u64::from(memory_mib.saturating_sub(reserve)) << 20
+}
+
+/// A disk template's disk can grow, not shrink: its filesystem fills the image. A
+/// memory-backed root (no disk image) must fit in the guest's memory with room to spare.
+fn check_disk(disk: Option<u64>, memory_mib: u32, template: &template::Template) -> Result<(), SandboxError> {
+    let Some(bytes) = disk else { return Ok(()) };
+    let Some(base) = &template.rootfs else {
+        let max = max_memory_disk_bytes(memory_mib);
+        if bytes <= max {
+            return Ok(());
+        }
+        // The memory that would hold this disk plus the reserve, rounded up to 256 MiB.
+        let need_mib =
+            ((bytes >> 20) + u64::from(MEMORY_ROOT_RESERVE_MIB)).max(((bytes >> 20) * 4).div_ceil(3));
+        let need_mib = need_mib.div_ceil(256) * 256;
+        return Err(SandboxError::BadResources(format!(
+            "--disk {} MiB does not fit: template `{}` keeps its root in guest memory, and with --memory              {memory_mib} MiB the root may hold at most {} MiB (the kernel and your commands need the              rest); give --memory {need_mib} or more, a smaller --disk, or a disk-backed template such              as --template debian",
+            bytes >> 20,
+            template.name,
+            max >> 20,
+        )));
+    };
     let image = std::fs::metadata(base).map(|m| m.len()).unwrap_or(0);
     if bytes < image {
         return Err(SandboxError::BadResources(format!(
@@ -346,5 +376,31 @@ mod tests {
         let o = CreateOptions { cpus: 0, ..CreateOptions::default() };
         assert!(check_resources(&o).unwrap_err().to_string().contains("--cpus"));
         assert!(check_resources(&CreateOptions::default()).is_ok());
+    }
+
+    #[test]
+    fn a_memory_root_leaves_the_guest_its_reserve_and_a_refusal_says_what_fits() {
+        assert_eq!(max_memory_disk_bytes(512), 320 << 20);
+        assert_eq!(max_memory_disk_bytes(4096), 3072 << 20, "a quarter kept when that is more");
+        assert_eq!(max_memory_disk_bytes(128), 0, "too small for any --disk");
+        let minimal = template::Template {
+            name: "minimal".into(),
+            kernel: "/k".into(),
+            initrd: Some("/i".into()),
+            rootfs: None,
+            cmdline: String::new(),
+            init: template::InitKind::Agent,
+        };
+        assert!(check_disk(Some(256 << 20), 512, &minimal).is_ok());
+        assert!(check_disk(None, 128, &minimal).is_ok());
+        let e = check_disk(Some(2 << 30), 512, &minimal).unwrap_err().to_string();
+        assert!(e.contains("at most 320 MiB") && e.contains("--memory 2816") && e.contains("debian"), "{e}");
+        // What the refusal proposes is enough.
+        for disk_mib in [64u64, 300, 321, 1000, 2048, 5000, 100_000] {
+            let e = check_disk(Some(disk_mib << 20), 128, &minimal).unwrap_err().to_string();
+            let need: u32 =
+                e.split("--memory ").nth(2).and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+            assert!(check_disk(Some(disk_mib << 20), need, &minimal).is_ok(), "{disk_mib} MiB: {e}");
+        }
     }
 }

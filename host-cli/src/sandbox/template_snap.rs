@@ -298,6 +298,27 @@ fn describe(
     }
 }
 
+/// How many template snapshots there are and the bytes they hold on disk, for `atoll
+/// kill --all` to say what it leaves.
+pub fn held() -> (usize, u64) {
+    fn bytes(dir: &Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => bytes(&e.path()),
+                // Allocated blocks: a saved RAM file is sparse.
+                Ok(_) => e.metadata().map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    let Ok(state) = dirs::state_dir() else { return (0, 0) };
+    let Ok(entries) = std::fs::read_dir(root(&state)) else { return (0, 0) };
+    let dirs: Vec<PathBuf> = entries.flatten().filter(|e| e.path().is_dir()).map(|e| e.path()).collect();
+    (dirs.len(), dirs.iter().map(|d| bytes(d)).sum())
+}
+
 /// Removes every snapshot of template `name`, for `atoll template rm`: no create could
 /// use them again. Returns how many there were.
 pub fn forget(name: &str) -> Result<usize, SandboxError> {

@@ -16,11 +16,13 @@ pub enum TtyError {
     /// stdin is not a terminal, so there are no keystrokes to forward.
     #[error(
         "{what} needs a terminal on stdin, and stdin is not one; run it from an interactive shell, \
-         or drop -t and pipe the input to `atoll exec -- CMD` instead"
+         or {instead}"
     )]
     NotATerminal {
         /// The command, e.g. "`atoll shell`".
         what: &'static str,
+        /// What to run instead without a terminal, in that command's own words.
+        instead: &'static str,
     },
     /// The terminal's settings could not be read or changed.
     #[error("could not put the terminal in raw mode")]

@@ -62,7 +62,8 @@ pub struct CreateArgs {
     #[serde(default)]
     pub mounts: Option<Vec<MountArg>>,
     /// Size of the sandbox's writable disk, e.g. "8G" or "512M" (K, M, G, T; 64M to
-    /// 16T). Default: the template's.
+    /// 16T). Default: the template's. On `minimal` the disk lives in guest memory: at most
+    /// memory_mib less 192 MiB or a quarter of it, whichever is more.
     #[serde(default)]
     pub disk: Option<String>,
 }

@@ -239,15 +239,25 @@ pub async fn unpublish(name_or_id: &str, guest_port: u16) -> Result<PublishedPor
     ask(&record, &Request::Unpublish { guest_port }).await
 }
 
+/// A sandbox's published ports, and whether anything listens on them now.
+#[derive(Debug, Clone, Serialize)]
+pub struct PortList {
+    /// The ports, as published.
+    pub ports: Vec<PublishedPort>,
+    /// The sandbox is parked: no process listens on its host ports until it is
+    /// resumed (any command or `resume` brings it back, and them with it).
+    pub parked: bool,
+}
+
 /// The sandbox's published ports.
-pub async fn ports(name_or_id: &str) -> Result<Vec<PublishedPort>, NetError> {
+pub async fn ports(name_or_id: &str) -> Result<PortList, NetError> {
     let record = lookup(name_or_id)?;
     if record.parked {
         // Listed without waking it: they are published again when it comes back.
-        return Ok(NetConfig::load(&record.paths.dir)?.ports);
+        return Ok(PortList { ports: NetConfig::load(&record.paths.dir)?.ports, parked: true });
     }
     let record = with_helper(name_or_id).await?;
-    ask(&record, &Request::Ports).await
+    Ok(PortList { ports: ask(&record, &Request::Ports).await?, parked: false })
 }
 
 /// Whether a connection to `guest_port` on the guest's loopback succeeds now (the probe
