@@ -27,7 +27,7 @@ pub fn qemu() -> Vec<(String, String)> {
     vec![("PATH".into(), "/usr/bin:/bin".into()), ("LANG".into(), "C".into())]
 }
 
-/// The network helper's environment: [`HELPER_KEEPS`] from atoll's own.
+/// The network helper's environment: `HELPER_KEEPS` from atoll's own.
 pub fn helper() -> Vec<(String, String)> {
     keep(std::env::vars(), HELPER_KEEPS)
 }

@@ -4,7 +4,7 @@
 //! a small module with one job; docs/security.md says what each wall stops and what
 //! it does not.
 //!
-//! - [`env`]: the scrubbed environment (no host token or key reaches QEMU or the helper).
+//! - [`mod@env`]: the scrubbed environment (no host token or key reaches QEMU or the helper).
 //! - [`namespaces`]: QEMU's view of the host, built by `bwrap`: its own mount, PID, IPC,
 //!   UTS and network namespaces, no capabilities, and only the files it needs bound in
 //!   (shared folders with what host tools run bound read-only over them).

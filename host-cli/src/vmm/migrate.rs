@@ -150,7 +150,7 @@ async fn save(qmp: &mut Qmp, to: OwnedFd, limit: Duration) -> Result<(), Migrate
     wait_migration(qmp, "save", limit).await.map(drop)
 }
 
-/// [`save`]s into a pipe while [`super::stream_split`] reads it as it arrives, writing
+/// `save`s into a pipe while [`super::stream_split`] reads it as it arrives, writing
 /// guest RAM (block `ram_block`) into `ram` and the rest into `memory`. When the
 /// splitter could not write (a full disk, say), its error is the one returned: QEMU
 /// then only saw its pipe break.
