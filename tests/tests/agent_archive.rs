@@ -142,7 +142,7 @@ async fn a_refused_download_of_one_file_says_file_not_files() {
     std::fs::write(root.join("only.bin"), noise(3 * 1024 * 1024 / 2, 4)).unwrap();
 
     let result = download(&mut c, &root, 256 * 1024).await.map(|d| d.summary);
-    assert_status(result, Code::ResourceExhausted, &["the directory holds 1.5 MiB in 1 file;"]);
+    assert_status(result, Code::ResourceExhausted, &["the directory holds 1.5 MiB in 1 file"]);
 }
 
 #[tokio::test]

@@ -65,7 +65,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     let pwned = host.path().join("PWNED");
 
     let atoll = Atoll::new();
-    let mount = format!("{}:/work", repo.display());
+    let mount = format!("{}:/work:rw", repo.display());
     let mut cmd = atoll.command(&[
         "--json",
         "create",
