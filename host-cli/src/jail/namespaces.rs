@@ -66,7 +66,12 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
     }
     for m in &spec.storage.mounts {
         if m.read_only {
-            out.push(bind(&m.host, Access::Read));
+            // The same folder shared read-write too gets one read-write bind (a second,
+            // read-only bind at the same path would hide it); QEMU's own `readonly=on`
+            // still refuses the guest's writes through the read-only share.
+            if !spec.storage.mounts.iter().any(|o| !o.read_only && o.host == m.host) {
+                out.push(bind(&m.host, Access::Read));
+            }
             continue;
         }
         out.push(bind(&m.host, Access::Write));
