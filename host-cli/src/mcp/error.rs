@@ -161,6 +161,29 @@ pub enum ToolError {
         /// Who created it, in words.
         creator: &'static str,
     },
+    /// An id prefix that begins several of this client's sandboxes' ids.
+    #[error(
+        "`{given}` begins the ids of several of your sandboxes ({}); pass the whole id or the name \
+         (sandbox_list shows them)", matches.join(", ")
+    )]
+    AmbiguousSandbox {
+        /// The prefix given.
+        given: String,
+        /// This client's sandboxes it begins, as `name (id)`.
+        matches: Vec<String>,
+    },
+    /// A snapshot this MCP client did not make.
+    #[error(
+        "snapshot `{name}` was made by {creator}, not by this MCP client; MCP tools use only the \
+         snapshots a client made itself (sandbox_snapshot_list shows them). The operator may hand \
+         over the CLI's by starting `atoll mcp --share-cli-sandboxes`, or use it with `atoll`"
+    )]
+    SnapshotNotYours {
+        /// Its name.
+        name: String,
+        /// Who made it, in words.
+        creator: &'static str,
+    },
     /// A server pinned to one sandbox asked about another.
     #[error(
         "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \

@@ -274,11 +274,11 @@ impl AtollMcp {
 impl ServerHandler for AtollMcp {
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = request.name.clone();
-        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&request)) {
+        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&mut request)) {
             use rmcp::model::IntoContents;
             return Ok(CallToolResponse::Complete(rmcp::model::CallToolResult::error(
                 refused.into_contents(),
