@@ -137,17 +137,15 @@ pub enum ToolError {
     BadRule(atoll_net::policy::RuleError),
     /// An `allow_out` rule that opens a private destination the operator did not grant.
     #[error(
-        "allow_out {rule} would open the {what} range {range}, which only the operator may open: with the \
-         CLI (`atoll net set SANDBOX --allow-out {rule}` or `atoll create --allow-out {rule}`), or by starting \
-         `atoll mcp --allow-private-egress CIDR`; the sandbox's rules are unchanged"
+        "allow_out {rule} would open {opens}, which only the operator may open: with the \
+         CLI (`atoll net set SANDBOX --allow-out {rule}` or `atoll create --allow-out {rule}`), or, for a range, by \
+         starting `atoll mcp --allow-private-egress CIDR`; the sandbox's rules are unchanged"
     )]
     PrivateEgress {
         /// The rule as written.
         rule: String,
-        /// What the range is ("loopback", "link-local", "host", ...).
-        what: &'static str,
-        /// The range.
-        range: String,
+        /// What it would open ("the loopback range 127.0.0.0/8", "port 25 ...").
+        opens: String,
     },
     /// A sandbox this MCP client did not create and was not handed.
     #[error(

@@ -133,11 +133,9 @@ impl AtollMcp {
         let builtins = atoll_net::policy::Builtins::current().map_err(ToolError::HostAddrs)?;
         match builtins.first_opened(allow_out, &self.private_egress) {
             None => Ok(()),
-            Some(found) => Err(ToolError::PrivateEgress {
-                rule: found.rule.to_string(),
-                what: found.range.what,
-                range: found.range.net.to_string(),
-            }),
+            Some(found) => {
+                Err(ToolError::PrivateEgress { rule: found.rule.to_string(), opens: found.reserved.to_string() })
+            }
         }
     }
 
