@@ -32,12 +32,15 @@ TOKEN_B = "client-b-token-" + "fedcba9876543210" * 2
 POISON = "echo poisoned > /tmp/poison; (sleep 100000 &) ; echo ran"
 
 
-async def create_while_racing_it(url: str, token: str, name: str) -> tuple[dict, list[str], list[str]]:
+async def create_while_racing_it(url: str, token: str, name: str, state_dir: Path) -> tuple[dict, list[str], list[str], list[str]]:
     """Creates sandbox `name` (the first of its shape: it boots and is saved as the template
     snapshot) while another session of the same client keeps trying to run POISON in it,
-    as a model with parallel tool calls would. Returns the create's result, the refusals
-    and the outputs of any attempt that ran and answered before the create did."""
+    as a model with parallel tool calls would, and lists it between attempts. Returns the
+    create's result, the states sandbox_list showed before the create answered (marked
+    when the template snapshot was on disk by then), the
+    refusals, and the outputs of any attempt that ran and answered before the create did."""
     created: dict = {}
+    seen: list[str] = []
     refusals: list[str] = []
     ran: list[str] = []
     async with session_client(url, token) as maker, session_client(url, token) as racer:
@@ -50,6 +53,11 @@ async def create_while_racing_it(url: str, token: str, name: str) -> tuple[dict,
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(make)
             while not done.is_set():
+                listed = await call_ok(racer, "sandbox_list")
+                states = [x["state"] for x in listed["sandboxes"] if x["name"] == name]
+                if states and not done.is_set():
+                    saved = any((state_dir / ".template-snapshots").glob("minimal-*/snapshot.json"))
+                    seen.append(f"{states[0]} (template snapshot saved)" if saved else states[0])
                 result = await racer.call_tool("sandbox_exec", {"command": POISON, "sandbox_id": name})
                 text = result.content[0].text if result.content else ""
                 if result.is_error:
@@ -59,7 +67,7 @@ async def create_while_racing_it(url: str, token: str, name: str) -> tuple[dict,
                     # just before the create answered may run right after; that is fine.)
                     ran.append(text)
                 await anyio.sleep(0.005)
-    return created, refusals, ran
+    return created, seen, refusals, ran
 
 
 def fake_record(state_dir: Path, like: str, sid: str, name: str, created_by: str | None) -> Path:
@@ -101,9 +109,13 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
         async with session_client(server.url, TOKEN_A) as a, session_client(server.url, TOKEN_B) as b:
             # The first sandbox of its shape takes no command before it is saved as the
             # template snapshot, not even from its own client.
-            created, refusals, ran = await create_while_racing_it(server.url, TOKEN_A, "owned-a")
+            created, seen, refusals, ran = await create_while_racing_it(server.url, TOKEN_A, "owned-a", state_dir)
             sid = created["id"]
             try:
+                # Until it is saved (the VM stopped, its memory written out) it is listed as
+                # starting, never running (the record is written before QEMU starts, so the
+                # very first look may find it dead).
+                assert "starting" in seen and "running" not in seen, seen
                 assert ran == [], f"a command ran in the first sandbox of its shape before it was saved: {ran}"
                 assert any("still booting" in r for r in refusals), refusals
                 # B's sandbox of the same shape restores that template snapshot: nothing of A's
