@@ -21,7 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conftest import call_err, call_ok, mcp_session
+from conftest import call_err, call_ok, data_dir, mcp_session
 from http_server import http_server, session_client, stateless_client
 from test_sandboxes import need_vm
 
@@ -251,3 +251,32 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                 killed = await a.call_tool("sandbox_kill", {"sandbox_id": sid})
             assert not killed.is_error, killed.content
             assert (await call_ok(a, "sandbox_list"))["sandboxes"] == []
+
+
+async def test_a_template_another_client_saved_is_neither_listed_nor_booted(state_dir: Path, tmp_path: Path) -> None:
+    """A template an MCP client saved holds that client's disk: other clients neither see
+    nor boot it; the operator's templates and the client's own stay usable. A private data
+    directory with copies of `minimal` marked as saved by an HTTP client and by stdio."""
+    source = data_dir() / "templates" / "minimal"
+    if not (source / "template.json").exists():
+        pytest.skip("the `minimal` template is not built (rootfs/build-minimal.sh)")
+    data = tmp_path / "data"
+    for name, saved_by in (("minimal", None), ("theirs", "mcp:http:0123456789abcdef"), ("ours", "mcp:stdio")):
+        target = data / "templates" / name
+        target.mkdir(parents=True)
+        for f in source.iterdir():
+            (target / f.name).symlink_to(f)
+        meta = json.loads((source / "template.json").read_text())
+        meta.pop("saved_by", None)
+        if saved_by:
+            meta["saved_by"] = saved_by
+        (target / "template.json").unlink()
+        (target / "template.json").write_text(json.dumps(meta))
+    env = {"ATOLL_STATE_DIR": str(state_dir), "ATOLL_DATA_DIR": str(data)}
+    async with mcp_session(env=env) as stdio:
+        names = [t["name"] for t in (await call_ok(stdio, "sandbox_template_list"))["templates"]]
+        assert names == ["minimal", "ours"], names
+        text = await call_err(stdio, "sandbox_create", template="theirs", boot_timeout_s=5)
+        assert "template `theirs` was saved by another MCP client" in text, text
+        assert (await call_ok(stdio, "sandbox_list"))["sandboxes"] == [], "a sandbox of another client's template was made"
+    assert not any(p for p in state_dir.iterdir() if not p.name.startswith(".")), list(state_dir.iterdir())

@@ -10,7 +10,8 @@
 //! checked, and on every argument that names a snapshot (`snapshot`, `from_snapshot`):
 //! snapshots record who made them, and a client uses only its own (plus the CLI's with
 //! `--share-cli-sandboxes`). `sandbox_list`, `sandbox_snapshot_list` and
-//! `sandbox_get_metrics` show only what the client may act on.
+//! `sandbox_get_metrics` show only what the client may act on. A `template` another MCP
+//! client saved is neither listed nor booted (it holds that client's disk).
 
 use rmcp::RoleServer;
 use rmcp::model::CallToolRequestParams;
@@ -120,6 +121,25 @@ impl AtollMcp {
         made_here || (self.shared().cli_sandboxes && snap.created_by.is_none())
     }
 
+    /// Whether this client may list and boot a template that `saved_by` saved: the
+    /// operator's (built-ins, images, `atoll template save`: none) and its own; one
+    /// another MCP client saved holds that client's disk.
+    pub(crate) fn may_use_template(&self, saved_by: Option<&str>) -> bool {
+        saved_by.is_none_or(|by| by == self.identity())
+    }
+
+    /// Refuses template `name` when another MCP client saved it; one that does not exist
+    /// is left to the tool, which lists the templates there are.
+    fn check_template(&self, name: &str) -> Result<(), ToolError> {
+        let all = crate::template::list()?;
+        match all.iter().find(|t| t.name == name) {
+            Some(t) if !self.may_use_template(t.saved_by.as_deref()) => {
+                Err(ToolError::TemplateNotYours { name: name.to_owned() })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Refuses snapshot `name` unless this client may use it; one that does not exist is
     /// refused too, as the tool would.
     fn check_snapshot(&self, name: &str) -> Result<(), ToolError> {
@@ -143,6 +163,9 @@ impl AtollMcp {
                 let id = self.resolve_sandbox(name)?;
                 arguments.insert(key.to_owned(), id.into());
             }
+        }
+        if let Some(name) = arguments.get("template").and_then(|v| v.as_str()).filter(|n| !n.is_empty()) {
+            self.check_template(name)?;
         }
         for key in SNAPSHOT_ARGUMENTS {
             if let Some(name) = arguments.get(key).and_then(|v| v.as_str()).filter(|n| !n.is_empty()) {

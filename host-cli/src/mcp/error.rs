@@ -170,6 +170,15 @@ pub enum ToolError {
         /// This client's sandboxes it begins, as `name (id)`.
         matches: Vec<String>,
     },
+    /// A template another MCP client saved.
+    #[error(
+        "template `{name}` was saved by another MCP client; MCP clients boot only the operator's \
+         templates and their own (sandbox_template_list shows them)"
+    )]
+    TemplateNotYours {
+        /// Its name.
+        name: String,
+    },
     /// A snapshot this MCP client did not make.
     #[error(
         "snapshot `{name}` was made by {creator}, not by this MCP client; MCP tools use only the \
