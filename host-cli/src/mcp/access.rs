@@ -76,7 +76,9 @@ impl AtollMcp {
     /// has is refused here too, so nothing created meanwhile can take its place.
     pub(crate) fn resolve_sandbox(&self, name_or_id: &str) -> Result<String, ToolError> {
         let pinned = |asked: &str| match self.pinned() {
-            Some(Target::Sandbox(pin)) => Some(ToolError::Pinned { asked: asked.to_owned(), pinned: pin.clone() }),
+            Some(Target::Sandbox(pin)) => {
+                Some(ToolError::Pinned { asked: asked.to_owned(), pinned: pin.clone() })
+            }
             _ => None,
         };
         let all = crate::sandbox::list()?;
@@ -106,8 +108,10 @@ impl AtollMcp {
         if self.may_see(found) {
             return Ok(found.id.clone());
         }
-        Err(pinned(name_or_id)
-            .unwrap_or_else(|| ToolError::NotYours { name: found.name.clone(), creator: creator(found.created_by.as_deref()) }))
+        Err(pinned(name_or_id).unwrap_or_else(|| ToolError::NotYours {
+            name: found.name.clone(),
+            creator: creator(found.created_by.as_deref()),
+        }))
     }
 
     /// Whether this client may use snapshot `snap`: one it made itself, or (with
@@ -145,12 +149,17 @@ impl AtollMcp {
     fn check_snapshot(&self, name: &str) -> Result<(), ToolError> {
         let all = crate::sandbox::snapshot::list()?;
         let Some(snap) = all.iter().find(|s| s.name == name) else {
-            return Err(ToolError::Sandbox(crate::vmm::snapfile::SnapFileError::NotFound(name.to_owned()).into()));
+            return Err(ToolError::Sandbox(
+                crate::vmm::snapfile::SnapFileError::NotFound(name.to_owned()).into(),
+            ));
         };
         if self.may_see_snapshot(snap) {
             return Ok(());
         }
-        Err(ToolError::SnapshotNotYours { name: name.to_owned(), creator: creator(snap.created_by.as_deref()) })
+        Err(ToolError::SnapshotNotYours {
+            name: name.to_owned(),
+            creator: creator(snap.created_by.as_deref()),
+        })
     }
 
     /// Checks every sandbox and snapshot `request` names, and puts each sandbox's exact id

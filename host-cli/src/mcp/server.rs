@@ -133,9 +133,10 @@ impl AtollMcp {
         let builtins = atoll_net::policy::Builtins::current().map_err(ToolError::HostAddrs)?;
         match builtins.first_opened(allow_out, &self.private_egress) {
             None => Ok(()),
-            Some(found) => {
-                Err(ToolError::PrivateEgress { rule: found.rule.to_string(), opens: found.reserved.to_string() })
-            }
+            Some(found) => Err(ToolError::PrivateEgress {
+                rule: found.rule.to_string(),
+                opens: found.reserved.to_string(),
+            }),
         }
     }
 
