@@ -459,7 +459,9 @@ mod tests {
         assert_eq!(find(d.path(), "ab12").unwrap().name, "one");
         let err = find(d.path(), "ab").unwrap_err();
         assert!(matches!(err, StateError::Ambiguous { .. }), "{err}");
-        assert!(err.to_string().contains("one (ab120000), two (ab340000)"), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("one (ab120000)") && text.contains("two (ab340000)"), "{err}");
+        assert!(text.contains("pass more of the id, or the name"), "{err}");
         assert!(matches!(find(d.path(), ""), Err(StateError::NotFound(_))), "an empty name names none");
         let err = find(d.path(), "zzz").unwrap_err().to_string();
         assert!(err.contains("atoll ls"), "{err}");
