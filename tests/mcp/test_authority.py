@@ -242,6 +242,10 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                     for tool, args in (("sandbox_exec", {"command": "true"}), ("sandbox_kill", {}), ("sandbox_info", {})):
                         text = await call_err(pinned, tool, sandbox_id="owned-a", **args)
                         assert "acts only on sandbox `scratch`" in text and "--sandbox" in text, (tool, text)
+                    # ... and makes no sandbox of its own.
+                    text = await call_err(pinned, "sandbox_create", template="minimal", name="pinned-made")
+                    assert "creates no other" in text, text
+                    assert "pinned-made" not in [s["name"] for s in (await call_ok(a, "sandbox_list"))["sandboxes"]]
                 # Pinned to A's sandbox, the server acts on it (the operator's grant).
                 async with mcp_session(env={**env, "ATOLL_SANDBOX": "owned-a"}) as pinned:
                     assert [s["name"] for s in (await call_ok(pinned, "sandbox_list"))["sandboxes"]] == ["owned-a"]

@@ -203,6 +203,16 @@ pub enum ToolError {
         /// The one it is pinned to.
         pinned: String,
     },
+    /// A server pinned to one sandbox asked to create another.
+    #[error(
+        "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \
+         ATOLL_SANDBOX) and creates no other; work in that one (leave out sandbox_id), or ask \
+         the operator for a server that is not pinned"
+    )]
+    PinnedCreate {
+        /// The one it is pinned to.
+        pinned: String,
+    },
     /// The request's HTTP client changed within a session.
     #[error("this session was opened with another bearer token; open a session of your own")]
     OtherClient,
