@@ -181,7 +181,17 @@ fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
 fn vm_template_snapshot_the_first_sandbox_of_a_shape_takes_no_command_before_it_is_saved() {
     let atoll = Atoll::new();
     let mut create = atoll
-        .command(&["create", "--name", "first", "--net", "none", "--memory", "320", "--timeout", BOOT_TIMEOUT])
+        .command(&[
+            "create",
+            "--name",
+            "first",
+            "--net",
+            "none",
+            "--memory",
+            "320",
+            "--timeout",
+            BOOT_TIMEOUT,
+        ])
         .spawn()
         .unwrap();
     let saved = |atoll: &Atoll| template_snapshots(atoll).iter().any(|d| d.join("snapshot.json").is_file());
@@ -190,7 +200,8 @@ fn vm_template_snapshot_the_first_sandbox_of_a_shape_takes_no_command_before_it_
         if let Some(state) = atoll.state_of("first") {
             seen.push(if state == "running" && saved(&atoll) { "running, saved".to_string() } else { state });
         }
-        let out = atoll.run(&["-s", "first", "exec", "--", "sh", "-c", "echo poisoned > /tmp/poison; echo ran"]);
+        let out =
+            atoll.run(&["-s", "first", "exec", "--", "sh", "-c", "echo poisoned > /tmp/poison; echo ran"]);
         let still_creating = create.try_wait().unwrap().is_none();
         if out.status.success() && still_creating {
             ran.push(text(&out.stdout));
