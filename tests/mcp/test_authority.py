@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from conftest import call_err, call_ok, data_dir, mcp_session
+from conftest import binary, call_err, call_ok, data_dir, mcp_session
 from http_server import http_server, session_client, stateless_client
 from test_sandboxes import need_vm
 
@@ -169,6 +170,20 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                     assert "was made by another MCP client over HTTP" in text, text
                 assert [x["name"] for x in (await call_ok(a, "sandbox_snapshot_list"))["snapshots"]] == [snap["name"]]
                 assert (await call_ok(a, "sandbox_snapshot_delete", snapshot="snap-a"))["deleted"] == "snap-a"
+                # The CLI's snapshots are the operator's: handed over only with --share-cli-sandboxes.
+                made = subprocess.run(
+                    [str(binary("atoll")), "snapshot", "create", sid, "--name", "snap-cli"],
+                    capture_output=True, text=True, timeout=300, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                )
+                assert made.returncode == 0, made.stderr
+                async with mcp_session(env=env) as stdio:
+                    assert (await call_ok(stdio, "sandbox_snapshot_list"))["snapshots"] == []
+                    text = await call_err(stdio, "sandbox_snapshot_delete", snapshot="snap-cli")
+                    assert "snapshot `snap-cli` was made by the CLI" in text and "--share-cli-sandboxes" in text, text
+                async with mcp_session("--share-cli-sandboxes", env=env) as stdio:
+                    listed = [x["name"] for x in (await call_ok(stdio, "sandbox_snapshot_list"))["snapshots"]]
+                    assert listed == ["snap-cli"], listed
+                    assert (await call_ok(stdio, "sandbox_snapshot_delete", snapshot="snap-cli"))["deleted"] == "snap-cli"
 
                 # An id prefix names one sandbox, among the caller's own only. The stdio face
                 # owns two dead records whose ids begin as A's does: the prefix is refused as
