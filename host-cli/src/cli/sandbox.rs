@@ -118,6 +118,10 @@ pub struct CreateArgs {
     /// most --memory less 192 MiB or a quarter of it, whichever is more).
     #[arg(long, value_name = "SIZE", value_parser = parse_disk)]
     pub disk: Option<u64>,
+    /// Bind a stored secret (repeatable): the guest's VAR holds a placeholder, swapped
+    /// for the value only on HTTPS requests to the secret's hosts (`atoll secret`).
+    #[arg(long = "secret", value_name = "VAR=NAME", value_parser = crate::cli::parse_env)]
+    pub secrets: Vec<(String, String)>,
 }
 
 fn parse_mount(s: &str) -> Result<Mount, String> {

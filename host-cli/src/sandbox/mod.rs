@@ -394,6 +394,18 @@ pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandD
     let dir = socket.parent()?;
     let record: state::Record =
         serde_json::from_slice(&std::fs::read(dir.join(state::RECORD_FILE)).ok()?).ok()?;
+    let template = template_defaults(&record);
+    // Bound secrets add their placeholders and the TLS trust variables (docs/secrets.md).
+    let secrets = crate::secrets::binding::env_defaults(dir);
+    if secrets.is_empty() {
+        return template;
+    }
+    let mut defaults = template.unwrap_or_default();
+    defaults.env.extend(secrets);
+    Some(defaults)
+}
+
+fn template_defaults(record: &state::Record) -> Option<crate::vmm::template::CommandDefaults> {
     if !crate::vmm::template::is_plain_name(&record.template) {
         return None;
     }
