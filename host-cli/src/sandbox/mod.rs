@@ -312,6 +312,9 @@ pub struct SandboxInfo {
     pub mounts: Vec<crate::vmm::storage::Mount>,
     /// The writable disk's size in bytes, when set at create (else the template's).
     pub disk_bytes: Option<u64>,
+    /// The secrets bound to it: variable, secret name, placeholder (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::secrets::Binding>,
 }
 
 impl SandboxInfo {
@@ -348,6 +351,7 @@ impl SandboxInfo {
             dir: record.paths.dir.clone(),
             mounts: record.storage.mounts.clone(),
             disk_bytes: record.storage.disk_bytes,
+            secrets: crate::secrets::binding::load(&record.paths.dir),
         }
     }
 }
