@@ -126,10 +126,13 @@ async def test_secret_tools_bind_a_placeholder_and_never_show_a_value(world: dic
 
             detached = await ok(session, "sandbox_detach_secret", sandbox_id=sid, secret="gh")
             assert len(detached["detached"]) == 2, detached
-            # The next request: not intercepted, the placeholder arrives unchanged.
+            # The variable is gone from new commands; a placeholder kept from before is sent
+            # unchanged (the connection is no longer intercepted).
+            out = await ok(session, "sandbox_exec", command='printf %s "${GH_TOKEN-unset}"', sandbox_id=sid)
+            assert out["stdout"] == "unset", out
             out = await ok(
                 session, "sandbox_exec", command="python3 /fetch.py https://allowed.test/auth-digest GH_TOKEN x",
-                sandbox_id=sid, timeout_ms=120000,
+                sandbox_id=sid, timeout_ms=120000, env={"GH_TOKEN": placeholder},
             )
             assert f"auth-sha256={digest('Bearer ' + placeholder)}" in out["stdout"], out
             log = await ok(session, "sandbox_network_log", sandbox_id=sid, limit=200)
