@@ -144,8 +144,16 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
                 && let Some(sni) = sni
                 && secrets.intercepts(flow.dst.port(), Some(&sni)).await
             {
-                crate::secrets::swap::intercept(guest, first.freeze(), flow.dst, sni, &mut record, shared.clone(), secrets)
-                    .await;
+                crate::secrets::swap::intercept(
+                    guest,
+                    first.freeze(),
+                    flow.dst,
+                    sni,
+                    &mut record,
+                    shared.clone(),
+                    secrets,
+                )
+                .await;
             } else {
                 match connect(flow.dst).await {
                     Err(e) => {

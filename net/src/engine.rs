@@ -121,8 +121,7 @@ impl Engine {
                 return Err(e.into());
             }
         };
-        let shared =
-            Arc::new(Shared::new(
+        let shared = Arc::new(Shared::new(
             config.policy,
             Builtins::with_host_addrs(host_addrs),
             refresh,

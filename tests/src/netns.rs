@@ -298,11 +298,26 @@ impl World {
         let p = |name: &str| dir.join(name).into_os_string();
         let s = std::ffi::OsStr::new;
         let ec = [s("-newkey"), s("ec"), s("-pkeyopt"), s("ec_paramgen_curve:prime256v1"), s("-nodes")];
-        let (ca_key, ca, key, csr, leaf) = (p("ca-key.pem"), self.cert().into_os_string(), p("key.pem"), p("leaf.csr"), p("leaf.pem"));
+        let (ca_key, ca, key, csr, leaf) =
+            (p("ca-key.pem"), self.cert().into_os_string(), p("key.pem"), p("leaf.csr"), p("leaf.pem"));
         let mut args = vec![s("req"), s("-x509")];
         args.extend(ec);
-        args.extend([s("-keyout"), &ca_key, s("-out"), &ca, s("-days"), s("2"), s("-subj"), s("/CN=atoll test world CA")]);
-        args.extend([s("-addext"), s("basicConstraints=critical,CA:TRUE"), s("-addext"), s("keyUsage=critical,keyCertSign,cRLSign")]);
+        args.extend([
+            s("-keyout"),
+            &ca_key,
+            s("-out"),
+            &ca,
+            s("-days"),
+            s("2"),
+            s("-subj"),
+            s("/CN=atoll test world CA"),
+        ]);
+        args.extend([
+            s("-addext"),
+            s("basicConstraints=critical,CA:TRUE"),
+            s("-addext"),
+            s("keyUsage=critical,keyCertSign,cRLSign"),
+        ]);
         openssl(&args);
         let mut args = vec![s("req"), s("-new")];
         args.extend(ec);
@@ -310,8 +325,21 @@ impl World {
         openssl(&args);
         let ext = ext.into_os_string();
         openssl(&[
-            s("x509"), s("-req"), s("-in"), &csr, s("-CA"), &ca, s("-CAkey"), &ca_key, s("-CAcreateserial"),
-            s("-out"), &leaf, s("-days"), s("2"), s("-extfile"), &ext,
+            s("x509"),
+            s("-req"),
+            s("-in"),
+            &csr,
+            s("-CA"),
+            &ca,
+            s("-CAkey"),
+            &ca_key,
+            s("-CAcreateserial"),
+            s("-out"),
+            &leaf,
+            s("-days"),
+            s("2"),
+            s("-extfile"),
+            &ext,
         ]);
     }
 

@@ -56,7 +56,8 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     let policy = Policy::from_lists(
         &["allowed.test", "shared.test", "other.test", "impostor.allowed.test"],
         &["0.0.0.0/0", "::/0"],
-    ).unwrap();
+    )
+    .unwrap();
     let rig = Rig::start_with_secrets(policy, move |world| {
         let upstream = atoll_net::secrets::upstream::client_config(&[world.cert().as_path()]).unwrap();
         Secrets {
@@ -82,7 +83,10 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     assert_eq!(got.matches(VALUE).count(), 1, "the value shows only in the echoed body: {got}");
 
     // Basic (as git sends a token): swapped inside the base64.
-    let got = ok(&curl(sandbox_ca, &["-u", &format!("x-access-token:{PLACEHOLDER}"), "https://allowed.test/headers"]));
+    let got = ok(&curl(
+        sandbox_ca,
+        &["-u", &format!("x-access-token:{PLACEHOLDER}"), "https://allowed.test/headers"],
+    ));
     let basic = |v: &str| {
         let out = std::process::Command::new("base64")
             .arg("-w0")
@@ -107,12 +111,14 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     assert!(has(&got, "authorization", &format!("Bearer {PLACEHOLDER}")) && !got.contains(VALUE), "{got}");
     // SNI allowed.test, Host shared.test (allowed, and on the same address): no swap.
     ok(&rig.run("getent", &["hosts", "shared.test"]));
-    let got = ok(&curl(sandbox_ca, &["-H", &bearer, "-H", "Host: shared.test", "https://allowed.test/headers"]));
+    let got =
+        ok(&curl(sandbox_ca, &["-H", &bearer, "-H", "Host: shared.test", "https://allowed.test/headers"]));
     assert!(got.contains("host=shared.test") && !got.contains(VALUE), "{got}");
     assert!(has(&got, "authorization", &format!("Bearer {PLACEHOLDER}")), "{got}");
     // A Host the policy does not allow, on an intercepted connection: refused, as the
     // claim watch refuses it without secrets (a secret never widens the policy).
-    let got = ok(&curl(sandbox_ca, &["-H", &bearer, "-H", "Host: denied.test", "https://allowed.test/headers"]));
+    let got =
+        ok(&curl(sandbox_ca, &["-H", &bearer, "-H", "Host: denied.test", "https://allowed.test/headers"]));
     assert!(got.starts_with("HTTP/1.1 403") && !got.contains(VALUE), "{got}");
     // The secret's name resolving to a server that cannot prove it: nothing sent, a 502 that says why.
     let got = ok(&curl(sandbox_ca, &["-H", &bearer, "https://impostor.allowed.test/headers"]));
@@ -137,7 +143,9 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     // holds no value.
     rig.wait_record("a swapped request", |r| r.secret.as_deref() == Some("gh"));
     let warned = rig.wait_record("the mismatch warning", |r| {
-        r.warning.as_deref().is_some_and(|w| w.contains("Host `shared.test` is not the TLS name `allowed.test`"))
+        r.warning
+            .as_deref()
+            .is_some_and(|w| w.contains("Host `shared.test` is not the TLS name `allowed.test`"))
     });
     assert_eq!(warned.secret, None);
     let log = std::fs::read_to_string(&rig.log).unwrap();

@@ -69,7 +69,16 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
     assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox");
 
     let mut create = atoll.command(&[
-        "--json", "create", "--name", "sec", "--timeout", "600s", "--template", "debian", "--secret", "GH_TOKEN=gh",
+        "--json",
+        "create",
+        "--name",
+        "sec",
+        "--timeout",
+        "600s",
+        "--template",
+        "debian",
+        "--secret",
+        "GH_TOKEN=gh",
     ]);
     let out = create.env("ATOLL_SECRETS_CA_FILE", world.cert()).output().unwrap();
     assert!(out.status.success(), "create: {}", text(&out.stderr));
@@ -139,7 +148,11 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
         assert!(!shown.contains(VALUE) && !shown.contains(ROTATED), "a value is shown: {shown}");
     }
     for dir in atoll.sandbox_dirs() {
-        let out = std::process::Command::new("grep").args(["-rlaF", "-e", VALUE, "-e", ROTATED]).arg(&dir).output().unwrap();
+        let out = std::process::Command::new("grep")
+            .args(["-rlaF", "-e", VALUE, "-e", ROTATED])
+            .arg(&dir)
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(1), "a value is in {}: {}", dir.display(), text(&out.stdout));
     }
     atoll.run(&["kill", "sec"]);

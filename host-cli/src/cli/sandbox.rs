@@ -29,7 +29,7 @@ pub enum SandboxCommand {
                             atoll create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             atoll create --from clean --name try1   (a fork of snapshot `clean`)\n  \
                             atoll -s dev exec -- uname -a")]
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
     Inspect(SandboxArg),
     /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it

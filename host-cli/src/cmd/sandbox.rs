@@ -25,7 +25,7 @@ fn pick(arg: &SandboxArg, ctx: &Ctx, verb: &str) -> Result<String> {
 /// Runs one lifecycle subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
     match cmd {
-        SandboxCommand::Create(a) => create(ctx, a).await,
+        SandboxCommand::Create(a) => create(ctx, *a).await,
         SandboxCommand::Inspect(a) => inspect(ctx, &pick(&a, ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
             let name = pick(&a.sandbox, ctx, "pause")?;
@@ -78,7 +78,9 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     };
     for (var, name) in &secrets {
         if let Err(e) = crate::secrets::attach(&info.id, name, Some(var)).await {
-            let _ = sandbox::remove(std::slice::from_ref(&info.id), RemoveOptions { all: false, force: true }).await;
+            let _ =
+                sandbox::remove(std::slice::from_ref(&info.id), RemoveOptions { all: false, force: true })
+                    .await;
             return Err(anyhow::anyhow!("{e}; the sandbox was removed"));
         }
     }

@@ -1,7 +1,7 @@
 //! `atoll secret ...`: the store and the bindings ([`crate::secrets`]).
 
-use std::io::Read;
 use std::fmt::Write as _;
+use std::io::Read;
 
 use anyhow::Result;
 
@@ -30,7 +30,10 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SecretCommand) -> Result<u8> {
         }
         SecretCommand::Attach(a) => {
             let b = secrets::attach(&a.sandbox, &a.secret, a.env.as_deref()).await?;
-            let text = format!("{}={} (secret {}; commands started from now on see it)\n", b.env, b.placeholder, b.secret);
+            let text = format!(
+                "{}={} (secret {}; commands started from now on see it)\n",
+                b.env, b.placeholder, b.secret
+            );
             print(ctx, &b, &text)
         }
         SecretCommand::Detach(a) => {
@@ -44,11 +47,14 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SecretCommand) -> Result<u8> {
 fn set(ctx: &Ctx, args: SecretSetArgs) -> Result<u8> {
     let source = match (&args.from_env, &args.from_command) {
         (Some(var), _) => {
-            let value = std::env::var(var)
-                .map_err(|_| UsageError(format!("--from-env {var}: the variable is not set (or not UTF-8) here")))?;
+            let value = std::env::var(var).map_err(|_| {
+                UsageError(format!("--from-env {var}: the variable is not set (or not UTF-8) here"))
+            })?;
             Source::Value { value, origin: format!("env {var}") }
         }
-        (None, Some(command)) => Source::Command { command: command.clone(), cache_secs: args.cache.as_secs().max(1) },
+        (None, Some(command)) => {
+            Source::Command { command: command.clone(), cache_secs: args.cache.as_secs().max(1) }
+        }
         (None, None) => {
             if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
                 eprintln!("reading the value of {} from stdin (end with Ctrl-D)", args.name);

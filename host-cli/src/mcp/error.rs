@@ -25,7 +25,9 @@ pub enum ToolError {
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),
     /// A secret this server may not bind.
-    #[error("this MCP server may not bind the secret `{0}`; the operator allows secrets with `atoll mcp --secret NAME` (secret_list shows those allowed)")]
+    #[error(
+        "this MCP server may not bind the secret `{0}`; the operator allows secrets with `atoll mcp --secret NAME` (secret_list shows those allowed)"
+    )]
     SecretNotAllowed(String),
     /// A host folder or disk size refused (see [`crate::sandbox::mounts`]).
     #[error(transparent)]

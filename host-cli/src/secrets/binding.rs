@@ -45,8 +45,11 @@ pub fn save(dir: &Path, bindings: &[Binding]) -> Result<(), SecretError> {
 /// Writes `path` atomically, 0600.
 pub(crate) fn write_private(path: &Path, text: &[u8]) -> Result<(), SecretError> {
     let parent = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(parent).map_err(|e| SecretError::Io(format!("{}: {e}", parent.display())))?;
-    tmp.write_all(text).and_then(|()| tmp.as_file().sync_all()).map_err(|e| SecretError::Io(e.to_string()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(parent)
+        .map_err(|e| SecretError::Io(format!("{}: {e}", parent.display())))?;
+    tmp.write_all(text)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| SecretError::Io(e.to_string()))?;
     tmp.persist(path).map_err(|e| SecretError::Io(e.to_string()))?;
     Ok(())
 }

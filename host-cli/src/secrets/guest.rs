@@ -35,7 +35,9 @@ mv {GUEST_BUNDLE}.new {GUEST_BUNDLE}
         why: format!("could not install its secrets CA in the guest: {e}"),
     };
     let addr = crate::sandbox::agent_address(record);
-    let client = crate::client::Client::connect(&addr, Duration::from_secs(30)).await.map_err(|e| why(e.to_string()))?;
+    let client = crate::client::Client::connect(&addr, Duration::from_secs(30))
+        .await
+        .map_err(|e| why(e.to_string()))?;
     let mut spec = crate::client::ExecSpec::shell(script);
     spec.user = Some("0".into());
     spec.timeout = Some(INSTALL_TIMEOUT);

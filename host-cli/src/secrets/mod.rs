@@ -25,10 +25,14 @@ pub use store::{SecretFile, Source};
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
     /// A name outside the allowed form.
-    #[error("`{0}` is not a secret name: use 1 to 64 letters, digits, `_` or `-`, starting with a letter or digit")]
+    #[error(
+        "`{0}` is not a secret name: use 1 to 64 letters, digits, `_` or `-`, starting with a letter or digit"
+    )]
     BadName(String),
     /// A host outside the allowed form.
-    #[error("`{0}` is not a host for a secret: give a host name (api.example.com) or a pattern (*.example.com); IP addresses and bare `*` are refused")]
+    #[error(
+        "`{0}` is not a host for a secret: give a host name (api.example.com) or a pattern (*.example.com); IP addresses and bare `*` are refused"
+    )]
     BadHost(String),
     /// The value cannot be used.
     #[error("the secret's value is refused: {0}")]
@@ -50,7 +54,9 @@ pub enum SecretError {
         secret: String,
     },
     /// Nothing to detach.
-    #[error("sandbox {sandbox} has no binding named `{what}` (a secret or a variable); `atoll info {sandbox}` lists its bindings")]
+    #[error(
+        "sandbox {sandbox} has no binding named `{what}` (a secret or a variable); `atoll info {sandbox}` lists its bindings"
+    )]
     NotBound {
         /// The sandbox.
         sandbox: String,
@@ -94,7 +100,8 @@ pub struct SecretInfo {
 
 impl SecretInfo {
     fn of(s: &SecretFile) -> SecretInfo {
-        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(s.updated_unix_ms).unwrap_or(0));
+        let at = std::time::UNIX_EPOCH
+            + std::time::Duration::from_millis(u64::try_from(s.updated_unix_ms).unwrap_or(0));
         SecretInfo {
             name: s.name.clone(),
             hosts: s.hosts.clone(),
@@ -177,7 +184,11 @@ pub async fn attach(sandbox: &str, secret: &str, env: Option<&str>) -> Result<Bi
     let dir = record.paths.dir.clone();
     let mut bindings = binding::load(&dir);
     if let Some(b) = bindings.iter().find(|b| b.env == env) {
-        return Err(SecretError::AlreadyBound { sandbox: record.name.clone(), env, secret: b.secret.clone() });
+        return Err(SecretError::AlreadyBound {
+            sandbox: record.name.clone(),
+            env,
+            secret: b.secret.clone(),
+        });
     }
     let cert = std::fs::read_to_string(binding::ca_cert_path(&dir)).map_err(|_| SecretError::Sandbox {
         sandbox: record.name.clone(),
@@ -214,10 +225,13 @@ pub fn bindings(sandbox: &str) -> Result<Vec<Binding>, SecretError> {
 /// `ATOLL_SECRETS_CA_FILE` for the real servers.
 pub fn for_helper(dir: &Path, label: &str) -> Result<atoll_net::secrets::Secrets, SecretError> {
     let (cert, key) = binding::ensure_ca(dir, label)?;
-    let ca = atoll_net::secrets::ca::LeafIssuer::from_pem(&cert, &key).map_err(|e| SecretError::Io(e.to_string()))?;
-    let extra = std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    let ca = atoll_net::secrets::ca::LeafIssuer::from_pem(&cert, &key)
+        .map_err(|e| SecretError::Io(e.to_string()))?;
+    let extra =
+        std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
     let extra: Vec<&Path> = extra.iter().map(|p| p.as_path()).collect();
-    let upstream = atoll_net::secrets::upstream::client_config(&extra).map_err(|e| SecretError::Io(e.to_string()))?;
+    let upstream =
+        atoll_net::secrets::upstream::client_config(&extra).map_err(|e| SecretError::Io(e.to_string()))?;
     Ok(atoll_net::secrets::Secrets {
         source: std::sync::Arc::new(source::SandboxSecrets::new(dir.to_path_buf())),
         ca: std::sync::Arc::new(ca),

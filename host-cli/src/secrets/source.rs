@@ -24,12 +24,21 @@ impl SecretSource for SandboxSecrets {
             .into_iter()
             .map(|b| match store::load(&b.secret) {
                 Ok(file) => Bound {
-                    value: if with_values { value::resolve(&file.name, &file.source) } else { Err("not read".into()) },
+                    value: if with_values {
+                        value::resolve(&file.name, &file.source)
+                    } else {
+                        Err("not read".into())
+                    },
                     name: b.secret,
                     placeholder: b.placeholder,
                     hosts: file.hosts,
                 },
-                Err(e) => Bound { name: b.secret, placeholder: b.placeholder, hosts: Vec::new(), value: Err(e.to_string()) },
+                Err(e) => Bound {
+                    name: b.secret,
+                    placeholder: b.placeholder,
+                    hosts: Vec::new(),
+                    value: Err(e.to_string()),
+                },
             })
             .collect()
     }

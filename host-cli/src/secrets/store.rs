@@ -81,7 +81,8 @@ pub fn dir() -> Result<PathBuf, SecretError> {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| SecretError::Io(format!("cannot set the mode of {}: {e}", dir.display())))?;
     }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| SecretError::Io(format!("{}: {e}", dir.display())))?;
+    let meta =
+        std::fs::symlink_metadata(&dir).map_err(|e| SecretError::Io(format!("{}: {e}", dir.display())))?;
     let me = rustix::process::geteuid().as_raw();
     if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
         return Err(SecretError::Io(format!(
@@ -102,11 +103,7 @@ pub fn check_name(name: &str) -> Result<(), SecretError> {
         && name.len() <= NAME_MAX
         && name.as_bytes()[0].is_ascii_alphanumeric()
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(SecretError::BadName(name.escape_debug().to_string()))
-    }
+    if ok { Ok(()) } else { Err(SecretError::BadName(name.escape_debug().to_string())) }
 }
 
 /// Refuses a host that is not a host name (`api.example.com`) or `*.` and one.
@@ -145,8 +142,11 @@ pub fn save(secret: &SecretFile) -> Result<(), SecretError> {
     let dir = dir()?;
     let text = serde_json::to_vec_pretty(secret).map_err(|e| SecretError::Io(e.to_string()))?;
     // NamedTempFile is created 0600.
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).map_err(|e| SecretError::Io(format!("{}: {e}", dir.display())))?;
-    tmp.write_all(&text).and_then(|()| tmp.as_file().sync_all()).map_err(|e| SecretError::Io(e.to_string()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+        .map_err(|e| SecretError::Io(format!("{}: {e}", dir.display())))?;
+    tmp.write_all(&text)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| SecretError::Io(e.to_string()))?;
     tmp.persist(path(&dir, &secret.name)).map_err(|e| SecretError::Io(e.to_string()))?;
     Ok(())
 }

@@ -13,8 +13,11 @@ use super::store::{Source, check_value};
 /// How long a `--from-command` command may run.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// (command, when it ran, its output) by secret name.
-static CACHE: Mutex<Option<HashMap<String, (String, Instant, String)>>> = Mutex::new(None);
+/// One command's output: (command, when it ran, its output).
+type Cached = (String, Instant, String);
+
+/// The outputs by secret name.
+static CACHE: Mutex<Option<HashMap<String, Cached>>> = Mutex::new(None);
 
 /// The value of the secret `name` from `source`.
 pub fn resolve(name: &str, source: &Source) -> Result<String, String> {

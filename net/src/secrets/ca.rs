@@ -27,7 +27,8 @@ pub fn new_ca(label: &str) -> Result<(String, String), CaError> {
     params.distinguished_name.push(DnType::CommonName, format!("atoll sandbox secrets CA ({label})"));
     params.distinguished_name.push(DnType::OrganizationName, "atoll");
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let cert = params.self_signed(&key)?;
     Ok((cert.pem(), key.serialize_pem()))
 }

@@ -22,7 +22,12 @@ pub struct Swapped {
 /// that names `host` by its value, also inside `Authorization: Basic` (base64). With
 /// `allowed` false (SNI and Host disagree) nothing is replaced; every placeholder seen
 /// is reported in [`Swapped::refused`].
-pub fn swap_request(headers: &mut HeaderMap, bound: &[Bound], host: &str, allowed: Result<(), String>) -> Swapped {
+pub fn swap_request(
+    headers: &mut HeaderMap,
+    bound: &[Bound],
+    host: &str,
+    allowed: Result<(), String>,
+) -> Swapped {
     let mut out = Swapped::default();
     for value in headers.values_mut() {
         let raw = value.as_bytes();
@@ -36,7 +41,9 @@ pub fn swap_request(headers: &mut HeaderMap, bound: &[Bound], host: &str, allowe
             }
             let why = match (&allowed, &b.value) {
                 (Err(why), _) => Some(why.clone()),
-                (Ok(()), _) if !b.names_host(host) => Some(format!("the secret does not name the host {host}")),
+                (Ok(()), _) if !b.names_host(host) => {
+                    Some(format!("the secret does not name the host {host}"))
+                }
                 (Ok(()), Err(why)) => Some(format!("no value: {why}")),
                 (Ok(()), Ok(_)) => None,
             };
@@ -147,7 +154,10 @@ mod tests {
     fn bearer_and_basic_are_swapped_for_the_secrets_host_only() {
         let mut h = HeaderMap::new();
         h.insert("authorization", HeaderValue::from_static("Bearer atoll-secret-gh-abc"));
-        h.insert("x-basic", HeaderValue::from_str(&format!("Basic {}", STANDARD.encode("u:atoll-secret-gh-abc"))).unwrap());
+        h.insert(
+            "x-basic",
+            HeaderValue::from_str(&format!("Basic {}", STANDARD.encode("u:atoll-secret-gh-abc"))).unwrap(),
+        );
         let done = swap_request(&mut h, &[gh()], "api.example.com", Ok(()));
         assert_eq!(done.used, vec!["gh".to_string()]);
         assert_eq!(h["authorization"], "Bearer REALVALUE");

@@ -58,14 +58,15 @@ pub(crate) async fn intercept(
         }
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = match rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions() {
-        Ok(b) => b.with_no_client_auth().with_cert_resolver(Arc::new(OneLeaf(leaf))),
-        Err(e) => {
-            guest.writer.abort();
-            record.error = Some(e.to_string());
-            return;
-        }
-    };
+    let mut config =
+        match rustls::ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions() {
+            Ok(b) => b.with_no_client_auth().with_cert_resolver(Arc::new(OneLeaf(leaf))),
+            Err(e) => {
+                guest.writer.abort();
+                record.error = Some(e.to_string());
+                return;
+            }
+        };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let (stream, counts) = super::guest_io::pipe(guest, first);
     let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(config)).accept(stream).await {
@@ -80,7 +81,8 @@ pub(crate) async fn intercept(
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(conn.handle(req).await) }
     });
-    let served = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+    let served =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
     if let Err(e) = served {
         record.error = Some(format!("HTTP from the sandbox: {e}"));
     }
@@ -172,17 +174,22 @@ impl Conn {
     }
 
     async fn connect(&self) -> Result<SendRequest<Incoming>, String> {
-        let tcp = tokio::time::timeout(crate::egress::CONNECT_TIMEOUT, tokio::net::TcpStream::connect(SocketAddr::V4(self.dst)))
-            .await
-            .map_err(|_| format!("connect to {} timed out", self.dst))?
-            .map_err(|e| format!("connect to {} failed: {e}", self.dst))?;
+        let tcp = tokio::time::timeout(
+            crate::egress::CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect(SocketAddr::V4(self.dst)),
+        )
+        .await
+        .map_err(|_| format!("connect to {} timed out", self.dst))?
+        .map_err(|e| format!("connect to {} failed: {e}", self.dst))?;
         let _ = tcp.set_nodelay(true);
         let name = rustls_pki_types::ServerName::try_from(self.sni.clone())
             .map_err(|e| format!("`{}` is not a server name: {e}", self.sni))?;
         let tls = tokio_rustls::TlsConnector::from(self.secrets.upstream.clone())
             .connect(name, tcp)
             .await
-            .map_err(|e| format!("the server at {} did not prove it is {} (nothing was sent): {e}", self.dst, self.sni))?;
+            .map_err(|e| {
+                format!("the server at {} did not prove it is {} (nothing was sent): {e}", self.dst, self.sni)
+            })?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| format!("HTTP to {} failed: {e}", self.sni))?;

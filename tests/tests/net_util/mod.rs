@@ -20,6 +20,9 @@ use atoll_tests::netns::{NetNs, World, unique_prefix};
 
 const TAP: &str = "eth0";
 
+/// Makes the engine's secrets once the world (its CA) exists.
+type MakeSecrets<'a> = Box<dyn FnOnce(&World) -> atoll_net::secrets::Secrets + 'a>;
+
 /// The world, a guest namespace wired to a running engine, and the engine's handle.
 pub(crate) struct Rig {
     pub(crate) world: World,
@@ -57,12 +60,7 @@ impl Rig {
         Rig::start_full(policy, 1500, None, Some(Box::new(secrets)))
     }
 
-    fn start_full(
-        policy: Policy,
-        mtu: u16,
-        log: Option<PathBuf>,
-        secrets: Option<Box<dyn FnOnce(&World) -> atoll_net::secrets::Secrets + '_>>,
-    ) -> Rig {
+    fn start_full(policy: Policy, mtu: u16, log: Option<PathBuf>, secrets: Option<MakeSecrets<'_>>) -> Rig {
         let mut world = World::create();
         let secrets = secrets.map(|make| make(&world));
         world.serve_http_in_client(18080);

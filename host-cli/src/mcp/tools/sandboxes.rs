@@ -323,7 +323,11 @@ impl AtollMcp {
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         for (env, secret) in &secrets {
             if let Err(e) = self.attach_secret(&info.id, secret, Some(env)).await {
-                let _ = sandbox::remove(std::slice::from_ref(&info.id), RemoveOptions { all: false, force: true }).await;
+                let _ = sandbox::remove(
+                    std::slice::from_ref(&info.id),
+                    RemoveOptions { all: false, force: true },
+                )
+                .await;
                 return Err(e);
             }
         }

@@ -75,7 +75,12 @@ pub struct Detached {
 
 impl AtollMcp {
     /// Binds `secret` as `env` to the sandbox, if this server may bind it.
-    pub(crate) async fn attach_secret(&self, sandbox: &str, secret: &str, env: Option<&str>) -> Result<Binding, ToolError> {
+    pub(crate) async fn attach_secret(
+        &self,
+        sandbox: &str,
+        secret: &str,
+        env: Option<&str>,
+    ) -> Result<Binding, ToolError> {
         if !self.secret_grant().allows(secret) {
             return Err(ToolError::SecretNotAllowed(secret.to_owned()));
         }
@@ -102,9 +107,14 @@ impl AtollMcp {
             open_world_hint = false
         )
     )]
-    async fn secret_list(&self, Parameters(_args): Parameters<ListSecretsArgs>) -> Result<Json<SecretList>, ToolError> {
+    async fn secret_list(
+        &self,
+        Parameters(_args): Parameters<ListSecretsArgs>,
+    ) -> Result<Json<SecretList>, ToolError> {
         let all = secrets::list()?;
-        Ok(Json(SecretList { secrets: all.into_iter().filter(|s| self.secret_grant().allows(&s.name)).collect() }))
+        Ok(Json(SecretList {
+            secrets: all.into_iter().filter(|s| self.secret_grant().allows(&s.name)).collect(),
+        }))
     }
 
     /// Binds a secret to a sandbox.
@@ -123,7 +133,10 @@ impl AtollMcp {
             open_world_hint = false
         )
     )]
-    async fn sandbox_attach_secret(&self, Parameters(args): Parameters<AttachArgs>) -> Result<Json<Binding>, ToolError> {
+    async fn sandbox_attach_secret(
+        &self,
+        Parameters(args): Parameters<AttachArgs>,
+    ) -> Result<Json<Binding>, ToolError> {
         Ok(Json(self.attach_secret(&args.sandbox_id, &args.secret, args.env.as_deref()).await?))
     }
 
@@ -140,7 +153,10 @@ impl AtollMcp {
             open_world_hint = false
         )
     )]
-    async fn sandbox_detach_secret(&self, Parameters(args): Parameters<DetachArgs>) -> Result<Json<Detached>, ToolError> {
+    async fn sandbox_detach_secret(
+        &self,
+        Parameters(args): Parameters<DetachArgs>,
+    ) -> Result<Json<Detached>, ToolError> {
         let detached = secrets::detach(&args.sandbox_id, &args.secret)?;
         self.forget_clients();
         Ok(Json(Detached { detached }))
