@@ -155,5 +155,14 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "a value is in {}: {}", dir.display(), text(&out.stdout));
     }
-    atoll.run(&["kill", "sec"]);
+    // Bindings and the CA live in the store's private directory, not in the sandbox
+    // directory QEMU can write; they go at kill.
+    let id = atoll.json(&["info", "sec"])["id"].as_str().unwrap().to_string();
+    let private = atoll.state_dir().join(".secrets/sandboxes").join(&id);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&private).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "{}", private.display());
+    assert!(private.join("bindings.json").exists() && private.join("ca.key").exists());
+    let out = atoll.run(&["kill", "sec"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!private.exists(), "kill left {}", private.display());
 }

@@ -1,20 +1,22 @@
-//! A sandbox's bindings (`DIR/secrets.json`: variable, secret name, placeholder; never
-//! a value) and its CA (`DIR/secrets-ca.pem` and `.key`, made by its network helper).
+//! A sandbox's bindings (variable, secret name, placeholder; never a value) and its CA
+//! (made by its network helper), in `<state>/.secrets/sandboxes/<id>/`: the store's
+//! private directory, not the sandbox directory (which QEMU can write, see
+//! docs/security.md), so a compromised VM cannot bind itself another secret or swap the CA.
 
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::SecretError;
 
-/// The bindings file in a sandbox directory.
-pub const FILE: &str = "secrets.json";
+/// The bindings file.
+pub const FILE: &str = "bindings.json";
 /// The CA certificate.
-pub const CA_CERT: &str = "secrets-ca.pem";
+pub const CA_CERT: &str = "ca.pem";
 /// The CA key (0600).
-pub const CA_KEY: &str = "secrets-ca.key";
+pub const CA_KEY: &str = "ca.key";
 /// Where the guest gets the CA, and the bundle of its system roots plus the CA.
 pub const GUEST_CA: &str = "/etc/atoll/secrets-ca.pem";
 /// The bundle the TLS variables name.
@@ -31,15 +33,44 @@ pub struct Binding {
     pub placeholder: String,
 }
 
-/// The bindings of the sandbox in `dir` (none when the file is missing or damaged).
+/// Where the private directory of the sandbox whose directory is `dir` (named by its id)
+/// is; nothing is created.
+fn private_path(dir: &Path) -> Option<PathBuf> {
+    let id = dir.file_name().and_then(|n| n.to_str()).filter(|id| crate::vmm::template::is_plain_name(id))?;
+    Some(crate::vmm::dirs::state_dir().ok()?.join(".secrets").join("sandboxes").join(id))
+}
+
+/// The private directory of the sandbox whose directory is `dir`, created 0700 (in the
+/// store's directory, checked private).
+pub fn private_dir(dir: &Path) -> Result<PathBuf, SecretError> {
+    super::store::dir()?;
+    let path = private_path(dir)
+        .ok_or_else(|| SecretError::Io(format!("{} is not a sandbox directory", dir.display())))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&path)
+        .map_err(|e| SecretError::Io(format!("cannot create {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// Removes the private directory of the sandbox whose directory is `dir` (at kill).
+pub fn forget(dir: &Path) {
+    if let Some(path) = private_path(dir) {
+        let _ = std::fs::remove_dir_all(path);
+    }
+}
+
+/// The bindings of the sandbox in `dir` (none when there are none, or they cannot be read).
 pub fn load(dir: &Path) -> Vec<Binding> {
-    std::fs::read(dir.join(FILE)).ok().and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
+    let Some(private) = private_path(dir) else { return Vec::new() };
+    std::fs::read(private.join(FILE)).ok().and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
 }
 
 /// Writes the bindings atomically.
 pub fn save(dir: &Path, bindings: &[Binding]) -> Result<(), SecretError> {
     let text = serde_json::to_vec_pretty(bindings).map_err(|e| SecretError::Io(e.to_string()))?;
-    write_private(&dir.join(FILE), &text)
+    write_private(&private_dir(dir)?.join(FILE), &text)
 }
 
 /// Writes `path` atomically, 0600.
@@ -67,7 +98,8 @@ pub fn placeholder(secret: &str) -> Result<String, SecretError> {
 
 /// The sandbox's CA (certificate PEM, key PEM), made now if it has none.
 pub fn ensure_ca(dir: &Path, label: &str) -> Result<(String, String), SecretError> {
-    let (cert, key) = (dir.join(CA_CERT), dir.join(CA_KEY));
+    let private = private_dir(dir)?;
+    let (cert, key) = (private.join(CA_CERT), private.join(CA_KEY));
     if let (Ok(c), Ok(k)) = (std::fs::read_to_string(&cert), std::fs::read_to_string(&key)) {
         return Ok((c, k));
     }
@@ -78,9 +110,9 @@ pub fn ensure_ca(dir: &Path, label: &str) -> Result<(String, String), SecretErro
     Ok((c, k))
 }
 
-/// The CA certificate's path in `dir`.
-pub fn ca_cert_path(dir: &Path) -> PathBuf {
-    dir.join(CA_CERT)
+/// The CA certificate of the sandbox in `dir`, if its helper made one.
+pub fn ca_cert(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(private_path(dir)?.join(CA_CERT)).ok()
 }
 
 /// The command defaults the bindings add: each variable's placeholder and, once any

@@ -190,7 +190,7 @@ pub async fn attach(sandbox: &str, secret: &str, env: Option<&str>) -> Result<Bi
             secret: b.secret.clone(),
         });
     }
-    let cert = std::fs::read_to_string(binding::ca_cert_path(&dir)).map_err(|_| SecretError::Sandbox {
+    let cert = binding::ca_cert(&dir).ok_or_else(|| SecretError::Sandbox {
         sandbox: record.name.clone(),
         why: "it has no secrets CA: a sandbox with --net none (secrets are swapped by the network helper), or one started by an older atoll".into(),
     })?;

@@ -3,7 +3,7 @@
 //! leaf of the sandbox's own CA ([`ca`]), replaces the placeholder in each request's
 //! headers by the real value, and forwards the request over a new TLS connection that
 //! verifies the real server ([`upstream`]); the value in a response's headers goes back
-//! as the placeholder ([`swap`]).
+//! as the placeholder (`swap`).
 //!
 //! The egress policy decides first: a connection the policy refuses is refused, secret
 //! or not. Only TCP port 443 connections whose SNI one of the bound secrets names are
