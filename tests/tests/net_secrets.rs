@@ -71,7 +71,7 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     let world_ca = world_ca.to_str().unwrap();
     let bearer = format!("Authorization: Bearer {PLACEHOLDER}");
     let curl = |ca: &str, args: &[&str]| {
-        let mut all = vec!["-sS", "--max-time", "30", "--cacert", ca, "-D", "-"];
+        let mut all = vec!["-sS", "--max-time", "30", "--cacert", ca, "-D", "-", "--http1.1"];
         all.extend_from_slice(args);
         rig.run("curl", &all)
     };
@@ -102,6 +102,13 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
         String::from_utf8(out.stdout).unwrap()
     };
     assert!(has(&got, "authorization", &format!("Basic {}", basic(VALUE))), "Basic not swapped: {got}");
+
+    // HTTP/2 (ALPN h2) from the guest: swapped the same way.
+    let h2 = ["-sS", "--max-time", "30", "--cacert", sandbox_ca, "-D", "-", "--http2", "-H", &bearer];
+    let got = ok(&rig.run("curl", &[&h2[..], &["https://allowed.test/headers"]].concat()));
+    assert!(got.starts_with("HTTP/2 200"), "not HTTP/2: {got}");
+    assert!(has(&got, "authorization", &format!("Bearer {VALUE}")), "h2: the value did not arrive: {got}");
+    assert!(has(&got, "x-echo-authorization", &format!("Bearer {PLACEHOLDER}")), "h2: not scrubbed: {got}");
 
     // Another allowed host (not intercepted: the world's own certificate) gets the placeholder.
     let got = ok(&curl(world_ca, &["-H", &bearer, "https://other.test/headers"]));

@@ -67,7 +67,8 @@ pub(crate) async fn intercept(
                 return;
             }
         };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 when the guest offers it (ALPN), else HTTP/1.1; upstream is HTTP/1.1 either way.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let (stream, counts) = super::guest_io::pipe(guest, first);
     let tls = match tokio_rustls::TlsAcceptor::from(Arc::new(config)).accept(stream).await {
         Ok(tls) => tls,
@@ -81,8 +82,14 @@ pub(crate) async fn intercept(
         let conn = conn.clone();
         async move { Ok::<_, Infallible>(conn.handle(req).await) }
     });
-    let served =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let served = if h2 {
+        hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .serve_connection(TokioIo::new(tls), service)
+            .await
+    } else {
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await
+    };
     if let Err(e) = served {
         record.error = Some(format!("HTTP from the sandbox: {e}"));
     }
@@ -102,6 +109,7 @@ struct Conn {
 
 impl Conn {
     async fn handle(&self, mut req: Request<Incoming>) -> Response<Body> {
+        let h2 = req.version() == http::Version::HTTP_2;
         let mut line = Record::new(SystemTime::now(), Kind::Tcp, Verdict::Allow, "secret-swap".into());
         line.event = Some(Event::Request);
         line.conn = self.id;
@@ -133,6 +141,9 @@ impl Conn {
             Some(h) => Err(format!("Host `{h}` is not the TLS name `{}`", self.sni)),
             None => Err("the request names no Host".to_string()),
         };
+        if req.version() == http::Version::HTTP_2 {
+            to_http1(&mut req, host.as_deref().unwrap_or(&self.sni));
+        }
         let bound = self.secrets.bound(true).await;
         let swapped = headers::swap_request(req.headers_mut(), &bound, host.as_deref().unwrap_or(""), agreed);
         if !swapped.used.is_empty() {
@@ -149,6 +160,12 @@ impl Conn {
         let response = match self.send(req).await {
             Ok(mut response) => {
                 headers::scrub_response(response.headers_mut(), &bound);
+                if h2 {
+                    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"] {
+                        response.headers_mut().remove(name);
+                    }
+                    *response.version_mut() = http::Version::HTTP_2;
+                }
                 response.map(|b| b.boxed())
             }
             Err(e) => {
@@ -198,6 +215,22 @@ impl Conn {
         });
         Ok(sender)
     }
+}
+
+/// An HTTP/2 request as the HTTP/1.1 upstream takes it: origin-form target, a `Host`
+/// header from `:authority`, version 1.1.
+fn to_http1(req: &mut Request<Incoming>, host: &str) {
+    let authority = req.uri().authority().map_or_else(|| host.to_owned(), |a| a.as_str().to_owned());
+    if !req.headers().contains_key(http::header::HOST)
+        && let Ok(value) = http::HeaderValue::from_str(&authority)
+    {
+        req.headers_mut().insert(http::header::HOST, value);
+    }
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    if let Ok(uri) = path.parse() {
+        *req.uri_mut() = uri;
+    }
+    *req.version_mut() = http::Version::HTTP_11;
 }
 
 /// The request's Host (or authority), lower case, without port.
