@@ -161,7 +161,9 @@ impl Conn {
             Ok(mut response) => {
                 headers::scrub_response(response.headers_mut(), &bound);
                 if h2 {
-                    for name in ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"] {
+                    for name in
+                        ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"]
+                    {
                         response.headers_mut().remove(name);
                     }
                     *response.version_mut() = http::Version::HTTP_2;
