@@ -97,9 +97,13 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
     let builtins = shared.builtins();
     let judge = |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &builtins);
 
-    // A connection that may be for a bound secret's host is decided on its SNI, as one
-    // whose verdict depends on it is: the SNI says whether it is intercepted.
-    let secrets = shared.secrets.clone().filter(|_| flow.dst.port() == 443);
+    // While a secret is bound, a port 443 connection is decided on its SNI, as one whose
+    // verdict depends on it is: the SNI says whether it is intercepted. With none bound,
+    // nothing changes.
+    let secrets = match shared.secrets.clone().filter(|_| flow.dst.port() == 443) {
+        Some(s) if !s.bound(false).await.is_empty() => Some(s),
+        _ => None,
+    };
     let before = match (&secrets, policy.decide_before_peek(&request, &builtins)) {
         (Some(_), Some(d)) if d.verdict == Verdict::Allow => None,
         (_, before) => before,
