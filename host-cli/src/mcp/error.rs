@@ -21,6 +21,14 @@ pub const MAX_INLINE_ZIP: u64 = 10 * 1024 * 1024;
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
+    /// A secret operation refused (see [`crate::secrets`]).
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
+    /// A secret this server may not bind.
+    #[error(
+        "this MCP server may not bind the secret `{0}`; the operator allows secrets with `atoll mcp --secret NAME` (secret_list shows those allowed)"
+    )]
+    SecretNotAllowed(String),
     /// A host folder or disk size refused (see [`crate::sandbox::mounts`]).
     #[error(transparent)]
     Mount(#[from] crate::sandbox::mounts::MountError),

@@ -259,6 +259,8 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
 }
 
 pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
+    // Its bindings and CA (no values) go with it.
+    crate::secrets::binding::forget(dir);
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
