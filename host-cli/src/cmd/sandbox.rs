@@ -51,7 +51,8 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
 /// `atoll create`: boots and prints the id; Ctrl-C undoes everything it started.
 async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     let publishes = !args.publish.is_empty();
-    let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
+    let storage =
+        crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk, display: args.display };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
     let opts = CreateOptions {
         template: args.template,

@@ -139,6 +139,12 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
     check_disk(opts.storage.disk_bytes, opts.memory_mib, &template)?;
+    if let (Some(size), None) = (opts.storage.display, template.display) {
+        return Err(SandboxError::BadResources(format!(
+            "--display {size} needs a template with a screen, and `{}` has none; use --template desktop",
+            template.name
+        )));
+    }
     // Missing programs are reported before anything is allocated.
     find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     find_in_path(crate::jail::BWRAP).map_err(launcher::LaunchError::from)?;
@@ -390,6 +396,7 @@ mod tests {
             rootfs: None,
             cmdline: String::new(),
             init: template::InitKind::Agent,
+            display: None,
         };
         assert!(check_disk(Some(256 << 20), 512, &minimal).is_ok());
         assert!(check_disk(None, 128, &minimal).is_ok());

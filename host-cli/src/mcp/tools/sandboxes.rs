@@ -249,7 +249,7 @@ impl AtollMcp {
     ) -> Result<Storage, ToolError> {
         let disk_bytes = disk.filter(|d| !d.is_empty()).map(|d| mounts::parse_disk(&d)).transpose()?;
         if mounts.is_empty() {
-            return Ok(Storage { mounts: Vec::new(), disk_bytes });
+            return Ok(Storage { mounts: Vec::new(), disk_bytes, display: None });
         }
         let mut allowed = self.allowed_mounts().to_vec();
         if self.trusts_roots() {
@@ -262,7 +262,7 @@ impl AtollMcp {
             out.push(Mount { host, guest: mounts::guest_path(&m.guest_path)?, read_only: m.read_only });
         }
         mounts::check(&out)?;
-        Ok(Storage { mounts: out, disk_bytes })
+        Ok(Storage { mounts: out, disk_bytes, display: None })
     }
 }
 
