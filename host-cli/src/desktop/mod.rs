@@ -132,3 +132,30 @@ pub fn screen_size(record: &Record) -> Result<Size, DesktopError> {
         template: record.template.clone(),
     })
 }
+
+/// The file the guest's session script writes once its window manager runs
+/// (rootfs/desktop/atoll-desktop-session).
+pub const READY_FILE: &str = "/run/atoll-desktop-ready";
+/// The guest's session log.
+pub const SESSION_LOG: &str = "/run/atoll-desktop.log";
+
+/// Waits up to `limit` for the guest's desktop session to be up ([`READY_FILE`]);
+/// `Err` carries the end of the guest's session log.
+pub async fn wait_session(agent: &atoll_proto::Address, limit: std::time::Duration) -> Result<(), String> {
+    use crate::client::{Client, ExecSpec};
+    let secs = limit.as_secs().clamp(1, 590);
+    let client =
+        Client::connect(agent, std::time::Duration::from_secs(10)).await.map_err(|e| e.to_string())?;
+    let line = format!(
+        "i=0; while [ ! -e {READY_FILE} ]; do i=$((i+1)); [ $i -gt {} ] && {{ tail -n 15 {SESSION_LOG}; exit 1; }}; sleep 0.1; done",
+        secs * 10
+    );
+    let mut spec = ExecSpec::shell(line);
+    spec.timeout = Some(std::time::Duration::from_secs(secs + 10));
+    let out = client.exec(&spec).await.map_err(|e| e.to_string())?;
+    if out.status.code == Some(0) {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stdout.data).trim().to_string())
+    }
+}

@@ -234,6 +234,14 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         }
     };
     step("agent answered over its link");
+    if opts.storage.display.or(template.display).is_some() {
+        // A desktop is ready once its X session is (so that its template snapshot has it).
+        let left = timeout.saturating_sub(started.elapsed());
+        crate::desktop::wait_session(&agent, left)
+            .await
+            .map_err(|log| SandboxError::DesktopNotReady { log })?;
+        step("desktop session ready");
+    }
     guard.set(|r| {
         r.ready = true;
         r.agent_version = Some(version);
