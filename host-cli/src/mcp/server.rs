@@ -75,7 +75,8 @@ impl AtollMcp {
             + Self::snapshots_router()
             + Self::templates_router()
             + Self::run_code_router()
-            + Self::metrics_router();
+            + Self::metrics_router()
+            + Self::computer_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {

@@ -16,8 +16,10 @@
 //! - [`snapshots`] holds `sandbox_snapshot_create`, `_list`, `_restore` and `_delete`.
 //! - [`templates`] holds `sandbox_template_list` and `sandbox_template_create`.
 //! - [`metrics`] holds `sandbox_get_metrics`.
+//! - [`computer`] holds `computer_screenshot` and `computer_action`.
 
 pub mod archive;
+pub mod computer;
 pub mod exec;
 pub mod files;
 pub mod jobs;

@@ -66,6 +66,11 @@ pub struct CreateArgs {
     /// memory_mib less 192 MiB or a quarter of it, whichever is more.
     #[serde(default)]
     pub disk: Option<String>,
+    /// The screen of a desktop sandbox (template "desktop"), e.g. "1280x800" (640x480 to
+    /// 2560x1600). Default: the template's (1280x800). Another size boots rather than
+    /// restoring the template's snapshot.
+    #[serde(default)]
+    pub display: Option<String>,
 }
 
 /// One host folder shared into a sandbox.
@@ -298,10 +303,16 @@ impl AtollMcp {
         }
         let mounts = args.mounts.take().unwrap_or_default();
         let disk = args.disk.take();
+        let display = args.display.take().filter(|d| !d.is_empty());
+        let display = display
+            .map(|d| d.parse::<crate::desktop::Size>())
+            .transpose()
+            .map_err(|e| ToolError::from(crate::desktop::DesktopError::BadRequest(e.to_string())))?;
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
+        opts.storage.display = display;
         let info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         Ok(Json(info.into()))
