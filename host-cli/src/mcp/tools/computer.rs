@@ -169,7 +169,10 @@ impl AtollMcp {
             open_world_hint = true
         )
     )]
-    async fn computer_action(&self, Parameters(args): Parameters<ActionArgs>) -> Result<CallToolResult, ToolError> {
+    async fn computer_action(
+        &self,
+        Parameters(args): Parameters<ActionArgs>,
+    ) -> Result<CallToolResult, ToolError> {
         let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
         let done = actions::run(&desktop, &args.action).await?;
         let want_shot = args.screenshot.unwrap_or(args.action.action == "screenshot");
