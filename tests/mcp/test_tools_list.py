@@ -40,6 +40,8 @@ EXPECTED = {
     "sandbox_get_metrics": (True, False, True, False, set()),
     "sandbox_template_list": (True, False, True, False, set()),
     "sandbox_template_create": (False, False, False, False, {"from_sandbox", "name"}),
+    "computer_screenshot": (True, False, True, False, set()),
+    "computer_action": (False, True, False, True, {"action"}),
 }
 LIFECYCLE = {
     "sandbox_create",
