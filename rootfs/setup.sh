@@ -21,7 +21,8 @@
 #   With --with-desktop (or ATOLL_WITH_DESKTOP=1): the `desktop` template too (Xorg,
 #   openbox, xterm, pcmanfm, chromium; rootfs/build-desktop.sh, about 5 minutes and
 #   1.2 GB), rebuilt only when the agent or its scripts changed; its snapshot is made
-#   at 1024 MiB (a desktop needs more than the default 512).
+#   at 1024 MiB (a desktop needs more than the default 512); also novnc (`atoll desktop`'s
+#   page), and with --with-test-tools chromium (tests/tests/vm_desktop.rs loads the view).
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
 #   openssl and python3, and docker-registry (the image tests' registry on loopback).
@@ -56,6 +57,9 @@ fi
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev skopeo"
 [ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry"
+# The desktop's live view serves Debian's noVNC page; its test loads it in Chromium.
+[ "$with_desktop" = 1 ] && packages="$packages novnc"
+[ "$with_desktop" = 1 ] && [ "$test_tools" = 1 ] && packages="$packages chromium"
 missing_packages() {
     local p
     for p in $packages; do

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import anyio
@@ -96,6 +98,8 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
             # Typing and keys; a screenshot after the action when asked.
             e2x, e2y = layout["e2"][0] + 10, layout["e2"][1] + 5
             await call_ok(session, "computer_action", sandbox_id=sid, action="left_click", coordinate=[e2x, e2y])
+            # Mouse and keyboard are two devices; a key right after a click can overtake it.
+            await call_ok(session, "computer_action", sandbox_id=sid, action="wait", duration=1)
             await call_ok(session, "computer_action", sandbox_id=sid, action="type", text="typed by MCP")
             result = await session.call_tool(
                 "computer_action", {"sandbox_id": sid, "action": "key", "text": "Return", "screenshot": True}
@@ -119,6 +123,17 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
                 text = await call_err(session, "computer_action", sandbox_id=sid, **args)
                 assert words in text, (args, text)
             assert await sh(session, sid, "cat /tmp/entries") == "|typed by MCP"
+
+            # A live view: its page loads with the token, not without.
+            view = await call_ok(session, "computer_stream_url", sandbox_id=sid, view_only=True)
+            assert view["url"].startswith("http://127.0.0.1:") and "view_only=1" in view["url"], view
+            page = view["url"].split("?")[0]
+            with urllib.request.urlopen(page, timeout=10) as response:
+                assert response.status == 200 and b"noVNC" in response.read()
+            token = page.split("/")[3]
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(page.replace(token, token[::-1]), timeout=10)
+            assert refused.value.code == 404
 
             # A sandbox without a screen.
             plain = await call_ok(session, "sandbox_create", name="mcpplain", boot_timeout_s=300)

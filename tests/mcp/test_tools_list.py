@@ -42,6 +42,7 @@ EXPECTED = {
     "sandbox_template_create": (False, False, False, False, {"from_sandbox", "name"}),
     "computer_screenshot": (True, False, True, False, set()),
     "computer_action": (False, True, False, True, {"action"}),
+    "computer_stream_url": (False, False, False, False, set()),
 }
 LIFECYCLE = {
     "sandbox_create",

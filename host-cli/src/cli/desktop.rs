@@ -110,3 +110,14 @@ pub enum InputAction {
     /// Print where the pointer is.
     Cursor,
 }
+
+/// `atoll desktop`.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The desktop sandbox (name, id or unique id prefix); default: the global --sandbox.
+    #[arg(value_name = "SANDBOX")]
+    pub name: Option<String>,
+    /// Watch only: the viewer's keys, clicks and clipboard never reach the guest.
+    #[arg(long)]
+    pub view_only: bool,
+}

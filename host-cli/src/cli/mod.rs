@@ -27,7 +27,7 @@ mod sandbox;
 mod snapshot;
 mod template;
 
-pub use desktop::{InputAction, InputArgs, ScreenshotArgs};
+pub use desktop::{InputAction, InputArgs, ScreenshotArgs, ViewArgs};
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
     JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, ProcessArgs, RmArgs, RunArgs, ShellArgs, WriteArgs,
@@ -228,6 +228,11 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
                             atoll input desk hold shift --for 500\n  atoll input desk cursor"
     )]
     Input(InputArgs),
+    /// Watch and use a desktop sandbox's screen in your browser: prints a URL on
+    /// 127.0.0.1 (noVNC, with a token of its own) and serves it until the sandbox ends or
+    /// this command is stopped.
+    #[command(after_help = "Examples:\n  atoll desktop desk\n  atoll desktop desk --view-only")]
+    Desktop(ViewArgs),
 }
 
 /// `atoll info`.

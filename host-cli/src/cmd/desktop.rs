@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::error::UsageError;
 use super::{Ctx, print};
-use crate::cli::{InputAction, InputArgs, ScreenshotArgs};
+use crate::cli::{InputAction, InputArgs, ScreenshotArgs, ViewArgs};
 use crate::desktop::input::Wheel;
 use crate::desktop::{Desktop, DesktopError};
 
@@ -84,4 +84,21 @@ pub(crate) async fn input(ctx: &Ctx, args: InputArgs) -> Result<u8> {
         return Ok(0);
     }
     print(ctx, &done, &text)
+}
+
+/// `atoll desktop`: prints the view's URL, then serves it until the sandbox ends or
+/// this process is stopped.
+pub(crate) async fn view(ctx: &Ctx, args: ViewArgs) -> Result<u8> {
+    let Some(name) = args.name.or_else(|| ctx.global.sandbox.clone()) else {
+        return Err(UsageError("name the sandbox: `atoll desktop NAME`".into()).into());
+    };
+    let desktop = Desktop::open(&name).await.map_err(usage)?;
+    let (view, serve) = desktop.view(args.view_only).await.map_err(usage)?;
+    let value = json!({ "url": view.url, "view_only": args.view_only });
+    print(ctx, &value, &view.url)?;
+    if !ctx.out.json {
+        eprintln!("atoll: serving the view of `{}` until it ends; Ctrl-C stops it", desktop.record.name);
+    }
+    serve.await;
+    Ok(0)
 }

@@ -117,6 +117,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Net(cmd) => net::run(&ctx, cmd).await,
         Command::Screenshot(args) => desktop::screenshot(&ctx, args).await,
         Command::Input(args) => desktop::input(&ctx, args).await,
+        Command::Desktop(args) => desktop::view(&ctx, args).await,
     }
 }
 

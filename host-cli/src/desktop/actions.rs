@@ -110,7 +110,8 @@ impl Scale {
     /// A screen point as a screenshot point.
     pub fn from_screen(self, (x, y): (u32, u32)) -> [u32; 2] {
         let (sw, w) = (u64::from(self.screen.width), u64::from(self.width));
-        let map = |v: u32| ((u64::from(v) * w + sw / 2) / sw) as u32;
+        // At most the screen point itself (w <= sw), so it fits.
+        let map = |v: u32| u32::try_from((u64::from(v) * w + sw / 2) / sw).unwrap_or(u32::MAX);
         [map(x), map(y)]
     }
 }

@@ -152,7 +152,9 @@ impl Desktop {
         for i in 1..=STEPS {
             let x = i64::from(x1) + (i64::from(x2) - i64::from(x1)) * i / STEPS;
             let y = i64::from(y1) + (i64::from(y2) - i64::from(y1)) * i / STEPS;
-            self.move_events(&mut qmp, x as u32, y as u32).await?;
+            // Between two on-screen points, so on the screen too.
+            let (x, y) = self.check_point(x, y)?;
+            self.move_events(&mut qmp, x, y).await?;
         }
         send(&mut qmp, vec![btn_event("left", false)]).await
     }
@@ -276,7 +278,7 @@ mod tests {
                 let v = abs(p, len);
                 assert!(v < ABS_SPAN);
                 // How the guest scales back (libinput: value * len / span).
-                assert_eq!((v * u64::from(len) / ABS_SPAN) as u32, p, "pixel {p} of {len}");
+                assert_eq!(v * u64::from(len) / ABS_SPAN, u64::from(p), "pixel {p} of {len}");
             }
         }
     }

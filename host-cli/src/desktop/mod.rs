@@ -11,8 +11,10 @@
 pub mod actions;
 pub mod input;
 pub mod keys;
+pub mod rfb;
 pub mod screen;
 pub mod size;
+pub mod view;
 
 use std::path::PathBuf;
 
@@ -69,6 +71,9 @@ pub enum DesktopError {
         /// What failed.
         why: String,
     },
+    /// The live view could not start.
+    #[error("{0}")]
+    View(String),
     /// The guest's X server does not answer (asked for the cursor).
     #[error(
         "the desktop's X server does not answer ({why}); the guest's session log is /run/atoll-desktop.log"
@@ -110,11 +115,10 @@ impl Desktop {
 
     /// Checks that (x, y) is on the screen.
     pub fn check_point(&self, x: i64, y: i64) -> Result<(u32, u32), DesktopError> {
-        let on = |v: i64, max: u32| v >= 0 && v < i64::from(max);
-        if on(x, self.size.width) && on(y, self.size.height) {
-            Ok((x as u32, y as u32))
-        } else {
-            Err(DesktopError::OffScreen { x, y, size: self.size })
+        let on = |v: i64, max: u32| u32::try_from(v).ok().filter(|v| *v < max);
+        match (on(x, self.size.width), on(y, self.size.height)) {
+            (Some(x), Some(y)) => Ok((x, y)),
+            _ => Err(DesktopError::OffScreen { x, y, size: self.size }),
         }
     }
 }

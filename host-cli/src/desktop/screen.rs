@@ -107,7 +107,7 @@ pub fn parse_ppm(bytes: &[u8]) -> Result<Rgb, String> {
     if pixels == 0 || pixels > MAX_PIXELS {
         return Err(format!("a {size} screen is not plausible"));
     }
-    let len = (pixels * 3) as usize;
+    let len = usize::try_from(pixels * 3).map_err(|_| format!("a {size} screen is not plausible"))?;
     let data = bytes.get(i..i + len).ok_or("the PPM image is shorter than its header says")?;
     Ok(Rgb { size, data: data.to_vec() })
 }
@@ -115,9 +115,11 @@ pub fn parse_ppm(bytes: &[u8]) -> Result<Rgb, String> {
 /// `img` scaled to `width` (and the height that keeps its aspect), each target pixel the
 /// average of the source pixels it covers.
 pub fn scale(img: &Rgb, width: u32) -> Rgb {
-    let (sw, sh) = (img.size.width as usize, img.size.height as usize);
-    let w = width as usize;
-    let h = ((sh as u64 * w as u64 + sw as u64 / 2) / sw as u64).max(1) as usize;
+    // Sizes are at most 16384 (parse_ppm), so every product below fits.
+    let usz = |v: u32| usize::try_from(v).unwrap_or(usize::MAX);
+    let (sw, sh) = (usz(img.size.width), usz(img.size.height));
+    let w = usz(width);
+    let h = ((sh * w + sw / 2) / sw).max(1);
     let mut data = vec![0u8; w * h * 3];
     for ty in 0..h {
         let (y0, y1) = (ty * sh / h, ((ty + 1) * sh / h).max(ty * sh / h + 1));
@@ -132,14 +134,16 @@ pub fn scale(img: &Rgb, width: u32) -> Rgb {
                     }
                 }
             }
-            let n = ((y1 - y0) * (x1 - x0)) as u64;
+            let n = u64::try_from((y1 - y0) * (x1 - x0)).unwrap_or(u64::MAX);
             let out = &mut data[(ty * w + tx) * 3..(ty * w + tx) * 3 + 3];
             for c in 0..3 {
-                out[c] = ((sum[c] + n / 2) / n) as u8;
+                // An average of bytes is a byte.
+                out[c] = u8::try_from((sum[c] + n / 2) / n).unwrap_or(u8::MAX);
             }
         }
     }
-    Rgb { size: Size { width: w as u32, height: h as u32 }, data }
+    let u32z = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    Rgb { size: Size { width: u32z(w), height: u32z(h) }, data }
 }
 
 /// `img` as a PNG.

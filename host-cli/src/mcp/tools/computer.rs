@@ -65,6 +65,29 @@ pub struct ActionArgs {
     pub screenshot: Option<bool>,
 }
 
+/// Arguments of `computer_stream_url`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamArgs {
+    /// The desktop sandbox, by id or name. Default: the sandbox this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// Watch only: the viewer's keys, clicks and clipboard never reach the guest.
+    /// Default: false.
+    #[serde(default)]
+    pub view_only: bool,
+}
+
+/// A live view.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StreamOutput {
+    /// The URL to open in a browser on this host (127.0.0.1; the token in it is the only
+    /// key to the view).
+    pub url: String,
+    /// Whether the viewer only watches.
+    pub view_only: bool,
+}
+
 /// What `computer_action` did.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ActionOutput {
@@ -143,6 +166,32 @@ impl AtollMcp {
         let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
         let shot = desktop.screenshot(args.scale).await?;
         result(&describe(&shot), vec![image(&shot)])
+    }
+
+    /// A live view of a desktop sandbox in a browser.
+    #[tool(
+        name = "computer_stream_url",
+        description = "Start a live view of a desktop sandbox's screen for a person to watch (and, \
+            unless view_only, use) in a browser on this host: returns a URL on 127.0.0.1 (noVNC) \
+            with a token of its own. The view lasts while the sandbox runs and this MCP server \
+            does; each call starts a new one.",
+        output_schema = schema_for_output::<StreamOutput>(),
+        annotations(
+            title = "Live view of a desktop sandbox",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn computer_stream_url(
+        &self,
+        Parameters(args): Parameters<StreamArgs>,
+    ) -> Result<CallToolResult, ToolError> {
+        let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
+        let (view, serve) = desktop.view(args.view_only).await?;
+        tokio::spawn(serve);
+        result(&StreamOutput { url: view.url, view_only: args.view_only }, Vec::new())
     }
 
     /// One mouse or keyboard action on a desktop sandbox.

@@ -16,7 +16,7 @@
 //! - [`snapshots`] holds `sandbox_snapshot_create`, `_list`, `_restore` and `_delete`.
 //! - [`templates`] holds `sandbox_template_list` and `sandbox_template_create`.
 //! - [`metrics`] holds `sandbox_get_metrics`.
-//! - [`computer`] holds `computer_screenshot` and `computer_action`.
+//! - [`computer`] holds `computer_screenshot`, `computer_action` and `computer_stream_url`.
 
 pub mod archive;
 pub mod computer;
