@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
 import urllib.error
 import urllib.request
@@ -50,7 +51,10 @@ async def guest_file_until(session, sid: str, path: str, done) -> str:
 
 async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
     if not (data_dir() / "templates" / "desktop" / "template.json").exists():
-        pytest.fail("the `desktop` template is not built (rootfs/setup.sh --with-desktop)")
+        hint = "the `desktop` template is not built (rootfs/setup.sh --with-desktop)"
+        if os.environ.get("ATOLL_TEST_SKIP_DESKTOP"):
+            pytest.skip(f"ATOLL_TEST_SKIP_DESKTOP is set: {hint}")
+        pytest.fail(f"{hint}, or set ATOLL_TEST_SKIP_DESKTOP=1 to skip")
     async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
         text = await call_err(session, "sandbox_create", template="desktop", display="10x10")
         assert "out of range; give 640x480 to 2560x1600" in text, text
