@@ -31,9 +31,10 @@ done | median | sed 's/^/click then screenshot, median of 5: /; s/$/ s/'
 rm -f "$shot"
 sleep 10
 for name in cold warm; do
-    dir="$(ls -d "$ATOLL_STATE_DIR"/*/ | while read -r d; do grep -q "\"name\": *\"$name\"" "$d/sandbox.json" 2>/dev/null && echo "$d"; done | head -n1)"
+    dir="$(ls -d "$ATOLL_STATE_DIR"/*/ | while read -r d; do grep -q "\"name\": *\"$name\"" "$d/sandbox.json" 2>/dev/null && echo "$d"; done | head -n1 || true)"
     rss=0; pss=0
-    for pid in $(grep -l "${dir%/}" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+    [ -n "$dir" ] || { echo "no directory for sandbox $name"; continue; }
+    for pid in $(grep -l "${dir%/}" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3 || true); do
         r=$(awk '/^Rss:/ {s += $2} END {print s + 0}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
         p=$(awk '/^Pss:/ {s += $2} END {print s + 0}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)
         rss=$((rss + r)); pss=$((pss + p))
