@@ -18,21 +18,28 @@
 #      (or $ATOLL_BIN) in the state directory it uses; skipped when there is no `atoll` yet
 #      (the first `atoll create` of a template then makes its snapshot) or with
 #      ATOLL_TEMPLATE_SNAPSHOT=off. One that cannot be made is warned about, not fatal.
+#   With --with-desktop (or ATOLL_WITH_DESKTOP=1): the `desktop` template too (Xorg,
+#   openbox, xterm, pcmanfm, chromium; rootfs/build-desktop.sh, about 5 minutes and
+#   1.2 GB), rebuilt only when the agent or its scripts changed; its snapshot is made
+#   at 1024 MiB (a desktop needs more than the default 512); also novnc (`atoll desktop`'s
+#   page), and with --with-test-tools chromium (tests/tests/vm_desktop.rs loads the view).
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
 #   openssl and python3, and docker-registry (the image tests' registry on loopback).
 #
-# Usage: rootfs/setup.sh [--with-debian] [--with-test-tools] [--with-vsock]
+# Usage: rootfs/setup.sh [--with-debian] [--with-desktop] [--with-test-tools] [--with-vsock]
 # $DATA is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else ~/.local/share/atoll.
 
 source "$(dirname "$0")/lib.sh"
 
 with_debian="${ATOLL_WITH_DEBIAN:-0}"
+with_desktop="${ATOLL_WITH_DESKTOP:-0}"
 test_tools=0
 with_vsock="${ATOLL_WITH_VSOCK:-0}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --with-debian) with_debian=1 ;;
+        --with-desktop) with_desktop=1 ;;
         --with-test-tools) test_tools=1 ;;
         --with-vsock) with_vsock=1 ;;
         -h|--help) sed -n '2,/^# $DATA is/p' "$0"; exit 0 ;;
@@ -50,6 +57,9 @@ fi
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev skopeo"
 [ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry"
+# The desktop's live view serves Debian's noVNC page; its test loads it in Chromium.
+[ "$with_desktop" = 1 ] && packages="$packages novnc"
+[ "$with_desktop" = 1 ] && [ "$test_tools" = 1 ] && packages="$packages chromium"
 missing_packages() {
     local p
     for p in $packages; do
@@ -116,11 +126,27 @@ if [ "$with_debian" = 1 ]; then
     fi
 fi
 
+# 5b. The desktop template, when asked, if missing or older than the agent or its scripts.
+if [ "$with_desktop" = 1 ]; then
+    image="$data/templates/desktop/rootfs.ext4"
+    newest="$(ls -t "$agent" "$ATOLL_ROOTFS_DIR/build-desktop.sh" "$ATOLL_ROOTFS_DIR"/desktop/* | head -n1)"
+    if [ ! -f "$image" ] || [ "$newest" -nt "$image" ]; then
+        if [ -n "$sudo" ]; then
+            $sudo env ATOLL_DATA_DIR="$data" ATOLL_AGENT_BIN="$agent" "$ATOLL_ROOTFS_DIR/build-desktop.sh"
+        else
+            "$ATOLL_ROOTFS_DIR/build-desktop.sh"
+        fi
+    else
+        log "template desktop is up to date"
+    fi
+fi
+
 # 6. Template snapshots. A snapshot records the `atoll` that made it and is used only by
 # that one, so they are made by the `atoll` you run (not one built here), as you, in the
 # state directory your `atoll create` uses. A failure leaves atoll working: create boots.
 templates_made="minimal"
 [ "$with_debian" = 1 ] && templates_made="$templates_made debian"
+[ "$with_desktop" = 1 ] && templates_made="$templates_made desktop"
 atoll_bin="${ATOLL_BIN:-$(command -v atoll || true)}"
 if [[ "${ATOLL_TEMPLATE_SNAPSHOT:-}" =~ ^(off|0|no)$ ]]; then
     log "not making template snapshots (ATOLL_TEMPLATE_SNAPSHOT=$ATOLL_TEMPLATE_SNAPSHOT)"
@@ -129,7 +155,9 @@ elif [ -z "$atoll_bin" ]; then
 else
     for t in $templates_made; do
         log "making the snapshot of template $t with $atoll_bin"
-        if ! ATOLL_DATA_DIR="$data" "$atoll_bin" template snapshot "$t"; then
+        memory=()
+        [ "$t" = desktop ] && memory=(--memory 1024)
+        if ! ATOLL_DATA_DIR="$data" "$atoll_bin" template snapshot "$t" "${memory[@]}"; then
             log "warning: could not make the snapshot of template $t (see above); \`atoll create --template $t\` boots it and makes one"
         fi
     done

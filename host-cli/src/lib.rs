@@ -36,6 +36,7 @@ pub mod cli;
 pub mod client;
 pub mod cmd;
 pub mod connect;
+pub mod desktop;
 pub mod jail;
 pub mod mcp;
 pub mod output;

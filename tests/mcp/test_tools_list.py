@@ -43,6 +43,9 @@ EXPECTED = {
     "secret_list": (True, False, True, False, set()),
     "sandbox_attach_secret": (False, False, False, False, {"sandbox_id", "secret"}),
     "sandbox_detach_secret": (False, False, True, False, {"sandbox_id", "secret"}),
+    "computer_screenshot": (True, False, True, False, set()),
+    "computer_action": (False, True, False, True, {"action"}),
+    "computer_stream_url": (False, False, False, False, set()),
 }
 LIFECYCLE = {
     "sandbox_create",

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+mod desktop;
 mod guest;
 mod mcp;
 mod network;
@@ -27,6 +28,7 @@ mod secret;
 mod snapshot;
 mod template;
 
+pub use desktop::{InputAction, InputArgs, ScreenshotArgs, ViewArgs};
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
     JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, ProcessArgs, RmArgs, RunArgs, ShellArgs, WriteArgs,
@@ -219,6 +221,24 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     /// Published ports: make a guest TCP port reachable on the host.
     #[command(subcommand)]
     Port(PortCommand),
+    /// Save a desktop sandbox's screen as a PNG.
+    #[command(
+        after_help = "Examples:\n  atoll screenshot desk -o shot.png\n  atoll screenshot desk --scale 640 -o - > small.png"
+    )]
+    Screenshot(ScreenshotArgs),
+    /// Drive a desktop sandbox's mouse and keyboard; each returns once QEMU took the input.
+    #[command(
+        after_help = "Examples:\n  atoll input desk click 100 200\n  atoll input desk click 100 200 --button right\n  \
+                            atoll input desk drag 10 10 300 300\n  atoll input desk scroll 640 400 --down 5\n  \
+                            atoll input desk type 'hello world'\n  atoll input desk key ctrl+l\n  \
+                            atoll input desk hold shift --for 500\n  atoll input desk cursor"
+    )]
+    Input(InputArgs),
+    /// Watch and use a desktop sandbox's screen in your browser: prints a URL on
+    /// 127.0.0.1 (noVNC, with a token of its own) and serves it until the sandbox ends or
+    /// this command is stopped.
+    #[command(after_help = "Examples:\n  atoll desktop desk\n  atoll desktop desk --view-only")]
+    Desktop(ViewArgs),
 }
 
 /// `atoll info`.

@@ -102,7 +102,7 @@ pub struct CreateArgs {
     #[arg(
         long,
         value_name = "SNAPSHOT",
-        conflicts_with_all = ["template", "memory", "cpus", "mount", "disk", "net", "allow_out", "deny_out"]
+        conflicts_with_all = ["template", "memory", "cpus", "mount", "disk", "display", "net", "allow_out", "deny_out"]
     )]
     pub from: Option<String>,
     /// Share a host folder (repeatable): HOSTDIR:GUESTDIR is read-only in the guest;
@@ -122,6 +122,11 @@ pub struct CreateArgs {
     /// for the value only on HTTPS requests to the secret's hosts (`atoll secret`).
     #[arg(long = "secret", value_name = "VAR=NAME", value_parser = crate::cli::parse_env)]
     pub secrets: Vec<(String, String)>,
+    /// The screen of a template with one (`desktop`), e.g. 1280x800 (640x480 to
+    /// 2560x1600); default: the template's. A size other than the template's boots
+    /// (no template snapshot).
+    #[arg(long, value_name = "WxH")]
+    pub display: Option<crate::desktop::Size>,
 }
 
 fn parse_mount(s: &str) -> Result<Mount, String> {

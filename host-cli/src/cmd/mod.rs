@@ -23,6 +23,7 @@
 //!   what to do about an agent's refusal, in `atoll` commands.
 
 mod cp;
+mod desktop;
 mod error;
 mod exec;
 mod file_sink;
@@ -116,6 +117,9 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,
         Command::Secret(cmd) => secret::run(&ctx, cmd).await,
+        Command::Screenshot(args) => desktop::screenshot(&ctx, args).await,
+        Command::Input(args) => desktop::input(&ctx, args).await,
+        Command::Desktop(args) => desktop::view(&ctx, args).await,
     }
 }
 

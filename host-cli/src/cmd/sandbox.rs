@@ -56,7 +56,8 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         crate::secrets::check_binding(name, var)?;
     }
     let secrets = args.secrets.clone();
-    let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
+    let storage =
+        crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk, display: args.display };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
     let opts = CreateOptions {
         template: args.template,

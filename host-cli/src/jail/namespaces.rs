@@ -205,6 +205,7 @@ mod tests {
             rootfs: Some("/t/rootfs.ext4".into()),
             cmdline: String::new(),
             init: InitKind::Agent,
+            display: None,
         };
         let paths = Paths::in_dir(Path::new("/s/id"), true);
         let storage = Storage {
@@ -213,6 +214,7 @@ mod tests {
                 Mount { host: ro.clone(), guest: "/ro".into(), read_only: true },
             ],
             disk_bytes: None,
+            display: None,
         };
         let spec = VmSpec {
             id: "id",

@@ -287,6 +287,9 @@ pub enum ToolError {
     /// The sandbox's network helper failed or refused; its message says what to do.
     #[error(transparent)]
     Network(crate::sandbox::network::NetError),
+    /// A desktop refused or failed (computer use); its message says what to do.
+    #[error(transparent)]
+    Desktop(crate::desktop::DesktopError),
 }
 
 impl ToolError {
@@ -377,6 +380,15 @@ impl From<crate::sandbox::save_template::SaveTemplateError> for ToolError {
         match error {
             crate::sandbox::save_template::SaveTemplateError::Sandbox(e) => e.into(),
             other => ToolError::SaveTemplate(other),
+        }
+    }
+}
+
+impl From<crate::desktop::DesktopError> for ToolError {
+    fn from(error: crate::desktop::DesktopError) -> Self {
+        match error {
+            crate::desktop::DesktopError::Sandbox(e) => e.into(),
+            other => ToolError::Desktop(other),
         }
     }
 }

@@ -77,7 +77,8 @@ impl AtollMcp {
             + Self::templates_router()
             + Self::run_code_router()
             + Self::metrics_router()
-            + Self::secrets_router();
+            + Self::secrets_router()
+            + Self::computer_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {

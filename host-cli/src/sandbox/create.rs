@@ -144,6 +144,12 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
     }
     let template = template::load(&dirs::templates_dir()?, &opts.template)?;
     check_disk(opts.storage.disk_bytes, opts.memory_mib, &template)?;
+    if let (Some(size), None) = (opts.storage.display, template.display) {
+        return Err(SandboxError::BadResources(format!(
+            "--display {size} needs a template with a screen, and `{}` has none; use --template desktop",
+            template.name
+        )));
+    }
     // Missing programs are reported before anything is allocated.
     find_in_path(QEMU).map_err(launcher::LaunchError::from)?;
     find_in_path(crate::jail::BWRAP).map_err(launcher::LaunchError::from)?;
@@ -233,6 +239,14 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         }
     };
     step("agent answered over its link");
+    if opts.storage.display.or(template.display).is_some() {
+        // A desktop is ready once its X session is (so that its template snapshot has it).
+        let left = timeout.saturating_sub(started.elapsed());
+        crate::desktop::wait_session(&agent, left)
+            .await
+            .map_err(|log| SandboxError::DesktopNotReady { log })?;
+        step("desktop session ready");
+    }
     guard.set(|r| {
         r.ready = announce;
         r.agent_version = Some(version);
@@ -395,6 +409,7 @@ mod tests {
             rootfs: None,
             cmdline: String::new(),
             init: template::InitKind::Agent,
+            display: None,
         };
         assert!(check_disk(Some(256 << 20), 512, &minimal).is_ok());
         assert!(check_disk(None, 128, &minimal).is_ok());

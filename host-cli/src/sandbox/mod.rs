@@ -115,6 +115,14 @@ pub enum SandboxError {
         /// The end of the guest console.
         console: String,
     },
+    /// A desktop sandbox whose agent answered but whose X session did not come up.
+    #[error(
+        "the desktop session did not start within the boot timeout; everything was cleaned up. Give it longer with --timeout. The guest said:\n{log}"
+    )]
+    DesktopNotReady {
+        /// The end of the guest's session log.
+        log: String,
+    },
     /// QEMU stopped using CPU and answering its control socket before the agent
     /// announced itself (see [`watchdog`]).
     #[error(

@@ -253,6 +253,7 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
             .map_or(0, |d| d.as_secs()),
         from_sandbox: None,
         from_template: None,
+        display: None,
         defaults: match &opts.source {
             Source::Image(image) => Some(image.defaults.clone()),
             _ => None,

@@ -157,6 +157,7 @@ mod tests {
             rootfs: None,
             cmdline: String::new(),
             init: template::InitKind::Agent,
+            display: None,
         };
         assert_eq!(has_program(&t, "sh"), Some(true));
         assert_eq!(has_program(&t, "python3"), Some(false));

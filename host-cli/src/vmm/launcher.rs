@@ -236,6 +236,10 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         ]);
     }
     args.extend(super::storage::qemu_args(spec.storage));
+    if let Some(size) = spec.storage.display.or(spec.template.display) {
+        args.extend(crate::desktop::size::qemu_args(size));
+        args.extend(crate::desktop::view::qemu_args(&p.dir));
+    }
     if let Some(initrd) = &spec.template.initrd {
         args.extend(["-initrd".into(), initrd.display().to_string()]);
     }
@@ -310,6 +314,7 @@ mod tests {
             rootfs: rootfs.then(|| "/t/rootfs.ext4".into()),
             cmdline: cmdline.into(),
             init: InitKind::Agent,
+            display: None,
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Storage {
     /// The writable disk's size in bytes (`None`: the template's).
     #[serde(default)]
     pub disk_bytes: Option<u64>,
+    /// The screen's size (`None`: the template's, if it has a screen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<crate::desktop::Size>,
 }
 
 /// The host mode of every file the guest creates in a share (its guest mode lives in
@@ -100,6 +103,7 @@ mod tests {
                 Mount { host: "/h/src".into(), guest: "/work".into(), read_only: true },
             ],
             disk_bytes: Some(1 << 30),
+            display: None,
         };
         let args = qemu_args(&s);
         assert_eq!(

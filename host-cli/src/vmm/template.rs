@@ -98,6 +98,10 @@ pub struct TemplateFile {
     /// The MCP identity that saved it, if one did (an MCP client may replace only these).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub saved_by: Option<String>,
+    /// A screen of this size (`1280x800`) for its sandboxes: QEMU's display, keyboard
+    /// and tablet (see [`crate::desktop`]); none when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
 }
 
 /// What a command run in a sandbox gets when its call does not say: the host adds
@@ -134,6 +138,8 @@ pub struct Template {
     pub cmdline: String,
     /// What runs as PID 1.
     pub init: InitKind,
+    /// The screen its sandboxes get by default, if they get one.
+    pub display: Option<crate::desktop::Size>,
 }
 
 /// True for a plain file-name-like template or sandbox name.
@@ -176,6 +182,12 @@ pub fn load(templates_dir: &Path, name: &str) -> Result<Template, TemplateError>
         rootfs: file.rootfs.as_deref().map(existing).transpose()?,
         cmdline: file.cmdline,
         init: file.init,
+        display: file
+            .display
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e| TemplateError::Malformed { path: path.clone(), source: Box::new(e) })?,
     })
 }
 

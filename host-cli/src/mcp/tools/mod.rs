@@ -18,8 +18,10 @@
 //! - [`metrics`] holds `sandbox_get_metrics`.
 //! - [`secrets`] holds `secret_list`, `sandbox_attach_secret` and
 //!   `sandbox_detach_secret` (no tool sets or reads a value).
+//! - [`computer`] holds `computer_screenshot`, `computer_action` and `computer_stream_url`.
 
 pub mod archive;
+pub mod computer;
 pub mod exec;
 pub mod files;
 pub mod jobs;

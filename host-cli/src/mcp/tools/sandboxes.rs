@@ -71,6 +71,11 @@ pub struct CreateArgs {
     /// hosts (secret_list shows the secrets this server may bind).
     #[serde(default)]
     pub secrets: Option<std::collections::BTreeMap<String, String>>,
+    /// The screen of a desktop sandbox (template "desktop"), e.g. "1280x800" (640x480 to
+    /// 2560x1600). Default: the template's (1280x800). Another size boots rather than
+    /// restoring the template's snapshot.
+    #[serde(default)]
+    pub display: Option<String>,
 }
 
 /// One host folder shared into a sandbox.
@@ -258,7 +263,7 @@ impl AtollMcp {
     ) -> Result<Storage, ToolError> {
         let disk_bytes = disk.filter(|d| !d.is_empty()).map(|d| mounts::parse_disk(&d)).transpose()?;
         if mounts.is_empty() {
-            return Ok(Storage { mounts: Vec::new(), disk_bytes });
+            return Ok(Storage { mounts: Vec::new(), disk_bytes, display: None });
         }
         let mut allowed = self.allowed_mounts().to_vec();
         if self.trusts_roots() {
@@ -271,7 +276,7 @@ impl AtollMcp {
             out.push(Mount { host, guest: mounts::guest_path(&m.guest_path)?, read_only: m.read_only });
         }
         mounts::check(&out)?;
-        Ok(Storage { mounts: out, disk_bytes })
+        Ok(Storage { mounts: out, disk_bytes, display: None })
     }
 }
 
@@ -318,10 +323,16 @@ impl AtollMcp {
             }
             crate::secrets::check_binding(secret, env)?;
         }
+        let display = args.display.take().filter(|d| !d.is_empty());
+        let display = display
+            .map(|d| d.parse::<crate::desktop::Size>())
+            .transpose()
+            .map_err(|e| ToolError::from(crate::desktop::DesktopError::BadRequest(e.to_string())))?;
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
+        opts.storage.display = display;
         let mut info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         for (env, secret) in &secrets {

@@ -1,0 +1,150 @@
+"""Computer use through the official MCP SDK on one real `desktop` sandbox made with
+sandbox_create: computer_screenshot returns PNG image content of the size it says
+(scaled when asked); computer_action with the computer-use action names clicks the
+button of a Tk program the test starts (tests/desktop/app.py), with coordinates given in
+a half-size screenshot's pixels and mapped back; cursor_position answers in the same
+scaled pixels; typing and keys reach a field; bad actions and a sandbox without a screen
+are tool errors that say what to do."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import anyio
+import pytest
+
+from conftest import REPO, call_err, call_ok, data_dir, mcp_session
+
+pytestmark = pytest.mark.anyio
+
+APP = (REPO / "tests" / "desktop" / "app.py").read_text()
+
+
+def png_size(block) -> tuple[int, int]:
+    """Width and height from a PNG image content block's IHDR."""
+    assert block.type == "image" and block.mime_type == "image/png", block
+    data = base64.b64decode(block.data)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+async def sh(session, sid: str, command: str) -> str:
+    out = await call_ok(session, "sandbox_exec", command=command, sandbox_id=sid, timeout_ms=60000)
+    assert out["exit_code"] == 0, out
+    return out["stdout"]
+
+
+async def guest_file_until(session, sid: str, path: str, done) -> str:
+    with anyio.fail_after(30):
+        while True:
+            text = await sh(session, sid, f"cat {path} 2>/dev/null || true")
+            if done(text):
+                return text
+            await anyio.sleep(0.3)
+
+
+async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
+    if not (data_dir() / "templates" / "desktop" / "template.json").exists():
+        hint = "the `desktop` template is not built (rootfs/setup.sh --with-desktop)"
+        if os.environ.get("ATOLL_TEST_SKIP_DESKTOP"):
+            pytest.skip(f"ATOLL_TEST_SKIP_DESKTOP is set: {hint}")
+        pytest.fail(f"{hint}, or set ATOLL_TEST_SKIP_DESKTOP=1 to skip")
+    async with mcp_session(env={"ATOLL_STATE_DIR": str(state_dir)}) as session:
+        text = await call_err(session, "sandbox_create", template="desktop", display="10x10")
+        assert "out of range; give 640x480 to 2560x1600" in text, text
+        created = await call_ok(
+            session, "sandbox_create", template="desktop", name="mcpdesk", memory_mib=1024, boot_timeout_s=300
+        )
+        sid = created["id"]
+        try:
+            # A screenshot: image content plus its size and scale.
+            result = await session.call_tool("computer_screenshot", {"sandbox_id": sid})
+            assert not result.is_error, result
+            images = [b for b in result.content if b.type == "image"]
+            assert len(images) == 1 and png_size(images[0]) == (1280, 800)
+            shape = result.structured_content
+            assert shape["width"] == 1280 and shape["screen_height"] == 800 and shape["scale"] == 1.0, shape
+            result = await session.call_tool("computer_screenshot", {"sandbox_id": sid, "scale": 640})
+            assert png_size([b for b in result.content if b.type == "image"][0]) == (640, 400)
+            assert result.structured_content["scale"] == 0.5
+
+            # The test's program; its widgets' screen geometry.
+            await call_ok(session, "sandbox_files_write", path="/tmp/app.py", content=APP, sandbox_id=sid)
+            await call_ok(
+                session,
+                "sandbox_exec_background",
+                command="chmod 644 /tmp/app.py && su user -c 'DISPLAY=:0 python3 /tmp/app.py'",
+                sandbox_id=sid,
+            )
+            layout = json.loads(await guest_file_until(session, sid, "/tmp/layout.json", lambda t: "canvas" in t))
+            bx, by = layout["button"][0] + 20, layout["button"][1] + 10
+
+            # A left click in half-size screenshot pixels lands on the button.
+            done = await call_ok(
+                session, "computer_action", sandbox_id=sid, action="left_click", coordinate=[bx // 2, by // 2], scale=640
+            )
+            assert done["action"] == "left_click" and done["screen_width"] == 1280, done
+            assert await guest_file_until(session, sid, "/tmp/clicks", bool) == "click\n"
+
+            # mouse_move and cursor_position in the same scaled space.
+            await call_ok(session, "computer_action", sandbox_id=sid, action="mouse_move", coordinate=[100, 50], scale=640)
+            where = await call_ok(session, "computer_action", sandbox_id=sid, action="cursor_position", scale=640)
+            assert where["coordinate"] == [100, 50], where
+            where = await call_ok(session, "computer_action", sandbox_id=sid, action="cursor_position")
+            assert where["coordinate"] == [200, 100], where
+
+            # Typing and keys; a screenshot after the action when asked.
+            e2x, e2y = layout["e2"][0] + 10, layout["e2"][1] + 5
+            await call_ok(session, "computer_action", sandbox_id=sid, action="left_click", coordinate=[e2x, e2y])
+            # Mouse and keyboard are two devices; a key right after a click can overtake it.
+            await call_ok(session, "computer_action", sandbox_id=sid, action="wait", duration=1)
+            await call_ok(session, "computer_action", sandbox_id=sid, action="type", text="typed by MCP")
+            result = await session.call_tool(
+                "computer_action", {"sandbox_id": sid, "action": "key", "text": "Return", "screenshot": True}
+            )
+            assert not result.is_error, result
+            assert png_size([b for b in result.content if b.type == "image"][0]) == (1280, 800)
+            assert result.structured_content["screenshot"]["width"] == 1280
+            assert await guest_file_until(session, sid, "/tmp/entries", bool) == "|typed by MCP"
+
+            # Bad actions: tool errors naming what to do.
+            for args, words in [
+                ({"action": "left_click", "coordinate": [1280, 0]}, "off the screen, which is 1280x800"),
+                ({"action": "left_click", "coordinate": [640, 0], "scale": 640}, "off the screen"),
+                ({"action": "key", "text": "ctrl+bogus"}, "unknown key `bogus`"),
+                ({"action": "type", "text": "€"}, "cannot type '€'"),
+                ({"action": "type"}, "action `type` needs `text`"),
+                ({"action": "teleport"}, "unknown action `teleport`; use one of: key, type"),
+                ({"action": "scroll", "coordinate": [5, 5], "scroll_direction": "left"}, "give up or down"),
+                ({"action": "wait", "duration": 999}, "seconds from 0 to 30"),
+            ]:
+                text = await call_err(session, "computer_action", sandbox_id=sid, **args)
+                assert words in text, (args, text)
+            assert await sh(session, sid, "cat /tmp/entries") == "|typed by MCP"
+
+            # A live view: its page loads with the token, not without.
+            view = await call_ok(session, "computer_stream_url", sandbox_id=sid, view_only=True)
+            assert view["url"].startswith("http://127.0.0.1:") and "view_only=1" in view["url"], view
+            page = view["url"].split("?")[0]
+            with urllib.request.urlopen(page, timeout=10) as response:
+                assert response.status == 200 and b"noVNC" in response.read()
+            token = page.split("/")[3]
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(page.replace(token, token[::-1]), timeout=10)
+            assert refused.value.code == 404
+
+            # A sandbox without a screen.
+            plain = await call_ok(session, "sandbox_create", name="mcpplain", boot_timeout_s=300)
+            text = await call_err(session, "computer_screenshot", sandbox_id=plain["id"])
+            assert "sandbox `mcpplain` has no screen" in text and "--template desktop" in text, text
+            text = await call_err(session, "computer_action", sandbox_id=plain["id"], action="screenshot")
+            assert "has no screen" in text, text
+        finally:
+            await session.call_tool("sandbox_kill", {"sandbox_id": sid})
+            await session.call_tool("sandbox_kill", {"sandbox_id": "mcpplain"})

@@ -1,0 +1,278 @@
+//! Computer use through `atoll screenshot` and `atoll input` on one real `desktop`
+//! sandbox (its first create boots and saves the template snapshot; a second create
+//! restores it): a Tk program the test starts (tests/desktop/app.py) draws known
+//! colours, which the screenshot has where the program says its canvas is; clicks,
+//! right clicks, drags and the wheel reach it at the coordinates given; typed text and
+//! ctrl+a / ctrl+c / ctrl+v land in its fields. Bad input (off-screen points, unknown
+//! keys, characters the layout lacks, a sandbox without a screen) is refused with a
+//! clear message and exit code 2 or 1, and sends nothing.
+
+use std::time::Duration;
+
+use atoll_tests::data_dir;
+use atoll_tests::vm::{Atoll, text, wait_until};
+
+const APP: &str = include_str!("../desktop/app.py");
+
+/// Whether the `desktop` template is built; missing, it fails the test unless
+/// ATOLL_TEST_SKIP_DESKTOP=1 asks to skip it on purpose.
+fn desktop_or_skip() -> bool {
+    if data_dir().join("templates/desktop/template.json").is_file() {
+        return true;
+    }
+    let hint = "template `desktop` is not built; build it with `rootfs/setup.sh --with-desktop`";
+    assert!(
+        std::env::var_os("ATOLL_TEST_SKIP_DESKTOP").is_some(),
+        "{hint} (or set ATOLL_TEST_SKIP_DESKTOP=1 to skip)"
+    );
+    eprintln!("SKIPPED (ATOLL_TEST_SKIP_DESKTOP is set): {hint}");
+    false
+}
+
+/// The screenshot `atoll screenshot NAME ARGS -o -` prints, decoded: (width, height, RGB).
+fn screenshot(atoll: &Atoll, name: &str, args: &[&str]) -> (u32, u32, Vec<u8>) {
+    let mut all = vec!["screenshot", name, "-o", "-"];
+    all.extend_from_slice(args);
+    let out = atoll.run(&all);
+    assert!(out.status.success(), "screenshot failed: {}", text(&out.stderr));
+    let decoder = png::Decoder::new(std::io::Cursor::new(out.stdout));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a PNG frame");
+    assert_eq!(info.color_type, png::ColorType::Rgb);
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+fn pixel(shot: &(u32, u32, Vec<u8>), x: i64, y: i64) -> [u8; 3] {
+    let i = usize::try_from((y * i64::from(shot.0) + x) * 3).unwrap();
+    [shot.2[i], shot.2[i + 1], shot.2[i + 2]]
+}
+
+fn input(atoll: &Atoll, name: &str, args: &[&str]) -> String {
+    let mut all = vec!["input", name];
+    all.extend_from_slice(args);
+    let out = atoll.run(&all);
+    assert!(out.status.success(), "input {args:?} failed: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// A guest file's text once `done` holds for it (events reach a program through X).
+fn guest_file_until(atoll: &Atoll, name: &str, path: &str, done: impl Fn(&str) -> bool) -> String {
+    let mut last = String::new();
+    wait_until(&format!("{path} in the guest"), Duration::from_secs(120), || {
+        last = atoll.sh(name, &format!("cat {path} 2>/dev/null || true"));
+        done(&last)
+    });
+    last
+}
+
+/// A live view started with `atoll desktop NAME ARGS`: the process and its URL.
+fn start_view(atoll: &Atoll, name: &str, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut all = vec!["desktop", name];
+    all.extend_from_slice(args);
+    let mut child = atoll.command(&all).spawn().expect("spawn atoll desktop");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("http://127.0.0.1:"), "atoll desktop printed {line:?}");
+    (child, line.trim().to_string())
+}
+
+/// (host:port, token) of a view URL.
+fn view_parts(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_once('/').unwrap();
+    (addr.to_string(), path.split('/').next().unwrap().to_string())
+}
+
+/// The status code of `GET path` on `addr`.
+fn http_status(addr: &str, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut head = String::new();
+    s.read_to_string(&mut head).unwrap();
+    head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// Debian's headless Chromium on the host, with the flags the brief names, on `url`:
+/// the page's DOM once loaded (`--dump-dom`).
+fn chromium(url: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,860",
+        "--run-all-compositor-stages-before-draw",
+        "--virtual-time-budget=15000",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    cmd.arg("--dump-dom");
+    let child = cmd.arg(url).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn();
+    let child = child.expect("Debian's chromium on the host (apt-get install chromium)");
+    let out = atoll_tests::vm::wait_bounded(child, Duration::from_secs(120)).expect("chromium hung");
+    text(&out.stdout)
+}
+
+#[test]
+fn a_desktop_is_seen_and_driven_from_the_host() {
+    if !desktop_or_skip() {
+        return;
+    }
+    let atoll = Atoll::new();
+    let created = atoll.create_with("desk", &["--template", "desktop", "--memory", "1024"]);
+    assert_eq!(created["template"], "desktop");
+
+    // The screen: the template's size, unscaled and scaled.
+    let full = screenshot(&atoll, "desk", &[]);
+    assert_eq!((full.0, full.1), (1280, 800));
+    let small = screenshot(&atoll, "desk", &["--scale", "640"]);
+    assert_eq!((small.0, small.1), (640, 400));
+
+    // The test's program, started as the desktop's user.
+    atoll.sh("desk", &format!("cat > /tmp/app.py <<'EOF'\n{APP}EOF\nchmod 644 /tmp/app.py"));
+    let started =
+        atoll.run(&["-s", "desk", "run", "-d", "--", "su", "user", "-c", "DISPLAY=:0 python3 /tmp/app.py"]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let layout = guest_file_until(&atoll, "desk", "/tmp/layout.json", |t| t.contains("canvas"));
+    let layout: serde_json::Value = serde_json::from_str(&layout).unwrap();
+    let at = |name: &str, dx: i64, dy: i64| {
+        let g = &layout[name];
+        (g[0].as_i64().unwrap() + dx, g[1].as_i64().unwrap() + dy)
+    };
+    let (cx, cy) = at("canvas", 0, 0);
+
+    // Known colours where the program drew them (the pointer parked out of the way).
+    input(&atoll, "desk", &["move", "1270", "790"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let shot = screenshot(&atoll, "desk", &[]);
+    assert_eq!(pixel(&shot, cx + 50, cy + 50), [255, 0, 0], "red half, canvas at {cx},{cy}");
+    assert_eq!(pixel(&shot, cx + 150, cy + 50), [0, 0, 255], "blue half");
+    assert_ne!(pixel(&shot, cx + 50, cy + 150), [255, 0, 0], "below the canvas is not red");
+
+    // The pointer goes where it is sent.
+    input(&atoll, "desk", &["move", "321", "123"]);
+    assert_eq!(input(&atoll, "desk", &["cursor"]).trim(), "321 123");
+
+    // A click on the button.
+    let (bx, by) = at("button", 20, 10);
+    input(&atoll, "desk", &["click", &bx.to_string(), &by.to_string()]);
+    assert_eq!(guest_file_until(&atoll, "desk", "/tmp/clicks", |t| !t.is_empty()), "click\n");
+
+    // A right click, a drag and the wheel on the canvas, at the coordinates given.
+    let (rx, ry) = at("canvas", 30, 40);
+    input(&atoll, "desk", &["click", &rx.to_string(), &ry.to_string(), "--button", "right"]);
+    let (x1, y1, x2, y2) = (cx + 10, cy + 10, cx + 190, cy + 90);
+    input(&atoll, "desk", &["drag", &x1.to_string(), &y1.to_string(), &x2.to_string(), &y2.to_string()]);
+    input(&atoll, "desk", &["scroll", &rx.to_string(), &ry.to_string(), "--down", "2"]);
+    let events = guest_file_until(&atoll, "desk", "/tmp/events", |t| t.matches("down").count() >= 2);
+    let expected =
+        format!("right {rx} {ry}\npress {x1} {y1}\nrelease {x2} {y2}\ndown {rx} {ry}\ndown {rx} {ry}\n");
+    assert_eq!(events, expected);
+
+    // Typing and key combinations: type into the first field, select it all, copy, paste
+    // into the second, Return saves both.
+    let (e1x, e1y) = at("e1", 10, 5);
+    let (e2x, e2y) = at("e2", 10, 5);
+    input(&atoll, "desk", &["click", &e1x.to_string(), &e1y.to_string()]);
+    std::thread::sleep(Duration::from_secs(1));
+    input(&atoll, "desk", &["type", "Hello, World! ~{42}"]);
+    input(&atoll, "desk", &["key", "ctrl+a ctrl+c"]);
+    input(&atoll, "desk", &["click", &e2x.to_string(), &e2y.to_string()]);
+    // The mouse and the keyboard are two devices: X reads each on its own, so a key
+    // right after a click can overtake it on a loaded guest (docs/desktop.md).
+    std::thread::sleep(Duration::from_secs(1));
+    input(&atoll, "desk", &["key", "ctrl+v"]);
+    input(&atoll, "desk", &["key", "Return"]);
+    let entries = guest_file_until(&atoll, "desk", "/tmp/entries", |t| !t.is_empty());
+    assert_eq!(entries, "Hello, World! ~{42}|Hello, World! ~{42}");
+
+    // Bad input: clear words, exit code 2, nothing sent (the field keeps its text).
+    for (args, words) in [
+        (vec!["click", "1280", "5"], "off the screen, which is 1280x800"),
+        (vec!["move", "-1", "5"], "off the screen"),
+        (vec!["key", "ctrl+nope"], "unknown key `nope`"),
+        (vec!["type", "naïve"], "cannot type 'ï'"),
+        (vec!["hold", "shift", "--for", "60000"], "at most 30 s"),
+        (vec!["scroll", "5", "5", "--down", "0"], "1 to 100"),
+    ] {
+        let mut all = vec!["input", "desk"];
+        all.extend_from_slice(&args);
+        let out = atoll.run(&all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(words), "{args:?}: {}", text(&out.stderr));
+    }
+    let e = atoll.fails(&["screenshot", "desk", "--scale", "5000", "-o", "-"]);
+    assert!(e.contains("scale width 5000 is out of range"), "{e}");
+    assert_eq!(atoll.sh("desk", "cat /tmp/entries"), "Hello, World! ~{42}|Hello, World! ~{42}");
+
+    // The live view: noVNC in Debian's headless Chromium connects to this desktop; a
+    // wrong token gets nothing.
+    let (mut view, url) = start_view(&atoll, "desk", &[]);
+    let (addr, token) = view_parts(&url);
+    let wrong: String = token.chars().rev().collect();
+    assert_eq!(http_status(&addr, &format!("/{token}/vnc_lite.html")), 200);
+    assert_eq!(http_status(&addr, &format!("/{wrong}/vnc_lite.html")), 404);
+    assert_eq!(http_status(&addr, &format!("/{wrong}/websockify")), 404);
+    assert_eq!(http_status(&addr, "/vnc_lite.html"), 404);
+    assert_eq!(http_status(&addr, &format!("/{token}/../../../etc/passwd")), 404);
+    let lite = url.replace("/vnc.html?", "/vnc_lite.html?");
+    // Chromium's virtual time runs ahead of the network on a loaded machine: a load that
+    // ends before the connection completes is tried again.
+    let mut dom = String::new();
+    for _ in 0..5 {
+        dom = chromium(&lite);
+        if dom.contains(">Connected to QEMU (") {
+            break;
+        }
+    }
+    // Through the bridge: the RFB handshake with this sandbox's QEMU (its name) and its
+    // screen's size (noVNC's canvas takes it from the server's init message).
+    let id = created["id"].as_str().unwrap();
+    assert!(dom.contains(&format!(">Connected to QEMU (atoll-{id})<")), "noVNC did not connect: {dom}");
+    assert!(dom.contains("<canvas width=\"1280\" height=\"800\""), "{dom}");
+    let dom = chromium(&lite.replace(&token, &wrong));
+    assert!(!dom.contains("Connected to QEMU"), "a wrong token connected");
+
+    // A second, view-only view has a token of its own and tells noVNC to only watch.
+    let (mut watch, watch_url) = start_view(&atoll, "desk", &["--view-only"]);
+    let (waddr, wtoken) = view_parts(&watch_url);
+    assert!(watch_url.ends_with("&view_only=1") && wtoken != token, "{watch_url}");
+    assert_eq!(http_status(&waddr, &format!("/{token}/vnc_lite.html")), 404, "another view's token");
+    assert_eq!(http_status(&waddr, &format!("/{wtoken}/vnc_lite.html")), 200);
+
+    // A sandbox without a screen is refused, and so is a screen on a template without one.
+    atoll.create("plain");
+    for args in [vec!["screenshot", "plain", "-o", "-"], vec!["input", "plain", "click", "1", "1"]] {
+        let e = atoll.fails(&args);
+        assert!(e.contains("sandbox `plain` has no screen") && e.contains("--template desktop"), "{e}");
+    }
+    let e = atoll.fails(&["create", "--name", "x", "--display", "800x600"]);
+    assert!(e.contains("--display 800x600 needs a template with a screen"), "{e}");
+    let e = atoll.fails(&["create", "--name", "x", "--template", "desktop", "--display", "10x10"]);
+    assert!(e.contains("out of range; give 640x480 to 2560x1600"), "{e}");
+
+    // The second desktop restores the template snapshot the first saved, desktop and all.
+    let second = atoll.create_with("desk2", &["--template", "desktop", "--memory", "1024"]);
+    assert_eq!(second["started_from"], "template snapshot", "{second}");
+    input(&atoll, "desk2", &["move", "10", "20"]);
+    assert_eq!(input(&atoll, "desk2", &["cursor"]).trim(), "10 20");
+    let shot = screenshot(&atoll, "desk2", &[]);
+    assert_eq!(pixel(&shot, 640, 400), [0x2e, 0x34, 0x40], "the desktop's background");
+
+    // The views end with their sandbox.
+    atoll.json(&["kill", "desk"]);
+    for child in [&mut view, &mut watch] {
+        wait_until("the view to end with its sandbox", Duration::from_secs(20), || {
+            child.try_wait().unwrap().is_some()
+        });
+    }
+    assert!(std::net::TcpStream::connect(&addr).is_err(), "the view still listens on {addr}");
+}
