@@ -2,7 +2,8 @@
 //! IPC, UTS, cgroup and network namespaces (its NIC and its agent link are Unix sockets
 //! in the sandbox directory, so an empty network namespace is enough), no capabilities,
 //! and a root with nothing in it but QEMU's own programs, libraries and firmware
-//! (`/usr`, read-only), a minimal `/dev` and `/proc`, the sandbox directory, the
+//! (`/usr`, read-only), a minimal `/dev` and `/proc`, the sandbox's `vm/` directory
+//! (never the sandbox directory itself, where atoll keeps its records and logs), the
 //! template's files and the shared folders. Every bind bwrap makes is `nosuid,nodev`.
 //!
 //! In a read-write shared folder, what host tools run without being asked is bound
@@ -49,7 +50,8 @@ pub struct Bind {
 /// bound inside them.
 pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
     let bind = |path: &Path, access| Bind { path: path.to_path_buf(), access };
-    let mut out = vec![bind(&spec.paths.dir, Access::Write)];
+    // Only `vm/`: records, logs and the helper's sockets stay out of QEMU's sight.
+    let mut out = vec![bind(&spec.paths.vm, Access::Write)];
     let t = spec.template;
     out.push(bind(&t.kernel, Access::Read));
     out.extend(t.initrd.iter().map(|p| bind(p, Access::Read)));
@@ -57,9 +59,9 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
     out.extend(t.rootfs.iter().map(|p| bind(p, Access::Read)));
     if let GuestRam::Snapshot(ram) = spec.ram {
         // QEMU 7.2 opens a memory-backend-file read-write even with share=off (its
-        // `readonly` maps guest RAM read-only), so the file is bound read-write; it
-        // maps it privately and never writes it (docs/security.md: not defended).
-        out.push(bind(ram, Access::Write));
+        // `readonly` maps guest RAM read-only), so a restore maps a private copy made
+        // in `vm/` (`sandbox::machine::bring_up`), never the snapshot's own file.
+        debug_assert!(ram.starts_with(&spec.paths.vm), "guest RAM must be a private copy in vm/");
     }
     if spec.accel == Accel::Kvm {
         out.push(bind(Path::new("/dev/kvm"), Access::Device));
@@ -207,6 +209,7 @@ mod tests {
             init: InitKind::Agent,
         };
         let paths = Paths::in_dir(Path::new("/s/id"), true);
+        assert_eq!(paths.overlay.as_deref(), Some(Path::new("/s/id/vm/rootfs.qcow2")));
         let storage = Storage {
             mounts: vec![
                 Mount { host: repo.clone(), guest: "/work".into(), read_only: false },
@@ -228,6 +231,9 @@ mod tests {
         };
         let b = binds(&spec);
         let access = |p: PathBuf| b.iter().find(|x| x.path == p).map(|x| x.access);
+        assert_eq!(access("/s/id/vm".into()), Some(Access::Write));
+        assert_eq!(access("/s/id".into()), None, "the sandbox directory itself is never shown");
+        assert!(b.iter().all(|x| !x.path.starts_with("/s/id") || x.path.starts_with("/s/id/vm")));
         assert_eq!(access(repo.clone()), Some(Access::Write));
         assert_eq!(access(repo.join(".git")), Some(Access::Write), "bound onto itself: no rename");
         assert_eq!(access(repo.join(".git/config")), Some(Access::Read));

@@ -103,11 +103,8 @@ fn lookup(name: &str) -> Option<(u32, u32)> {
 /// directory (sticky: QEMU may add its sockets but not remove atoll's files), its
 /// disk and console, its NIC's socket, the guest RAM file of a restore.
 pub fn grant(path: &Path, run_as: RunAs, mode: u32) -> Result<(), UserError> {
-    let err = |source: std::io::Error| UserError::Grant { path: path.to_path_buf(), source };
-    let gid = rustix::fs::Gid::from_raw(run_as.atoll_gid);
-    rustix::fs::chown(path, None, Some(gid)).map_err(|e| err(e.into()))?;
-    rustix::fs::chmod(path, rustix::fs::Mode::from_raw_mode(mode)).map_err(|e| err(e.into()))?;
-    Ok(())
+    crate::vmm::safe_fs::chown_group_mode(path, run_as.atoll_gid, mode)
+        .map_err(|source| UserError::Grant { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub const QEMU: &str = "qemu-system-x86_64";
 pub const QEMU_IMG: &str = "qemu-img";
 /// QEMU id of the virtio-serial bus the agent link's port sits on.
 pub const AGENT_SERIAL_BUS: &str = "vser0";
-/// QEMU id of the chardev behind the agent link's port (`<dir>/agent.port`).
+/// QEMU id of the chardev behind the agent link's port (`<dir>/vm/agent.port`).
 pub const AGENT_PORT_CHARDEV: &str = "agentport";
 /// QEMU id of the agent link's port, for `device_del`/`device_add` on a restore.
 pub const AGENT_PORT_DEVICE: &str = "agentport0";
@@ -210,7 +210,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-chardev".into(),
         format!(
             "socket,id={AGENT_PORT_CHARDEV},path={},server=on,wait=off",
-            p.dir.join(crate::vmm::agent_link::PORT_SOCKET).display()
+            p.vm.join(crate::vmm::agent_link::PORT_SOCKET).display()
         ),
         "-device".into(),
         agent_port_device(),
@@ -284,7 +284,8 @@ pub fn tail(path: &Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};
     // Only the last 64 KiB are read: a console log can grow large.
     let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
+    // Not followed if a link: the console is in the directory QEMU writes.
+    if let Ok(mut f) = super::safe_fs::open_read(path) {
         let _ = f.seek(SeekFrom::End(-64 * 1024)).or_else(|_| f.seek(SeekFrom::Start(0)));
         let _ = f.take(64 * 1024).read_to_end(&mut bytes);
     }

@@ -83,7 +83,11 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         NetworkMode::None => None,
     };
     let link_socket = dir.join(agent_link::AGENT_SOCKET);
-    let link = agent_link::start(&dir.join(agent_link::PORT_SOCKET), &link_socket, agent_link::LINK_WAIT)?;
+    let link = agent_link::start(
+        &dir.join(crate::vmm::state::VM_DIR).join(agent_link::PORT_SOCKET),
+        &link_socket,
+        agent_link::LINK_WAIT,
+    )?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
     let ctl = bind(&config::ctl_path(dir))?;
