@@ -190,7 +190,186 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     git(&repo, &["status", "--porcelain"]);
     assert!(!pwned.exists(), "a host `git status` ran the guest's command");
 
+    compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
+
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!memory_dir.parent().unwrap().exists(), "the cgroup outlived the sandbox");
+}
+
+/// Runs `script` as a compromised QEMU `pid` would: in its mount namespace (and its
+/// user namespace, when atoll is not root), with its uid, gid and groups and no
+/// capabilities.
+fn as_qemu(pid: u64, script: &str) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg("-t").arg(pid.to_string()).arg("-m");
+    if rustix::process::geteuid().is_root() {
+        let first = |key: &str| status_field(pid, key).split_whitespace().next().unwrap().to_string();
+        let groups = status_field(pid, "Groups").split_whitespace().collect::<Vec<_>>().join(",");
+        cmd.args(["--", "setpriv", "--reuid", &first("Uid"), "--regid", &first("Gid")]);
+        if groups.is_empty() {
+            cmd.arg("--clear-groups");
+        } else {
+            cmd.args(["--groups", &groups]);
+        }
+        cmd.args(["--inh-caps=-all", "--bounding-set=-all", "--"]);
+    } else {
+        cmd.args(["-U", "--preserve-credentials", "--"]);
+    }
+    let out = cmd.args(["/bin/sh", "-c", script]).output().expect("nsenter");
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+fn sha256(path: &Path) -> String {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).unwrap();
+    format!("{:x}", h.finalize())
+}
+
+/// Every entry under `dir` that is a symbolic link.
+fn links_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            out.push(e.path());
+        } else if t.is_dir() {
+            out.extend(links_under(&e.path()));
+        }
+    }
+    out
+}
+
+/// A compromised QEMU (its namespace, its identity) tries to take over what root atoll
+/// writes and follows: the records and their temp files, the logs, the sockets atoll
+/// connects to, the copies a restore makes, and the snapshot's guest RAM. Each fails;
+/// atoll snapshots and restores the sandbox around the plants and it keeps working.
+fn compromised_qemu_reaches_nothing_of_atoll(atoll: &Atoll, host: &Path) {
+    // A sandbox without shares: snapshots cannot carry them.
+    let created = atoll.json(&["create", "--name", "plain", "--net", "none", "--timeout", "240s"]);
+    let id = created["id"].as_str().unwrap();
+    let dir = atoll.state_dir().join(id);
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    let qemu = record["qemu"]["pid"].as_u64().unwrap();
+    let vm = dir.join("vm");
+    let victim = host.join("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    let victim_meta = std::fs::metadata(&victim).unwrap();
+    let d = dir.display();
+    let v = victim.display();
+
+    // What atoll writes is not in QEMU's view at all.
+    let (code, out, err) =
+        as_qemu(qemu, &format!("ls -a {d}; cat {d}/sandbox.json {d}/net.json {d}/qemu.log"));
+    assert_ne!(code, Some(0), "QEMU read atoll's files: {out}");
+    assert!(err.contains("No such file"), "{err}");
+    let names: Vec<&str> = out.lines().filter(|l| !matches!(*l, "." | "..")).collect();
+    assert_eq!(names, ["vm"], "QEMU sees more of the sandbox directory than vm/");
+    // Plant the record's temp file and links at the logs: none reaches the host's
+    // sandbox directory (QEMU's copy of its parent is bwrap's, not atoll's).
+    let plant = format!(
+        "for f in .sandbox.json.tmp .net.json.tmp sandbox.json qemu.log net-helper.log net.log agent.sock; do \
+           ln -sf {v} {d}/$f; done; ls {d}"
+    );
+    let _ = as_qemu(qemu, &plant);
+    // In vm/, which QEMU does write: links where atoll copies, hands over and reads.
+    let plant_vm = format!(
+        "cd {vm}; for f in ram.bin rootfs.partial .rootfs.qcow2.tmp console.log.1 qmp.sock.tmp; do ln -s {v} $f || exit 9; done; \
+         ln -sf {v} console.log; ln -sf {v} rootfs.qcow2; ln -sf {v} net.sock; ls -la",
+        vm = vm.display()
+    );
+    let atolls: Vec<&str> =
+        ["console.log", "rootfs.qcow2"].into_iter().filter(|f| vm.join(f).is_file()).collect();
+    let (code, out, err) = as_qemu(qemu, &plant_vm);
+    assert_eq!(
+        code.is_some_and(|c| c != 9),
+        true,
+        "QEMU could not even make its own files in vm/: {out} {err}"
+    );
+    if rustix::process::geteuid().is_root() {
+        // Sticky vm/: QEMU cannot replace what atoll put there.
+        for f in atolls {
+            assert!(std::fs::symlink_metadata(vm.join(f)).unwrap().is_file(), "QEMU replaced vm/{f}: {out}");
+        }
+    }
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        assert!(!t.is_symlink(), "QEMU planted {} in the sandbox directory", e.path().display());
+    }
+
+    // atoll goes on: exec, a snapshot (copies vm/'s disk), a restore in place (copies
+    // disk and guest RAM into vm/ over the plants, hands the files to QEMU's user).
+    assert_eq!(atoll.sh("plain", "echo alive"), "alive\n");
+    atoll.json(&["snapshot", "create", "plain", "--name", "s1"]);
+    let snap_ram = atoll.state_dir().join(".snapshots/s1/ram.bin");
+    let ram_hash = sha256(&snap_ram);
+    atoll.sh("plain", "echo later > /tmp/later");
+    atoll.json(&["snapshot", "restore", "plain", "s1"]);
+    assert_eq!(
+        atoll.sh("plain", "ls /tmp/later 2>&1 || echo rolled-back").trim_end(),
+        "ls: /tmp/later: No such file or directory\nrolled-back"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n", "atoll wrote through a planted link");
+    let now = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        (now.uid(), now.gid(), now.mode()),
+        (victim_meta.uid(), victim_meta.gid(), victim_meta.mode()),
+        "atoll handed the link's target to QEMU"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    let restored = record["qemu"]["pid"].as_u64().unwrap();
+    assert_ne!(restored, qemu);
+
+    // The restored QEMU: the snapshot's files are not in its view, the guest RAM file
+    // it was given is a private copy whose name is already gone, and a write through
+    // its own descriptor of it (done here from the host, as QEMU could) leaves the
+    // snapshot as it was for every later restore.
+    let (code, out, _) =
+        as_qemu(restored, &format!("ls {}; ls {}", snap_ram.display(), vm.join("ram.bin").display()));
+    assert_ne!(code, Some(0), "the restored QEMU sees the snapshot's or its own RAM file by name: {out}");
+    let mut wrote = 0;
+    for fd in std::fs::read_dir(format!("/proc/{restored}/fd")).unwrap().flatten() {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        if target.to_string_lossy().contains("ram.bin") {
+            assert!(target.starts_with(&vm), "QEMU holds {} open", target.display());
+            // The last page of guest RAM: the least likely to be in use.
+            let f = std::fs::OpenOptions::new().write(true).open(fd.path()).unwrap();
+            let last = f.metadata().unwrap().len() - 4096;
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0xAB; 4096], last).unwrap();
+            wrote += 1;
+        }
+    }
+    assert!(wrote > 0, "found no guest RAM file held by the restored QEMU");
+    assert_eq!(sha256(&snap_ram), ram_hash, "a restored QEMU changed the snapshot's guest RAM");
+    atoll.json(&["snapshot", "restore", "plain", "s1"]);
+    assert_eq!(atoll.sh("plain", "echo again"), "again\n");
+    assert!(
+        links_under(&dir).iter().all(|l| l.starts_with(&vm)),
+        "links outside vm/: {:?}",
+        links_under(&dir)
+    );
+
+    // A record that is not the effective user's (or is a link) is not a sandbox.
+    let fake = atoll.state_dir().join("0badf00d");
+    std::fs::create_dir(&fake).unwrap();
+    let mut forged = record.clone();
+    forged["id"] = "0badf00d".into();
+    forged["name"] = "forged".into();
+    std::fs::write(fake.join("sandbox.json"), serde_json::to_vec(&forged).unwrap()).unwrap();
+    let listed = || text(&atoll.run(&["ls"]).stdout).contains("forged");
+    assert!(listed(), "a record of the user's own is read");
+    if rustix::process::geteuid().is_root() {
+        chown_tree(&fake, OWNER);
+        assert!(!listed(), "a record owned by another uid is read");
+        let err = atoll.fails(&["-s", "forged", "exec", "--", "true"]);
+        assert!(err.contains("no sandbox named `forged`"), "{err}");
+    }
+    std::fs::remove_file(fake.join("sandbox.json")).unwrap();
+    std::os::unix::fs::symlink(dir.join("sandbox.json"), fake.join("sandbox.json")).unwrap();
+    assert!(!text(&atoll.run(&["ls"]).stdout).contains("0badf00d"));
+    std::fs::remove_dir_all(&fake).unwrap();
 }
