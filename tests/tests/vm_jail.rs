@@ -44,7 +44,11 @@ fn status_field(pid: u64, key: &str) -> String {
 }
 
 fn chown_tree(path: &Path, uid: u32) {
-    let out = Command::new("chown").args(["-R", &format!("{uid}:{uid}")]).arg(path).output().unwrap();
+    chown_tree_to(path, uid, uid);
+}
+
+fn chown_tree_to(path: &Path, uid: u32, gid: u32) {
+    let out = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(path).output().unwrap();
     assert!(out.status.success(), "chown: {}", text(&out.stderr));
 }
 
@@ -57,11 +61,25 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "README"]);
     git(&repo, &["commit", "-q", "-m", "first"]);
+    // A submodule, checked out: host git runs git in it on every `git status`.
+    let lib = host.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("LIB"), "lib\n").unwrap();
+    git(&lib, &["init", "-q"]);
+    git(&lib, &["add", "LIB"]);
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    git(
+        &repo,
+        &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &lib.display().to_string(), "lib"],
+    );
+    git(&repo, &["commit", "-q", "-m", "with lib"]);
     let as_root = rustix::process::geteuid().is_root();
     if as_root {
-        chown_tree(&repo, OWNER);
+        // Group root: QEMU must still not get gid 0.
+        chown_tree_to(&repo, OWNER, 0);
     }
     let config_before = std::fs::read(repo.join(".git/config")).unwrap();
+    let module_config_before = std::fs::read(repo.join(".git/modules/lib/config")).unwrap();
     let pwned = host.path().join("PWNED");
 
     let atoll = Atoll::new();
@@ -97,6 +115,9 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     } else {
         assert!(uid.split_whitespace().all(|u| u != "0"), "QEMU's uids: {uid}");
     }
+    let (gid, groups) = (status_field(qemu, "Gid"), status_field(qemu, "Groups"));
+    assert!(gid.split_whitespace().all(|g| g != "0"), "QEMU's gids: {gid}");
+    assert!(groups.split_whitespace().all(|g| g != "0"), "QEMU's groups: {groups}");
     assert_eq!(status_field(qemu, "CapEff"), "0000000000000000");
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 
@@ -144,7 +165,8 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     };
     let share = options(&repo);
     assert!(share.contains("nosuid") && share.contains("nodev"), "share options {share}");
-    assert!(options(&repo.join(".git/config")).split(',').any(|o| o == "ro"));
+    assert!(options(&repo.join(".git")).split(',').any(|o| o == "ro"));
+    assert!(options(&repo.join("lib/.git")).split(',').any(|o| o == "ro"));
     assert!(!mountinfo.contains(" /root "), "QEMU sees the host's /root");
 
     // `atoll info` says which walls stand.
@@ -175,20 +197,71 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert!(err.contains("busy") || err.contains("Read-only"), "{err}");
     let (code, _, err) = attack("mv /work/.git/config /work/.git/config.old");
     assert_ne!(code, Some(0), "the guest moved .git/config away: {err}");
-    // What a commit writes stays writable.
-    let (code, _, err) = attack(
-        "echo blob > /work/.git/objects/probe && cp /work/.git/index /work/.git/index.new && mv /work/.git/index.new /work/.git/index && echo guest > /work/from-guest",
-    );
+    // commondir: git would read its config (and hooks) from a directory the guest
+    // fills. The guest may write the directory; not the pointer to it.
+    let evil_config = format!("[core]\n\tfsmonitor = \"touch {}; false\"\n", pwned.display());
+    let (code, _, err) = attack(&format!(
+        "mkdir -p /work/evil && cp -r /work/.git/. /work/evil/ && printf '{}' >> /work/evil/config && echo /work/evil > /work/.git/commondir",
+        evil_config.replace('"', "\\\""),
+    ));
+    assert_ne!(code, Some(0), "the guest wrote .git/commondir");
+    assert!(err.contains("Read-only file system"), "{err}");
+    // The submodule route: its config in .git/modules, its `.git` file, its directory.
+    let (code, _, err) =
+        attack(&format!("printf '{}' >> /work/.git/modules/lib/config", evil_config.replace('"', "\\\"")));
+    assert_ne!(code, Some(0), "the guest wrote the submodule's config");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("echo 'gitdir: ../evil' > /work/lib/.git");
+    assert_ne!(code, Some(0), "the guest repointed the submodule's .git");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("mv /work/lib /work/lib.old && mkdir -p /work/lib/.git");
+    assert_ne!(code, Some(0), "the guest replaced the submodule's directory");
+    assert!(err.contains("busy"), "{err}");
+    // The cost: the guest cannot commit into the shared repository; the work tree,
+    // the submodule's included, stays writable.
+    let (code, _, err) = attack("echo blob > /work/.git/objects/probe");
+    assert_ne!(code, Some(0), "the guest wrote an object");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("echo guest > /work/from-guest && echo more >> /work/lib/LIB");
     assert_eq!(code, Some(0), "{err}");
     if as_root {
         assert_eq!(std::fs::metadata(repo.join("from-guest")).unwrap().uid(), OWNER);
     }
 
-    // The host's git reads an untouched config and runs nothing.
+    // The host's git reads an untouched config and runs nothing, in the repository
+    // and in the submodule it recurses into.
     assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config_before);
-    assert!(repo.join(".git").is_dir() && !repo.join("old-git").exists());
-    git(&repo, &["status", "--porcelain"]);
+    assert_eq!(std::fs::read(repo.join(".git/modules/lib/config")).unwrap(), module_config_before);
+    assert!(
+        repo.join(".git").is_dir() && !repo.join("old-git").exists() && !repo.join(".git/commondir").exists()
+    );
+    let status = git(&repo, &["status", "--porcelain"]);
+    assert!(
+        text(&status.stdout).contains(" M lib"),
+        "git status did not look into the submodule: {}",
+        text(&status.stdout)
+    );
+    git(&repo.join("lib"), &["status", "--porcelain"]);
     assert!(!pwned.exists(), "a host `git status` ran the guest's command");
+
+    // A read-write share no unprivileged QEMU can write as is refused at once.
+    if as_root {
+        let root_owned = host.path().join("root-owned");
+        std::fs::create_dir(&root_owned).unwrap();
+        let before = atoll.sandbox_dirs().len();
+        let err = atoll.fails(&[
+            "create",
+            "--name",
+            "rootshare",
+            "--mount",
+            &format!("{}:/x:rw", root_owned.display()),
+        ]);
+        assert!(
+            err.contains("is owned by root, and QEMU never runs as root") && err.contains(":ro"),
+            "{err}"
+        );
+        assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
+    }
 
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
 

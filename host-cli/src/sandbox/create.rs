@@ -254,6 +254,8 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
     super::mounts::check(&opts.storage.mounts)?;
+    // Shares no unprivileged QEMU can serve are refused before anything is made.
+    crate::jail::user::for_qemu(&opts.storage).map_err(crate::jail::JailError::from)?;
     if let Some(bytes) = opts.storage.disk_bytes
         && !(super::mounts::MIN_DISK_BYTES..=super::mounts::MAX_DISK_BYTES).contains(&bytes)
     {
