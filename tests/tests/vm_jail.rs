@@ -263,6 +263,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
         assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
     }
 
+    console_flood_stays_bounded(&atoll, &id);
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
 
     let out = atoll.run(&["kill", "jailed"]);
@@ -445,4 +446,52 @@ fn compromised_qemu_reaches_nothing_of_atoll(atoll: &Atoll, host: &Path) {
     std::os::unix::fs::symlink(dir.join("sandbox.json"), fake.join("sandbox.json")).unwrap();
     assert!(!text(&atoll.run(&["ls"]).stdout).contains("0badf00d"));
     std::fs::remove_dir_all(&fake).unwrap();
+}
+
+/// The bound on the serial console (`sandbox::network::helper::console`): 1 MiB, plus
+/// what a guest writes in the second between checks.
+const CONSOLE_MAX: u64 = 1 << 20;
+
+/// Root in the guest writes 3 MiB to `/dev/ttyS0` as fast as it can; the host's
+/// `console.log`, watched all along, never grows past the bound plus a second of
+/// writing, and keeps the end of what was written.
+fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
+    let console = atoll.state_dir().join(id).join("vm/console.log");
+    let mut flood = atoll
+        .command(&[
+            "-s",
+            "jailed",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 48 ]; do head -c 65536 /dev/zero | tr '\\0' x > /dev/ttyS0; i=$((i+1)); done; echo FLOOD-END > /dev/ttyS0; echo $i",
+        ])
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut largest = 0;
+    let status = loop {
+        largest = largest.max(std::fs::metadata(&console).map(|m| m.len()).unwrap_or(0));
+        if let Some(status) = flood.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(300), "the flood did not end");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = flood.wait_with_output().unwrap();
+    assert!(status.success(), "flood: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "48", "the guest wrote 3 MiB");
+    let rate = (48u64 << 16) as f64 / started.elapsed().as_secs_f64();
+    // The bound, plus what the guest can write between two checks (and a check's lag).
+    let allowed = CONSOLE_MAX + (rate * 2.0) as u64 + (64 << 10);
+    assert!(largest <= allowed, "console.log reached {largest} bytes (bound {allowed}, {rate:.0} B/s)");
+    // Once the helper's next check ran, the file is within the bound and ends as the
+    // guest's output did.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let end = std::fs::read(&console).unwrap();
+    assert!((end.len() as u64) <= CONSOLE_MAX, "{} bytes after the flood", end.len());
+    assert!(text(&end).trim_end().ends_with("FLOOD-END"), "the end of the console is kept");
+    let disk = std::fs::metadata(&console).unwrap().blocks() * 512;
+    assert!(disk <= CONSOLE_MAX + (64 << 10), "{disk} bytes on disk");
 }

@@ -195,8 +195,12 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-display".into(),
         "none".into(),
         "-no-reboot".into(),
+        // Appended to, so that the network helper can cut its head off in place and
+        // keep it bounded (`sandbox::network::helper::console`).
+        "-chardev".into(),
+        format!("file,id=console,path={},append=on", p.console_log.display()),
         "-serial".into(),
-        format!("file:{}", p.console_log.display()),
+        "chardev:console".into(),
         "-qmp".into(),
         format!("unix:{},server=on,wait=off", p.qmp_socket.display()),
         // A VM generation id: a restored snapshot gets a new one, and Linux reseeds its

@@ -83,21 +83,39 @@ fn copy_sparse(src: &File, dst: &File) -> io::Result<()> {
             Err(e) => return Err(e.into()),
         };
         let end = rustix::fs::seek(src, SeekFrom::Hole(start)).map_err(io::Error::from)?;
-        let (mut off_in, mut off_out) = (start, start);
-        while off_in < end {
-            let want = usize::try_from(end - off_in).unwrap_or(usize::MAX).min(1 << 30);
-            let n = rustix::fs::copy_file_range(src, Some(&mut off_in), dst, Some(&mut off_out), want)
-                .map_err(io::Error::from)?;
-            if n == 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the file shrank while it was copied",
-                ));
-            }
-        }
+        copy_range(src, dst, start, end)?;
         at = end;
     }
     dst.set_len(len)
+}
+
+/// Copies bytes `start..end` of `src` to the same place in `dst`: in the kernel
+/// (`copy_file_range`) where it can, else (another file system, say) through a buffer.
+fn copy_range(src: &File, dst: &File, start: u64, end: u64) -> io::Result<()> {
+    use rustix::io::Errno;
+    use std::os::unix::fs::FileExt;
+    let shrank = || io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was copied");
+    let (mut off_in, mut off_out) = (start, start);
+    while off_in < end {
+        let want = usize::try_from(end - off_in).unwrap_or(usize::MAX).min(1 << 30);
+        match rustix::fs::copy_file_range(src, Some(&mut off_in), dst, Some(&mut off_out), want) {
+            Ok(0) => return Err(shrank()),
+            Ok(_) => {}
+            Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    while off_in < end {
+        let n = usize::try_from(end - off_in).unwrap_or(usize::MAX).min(buf.len());
+        let got = src.read_at(&mut buf[..n], off_in)?;
+        if got == 0 {
+            return Err(shrank());
+        }
+        dst.write_all_at(&buf[..got], off_in)?;
+        off_in += got as u64;
+    }
+    Ok(())
 }
 
 /// A Unix socket at `path`, connected without following a link there: the socket
@@ -195,6 +213,12 @@ mod tests {
         assert!(c.blocks() * 512 < 1 << 20, "holes stay holes: {} blocks", c.blocks());
         let got = std::fs::read(d.path().join("copy")).unwrap();
         assert_eq!(&got[32 << 20..(32 << 20) + 4], b"data");
+
+        // Onto another file system (tmpfs), where copy_file_range refuses.
+        if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+            copy(&sparse, &shm.path().join("copy")).unwrap();
+            assert_eq!(std::fs::read(shm.path().join("copy")).unwrap(), got);
+        }
 
         chown_group_mode(&victim, rustix::process::getegid().as_raw(), 0o640).unwrap();
         assert!(chown_group_mode(&rec.with_file_name("log"), 0, 0o666).is_err(), "a link is refused");
