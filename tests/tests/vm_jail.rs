@@ -265,6 +265,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
 
     console_flood_stays_bounded(&atoll, &id);
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
+    quotas_refuse_at_once(&atoll);
 
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -494,4 +495,33 @@ fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
     assert!(text(&end).trim_end().ends_with("FLOOD-END"), "the end of the console is kept");
     let disk = std::fs::metadata(&console).unwrap().blocks() * 512;
     assert!(disk <= CONSOLE_MAX + (64 << 10), "{disk} bytes on disk");
+}
+
+/// With two sandboxes running (`jailed`, `plain`), a third over each host quota is
+/// refused at once, saying what to park or kill, and leaves nothing behind.
+fn quotas_refuse_at_once(atoll: &Atoll) {
+    let before = atoll.sandbox_dirs().len();
+    for (var, value, says) in [
+        ("ATOLL_MAX_SANDBOXES", "2", "Sandbox quota reached: 2 sandboxes run, at most 2"),
+        ("ATOLL_MAX_MEMORY_MIB", "1024", "Memory quota reached"),
+        ("ATOLL_MAX_VCPUS", "2", "vCPU quota reached"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut cmd = atoll.command(&["create", "--name", "third", "--net", "none"]);
+        cmd.env(var, value);
+        let out = wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).expect("atoll create hung");
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{var}={value}: a create over the quota started");
+        assert!(err.contains(says) && err.contains("atoll park") && err.contains("atoll kill"), "{err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "refused only after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
+    }
+    let mut cmd = atoll.command(&["create", "--name", "third"]);
+    cmd.env("ATOLL_MAX_VCPUS", "many");
+    let err = text(&wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).unwrap().stderr);
+    assert!(err.contains("$ATOLL_MAX_VCPUS is `many`; give a whole number"), "{err}");
 }
