@@ -121,6 +121,12 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert_eq!(status_field(qemu, "CapEff"), "0000000000000000");
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 
+    // Every socket of the sandbox is 0600, whatever QEMU's umask.
+    for socket in ["vm/qmp.sock", "vm/agent.port", "net.ctl", "agent.sock"] {
+        let mode = std::fs::symlink_metadata(atoll.state_dir().join(&id).join(socket)).unwrap().mode();
+        assert_eq!(mode & 0o7777, 0o600, "{socket} has mode {:o}", mode & 0o7777);
+    }
+
     // Namespaces of its own; QEMU is PID 1 of its PID namespace.
     for ns in ["mnt", "pid", "net", "ipc", "uts"] {
         let theirs = std::fs::read_link(format!("/proc/{qemu}/ns/{ns}")).unwrap();

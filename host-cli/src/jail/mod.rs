@@ -157,6 +157,17 @@ fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> 
     Ok(())
 }
 
+/// Makes the sockets QEMU made in `vm/` (QMP, the agent link's port) 0600 once they
+/// exist (QEMU makes them with its own umask): only their owner, and root, connect.
+/// A socket that is missing or replaced by a link is left alone (and never followed).
+pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
+    for socket in [paths.qmp_socket.clone(), paths.vm.join(crate::vmm::agent_link::PORT_SOCKET)] {
+        if let Err(e) = crate::vmm::safe_fs::set_mode(&socket, 0o600) {
+            tracing::debug!("could not make {} 0600: {e}", socket.display());
+        }
+    }
+}
+
 /// Starts the network helper (`exe args`) detached with the scrubbed environment. It
 /// needs the host's network, so it keeps the host's namespaces.
 pub fn start_helper(exe: &Path, args: &[String], log: &Path) -> Result<tokio::process::Child, JailError> {

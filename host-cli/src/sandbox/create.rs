@@ -229,6 +229,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         }
     };
     step("agent answered over its link");
+    crate::jail::restrict_sockets(&paths);
     guard.set(|r| {
         r.ready = true;
         r.agent_version = Some(version);

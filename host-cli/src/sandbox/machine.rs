@@ -120,6 +120,7 @@ pub(super) async fn bring_up(
     // QEMU has mapped guest RAM by the time it answers: the name can go (the space
     // is freed when QEMU ends).
     let _ = std::fs::remove_file(&ram);
+    crate::jail::restrict_sockets(&record.paths);
     step("QEMU answers");
     match migrate::load(&mut qmp, &snap.memory(), limit).await {
         // QEMU ends on a stream it cannot read; its log says why.

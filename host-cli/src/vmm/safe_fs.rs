@@ -159,6 +159,17 @@ pub fn chown_group_mode(path: &Path, gid: u32, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Sets `path`'s mode (not followed if a link; a link is refused).
+pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link is in its place"));
+    }
+    rustix::fs::chmod(format!("/proc/self/fd/{}", fd.as_raw_fd()), Mode::from_raw_mode(mode))?;
+    Ok(())
+}
+
 fn split(path: &Path) -> io::Result<(PathBuf, String)> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no file name", path.display()));
     let name = path.file_name().ok_or_else(bad)?.to_string_lossy().into_owned();

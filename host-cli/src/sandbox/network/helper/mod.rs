@@ -111,7 +111,13 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
 }
 
 /// Binds a Unix socket at `path`, replacing a stale one.
+/// Binds `path` 0600 (its directory is 0700 and QEMU is not running yet, so nobody can
+/// connect before the mode is set; the jail hands `net.sock` to QEMU's group).
 fn bind(path: &Path) -> Result<UnixListener, HelperError> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |source| HelperError::Bind { path: path.to_path_buf(), source };
     let _ = std::fs::remove_file(path);
-    UnixListener::bind(path).map_err(|source| HelperError::Bind { path: path.to_path_buf(), source })
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
 }
