@@ -25,7 +25,7 @@ pub fn open_append(path: &Path) -> io::Result<File> {
 }
 
 fn libc_nofollow() -> i32 {
-    OFlags::NOFOLLOW.bits() as i32
+    OFlags::NOFOLLOW.bits().cast_signed()
 }
 
 /// Writes `bytes` to `path` atomically: a temp file of a random name beside it,

@@ -45,7 +45,7 @@ pub fn trim(path: &Path, max: u64, keep: u64) -> io::Result<bool> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits().cast_signed())
         .open(path)?;
     let meta = f.metadata()?;
     if !meta.is_file() || meta.nlink() != 1 {
