@@ -339,10 +339,13 @@ mod tests {
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
         assert!(append(&args).contains(&format!(" {HANG_DETECTORS_OFF} ")));
-        assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
+        assert!(args.iter().any(|a| a.starts_with("file=/s/id/vm/rootfs.qcow2,format=qcow2")));
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
         assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
+        assert!(args.iter().any(|a| a == "file,id=console,path=/s/id/vm/console.log,append=on"), "{args:?}");
+        assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/agent.port,")));
+        assert!(args.iter().any(|a| a.starts_with("unix:/s/id/vm/qmp.sock,")));
         let ram = Path::new("/snaps/a,b/ram.bin");
         let args = qemu_args(&VmSpec { ram: GuestRam::Snapshot(ram), ..spec });
         let backend = "memory-backend-file,id=mem,size=256M,mem-path=/snaps/a,,b/ram.bin,share=off";
@@ -372,7 +375,7 @@ mod tests {
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
         assert!(append(&args).contains(" atoll.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
         assert!(
-            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/net.sock")
+            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/vm/net.sock")
         );
         assert!(args.iter().any(|a| a.starts_with("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56")));
         let args = qemu_args(&VmSpec { network: false, ..spec });
