@@ -43,8 +43,8 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     std::fs::write(share.join("existing"), "host file\n").unwrap();
     let existing_mode = std::fs::metadata(share.join("existing")).unwrap().mode();
     std::fs::write(ro.join("kept"), "read-only\n").unwrap();
+    let me = atoll_tests::vm::own_as_ordinary_user(&share);
     let share_mode = std::fs::metadata(&share).unwrap().mode();
-    let me = std::fs::metadata(&share).unwrap().uid();
 
     let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
