@@ -135,8 +135,7 @@ impl AtollMcp {
             None => Ok(()),
             Some(found) => Err(ToolError::PrivateEgress {
                 rule: found.rule.to_string(),
-                what: found.range.what,
-                range: found.range.net.to_string(),
+                opens: found.reserved.to_string(),
             }),
         }
     }
@@ -274,11 +273,11 @@ impl AtollMcp {
 impl ServerHandler for AtollMcp {
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = request.name.clone();
-        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&request)) {
+        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&mut request)) {
             use rmcp::model::IntoContents;
             return Ok(CallToolResponse::Complete(rmcp::model::CallToolResult::error(
                 refused.into_contents(),

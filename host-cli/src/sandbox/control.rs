@@ -218,7 +218,8 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
         match state::find(&state, name) {
             Ok(r) if targets.iter().any(|t| t.id == r.id) => {}
             Ok(r) => targets.push(r),
-            Err(_) if opts.force => {}
+            // `--force` skips names no sandbox has; an ambiguous prefix is still refused.
+            Err(state::StateError::NotFound(_)) if opts.force => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -293,6 +293,9 @@ impl AtollMcp {
         Parameters(mut args): Parameters<CreateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<SandboxView>, ToolError> {
+        if let Some(crate::sandbox::Target::Sandbox(pinned)) = self.pinned() {
+            return Err(ToolError::PinnedCreate { pinned: pinned.clone() });
+        }
         if let Some(got) = args.boot_timeout_s.filter(|s| !(1..=600).contains(s)) {
             return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
         }
