@@ -373,8 +373,11 @@ fn append(state: &mut LogFile, record: &Record) -> Result<(), LogWriteError> {
     Ok(())
 }
 
+/// Opens a log to append, refusing a symbolic link in its place (a sandbox directory
+/// is not the only writer atoll meets; nothing planted there is written through).
 fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
 }
 
 #[cfg(test)]

@@ -29,6 +29,23 @@ pub fn minimal_template_dir() -> PathBuf {
     dir
 }
 
+/// An ordinary uid nobody on the host has, which read-write shares are given to when
+/// the tests run as root ([`own_as_ordinary_user`]).
+pub const SHARE_OWNER: u32 = 4243;
+
+/// When the tests run as root, gives `dir` and everything under it (links themselves,
+/// not their targets) to [`SHARE_OWNER`]: QEMU never runs as root, so atoll refuses a
+/// read-write share no ordinary user owns. Returns the uid that owns `dir`.
+pub fn own_as_ordinary_user(dir: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    if rustix::process::geteuid().is_root() {
+        let owner = format!("{SHARE_OWNER}:{SHARE_OWNER}");
+        let out = Command::new("chown").args(["-R", "-h", &owner]).arg(dir).output().expect("chown");
+        assert!(out.status.success(), "chown: {}", text(&out.stderr));
+    }
+    std::fs::symlink_metadata(dir).unwrap().uid()
+}
+
 /// A temp dir with a short path: Unix socket paths must stay under 108 bytes.
 /// Mode 0700: atoll refuses a state directory others may enter.
 pub fn short_tempdir() -> tempfile::TempDir {

@@ -43,8 +43,8 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     std::fs::write(share.join("existing"), "host file\n").unwrap();
     let existing_mode = std::fs::metadata(share.join("existing")).unwrap().mode();
     std::fs::write(ro.join("kept"), "read-only\n").unwrap();
+    let me = atoll_tests::vm::own_as_ordinary_user(&share);
     let share_mode = std::fs::metadata(&share).unwrap().mode();
-    let me = std::fs::metadata(&share).unwrap().uid();
 
     let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
@@ -73,9 +73,11 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     assert_eq!(code, 0, "the guest's own view refused an attack step: {out}{err}");
     // The guest sees what it set (modes and owners live on in extended attributes).
     let lines: Vec<&str> = out.lines().collect();
+    // (The share's root keeps showing its host owner: the guest chmodded it, never chowned it.)
+    let root_line = format!("777 {me} directory");
     assert_eq!(
         lines,
-        ["4755 0 regular file", "644 0 character special file", "777 0 directory", "1234", "/etc/passwd"],
+        ["4755 0 regular file", "644 0 character special file", root_line.as_str(), "1234", "/etc/passwd"],
         "the guest's view of its own modes: {out}"
     );
 

@@ -44,7 +44,11 @@ fn status_field(pid: u64, key: &str) -> String {
 }
 
 fn chown_tree(path: &Path, uid: u32) {
-    let out = Command::new("chown").args(["-R", &format!("{uid}:{uid}")]).arg(path).output().unwrap();
+    chown_tree_to(path, uid, uid);
+}
+
+fn chown_tree_to(path: &Path, uid: u32, gid: u32) {
+    let out = Command::new("chown").args(["-R", &format!("{uid}:{gid}")]).arg(path).output().unwrap();
     assert!(out.status.success(), "chown: {}", text(&out.stderr));
 }
 
@@ -57,11 +61,25 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     git(&repo, &["init", "-q"]);
     git(&repo, &["add", "README"]);
     git(&repo, &["commit", "-q", "-m", "first"]);
+    // A submodule, checked out: host git runs git in it on every `git status`.
+    let lib = host.path().join("lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::write(lib.join("LIB"), "lib\n").unwrap();
+    git(&lib, &["init", "-q"]);
+    git(&lib, &["add", "LIB"]);
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    git(
+        &repo,
+        &["-c", "protocol.file.allow=always", "submodule", "add", "-q", &lib.display().to_string(), "lib"],
+    );
+    git(&repo, &["commit", "-q", "-m", "with lib"]);
     let as_root = rustix::process::geteuid().is_root();
     if as_root {
-        chown_tree(&repo, OWNER);
+        // Group root: QEMU must still not get gid 0.
+        chown_tree_to(&repo, OWNER, 0);
     }
     let config_before = std::fs::read(repo.join(".git/config")).unwrap();
+    let module_config_before = std::fs::read(repo.join(".git/modules/lib/config")).unwrap();
     let pwned = host.path().join("PWNED");
 
     let atoll = Atoll::new();
@@ -97,8 +115,17 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     } else {
         assert!(uid.split_whitespace().all(|u| u != "0"), "QEMU's uids: {uid}");
     }
+    let (gid, groups) = (status_field(qemu, "Gid"), status_field(qemu, "Groups"));
+    assert!(gid.split_whitespace().all(|g| g != "0"), "QEMU's gids: {gid}");
+    assert!(groups.split_whitespace().all(|g| g != "0"), "QEMU's groups: {groups}");
     assert_eq!(status_field(qemu, "CapEff"), "0000000000000000");
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
+
+    // Every socket of the sandbox is 0600, whatever QEMU's umask.
+    for socket in ["vm/qmp.sock", "vm/agent.port", "net.ctl", "agent.sock"] {
+        let mode = std::fs::symlink_metadata(atoll.state_dir().join(&id).join(socket)).unwrap().mode();
+        assert_eq!(mode & 0o7777, 0o600, "{socket} has mode {:o}", mode & 0o7777);
+    }
 
     // Namespaces of its own; QEMU is PID 1 of its PID namespace.
     for ns in ["mnt", "pid", "net", "ipc", "uts"] {
@@ -144,7 +171,8 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     };
     let share = options(&repo);
     assert!(share.contains("nosuid") && share.contains("nodev"), "share options {share}");
-    assert!(options(&repo.join(".git/config")).split(',').any(|o| o == "ro"));
+    assert!(options(&repo.join(".git")).split(',').any(|o| o == "ro"));
+    assert!(options(&repo.join("lib/.git")).split(',').any(|o| o == "ro"));
     assert!(!mountinfo.contains(" /root "), "QEMU sees the host's /root");
 
     // `atoll info` says which walls stand.
@@ -175,22 +203,328 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert!(err.contains("busy") || err.contains("Read-only"), "{err}");
     let (code, _, err) = attack("mv /work/.git/config /work/.git/config.old");
     assert_ne!(code, Some(0), "the guest moved .git/config away: {err}");
-    // What a commit writes stays writable.
-    let (code, _, err) = attack(
-        "echo blob > /work/.git/objects/probe && cp /work/.git/index /work/.git/index.new && mv /work/.git/index.new /work/.git/index && echo guest > /work/from-guest",
-    );
+    // commondir: git would read its config (and hooks) from a directory the guest
+    // fills. The guest may write the directory; not the pointer to it.
+    let evil_config = format!("[core]\n\tfsmonitor = \"touch {}; false\"\n", pwned.display());
+    let (code, _, err) = attack(&format!(
+        "mkdir -p /work/evil && cp -r /work/.git/. /work/evil/ && printf '{}' >> /work/evil/config && echo /work/evil > /work/.git/commondir",
+        evil_config.replace('"', "\\\""),
+    ));
+    assert_ne!(code, Some(0), "the guest wrote .git/commondir");
+    assert!(err.contains("Read-only file system"), "{err}");
+    // The submodule route: its config in .git/modules, its `.git` file, its directory.
+    let (code, _, err) =
+        attack(&format!("printf '{}' >> /work/.git/modules/lib/config", evil_config.replace('"', "\\\"")));
+    assert_ne!(code, Some(0), "the guest wrote the submodule's config");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("echo 'gitdir: ../evil' > /work/lib/.git");
+    assert_ne!(code, Some(0), "the guest repointed the submodule's .git");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("mv /work/lib /work/lib.old && mkdir -p /work/lib/.git");
+    assert_ne!(code, Some(0), "the guest replaced the submodule's directory");
+    assert!(err.contains("busy"), "{err}");
+    // The cost: the guest cannot commit into the shared repository; the work tree,
+    // the submodule's included, stays writable.
+    let (code, _, err) = attack("echo blob > /work/.git/objects/probe");
+    assert_ne!(code, Some(0), "the guest wrote an object");
+    assert!(err.contains("Read-only file system"), "{err}");
+    let (code, _, err) = attack("echo guest > /work/from-guest && echo more >> /work/lib/LIB");
     assert_eq!(code, Some(0), "{err}");
     if as_root {
         assert_eq!(std::fs::metadata(repo.join("from-guest")).unwrap().uid(), OWNER);
     }
 
-    // The host's git reads an untouched config and runs nothing.
+    // The host's git reads an untouched config and runs nothing, in the repository
+    // and in the submodule it recurses into.
     assert_eq!(std::fs::read(repo.join(".git/config")).unwrap(), config_before);
-    assert!(repo.join(".git").is_dir() && !repo.join("old-git").exists());
-    git(&repo, &["status", "--porcelain"]);
+    assert_eq!(std::fs::read(repo.join(".git/modules/lib/config")).unwrap(), module_config_before);
+    assert!(
+        repo.join(".git").is_dir() && !repo.join("old-git").exists() && !repo.join(".git/commondir").exists()
+    );
+    let status = git(&repo, &["status", "--porcelain"]);
+    assert!(
+        text(&status.stdout).contains(" M lib"),
+        "git status did not look into the submodule: {}",
+        text(&status.stdout)
+    );
+    git(&repo.join("lib"), &["status", "--porcelain"]);
     assert!(!pwned.exists(), "a host `git status` ran the guest's command");
+
+    // A read-write share no unprivileged QEMU can write as is refused at once.
+    if as_root {
+        let root_owned = host.path().join("root-owned");
+        std::fs::create_dir(&root_owned).unwrap();
+        let before = atoll.sandbox_dirs().len();
+        let err = atoll.fails(&[
+            "create",
+            "--name",
+            "rootshare",
+            "--mount",
+            &format!("{}:/x:rw", root_owned.display()),
+        ]);
+        assert!(
+            err.contains("is owned by root, and QEMU never runs as root") && err.contains(":ro"),
+            "{err}"
+        );
+        assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
+    }
+
+    console_flood_stays_bounded(&atoll, &id);
+    compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
+    quotas_refuse_at_once(&atoll);
 
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!memory_dir.parent().unwrap().exists(), "the cgroup outlived the sandbox");
+}
+
+/// Runs `script` as a compromised QEMU `pid` would: in its mount namespace (and its
+/// user namespace, when atoll is not root), with its uid, gid and groups and no
+/// capabilities.
+fn as_qemu(pid: u64, script: &str) -> (Option<i32>, String, String) {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg("-t").arg(pid.to_string()).arg("-m");
+    if rustix::process::geteuid().is_root() {
+        let first = |key: &str| status_field(pid, key).split_whitespace().next().unwrap().to_string();
+        let groups = status_field(pid, "Groups").split_whitespace().collect::<Vec<_>>().join(",");
+        cmd.args(["--", "setpriv", "--reuid", &first("Uid"), "--regid", &first("Gid")]);
+        if groups.is_empty() {
+            cmd.arg("--clear-groups");
+        } else {
+            cmd.args(["--groups", &groups]);
+        }
+        cmd.args(["--inh-caps=-all", "--bounding-set=-all", "--"]);
+    } else {
+        cmd.args(["-U", "--preserve-credentials", "--"]);
+    }
+    let out = cmd.args(["/bin/sh", "-c", script]).output().expect("nsenter");
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+fn sha256(path: &Path) -> String {
+    use sha2::Digest;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut h = sha2::Sha256::new();
+    std::io::copy(&mut f, &mut h).unwrap();
+    format!("{:x}", h.finalize())
+}
+
+/// Every entry under `dir` that is a symbolic link.
+fn links_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            out.push(e.path());
+        } else if t.is_dir() {
+            out.extend(links_under(&e.path()));
+        }
+    }
+    out
+}
+
+/// A compromised QEMU (its namespace, its identity) tries to take over what root atoll
+/// writes and follows: the records and their temp files, the logs, the sockets atoll
+/// connects to, the copies a restore makes, and the snapshot's guest RAM. Each fails;
+/// atoll snapshots and restores the sandbox around the plants and it keeps working.
+fn compromised_qemu_reaches_nothing_of_atoll(atoll: &Atoll, host: &Path) {
+    // A sandbox without shares: snapshots cannot carry them.
+    let created = atoll.json(&["create", "--name", "plain", "--net", "none", "--timeout", "240s"]);
+    let id = created["id"].as_str().unwrap();
+    let dir = atoll.state_dir().join(id);
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    let qemu = record["qemu"]["pid"].as_u64().unwrap();
+    let vm = dir.join("vm");
+    let victim = host.join("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    let victim_meta = std::fs::metadata(&victim).unwrap();
+    let d = dir.display();
+    let v = victim.display();
+
+    // What atoll writes is not in QEMU's view at all.
+    let (code, out, err) =
+        as_qemu(qemu, &format!("ls -a {d}; cat {d}/sandbox.json {d}/net.json {d}/qemu.log"));
+    assert_ne!(code, Some(0), "QEMU read atoll's files: {out}");
+    assert!(err.contains("No such file"), "{err}");
+    let names: Vec<&str> = out.lines().filter(|l| !matches!(*l, "." | "..")).collect();
+    assert_eq!(names, ["vm"], "QEMU sees more of the sandbox directory than vm/");
+    // Plant the record's temp file and links at the logs: none reaches the host's
+    // sandbox directory (QEMU's copy of its parent is bwrap's, not atoll's).
+    let plant = format!(
+        "for f in .sandbox.json.tmp .net.json.tmp sandbox.json qemu.log net-helper.log net.log agent.sock; do \
+           ln -sf {v} {d}/$f; done; ls {d}"
+    );
+    let _ = as_qemu(qemu, &plant);
+    // In vm/, which QEMU does write: links where atoll copies, hands over and reads.
+    let plant_vm = format!(
+        "cd {vm}; for f in ram.bin rootfs.partial .rootfs.qcow2.tmp console.log.1 qmp.sock.tmp; do ln -s {v} $f || exit 9; done; \
+         ln -sf {v} console.log; ln -sf {v} rootfs.qcow2; ln -sf {v} net.sock; ls -la",
+        vm = vm.display()
+    );
+    let atolls: Vec<&str> =
+        ["console.log", "rootfs.qcow2"].into_iter().filter(|f| vm.join(f).is_file()).collect();
+    let (code, out, err) = as_qemu(qemu, &plant_vm);
+    assert!(code.is_some_and(|c| c != 9), "QEMU could not even make its own files in vm/: {out} {err}");
+    if rustix::process::geteuid().is_root() {
+        // Sticky vm/: QEMU cannot replace what atoll put there.
+        for f in atolls {
+            assert!(std::fs::symlink_metadata(vm.join(f)).unwrap().is_file(), "QEMU replaced vm/{f}: {out}");
+        }
+    }
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        assert!(!t.is_symlink(), "QEMU planted {} in the sandbox directory", e.path().display());
+    }
+
+    // atoll goes on: exec, a snapshot (copies vm/'s disk), a restore in place (copies
+    // disk and guest RAM into vm/ over the plants, hands the files to QEMU's user).
+    assert_eq!(atoll.sh("plain", "echo alive"), "alive\n");
+    atoll.json(&["snapshot", "create", "plain", "--name", "s1"]);
+    let snap_ram = atoll.state_dir().join(".snapshots/s1/ram.bin");
+    let ram_hash = sha256(&snap_ram);
+    atoll.sh("plain", "echo later > /tmp/later");
+    atoll.json(&["snapshot", "restore", "plain", "s1"]);
+    assert_eq!(
+        atoll.sh("plain", "ls /tmp/later 2>&1 || echo rolled-back").trim_end(),
+        "ls: /tmp/later: No such file or directory\nrolled-back"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n", "atoll wrote through a planted link");
+    let now = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        (now.uid(), now.gid(), now.mode()),
+        (victim_meta.uid(), victim_meta.gid(), victim_meta.mode()),
+        "atoll handed the link's target to QEMU"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    let restored = record["qemu"]["pid"].as_u64().unwrap();
+    assert_ne!(restored, qemu);
+
+    // The restored QEMU: the snapshot's files are not in its view, the guest RAM file
+    // it was given is a private copy whose name is already gone, and a write through
+    // its own descriptor of it (done here from the host, as QEMU could) leaves the
+    // snapshot as it was for every later restore.
+    let (code, out, _) =
+        as_qemu(restored, &format!("ls {}; ls {}", snap_ram.display(), vm.join("ram.bin").display()));
+    assert_ne!(code, Some(0), "the restored QEMU sees the snapshot's or its own RAM file by name: {out}");
+    let mut wrote = 0;
+    for fd in std::fs::read_dir(format!("/proc/{restored}/fd")).unwrap().flatten() {
+        let target = std::fs::read_link(fd.path()).unwrap_or_default();
+        if target.to_string_lossy().contains("ram.bin") {
+            assert!(target.starts_with(&vm), "QEMU holds {} open", target.display());
+            // The last page of guest RAM: the least likely to be in use.
+            let f = std::fs::OpenOptions::new().write(true).open(fd.path()).unwrap();
+            let last = f.metadata().unwrap().len() - 4096;
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0xAB; 4096], last).unwrap();
+            wrote += 1;
+        }
+    }
+    assert!(wrote > 0, "found no guest RAM file held by the restored QEMU");
+    assert_eq!(sha256(&snap_ram), ram_hash, "a restored QEMU changed the snapshot's guest RAM");
+    atoll.json(&["snapshot", "restore", "plain", "s1"]);
+    assert_eq!(atoll.sh("plain", "echo again"), "again\n");
+    assert!(
+        links_under(&dir).iter().all(|l| l.starts_with(&vm)),
+        "links outside vm/: {:?}",
+        links_under(&dir)
+    );
+
+    // A record that is not the effective user's (or is a link) is not a sandbox.
+    let fake = atoll.state_dir().join("0badf00d");
+    std::fs::create_dir(&fake).unwrap();
+    let mut forged = record.clone();
+    forged["id"] = "0badf00d".into();
+    forged["name"] = "forged".into();
+    std::fs::write(fake.join("sandbox.json"), serde_json::to_vec(&forged).unwrap()).unwrap();
+    let listed = || text(&atoll.run(&["ls"]).stdout).contains("forged");
+    assert!(listed(), "a record of the user's own is read");
+    if rustix::process::geteuid().is_root() {
+        chown_tree(&fake, OWNER);
+        assert!(!listed(), "a record owned by another uid is read");
+        let err = atoll.fails(&["-s", "forged", "exec", "--", "true"]);
+        assert!(err.contains("no sandbox named `forged`"), "{err}");
+    }
+    std::fs::remove_file(fake.join("sandbox.json")).unwrap();
+    std::os::unix::fs::symlink(dir.join("sandbox.json"), fake.join("sandbox.json")).unwrap();
+    assert!(!text(&atoll.run(&["ls"]).stdout).contains("0badf00d"));
+    std::fs::remove_dir_all(&fake).unwrap();
+}
+
+/// The bound on the serial console (`sandbox::network::helper::console`): 1 MiB, plus
+/// what a guest writes in the second between checks.
+const CONSOLE_MAX: u64 = 1 << 20;
+
+/// Root in the guest writes 3 MiB to `/dev/ttyS0` as fast as it can; the host's
+/// `console.log`, watched all along, never grows past the bound plus a second of
+/// writing, and keeps the end of what was written.
+fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
+    let console = atoll.state_dir().join(id).join("vm/console.log");
+    let mut flood = atoll
+        .command(&[
+            "-s",
+            "jailed",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 48 ]; do head -c 65536 /dev/zero | tr '\\0' x > /dev/ttyS0; i=$((i+1)); done; echo FLOOD-END > /dev/ttyS0; echo $i",
+        ])
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut largest = 0;
+    let status = loop {
+        largest = largest.max(std::fs::metadata(&console).map(|m| m.len()).unwrap_or(0));
+        if let Some(status) = flood.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(300), "the flood did not end");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = flood.wait_with_output().unwrap();
+    assert!(status.success(), "flood: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "48", "the guest wrote 3 MiB");
+    // Bytes a second, over the whole flood.
+    let rate = (48u64 << 16) * 1000 / u64::try_from(started.elapsed().as_millis()).unwrap().max(1);
+    // The bound, plus what the guest can write between two checks (and a check's lag).
+    let allowed = CONSOLE_MAX + rate * 2 + (64 << 10);
+    assert!(largest <= allowed, "console.log reached {largest} bytes (bound {allowed}, {rate} B/s)");
+    // Once the helper's next check ran, the file is within the bound and ends as the
+    // guest's output did.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let end = std::fs::read(&console).unwrap();
+    assert!((end.len() as u64) <= CONSOLE_MAX, "{} bytes after the flood", end.len());
+    assert!(text(&end).trim_end().ends_with("FLOOD-END"), "the end of the console is kept");
+    let disk = std::fs::metadata(&console).unwrap().blocks() * 512;
+    assert!(disk <= CONSOLE_MAX + (64 << 10), "{disk} bytes on disk");
+}
+
+/// With two sandboxes running (`jailed`, `plain`), a third over each host quota is
+/// refused at once, saying what to park or kill, and leaves nothing behind.
+fn quotas_refuse_at_once(atoll: &Atoll) {
+    let before = atoll.sandbox_dirs().len();
+    for (var, value, says) in [
+        ("ATOLL_MAX_SANDBOXES", "2", "Sandbox quota reached: 2 sandboxes run, at most 2"),
+        ("ATOLL_MAX_MEMORY_MIB", "1024", "Memory quota reached"),
+        ("ATOLL_MAX_VCPUS", "2", "vCPU quota reached"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut cmd = atoll.command(&["create", "--name", "third", "--net", "none"]);
+        cmd.env(var, value);
+        let out = wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).expect("atoll create hung");
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{var}={value}: a create over the quota started");
+        assert!(err.contains(says) && err.contains("atoll park") && err.contains("atoll kill"), "{err}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "refused only after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
+    }
+    let mut cmd = atoll.command(&["create", "--name", "third"]);
+    cmd.env("ATOLL_MAX_VCPUS", "many");
+    let err = text(&wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).unwrap().stderr);
+    assert!(err.contains("$ATOLL_MAX_VCPUS is `many`; give a whole number"), "{err}");
 }

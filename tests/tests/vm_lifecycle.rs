@@ -270,7 +270,7 @@ fn vm_disk_template_boots_on_a_copy_on_write_overlay_and_stays_untouched() {
     let atoll = Atoll::with_data_dir(data.path());
     let created = atoll.create_with("cow", &["--template", "disk"]);
     assert_eq!(created["state"], "running");
-    let overlay = PathBuf::from(created["dir"].as_str().unwrap()).join("rootfs.qcow2");
+    let overlay = PathBuf::from(created["dir"].as_str().unwrap()).join("vm/rootfs.qcow2");
     let qemu_pid = created["qemu_pid"].as_u64().unwrap();
     let cmdline = std::fs::read(format!("/proc/{qemu_pid}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");

@@ -41,6 +41,7 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     std::os::unix::fs::symlink(&secret, share.join("escape")).unwrap();
     std::os::unix::fs::symlink("/etc", share.join("etc")).unwrap();
     make_tree(&share.join("tree"), 100, 100);
+    let owner = atoll_tests::vm::own_as_ordinary_user(&share);
 
     let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
@@ -63,9 +64,9 @@ fn vm_mounted_folders_share_both_ways_stay_read_only_and_cannot_be_left() {
     let (code, _, err) = sh(&atoll, "m", "echo guest > /work/from-guest && mkdir /work/gdir");
     assert_eq!(code, 0, "{err}");
     assert_eq!(std::fs::read_to_string(share.join("from-guest")).unwrap(), "guest\n");
-    let me = std::fs::metadata(share.join("from-host")).unwrap().uid();
     for made in ["from-guest", "gdir"] {
-        assert_eq!(std::fs::metadata(share.join(made)).unwrap().uid(), me, "{made} is not the host user's");
+        let uid = std::fs::metadata(share.join(made)).unwrap().uid();
+        assert_eq!(uid, owner, "{made} is not the share owner's");
     }
 
     // `:ro` is refused in the guest, and the host folder is untouched.

@@ -96,6 +96,10 @@ fn vm_readme_sh_blocks_run_as_written() {
     let readme = std::fs::read_to_string(readme_path()).unwrap();
     let atoll = Atoll::new(); // kills every sandbox of its state directory when dropped
     let home = tempfile::tempdir().unwrap();
+    // README's `--mount ~/proj:/work:rw`: as root, a read-write share must be an
+    // ordinary user's (QEMU never runs as root); its `mkdir -p` then finds it.
+    std::fs::create_dir(home.path().join("proj")).unwrap();
+    atoll_tests::vm::own_as_ordinary_user(&home.path().join("proj"));
     let bin_dir = workspace_bin("atoll").parent().unwrap().to_path_buf();
     let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
     let mut ran = 0;

@@ -336,7 +336,7 @@ fn vm_snapshot_the_disk_filling_while_saving_keeps_the_old_snapshot_and_leaves_n
     // save waits for QEMU's greeting right after its free-space check (its staging
     // directory appears). The file system is filled meanwhile but for 2 MiB, room for
     // the stream of device state and not for guest RAM, then the monitor let go.
-    let monitor = std::os::unix::net::UnixStream::connect(dir_of(&atoll, "src").join("qmp.sock")).unwrap();
+    let monitor = std::os::unix::net::UnixStream::connect(dir_of(&atoll, "src").join("vm/qmp.sock")).unwrap();
     let mut greeting = String::new();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&monitor), &mut greeting).unwrap();
     assert!(greeting.contains("QMP"), "{greeting}");

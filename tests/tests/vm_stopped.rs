@@ -51,7 +51,7 @@ fn every_command_gives_up(atoll: &Atoll, name: &str, said: &str) {
 
 /// One QMP command on the sandbox's monitor.
 fn qmp(dir: &Path, command: &str) {
-    let conn = UnixStream::connect(dir.join("qmp.sock")).expect("connect to QMP");
+    let conn = UnixStream::connect(dir.join("vm/qmp.sock")).expect("connect to QMP");
     conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut writer = conn;

@@ -99,7 +99,16 @@ fn vm_template_save_then_create_has_the_installed_file_and_refusals_name_what_to
     assert!(err.contains("initramfs") && err.contains("installed: debian, saved"), "{err}");
     assert!(!data.path().join("templates/nope").exists(), "a refused save left a template behind");
 
-    atoll.json(&["kill", "dst", "mini"]);
+    // A compromised QEMU writes its own disk: one that names a host file as its backing
+    // file is refused before `qemu-img` reads anything into a template.
+    let overlay =
+        PathBuf::from(atoll.json(&["inspect", "src"])["dir"].as_str().unwrap()).join("vm/rootfs.qcow2");
+    name_backing_file(&overlay, "/etc/hostname");
+    let err = atoll.fails(&["template", "save", "src", "--name", "stolen"]);
+    assert!(err.contains("is backed by `/etc/hostname`"), "{err}");
+    assert!(!data.path().join("templates/stolen").exists(), "a refused save left a template behind");
+
+    atoll.json(&["kill", "src", "dst", "mini"]);
     let removed = atoll.json(&["template", "rm", "saved"]);
     assert_eq!(removed["removed"][0], "saved");
     let leftovers: Vec<PathBuf> = std::fs::read_dir(data.path().join("templates"))
@@ -109,6 +118,20 @@ fn vm_template_save_then_create_has_the_installed_file_and_refusals_name_what_to
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "staging directories left: {leftovers:?}");
+}
+
+/// Rewrites the backing file name in the qcow2 header of `disk` (in place, where the
+/// old, longer name was), as a QEMU writing its own disk could.
+fn name_backing_file(disk: &Path, name: &str) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(disk).unwrap();
+    let mut header = [0u8; 20];
+    f.read_exact_at(&mut header, 0).unwrap();
+    let offset = u64::from_be_bytes(header[8..16].try_into().unwrap());
+    let size = u32::from_be_bytes(header[16..20].try_into().unwrap());
+    assert!(offset > 0 && size as usize >= name.len(), "no backing name to replace: {offset} {size}");
+    f.write_all_at(name.as_bytes(), offset).unwrap();
+    f.write_all_at(&u32::try_from(name.len()).unwrap().to_be_bytes(), 16).unwrap();
 }
 
 fn reading(atoll: &Atoll, name: &str) -> Value {

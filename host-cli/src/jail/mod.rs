@@ -135,15 +135,14 @@ pub async fn end_monitor(monitor: Option<ProcRef>) {
     }
 }
 
-/// Hands QEMU's user what it opens itself: the sandbox directory (to make its sockets
-/// in), the disk overlay, the console log, the NIC's socket and a restore's guest RAM.
+/// Hands QEMU's user what it opens itself: its `vm/` directory (to make its sockets
+/// in), the disk overlay, the console log, the NIC's socket and a restore's private
+/// copy of guest RAM, none of them followed if a link stands in its place.
 fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
     let p = spec.paths;
-    user::grant(&p.dir, run_as, 0o1770)?;
-    if !p.console_log.exists() {
-        std::fs::File::create(&p.console_log)
-            .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
-    }
+    user::grant(&p.vm, run_as, 0o1770)?;
+    crate::vmm::safe_fs::open_append(&p.console_log)
+        .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
     let mut files = vec![p.console_log.clone()];
     files.extend(p.overlay.iter().filter(|o| o.exists()).cloned());
     if spec.network {
@@ -156,6 +155,17 @@ fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> 
         user::grant(&f, run_as, 0o660)?;
     }
     Ok(())
+}
+
+/// Makes the sockets QEMU made in `vm/` (QMP, the agent link's port) 0600 once they
+/// exist (QEMU makes them with its own umask): only their owner, and root, connect.
+/// A socket that is missing or replaced by a link is left alone (and never followed).
+pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
+    for socket in [paths.qmp_socket.clone(), paths.vm.join(crate::vmm::agent_link::PORT_SOCKET)] {
+        if let Err(e) = crate::vmm::safe_fs::set_mode(&socket, 0o600) {
+            tracing::debug!("could not make {} 0600: {e}", socket.display());
+        }
+    }
 }
 
 /// Starts the network helper (`exe args`) detached with the scrubbed environment. It
@@ -209,10 +219,7 @@ fn spawn(
     procs: Vec<OwnedFd>,
 ) -> Result<tokio::process::Child, JailError> {
     let open_log = || {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
+        crate::vmm::safe_fs::open_append(log)
             .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })
     };
     let mut cmd = tokio::process::Command::new(program);

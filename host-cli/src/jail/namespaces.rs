@@ -2,13 +2,18 @@
 //! IPC, UTS, cgroup and network namespaces (its NIC and its agent link are Unix sockets
 //! in the sandbox directory, so an empty network namespace is enough), no capabilities,
 //! and a root with nothing in it but QEMU's own programs, libraries and firmware
-//! (`/usr`, read-only), a minimal `/dev` and `/proc`, the sandbox directory, the
+//! (`/usr`, read-only), a minimal `/dev` and `/proc`, the sandbox's `vm/` directory
+//! (never the sandbox directory itself, where atoll keeps its records and logs), the
 //! template's files and the shared folders. Every bind bwrap makes is `nosuid,nodev`.
 //!
-//! In a read-write shared folder, what host tools run without being asked is bound
-//! read-only over it ([`PROTECTED`]), and `.git` is bound onto itself so that the guest
-//! can neither rename it away nor remove it (a mount point cannot be renamed), while
-//! its objects, refs and index stay writable and the guest can still commit.
+//! In a read-write shared folder, the whole `.git` is bound read-only (git reads
+//! `config`, `commondir`, `hooks`, `info`, `modules/*/config` and more, and any of them
+//! can make a host `git` run a command; no list of files inside it is enough), and so
+//! is each submodule's `.git` (and an unpopulated submodule's directory) named in
+//! `.gitmodules`, with the directories on the way bound onto themselves so that none can
+//! be renamed away and replaced (a mount point cannot be renamed). The editor and IDE
+//! task files of [`PROTECTED`] are bound read-only too. The guest edits the work tree
+//! freely but cannot commit into a shared repository (docs/security.md).
 //!
 //! bwrap runs with `--as-pid-1`: QEMU itself is PID 1 of its namespace and the pid
 //! bwrap reports, so `kill`, `pause` (SIGSTOP, which the kernel delivers to a
@@ -22,8 +27,9 @@ use crate::vmm::launcher::{Accel, GuestRam, VmSpec};
 /// What host tools (git, editors, IDEs) read and act on without being asked, relative
 /// to a shared folder; each that exists is bound read-only over a read-write share.
 /// docs/security.md says why each is here.
-pub const PROTECTED: &[&str] =
-    &[".git/config", ".git/hooks", ".git/info", ".vscode", ".idea", ".devcontainer"];
+pub const PROTECTED: &[&str] = &[".git", ".vscode", ".idea", ".devcontainer"];
+/// How deep submodules inside submodules are followed.
+const SUBMODULE_DEPTH: usize = 4;
 
 /// How a path is bound into QEMU's namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,7 +55,8 @@ pub struct Bind {
 /// bound inside them.
 pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
     let bind = |path: &Path, access| Bind { path: path.to_path_buf(), access };
-    let mut out = vec![bind(&spec.paths.dir, Access::Write)];
+    // Only `vm/`: records, logs and the helper's sockets stay out of QEMU's sight.
+    let mut out = vec![bind(&spec.paths.vm, Access::Write)];
     let t = spec.template;
     out.push(bind(&t.kernel, Access::Read));
     out.extend(t.initrd.iter().map(|p| bind(p, Access::Read)));
@@ -57,9 +64,9 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
     out.extend(t.rootfs.iter().map(|p| bind(p, Access::Read)));
     if let GuestRam::Snapshot(ram) = spec.ram {
         // QEMU 7.2 opens a memory-backend-file read-write even with share=off (its
-        // `readonly` maps guest RAM read-only), so the file is bound read-write; it
-        // maps it privately and never writes it (docs/security.md: not defended).
-        out.push(bind(ram, Access::Write));
+        // `readonly` maps guest RAM read-only), so a restore maps a private copy made
+        // in `vm/` (`sandbox::machine::bring_up`), never the snapshot's own file.
+        debug_assert!(ram.starts_with(&spec.paths.vm), "guest RAM must be a private copy in vm/");
     }
     if spec.accel == Accel::Kvm {
         out.push(bind(Path::new("/dev/kvm"), Access::Device));
@@ -75,14 +82,7 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
             continue;
         }
         out.push(bind(&m.host, Access::Write));
-        let git = m.host.join(".git");
-        match std::fs::symlink_metadata(&git) {
-            // A directory: bound onto itself, so it cannot be renamed or removed.
-            Ok(meta) if meta.is_dir() => out.push(bind(&git, Access::Write)),
-            // A file (`gitdir: PATH` of a worktree or submodule): where git looks.
-            Ok(meta) if meta.is_file() => out.push(bind(&git, Access::Read)),
-            _ => {}
-        }
+        submodules(&m.host, &m.host, SUBMODULE_DEPTH, &mut out);
         for rel in PROTECTED {
             let p = m.host.join(rel);
             // A symlink is not followed: it is shown as it is, read-only, only if it
@@ -92,9 +92,57 @@ pub fn binds(spec: &VmSpec<'_>) -> Vec<Bind> {
             }
         }
     }
-    // Shallower first: a bind inside another must come after it, or it is hidden.
+    // Shallower first: a bind inside another must come after it, or it is hidden; of
+    // two binds of one path, the read-only one (pushed last) wins.
+    out.sort_by_key(|b| b.path.components().count());
+    out.reverse();
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|b| seen.insert(b.path.clone()));
+    out.reverse();
     out.sort_by_key(|b| b.path.components().count());
     out
+}
+
+/// Binds for the submodules `.gitmodules` of `repo` names (a host `git status` in
+/// `share` runs git in each populated one): its `.git` read-only, or, unpopulated, the
+/// empty directory read-only; every directory from `share` down to it onto itself, so
+/// that none can be renamed away and replaced. Paths that leave `share`, or pass
+/// through a link, are skipped.
+fn submodules(share: &Path, repo: &Path, depth: usize, out: &mut Vec<Bind>) {
+    let Some(depth) = depth.checked_sub(1) else { return };
+    let Ok(text) = std::fs::read_to_string(repo.join(".gitmodules")) else { return };
+    for rel in text.lines().filter_map(|l| {
+        let (key, value) = l.split_once('=')?;
+        (key.trim() == "path").then(|| value.trim().trim_matches('"').to_string())
+    }) {
+        let rel = Path::new(&rel);
+        if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+            continue;
+        }
+        let dir = repo.join(rel);
+        // Each directory from the share down: real directories, not links.
+        let chain: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| a.starts_with(share) && *a != share)
+            .map(Path::to_path_buf)
+            .collect();
+        if !chain.iter().all(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.is_dir())) {
+            continue;
+        }
+        let git = dir.join(".git");
+        match std::fs::symlink_metadata(&git) {
+            Ok(m) if m.is_dir() || m.is_file() => {
+                out.extend(chain.iter().map(|a| Bind { path: a.clone(), access: Access::Write }));
+                out.push(Bind { path: git, access: Access::Read });
+                submodules(share, &dir, depth, out);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                out.extend(chain.iter().skip(1).map(|a| Bind { path: a.clone(), access: Access::Write }));
+                out.push(Bind { path: dir, access: Access::Read });
+            }
+        }
+    }
 }
 
 /// bwrap's arguments for QEMU of `spec`, up to (not including) the program; bwrap
@@ -190,12 +238,23 @@ mod tests {
     use crate::vmm::template::{InitKind, Template};
 
     #[test]
-    fn a_read_write_share_gets_its_git_and_editor_files_read_only() {
+    fn a_read_write_share_gets_its_git_submodules_and_editor_files_read_only() {
         let d = tempfile::tempdir().unwrap();
         let repo = d.path().join("repo");
         std::fs::create_dir_all(repo.join(".git/hooks")).unwrap();
         std::fs::write(repo.join(".git/config"), "").unwrap();
         std::fs::create_dir_all(repo.join(".vscode")).unwrap();
+        std::fs::write(
+            repo.join(".gitmodules"),
+            "[submodule \"a\"]\n\tpath = libs/a\n[submodule \"e\"]\n\tpath = empty\n[submodule \"x\"]\n\tpath = ../escape\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(repo.join("libs/a/sub")).unwrap();
+        std::fs::write(repo.join("libs/a/.git"), "gitdir: ../../.git/modules/a\n").unwrap();
+        std::fs::write(repo.join("libs/a/.gitmodules"), "[submodule \"s\"]\n\tpath = sub\n").unwrap();
+        std::fs::write(repo.join("libs/a/sub/.git"), "gitdir: x\n").unwrap();
+        std::fs::create_dir_all(repo.join("empty")).unwrap();
+        std::fs::create_dir_all(d.path().join("escape/.git")).unwrap();
         let ro = d.path().join("ro");
         std::fs::create_dir_all(ro.join(".git")).unwrap();
         let t = Template {
@@ -208,6 +267,7 @@ mod tests {
             display: None,
         };
         let paths = Paths::in_dir(Path::new("/s/id"), true);
+        assert_eq!(paths.overlay.as_deref(), Some(Path::new("/s/id/vm/rootfs.qcow2")));
         let storage = Storage {
             mounts: vec![
                 Mount { host: repo.clone(), guest: "/work".into(), read_only: false },
@@ -230,18 +290,27 @@ mod tests {
         };
         let b = binds(&spec);
         let access = |p: PathBuf| b.iter().find(|x| x.path == p).map(|x| x.access);
+        assert_eq!(access("/s/id/vm".into()), Some(Access::Write));
+        assert_eq!(access("/s/id".into()), None, "the sandbox directory itself is never shown");
+        assert!(b.iter().all(|x| !x.path.starts_with("/s/id") || x.path.starts_with("/s/id/vm")));
         assert_eq!(access(repo.clone()), Some(Access::Write));
-        assert_eq!(access(repo.join(".git")), Some(Access::Write), "bound onto itself: no rename");
-        assert_eq!(access(repo.join(".git/config")), Some(Access::Read));
-        assert_eq!(access(repo.join(".git/hooks")), Some(Access::Read));
+        assert_eq!(access(repo.join(".git")), Some(Access::Read), "the whole .git: commondir, modules/");
         assert_eq!(access(repo.join(".vscode")), Some(Access::Read));
+        assert_eq!(access(repo.join("libs")), Some(Access::Write), "on the way to a submodule: no rename");
+        assert_eq!(access(repo.join("libs/a")), Some(Access::Write));
+        assert_eq!(access(repo.join("libs/a/.git")), Some(Access::Read));
+        assert_eq!(access(repo.join("libs/a/sub/.git")), Some(Access::Read), "a submodule's submodule");
+        assert_eq!(access(repo.join("empty")), Some(Access::Read), "unpopulated: nothing to lose");
+        assert_eq!(access(repo.join("../escape")), None);
         assert_eq!(access(repo.join(".idea")), None, "only what exists is bound");
         assert_eq!(access(ro.clone()), Some(Access::Read));
         assert_eq!(access(ro.join(".git")), None, "a read-only share needs nothing more");
         let at = |p: PathBuf| b.iter().position(|x| x.path == p).unwrap();
         assert!(
-            at(repo.clone()) < at(repo.join(".git")) && at(repo.join(".git")) < at(repo.join(".git/config"))
+            at(repo.clone()) < at(repo.join(".git")) && at(repo.join("libs")) < at(repo.join("libs/a/.git"))
         );
+        let paths: std::collections::HashSet<_> = b.iter().map(|x| &x.path).collect();
+        assert_eq!(paths.len(), b.len(), "each path bound once");
         let args = bwrap_args(&spec, 7, None);
         assert!(!args.iter().any(|a| a == "--die-with-parent"), "a sandbox outlives its command");
         assert!(args.windows(2).any(|w| w[0] == "--info-fd" && w[1] == "7"));

@@ -1,16 +1,21 @@
 //! Who QEMU runs as. When atoll runs as an ordinary user, QEMU runs as that user (in a
-//! user namespace of its own, without capabilities). When atoll runs as root, QEMU
-//! never does: it runs as the owner of the sandbox's shared folders when that is one
-//! ordinary user (files the guest makes there are then that user's, as if they had run
-//! atoll), else as the `atoll` system user, created on first use. Either way it holds
-//! the `atoll` group, which is all it needs of the sandbox's files ([`grant`]).
+//! user namespace of its own, without capabilities; the kernel does not let an
+//! unprivileged user namespace drop the user's supplementary groups, so QEMU keeps
+//! them). When atoll runs as root, QEMU never has uid 0, gid 0 or any of root's
+//! groups: it runs as the owner of the sandbox's read-write shared folders (files the
+//! guest makes there are then that user's, as if they had run atoll), with that
+//! user's group unless it is root's (then the `atoll` group), or, with no read-write
+//! share, as the one ordinary owner of its read-only shares, else as the `atoll`
+//! system user, created on first use. Either way its only
+//! supplementary group is `atoll` (and `/dev/kvm`'s under KVM), which is all it needs
+//! of the sandbox's files ([`grant`]).
 //!
-//! A shared folder owned by root, or folders of several owners, cannot be served by
-//! one unprivileged QEMU: such a sandbox's QEMU stays uid 0, still without any
-//! capability and in its namespaces (docs/security.md: not defended).
+//! Read-write shares owned by root, or by several users, cannot be served by one
+//! unprivileged QEMU: such a sandbox is refused, saying what to change
+//! ([`UserError::RootShare`], [`UserError::SeveralOwners`]).
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::vmm::storage::Storage;
 
@@ -37,6 +42,21 @@ pub enum UserError {
         #[source]
         source: std::io::Error,
     },
+    /// A read-write share is root's.
+    #[error(
+        "{} is owned by root, and QEMU never runs as root: share it read-only (`:ro`), or give it to an ordinary user first (`chown -R USER {}`), whom QEMU then runs as",
+        path.display(), path.display()
+    )]
+    RootShare {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// Read-write shares of several owners.
+    #[error(
+        "the read-write shared folders have different owners ({}), and one QEMU can write as only one of them: share all but one owner's read-only (`:ro`), or give them one owner",
+        .0.iter().map(|(p, u)| format!("{} uid {u}", p.display())).collect::<Vec<_>>().join(", ")
+    )]
+    SeveralOwners(Vec<(PathBuf, u32)>),
 }
 
 /// An unprivileged identity.
@@ -51,25 +71,50 @@ pub struct RunAs {
 }
 
 /// Who QEMU of a sandbox with `storage` runs as: `None` when atoll is not root (QEMU
-/// keeps the user's uid) or when no single ordinary user can serve its shares.
+/// keeps the user's uid); an error when no unprivileged identity can serve its shares.
 pub fn for_qemu(storage: &Storage) -> Result<Option<RunAs>, UserError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
-    let (uid, gid) = system_user()?;
-    let owners: Vec<(u32, u32)> = storage
-        .mounts
-        .iter()
-        .filter_map(|m| std::fs::metadata(&m.host).ok().map(|meta| (meta.uid(), meta.gid())))
-        .collect();
-    let Some(&first) = owners.first() else { return Ok(Some(RunAs { uid, gid, atoll_gid: gid })) };
-    if first.0 == 0 || owners.iter().any(|o| o.0 != first.0) {
-        tracing::warn!(
-            "QEMU keeps uid 0 (without capabilities): a shared folder is owned by root, or the folders have several owners"
-        );
-        return Ok(None);
+    let atoll = system_user()?;
+    let owners = |read_only: bool| -> Vec<Owner> {
+        storage
+            .mounts
+            .iter()
+            .filter(|m| m.read_only == read_only)
+            .filter_map(|m| {
+                std::fs::metadata(&m.host).ok().map(|meta| (m.host.clone(), meta.uid(), meta.gid()))
+            })
+            .collect()
+    };
+    let rw = owners(false);
+    if !rw.is_empty() {
+        return choose(&rw, atoll).map(Some);
     }
-    Ok(Some(RunAs { uid: first.0, gid: first.1, atoll_gid: gid }))
+    // Only read-only shares: their one ordinary owner, who can read them whatever
+    // their modes; else `atoll`, reading through what others may read.
+    let (uid, gid) = atoll;
+    Ok(Some(choose(&owners(true), atoll).unwrap_or(RunAs { uid, gid, atoll_gid: gid })))
+}
+
+/// A read-write share: (folder, owner uid, owner gid).
+type Owner = (PathBuf, u32, u32);
+
+/// The identity for read-write shares of `owners`, `atoll` the system user's (uid,
+/// gid): never uid or gid 0.
+fn choose(owners: &[Owner], atoll: (u32, u32)) -> Result<RunAs, UserError> {
+    let (uid, gid) = atoll;
+    let Some((_, first_uid, first_gid)) = owners.first().cloned() else {
+        return Ok(RunAs { uid, gid, atoll_gid: gid });
+    };
+    if let Some((path, ..)) = owners.iter().find(|o| o.1 == 0) {
+        return Err(UserError::RootShare { path: path.clone() });
+    }
+    if owners.iter().any(|o| o.1 != first_uid) {
+        return Err(UserError::SeveralOwners(owners.iter().map(|(p, u, _)| (p.clone(), *u)).collect()));
+    }
+    let own_gid = if first_gid == 0 { gid } else { first_gid };
+    Ok(RunAs { uid: first_uid, gid: own_gid, atoll_gid: gid })
 }
 
 /// The `atoll` system user's (uid, gid), created on first use.
@@ -103,15 +148,33 @@ fn lookup(name: &str) -> Option<(u32, u32)> {
 /// directory (sticky: QEMU may add its sockets but not remove atoll's files), its
 /// disk and console, its NIC's socket, the guest RAM file of a restore.
 pub fn grant(path: &Path, run_as: RunAs, mode: u32) -> Result<(), UserError> {
-    let err = |source: std::io::Error| UserError::Grant { path: path.to_path_buf(), source };
-    let gid = rustix::fs::Gid::from_raw(run_as.atoll_gid);
-    rustix::fs::chown(path, None, Some(gid)).map_err(|e| err(e.into()))?;
-    rustix::fs::chmod(path, rustix::fs::Mode::from_raw_mode(mode)).map_err(|e| err(e.into()))?;
-    Ok(())
+    crate::vmm::safe_fs::chown_group_mode(path, run_as.atoll_gid, mode)
+        .map_err(|source| UserError::Grant { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Never uid 0 nor gid 0, whatever the shares' owners; a refusal says what to do.
+    #[test]
+    fn qemu_never_gets_root_ids() {
+        let atoll = (990, 995);
+        let share = |p: &str, u, g| (PathBuf::from(p), u, g);
+        assert_eq!(choose(&[], atoll).unwrap(), RunAs { uid: 990, gid: 995, atoll_gid: 995 });
+        let mine = choose(&[share("/a", 1000, 1000), share("/b", 1000, 50)], atoll).unwrap();
+        assert_eq!(mine, RunAs { uid: 1000, gid: 1000, atoll_gid: 995 });
+        let root_group = choose(&[share("/a", 4242, 0)], atoll).unwrap();
+        assert_eq!(root_group, RunAs { uid: 4242, gid: 995, atoll_gid: 995 }, "a root group is not taken");
+        let err = choose(&[share("/a", 1000, 1000), share("/srv", 0, 0)], atoll).unwrap_err().to_string();
+        assert!(
+            err.contains("/srv is owned by root") && err.contains(":ro") && err.contains("chown"),
+            "{err}"
+        );
+        let err = choose(&[share("/a", 1000, 1000), share("/b", 1001, 1001)], atoll).unwrap_err().to_string();
+        assert!(err.contains("/a uid 1000, /b uid 1001") && err.contains("read-only"), "{err}");
+    }
+
     #[test]
     fn looks_up_root() {
         assert_eq!(super::lookup("root"), Some((0, 0)));

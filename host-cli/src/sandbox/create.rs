@@ -158,6 +158,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
 
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
+    super::quota::check(&state_dir, opts.memory_mib, opts.cpus, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
@@ -247,6 +248,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
             .map_err(|log| SandboxError::DesktopNotReady { log })?;
         step("desktop session ready");
     }
+    crate::jail::restrict_sockets(&paths);
     guard.set(|r| {
         r.ready = announce;
         r.agent_version = Some(version);
@@ -273,6 +275,8 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
     }
     super::mounts::check(&opts.storage.mounts)?;
+    // Shares no unprivileged QEMU can serve are refused before anything is made.
+    crate::jail::user::for_qemu(&opts.storage).map_err(crate::jail::JailError::from)?;
     if let Some(bytes) = opts.storage.disk_bytes
         && !(super::mounts::MIN_DISK_BYTES..=super::mounts::MAX_DISK_BYTES).contains(&bytes)
     {

@@ -50,6 +50,8 @@ pub(super) async fn start(
     }
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
+    super::quota::check(&state_dir, snap.meta.memory_mib, snap.meta.cpus, None)
+        .map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
     let machine = &snap.meta;

@@ -16,6 +16,8 @@ use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
 
+/// A restore's private copy of the snapshot's guest RAM, in `vm/`.
+const PRIVATE_RAM: &str = "ram.bin";
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
 /// How long one try to reach the agent may take.
@@ -92,7 +94,11 @@ pub(super) async fn bring_up(
     lifecycle::publish_restored(&record.paths.dir, net).await?;
     step("network helper up");
     let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
-    let ram = snap.ram();
+    // QEMU 7.2 opens guest RAM's file read-write: it gets a private copy (holes stay
+    // holes), so no restored QEMU can change the snapshot for later restores.
+    let ram = record.paths.vm.join(PRIVATE_RAM);
+    copy_file(&snap.ram(), &ram)?;
+    step("guest RAM copied");
     let spec = VmSpec {
         id: &record.id,
         name: &record.name,
@@ -111,6 +117,10 @@ pub(super) async fn bring_up(
     record.qemu = Some(jailed.qemu);
     persist(record)?;
     let mut qmp = connect_new(record, &mut child, limit).await?;
+    // QEMU has mapped guest RAM by the time it answers: the name can go (the space
+    // is freed when QEMU ends).
+    let _ = std::fs::remove_file(&ram);
+    crate::jail::restrict_sockets(&record.paths);
     step("QEMU answers");
     match migrate::load(&mut qmp, &snap.memory(), limit).await {
         // QEMU ends on a stream it cannot read; its log says why.
@@ -273,13 +283,13 @@ pub(super) async fn qemu_version(qmp: &mut Qmp) -> Result<String, SandboxError> 
     Ok(format!("{}.{}.{}", n("major"), n("minor"), n("micro")))
 }
 
-/// Copies `from` to `to` through a temporary file, so `to` is never seen half-written.
+/// Copies `from` to `to` through an exclusive temporary file, so `to` is never seen
+/// half-written and no link planted in QEMU's `vm/` directory is followed
+/// ([`crate::vmm::safe_fs::copy`]).
 pub(super) fn copy_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
-    let tmp = to.with_extension("partial");
-    let err = |source| SandboxError::Copy { from: from.to_path_buf(), to: to.to_path_buf(), source };
-    std::fs::copy(from, &tmp).map_err(err)?;
-    std::fs::rename(&tmp, to).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        err(e)
+    crate::vmm::safe_fs::copy(from, to).map_err(|source| SandboxError::Copy {
+        from: from.to_path_buf(),
+        to: to.to_path_buf(),
+        source,
     })
 }

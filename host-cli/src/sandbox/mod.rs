@@ -39,6 +39,7 @@ pub mod mounts;
 pub mod network;
 mod own;
 pub mod park;
+pub mod quota;
 pub mod run_code;
 pub mod save_template;
 pub mod snapshot;
@@ -95,6 +96,9 @@ pub enum SandboxError {
     /// Memory or CPU count out of range.
     #[error("{0}")]
     BadResources(String),
+    /// A host quota would be passed ([`quota`]).
+    #[error("{0}")]
+    Quota(String),
     /// QEMU exited while the guest booted.
     #[error("the VM exited while booting ({status}); QEMU said: {qemu_log}\nlast console lines:\n{console}")]
     BootExited {

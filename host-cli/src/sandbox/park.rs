@@ -44,6 +44,10 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
 /// Brings parked `record` back from its directory; call under the state lock. On
 /// failure it stays parked, with nothing left running.
 pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
+    if let Some(state) = record.paths.dir.parent() {
+        super::quota::check(state, record.memory_mib, record.cpus, Some(&record.id))
+            .map_err(SandboxError::Quota)?;
+    }
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;
     // Its own policy and published ports (at the same host ports) come back with it.

@@ -130,7 +130,7 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
     let templates = dirs::templates_dir().map_err(SandboxError::from)?;
     let source_dir = templates.join(&record.template);
     let source = template::load(&templates, &record.template).map_err(SandboxError::from)?;
-    let (Some(_), Some(overlay)) = (&source.rootfs, &record.paths.overlay) else {
+    let (Some(base), Some(overlay)) = (&source.rootfs, &record.paths.overlay) else {
         return Err(SaveTemplateError::NoDisk {
             sandbox: record.name,
             template: record.template,
@@ -157,7 +157,12 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
 
     let stage = Staging::new(templates.join(format!(".{}.save-{}", opts.name, std::process::id())))?;
     let image = stage.path.join("rootfs.ext4");
+    // The overlay is in QEMU's `vm/`, and QEMU writes it: its header must still name
+    // only the template's image as backing file, or `qemu-img` (run by atoll, perhaps
+    // as root) would read whatever file a compromised QEMU named into the template.
+    let checked = || crate::vmm::qcow2::check_backing(overlay, base).map_err(SandboxError::from);
     if record.parked {
+        checked()?;
         convert(overlay, &image).await?;
     } else {
         let qemu = record.qemu.ok_or_else(|| SandboxError::Dead(record.name.clone()))?;
@@ -167,6 +172,8 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
         if !qemu.freeze(FREEZE_GRACE).await {
             return Err(SaveTemplateError::Freeze(record.name.clone()));
         }
+        // Frozen: nothing changes the header between the check and the read.
+        checked()?;
         convert(overlay, &image).await?;
     }
     for rel in [Some(&source_file.kernel), source_file.initrd.as_ref()].into_iter().flatten() {

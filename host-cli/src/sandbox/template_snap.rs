@@ -147,6 +147,7 @@ fn boot_meets_it_too(e: &SandboxError) -> bool {
         e,
         SandboxError::State(state::StateError::NameTaken(_) | state::StateError::BadName(_))
             | SandboxError::BadResources(_)
+            | SandboxError::Quota(_)
             | SandboxError::Publish { .. }
     )
 }

@@ -13,7 +13,7 @@ pub const QEMU: &str = "qemu-system-x86_64";
 pub const QEMU_IMG: &str = "qemu-img";
 /// QEMU id of the virtio-serial bus the agent link's port sits on.
 pub const AGENT_SERIAL_BUS: &str = "vser0";
-/// QEMU id of the chardev behind the agent link's port (`<dir>/agent.port`).
+/// QEMU id of the chardev behind the agent link's port (`<dir>/vm/agent.port`).
 pub const AGENT_PORT_CHARDEV: &str = "agentport";
 /// QEMU id of the agent link's port, for `device_del`/`device_add` on a restore.
 pub const AGENT_PORT_DEVICE: &str = "agentport0";
@@ -198,8 +198,12 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-display".into(),
         "none".into(),
         "-no-reboot".into(),
+        // Appended to, so that the network helper can cut its head off in place and
+        // keep it bounded (`sandbox::network::helper::console`).
+        "-chardev".into(),
+        format!("file,id=console,path={},append=on", p.console_log.display()),
         "-serial".into(),
-        format!("file:{}", p.console_log.display()),
+        "chardev:console".into(),
         "-qmp".into(),
         format!("unix:{},server=on,wait=off", p.qmp_socket.display()),
         // A VM generation id: a restored snapshot gets a new one, and Linux reseeds its
@@ -213,7 +217,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-chardev".into(),
         format!(
             "socket,id={AGENT_PORT_CHARDEV},path={},server=on,wait=off",
-            p.dir.join(crate::vmm::agent_link::PORT_SOCKET).display()
+            p.vm.join(crate::vmm::agent_link::PORT_SOCKET).display()
         ),
         "-device".into(),
         agent_port_device(),
@@ -291,7 +295,8 @@ pub fn tail(path: &Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};
     // Only the last 64 KiB are read: a console log can grow large.
     let mut bytes = Vec::new();
-    if let Ok(mut f) = std::fs::File::open(path) {
+    // Not followed if a link: the console is in the directory QEMU writes.
+    if let Ok(mut f) = super::safe_fs::open_read(path) {
         let _ = f.seek(SeekFrom::End(-64 * 1024)).or_else(|_| f.seek(SeekFrom::Start(0)));
         let _ = f.take(64 * 1024).read_to_end(&mut bytes);
     }
@@ -342,10 +347,13 @@ mod tests {
         let args = qemu_args(&spec);
         assert!(append(&args).contains("root=/dev/vda rw") && append(&args).ends_with("quiet"));
         assert!(append(&args).contains(&format!(" {HANG_DETECTORS_OFF} ")));
-        assert!(args.iter().any(|a| a.starts_with("file=/s/id/rootfs.qcow2,format=qcow2")));
+        assert!(args.iter().any(|a| a.starts_with("file=/s/id/vm/rootfs.qcow2,format=qcow2")));
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
         assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
+        assert!(args.iter().any(|a| a == "file,id=console,path=/s/id/vm/console.log,append=on"), "{args:?}");
+        assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/agent.port,")));
+        assert!(args.iter().any(|a| a.starts_with("unix:/s/id/vm/qmp.sock,")));
         let ram = Path::new("/snaps/a,b/ram.bin");
         let args = qemu_args(&VmSpec { ram: GuestRam::Snapshot(ram), ..spec });
         let backend = "memory-backend-file,id=mem,size=256M,mem-path=/snaps/a,,b/ram.bin,share=off";
@@ -375,7 +383,7 @@ mod tests {
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
         assert!(append(&args).contains(" atoll.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
         assert!(
-            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/net.sock")
+            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/vm/net.sock")
         );
         assert!(args.iter().any(|a| a.starts_with("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56")));
         let args = qemu_args(&VmSpec { network: false, ..spec });

@@ -18,6 +18,8 @@
 //! - [`migrate`]: saving a running VM to a file and loading it, and replugging the
 //!   agent link's port of a restored VM.
 //! - [`qcow2`]: the backing file a snapshot's disk makes QEMU open, checked.
+//! - [`safe_fs`]: opening, writing and connecting where a jailed QEMU can also write,
+//!   without following what it plants.
 //! - [`snapfile`]: a snapshot on disk (description, stream, disk), written atomically.
 //! - [`stream_split`]: taking guest RAM out of a saved migration stream into a
 //!   sparse file of its own (`ram.bin`), the stream left with the rest.
@@ -32,6 +34,7 @@ pub mod migrate;
 pub mod process;
 pub mod qcow2;
 pub mod qmp;
+pub mod safe_fs;
 pub mod snapfile;
 pub mod state;
 pub mod storage;

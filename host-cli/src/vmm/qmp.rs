@@ -69,7 +69,7 @@ pub struct Qmp {
 impl Qmp {
     /// Connects, reads the greeting and leaves capabilities-negotiation mode.
     pub async fn connect(path: &Path) -> Result<Qmp, QmpError> {
-        let stream = tokio::time::timeout(QMP_TIMEOUT, UnixStream::connect(path))
+        let stream = tokio::time::timeout(QMP_TIMEOUT, super::safe_fs::connect_unix(path))
             .await
             .map_err(|_| QmpError::Timeout { command: "connect".into() })?
             .map_err(|source| QmpError::Connect { path: path.to_path_buf(), source })?;

@@ -12,6 +12,8 @@ use super::template::is_plain_name;
 
 /// File name of the record inside a sandbox directory.
 pub const RECORD_FILE: &str = "sandbox.json";
+/// The subdirectory of a sandbox directory that its jailed QEMU sees ([`Paths::vm`]).
+pub const VM_DIR: &str = "vm";
 
 /// Why the state directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -78,8 +80,13 @@ pub enum StateError {
 /// Where a sandbox's files are.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Paths {
-    /// The sandbox directory.
+    /// The sandbox directory (atoll's alone: records, logs, tokens).
     pub dir: PathBuf,
+    /// `<dir>/vm`, all of the sandbox directory its jailed QEMU sees: what QEMU itself
+    /// makes and uses (QMP and agent sockets, console, disk overlay, the NIC's socket,
+    /// a restore's private copy of guest RAM).
+    #[serde(default)]
+    pub vm: PathBuf,
     /// QEMU's QMP socket.
     pub qmp_socket: PathBuf,
     /// The guest's serial console.
@@ -93,12 +100,14 @@ pub struct Paths {
 impl Paths {
     /// The layout of the sandbox directory `dir`.
     pub fn in_dir(dir: &Path, with_overlay: bool) -> Paths {
+        let vm = dir.join(VM_DIR);
         Paths {
             dir: dir.to_path_buf(),
-            qmp_socket: dir.join("qmp.sock"),
-            console_log: dir.join("console.log"),
+            qmp_socket: vm.join("qmp.sock"),
+            console_log: vm.join("console.log"),
             qemu_log: dir.join("qemu.log"),
-            overlay: with_overlay.then(|| dir.join("rootfs.qcow2")),
+            overlay: with_overlay.then(|| vm.join("rootfs.qcow2")),
+            vm,
         }
     }
 
@@ -209,14 +218,12 @@ impl Record {
         [self.qemu, self.vhost, self.net_helper].into_iter().flatten()
     }
 
-    /// Writes the record atomically (temp file, then rename).
+    /// Writes the record atomically (an exclusive temp file of a random name, then
+    /// rename: [`super::safe_fs::write_atomic`]).
     pub fn save(&self) -> Result<(), StateError> {
         let path = self.paths.dir.join(RECORD_FILE);
-        let tmp = self.paths.dir.join(".sandbox.json.tmp");
-        let err = |source| StateError::Write { path: path.clone(), source };
         let json = serde_json::to_vec_pretty(self).expect("a record always serializes");
-        std::fs::write(&tmp, json).map_err(err)?;
-        std::fs::rename(&tmp, &path).map_err(err)
+        super::safe_fs::write_atomic(&path, &json).map_err(|source| StateError::Write { path, source })
     }
 }
 
@@ -261,9 +268,10 @@ pub fn load_all(state: &Path) -> Vec<Result<Record, PathBuf>> {
 
 /// The record in `dir`, with every path derived from `dir` itself: the paths written in
 /// the file are never trusted (`kill` deletes the sandbox directory; one named by a
-/// record could be anywhere), nor is a record whose id is not its directory's name.
+/// record could be anywhere), nor is a record whose id is not its directory's name,
+/// nor one that is a link or is not owned by the effective user.
 fn load_dir(dir: &Path) -> Option<Record> {
-    let text = std::fs::read(dir.join(RECORD_FILE)).ok()?;
+    let text = super::safe_fs::read_owned(&dir.join(RECORD_FILE)).ok()?;
     let mut record: Record = serde_json::from_slice(&text).ok()?;
     if dir.file_name()? != record.id.as_str() || !is_plain_name(&record.id) {
         return None;
@@ -352,18 +360,22 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
     let name = name.unwrap_or_else(|| generate_name(&id, |n| taken_name(n)));
     let dir = state.join(&id);
     check_socket_path_len(&dir)?;
+    let vm = dir.join(VM_DIR);
     let made = std::fs::DirBuilder::new().mode(0o700).create(&dir).and_then(|()| {
-        // Whatever the umask: a sandbox directory is the user's alone.
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        // Whatever the umask: a sandbox directory is the user's alone (the jail hands
+        // `vm/` to QEMU's group when QEMU runs as another user).
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::DirBuilder::new().mode(0o700).create(&vm)?;
+        std::fs::set_permissions(&vm, std::fs::Permissions::from_mode(0o700))
     });
     made.map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
     Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make is `agent.port`.
+/// Unix socket paths hold at most 107 bytes; the longest we make is `vm/agent.port`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
     const MAX: usize = 107;
-    let longest = dir.join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
+    let longest = dir.join(VM_DIR).join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
     }

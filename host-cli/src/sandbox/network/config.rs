@@ -14,9 +14,10 @@ pub fn ctl_path(dir: &Path) -> PathBuf {
     dir.join("net.ctl")
 }
 
-/// The Unix socket QEMU's NIC connects to (`-netdev stream`).
+/// The Unix socket QEMU's NIC connects to (`-netdev stream`), in the part of the
+/// sandbox directory QEMU sees.
 pub fn frames_path(dir: &Path) -> PathBuf {
-    dir.join("net.sock")
+    dir.join(crate::vmm::state::VM_DIR).join("net.sock")
 }
 
 /// The helper's record of the network.
@@ -87,18 +88,16 @@ impl NetConfig {
     /// Reads `dir/net.json`.
     pub fn load(dir: &Path) -> Result<NetConfig, ConfigError> {
         let path = json_path(dir);
-        let text = std::fs::read(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let text = crate::vmm::safe_fs::read_owned(&path)
+            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path, source })
     }
 
-    /// Writes `dir/net.json` atomically.
+    /// Writes `dir/net.json` atomically (an exclusive temp file, then rename).
     pub fn save(&self, dir: &Path) -> Result<(), ConfigError> {
         let path = json_path(dir);
-        let tmp = dir.join(".net.json.tmp");
-        let err = |source| ConfigError::Write { path: path.clone(), source };
         let json = serde_json::to_vec_pretty(self).expect("the network config always serializes");
-        std::fs::write(&tmp, json).map_err(err)?;
-        std::fs::rename(&tmp, &path).map_err(err)
+        crate::vmm::safe_fs::write_atomic(&path, &json).map_err(|source| ConfigError::Write { path, source })
     }
 }
 

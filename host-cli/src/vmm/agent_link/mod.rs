@@ -2,7 +2,7 @@
 //! virtio-serial port, shared by every client of a Unix socket.
 //!
 //! QEMU serves the port `atoll.agent` on a Unix socket in the sandbox directory
-//! (`-chardev socket,id=agentport,path=<dir>/agent.port,server=on,wait=off`), and
+//! (`-chardev socket,id=agentport,path=<dir>/vm/agent.port,server=on,wait=off`), and
 //! takes one connection at a time. This module keeps that one connection and
 //! multiplexes clients onto it:
 //!

@@ -15,7 +15,6 @@ use atoll_proto::link::{LinkError, Nonce, host_handshake};
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::UnixStream;
 use tokio::sync::{Notify, watch};
 
 use super::h2::{H2_CONNECTION_WINDOW, H2_MAX_FRAME_SIZE, H2_STREAM_WINDOW};
@@ -134,7 +133,7 @@ async fn keep_connected(
 async fn connect(
     port: &Path,
 ) -> Result<(Sender, impl std::future::Future<Output = hyper::Result<()>> + Send + 'static), UpstreamError> {
-    let stream = UnixStream::connect(port)
+    let stream = crate::vmm::safe_fs::connect_unix(port)
         .await
         .map_err(|source| UpstreamError::Connect { path: port.to_path_buf(), source })?;
     let nonce = Nonce::random().map_err(UpstreamError::Random)?;

@@ -4,7 +4,7 @@
 //! `net-helper.log.1` when it would pass [`MAX_BYTES`] (one old file kept). A guest that
 //! makes the helper warn on every SYN grows it by at most a few lines a second.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -117,8 +117,9 @@ impl State {
     }
 }
 
+/// Refuses a symbolic link in the log's place ([`crate::vmm::safe_fs::open_append`]).
 fn open_append(path: &Path) -> io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    crate::vmm::safe_fs::open_append(path)
 }
 
 #[cfg(test)]

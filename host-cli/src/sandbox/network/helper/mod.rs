@@ -8,6 +8,7 @@
 //! - `forward`: published ports, each connection carried over the agent link.
 //! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
 //! - [`log`]: `net-helper.log`, rate-limited and rotated.
+//! - [`console`]: the serial console `vm/console.log`, kept under a bound.
 //! - The network, when the sandbox has one: the atoll-net engine ([`atoll_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
 //!   connection and DNS query by the policy and writes the audit log `net.log`.
@@ -16,6 +17,7 @@
 //! that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
 //! helper ready.
 
+pub mod console;
 mod forward;
 pub mod log;
 mod server;
@@ -70,7 +72,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();
     let stale_flows = std::mem::take(&mut config.stale_flows);
-    let record = std::fs::read(dir.join(crate::vmm::state::RECORD_FILE))
+    let record = crate::vmm::safe_fs::read_owned(&dir.join(crate::vmm::state::RECORD_FILE))
         .ok()
         .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok())
         .ok_or_else(|| HelperError::Record { dir: dir.to_path_buf() })?;
@@ -87,10 +89,15 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         NetworkMode::None => None,
     };
     let link_socket = dir.join(agent_link::AGENT_SOCKET);
-    let link = agent_link::start(&dir.join(agent_link::PORT_SOCKET), &link_socket, agent_link::LINK_WAIT)?;
+    let link = agent_link::start(
+        &dir.join(crate::vmm::state::VM_DIR).join(agent_link::PORT_SOCKET),
+        &link_socket,
+        agent_link::LINK_WAIT,
+    )?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
     let ctl = bind(&config::ctl_path(dir))?;
+    let console = tokio::spawn(console::bound(crate::vmm::state::Paths::in_dir(dir, false).console_log));
     let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(HelperError::Signal)?;
@@ -100,6 +107,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         _ = tokio::signal::ctrl_c() => Ok(()),
         e = link => Err(HelperError::Link(e.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())))),
     };
+    console.abort();
     for path in [config::ctl_path(dir), config::frames_path(dir), link_socket] {
         let _ = std::fs::remove_file(path);
     }
@@ -107,7 +115,13 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
 }
 
 /// Binds a Unix socket at `path`, replacing a stale one.
+/// Binds `path` 0600 (its directory is 0700 and QEMU is not running yet, so nobody can
+/// connect before the mode is set; the jail hands `net.sock` to QEMU's group).
 fn bind(path: &Path) -> Result<UnixListener, HelperError> {
+    use std::os::unix::fs::PermissionsExt;
+    let err = |source| HelperError::Bind { path: path.to_path_buf(), source };
     let _ = std::fs::remove_file(path);
-    UnixListener::bind(path).map_err(|source| HelperError::Bind { path: path.to_path_buf(), source })
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(listener)
 }

@@ -1,0 +1,237 @@
+//! Touching files where someone less trusted can also write, without following what
+//! they plant. A jailed QEMU writes its sandbox's `vm/` directory (and, when atoll runs
+//! as an ordinary user, holds the same uid as every record): every file atoll opens,
+//! connects to, copies or hands over there is opened without following a symbolic link
+//! at its last component, and every record is written through a temp file of a random
+//! name created exclusively, then renamed, and read back only if the effective user
+//! owns it.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+/// Opens `path` for reading, refusing a symbolic link.
+pub fn open_read(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().read(true).custom_flags(libc_nofollow()).open(path)
+}
+
+/// Opens (creating, mode 0600) `path` to append, refusing a symbolic link.
+pub fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(libc_nofollow()).open(path)
+}
+
+fn libc_nofollow() -> i32 {
+    OFlags::NOFOLLOW.bits().cast_signed()
+}
+
+/// Writes `bytes` to `path` atomically: a temp file of a random name beside it,
+/// created exclusively (mode 0600; nothing planted under a guessable name is
+/// followed), then renamed over `path` (a link at `path` is replaced, not followed).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let (dir, name) = split(path)?;
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Reads the record at `path`: refused if it is a symbolic link or is not owned by
+/// the effective user (someone else, a jailed QEMU included, may have put it there).
+pub fn read_owned(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = open_read(path)?;
+    let meta = f.metadata()?;
+    let me = rustix::process::geteuid().as_raw();
+    if meta.uid() != me || !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a file owned by uid {me}; it was not written by atoll", path.display()),
+        ));
+    }
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// Copies `from` (not followed if a link) to `to` through an exclusive temp file
+/// beside `to`, renamed over it, so `to` is never seen half-written and nothing
+/// planted at `to` or at a guessable temp name is written through. Holes in `from`
+/// stay holes. The copy has mode 0600.
+pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
+    let (dir, name) = split(to)?;
+    let src = open_read(from)?;
+    let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(dir)?;
+    copy_sparse(&src, tmp.as_file())?;
+    tmp.persist(to).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Copies the data of `src` into `dst` range by range (`SEEK_DATA`/`SEEK_HOLE`,
+/// `copy_file_range`), leaving holes as holes, and gives `dst` the same length.
+fn copy_sparse(src: &File, dst: &File) -> io::Result<()> {
+    use rustix::fs::SeekFrom;
+    let len = src.metadata()?.len();
+    let mut at = 0u64;
+    while at < len {
+        let start = match rustix::fs::seek(src, SeekFrom::Data(at)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let end = rustix::fs::seek(src, SeekFrom::Hole(start)).map_err(io::Error::from)?;
+        copy_range(src, dst, start, end)?;
+        at = end;
+    }
+    dst.set_len(len)
+}
+
+/// Copies bytes `start..end` of `src` to the same place in `dst`: in the kernel
+/// (`copy_file_range`) where it can, else (another file system, say) through a buffer.
+fn copy_range(src: &File, dst: &File, start: u64, end: u64) -> io::Result<()> {
+    use rustix::io::Errno;
+    use std::os::unix::fs::FileExt;
+    let shrank = || io::Error::new(io::ErrorKind::UnexpectedEof, "the file shrank while it was copied");
+    let (mut off_in, mut off_out) = (start, start);
+    while off_in < end {
+        let want = usize::try_from(end - off_in).unwrap_or(usize::MAX).min(1 << 30);
+        match rustix::fs::copy_file_range(src, Some(&mut off_in), dst, Some(&mut off_out), want) {
+            Ok(0) => return Err(shrank()),
+            Ok(_) => {}
+            Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    while off_in < end {
+        let n = usize::try_from(end - off_in).unwrap_or(usize::MAX).min(buf.len());
+        let got = src.read_at(&mut buf[..n], off_in)?;
+        if got == 0 {
+            return Err(shrank());
+        }
+        dst.write_all_at(&buf[..got], off_in)?;
+        off_in += got as u64;
+    }
+    Ok(())
+}
+
+/// A Unix socket at `path`, connected without following a link there: the socket
+/// file is opened `O_PATH | O_NOFOLLOW`, checked to be a socket, and connected
+/// through `/proc/self/fd`.
+pub async fn connect_unix(path: &Path) -> io::Result<tokio::net::UnixStream> {
+    let fd = open_socket_file(path)?;
+    tokio::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd())).await
+}
+
+/// [`connect_unix`], blocking.
+pub fn connect_unix_blocking(path: &Path) -> io::Result<std::os::unix::net::UnixStream> {
+    let fd = open_socket_file(path)?;
+    std::os::unix::net::UnixStream::connect(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+fn open_socket_file(path: &Path) -> io::Result<OwnedFd> {
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a socket (a link or a file is in its place)", path.display()),
+        ));
+    }
+    Ok(fd)
+}
+
+/// Gives `path` (not followed if a link; a link is refused) to group `gid` with
+/// `mode`.
+pub fn chown_group_mode(path: &Path, gid: u32, mode: u32) -> io::Result<()> {
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link is in its place"));
+    }
+    let gid = rustix::fs::Gid::from_raw(gid);
+    rustix::fs::chownat(fd.as_fd(), "", None, Some(gid), AtFlags::EMPTY_PATH)?;
+    // chmod through the descriptor's /proc link acts on what it names (a link was refused above).
+    rustix::fs::chmod(format!("/proc/self/fd/{}", fd.as_raw_fd()), Mode::from_raw_mode(mode))?;
+    Ok(())
+}
+
+/// Sets `path`'s mode (not followed if a link; a link is refused).
+pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a symbolic link is in its place"));
+    }
+    rustix::fs::chmod(format!("/proc/self/fd/{}", fd.as_raw_fd()), Mode::from_raw_mode(mode))?;
+    Ok(())
+}
+
+fn split(path: &Path) -> io::Result<(PathBuf, String)> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no file name", path.display()));
+    let name = path.file_name().ok_or_else(bad)?.to_string_lossy().into_owned();
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+    Ok((dir, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link planted at the record's old temp name, at the record itself or at a log
+    /// is never written through; a socket is reached only where no link stands.
+    #[tokio::test]
+    async fn planted_links_are_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let rec = d.path().join("sandbox.json");
+        std::os::unix::fs::symlink(&victim, d.path().join(".sandbox.json.tmp")).unwrap();
+        write_atomic(&rec, b"{}").unwrap();
+        assert_eq!(std::fs::read(&rec).unwrap(), b"{}");
+        std::os::unix::fs::symlink(&victim, d.path().join("log")).unwrap();
+        assert!(open_append(&d.path().join("log")).is_err(), "a link at a log is refused");
+        assert!(open_read(&d.path().join("log")).is_err());
+        std::fs::remove_file(&rec).unwrap();
+        std::os::unix::fs::symlink(&victim, &rec).unwrap();
+        write_atomic(&rec, b"{\"a\":1}").unwrap();
+        assert!(std::fs::symlink_metadata(&rec).unwrap().is_file(), "the link was replaced");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(read_owned(&rec).unwrap(), b"{\"a\":1}");
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 4, "no temp file is left: {names:?}");
+
+        let sock = d.path().join("s.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        connect_unix(&sock).await.expect("a real socket connects");
+        let link = d.path().join("l.sock");
+        std::os::unix::fs::symlink(&sock, &link).unwrap();
+        assert!(connect_unix(&link).await.is_err(), "a link to a socket is not followed");
+        assert!(connect_unix_blocking(&link).is_err());
+        drop(listener);
+
+        let sparse = d.path().join("sparse");
+        let f = File::create(&sparse).unwrap();
+        f.set_len(64 << 20).unwrap();
+        rustix::fs::seek(&f, rustix::fs::SeekFrom::Start(32 << 20)).unwrap();
+        (&f).write_all(b"data").unwrap();
+        copy(&sparse, &d.path().join("copy")).unwrap();
+        let c = std::fs::metadata(d.path().join("copy")).unwrap();
+        assert_eq!(c.len(), 64 << 20);
+        assert!(c.blocks() * 512 < 1 << 20, "holes stay holes: {} blocks", c.blocks());
+        let got = std::fs::read(d.path().join("copy")).unwrap();
+        assert_eq!(&got[32 << 20..(32 << 20) + 4], b"data");
+
+        // Onto another file system (tmpfs), where copy_file_range refuses.
+        if let Ok(shm) = tempfile::tempdir_in("/dev/shm") {
+            copy(&sparse, &shm.path().join("copy")).unwrap();
+            assert_eq!(std::fs::read(shm.path().join("copy")).unwrap(), got);
+        }
+
+        chown_group_mode(&victim, rustix::process::getegid().as_raw(), 0o640).unwrap();
+        assert!(chown_group_mode(&rec.with_file_name("log"), 0, 0o666).is_err(), "a link is refused");
+    }
+}
