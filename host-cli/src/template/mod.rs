@@ -18,6 +18,7 @@
 //! - A template a sandbox uses ([`users`]) is neither removed nor replaced.
 
 pub mod bake;
+pub mod dockerfile;
 pub mod image;
 pub mod layer;
 pub mod probe;
