@@ -167,6 +167,9 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     assert_eq!(a.sh("df", "cat made"), "hey from RUN\nhello\n");
     assert_eq!(a.sh("df", "cat uid-root /home/app/uid-app"), "0\n1000\n");
     assert_eq!(a.sh("df", "stat -c '%a %u' tree/sub/run.sh hello.txt /home/app/f"), "750 0\n644 0\n644 1000\n");
-    assert_eq!(a.sh("df", "cat /opt/bundle/inner/data.txt; stat -c %a /opt/bundle/inner/data.txt"), "unpacked600\n");
+    assert_eq!(a.sh("df", "stat -c '%a %u' /opt/bundle/inner/data.txt"), "600 0\n");
+    assert!(a.sh("df", "cat /opt/bundle/inner/data.txt 2>&1 || true").contains("Permission denied"), "USER app");
+    let out = a.run(&["-s", "df", "exec", "--user", "root", "--", "cat", "/opt/bundle/inner/data.txt"]);
+    assert_eq!(text(&out.stdout), "unpacked", "{}", text(&out.stderr));
     assert_eq!(a.sh("df", "test ! -e /partial && ls /srv/app"), "hello.txt\nmade\ntree\nuid-root\n");
 }

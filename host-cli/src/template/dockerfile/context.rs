@@ -295,3 +295,29 @@ mod tests {
         assert_eq!(guest_path("/w", "/abs"), "/abs");
     }
 }
+
+#[cfg(test)]
+mod tar_tests {
+    use super::*;
+
+    #[test]
+    fn add_unpacks_a_tar_with_its_modes() {
+        let d = tempfile::tempdir().unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(8);
+        h.set_mode(0o600);
+        tar.append_data(&mut h, "inner/data.txt", &b"unpacked"[..]).unwrap();
+        std::fs::write(d.path().join("b.tar"), tar.into_inner().unwrap()).unwrap();
+        let ctx = d.path().canonicalize().unwrap();
+        let mut uploads = pack(&ctx, &["b.tar".into()], "/opt/", "/", true).unwrap();
+        let u = uploads.pop().unwrap();
+        assert_eq!(u.dir, "/opt/");
+        let mut zip = zip::ZipArchive::new(u.zip).unwrap();
+        let mut f = zip.by_name("inner/data.txt").unwrap();
+        assert_eq!(f.unix_mode().map(|m| m & 0o7777), Some(0o600));
+        let mut s = String::new();
+        f.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "unpacked");
+    }
+}
