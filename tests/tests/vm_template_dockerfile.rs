@@ -31,11 +31,11 @@ RUN id -u > /home/app/uid-app
 LABEL org.example.name="demo app" version=1
 EXPOSE 8080 53/udp
 ENTRYPOINT ["/bin/sh", "-c"]
-CMD ["echo serve"]
+CMD ["echo serving > /tmp/served; sleep 2; echo up > /tmp/ready-flag; exec sleep 100000"]
 "#;
 
 fn build(a: &Atoll, args: &[&str]) -> std::process::Output {
-    let mut all = vec!["--json", "template", "build", "--no-snapshot"];
+    let mut all = vec!["--json", "template", "build"];
     all.extend_from_slice(args);
     a.run(&all)
 }
@@ -51,7 +51,7 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     let work = tempfile::tempdir().unwrap();
     let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
     let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
-    for a in ["sh", "cat", "ls", "pwd", "id", "mkdir", "chown", "stat", "echo", "sync"] {
+    for a in ["sh", "cat", "ls", "pwd", "id", "mkdir", "chown", "stat", "echo", "sync", "sleep", "test"] {
         base.push(Entry::Link(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
     }
     base.extend([
@@ -94,14 +94,14 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     // Bad input first; none of it boots anything.
     let bad = ctx.join("Bad.dockerfile");
     std::fs::write(&bad, "FROM scratch-ish\nRUN true\nFROBNICATE now\n").unwrap();
-    let out = build(&a, &["--dockerfile", bad.to_str().unwrap(), "--name", "bad"]);
+    let out = build(&a, &["--dockerfile", bad.to_str().unwrap(), "--name", "bad", "--no-snapshot"]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("line 3") && err.contains("unknown instruction `FROBNICATE`"), "{err}");
     std::os::unix::fs::symlink("../secret", ctx.join("link-out")).unwrap();
     for (copy, shown) in [("COPY ../secret /x", "../secret"), ("COPY link-out /x", "link-out")] {
         std::fs::write(&bad, format!("FROM {image}\n{copy}\n")).unwrap();
-        let out = build(&a, &["--dockerfile", bad.to_str().unwrap(), "--name", "bad"]);
+        let out = build(&a, &["--dockerfile", bad.to_str().unwrap(), "--name", "bad", "--no-snapshot"]);
         assert!(!out.status.success(), "{copy} was built");
         let err = text(&out.stderr);
         assert!(err.contains(&format!("`{shown}` is outside the build context")) && err.contains("line 2"), "{err}");
@@ -110,7 +110,8 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     std::fs::remove_file(&bad).unwrap();
     assert_eq!(leftovers(data.path(), &a), (vec![], vec![]));
 
-    // The build: RUN output streams to stderr, the result to stdout.
+    // The build: RUN output streams to stderr, the result to stdout. The image's
+    // ENTRYPOINT+CMD is started at boot and the snapshot taken once the ready check passes.
     let base_arg = format!("BASE={image}");
     let out = build(
         &a,
@@ -125,6 +126,9 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
             &base_arg,
             "--build-arg",
             "GREETING=hey",
+            "--start",
+            "--ready-cmd",
+            "test -e /tmp/ready-flag",
         ],
     );
     let err = text(&out.stderr);
@@ -140,7 +144,8 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     assert!(t["from_image"].as_str().unwrap().starts_with(&format!("{image}@sha256:")), "{built}");
     let img = &built["image"];
     assert_eq!(img["entrypoint"], serde_json::json!(["/bin/sh", "-c"]), "{built}");
-    assert_eq!(img["cmd"], serde_json::json!(["echo serve"]), "{built}");
+    assert_eq!(img["start"][0], "/bin/sh", "{built}");
+    assert_eq!(built["snapshot"]["outcome"], "made", "{built}");
     assert_eq!(img["labels"]["org.example.name"], "demo app", "{built}");
     assert_eq!(img["exposed_ports"], serde_json::json!(["8080/tcp", "53/udp"]), "{built}");
     assert_eq!(built["run_steps"], 3);
@@ -149,9 +154,12 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
 
     // A failing RUN, FROM the template just built: its exit code, the step named, nothing left.
     let failing = ctx.join("Failing.dockerfile");
-    std::fs::write(&failing, "FROM app\nUSER root\nRUN echo partial > /partial\nRUN echo about to fail; exit 7\n")
+    std::fs::write(
+        &failing,
+        "FROM app\nUSER root\nRUN echo partial > /partial; test ! -e /tmp/served\nRUN echo about to fail; exit 7\n",
+    )
         .unwrap();
-    let out = build(&a, &["--dockerfile", failing.to_str().unwrap(), "--name", "broken"]);
+    let out = build(&a, &["--dockerfile", failing.to_str().unwrap(), "--name", "broken", "--no-snapshot"]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "{err}");
     assert!(
@@ -161,8 +169,12 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     );
     assert_eq!(leftovers(data.path(), &a), (vec!["app".to_owned()], vec![]), "no template, no VM left");
 
-    // The template boots with everything in place.
-    a.create_with("df", &["--template", "app"]);
+    // The template restores from its snapshot with everything in place, the service up.
+    let made = a.create_with("df", &["--template", "app"]);
+    assert_ne!(made["started_from"], "boot", "{made}");
+    assert_eq!(a.sh("df", "cat /tmp/served /tmp/ready-flag"), "serving\nup\n");
+    let jobs = a.json(&["-s", "df", "jobs"]);
+    assert!(jobs.to_string().contains("sleep 100000") && jobs.to_string().contains("running"), "{jobs}");
     assert_eq!(a.sh("df", "pwd; id -u; echo $APP_HOME"), "/srv/app\n1000\n/srv/app\n");
     assert_eq!(a.sh("df", "cat made"), "hey from RUN\nhello\n");
     assert_eq!(a.sh("df", "cat uid-root /home/app/uid-app"), "0\n1000\n");

@@ -139,6 +139,14 @@ pub struct BuildArgs {
     /// Do not make the template's snapshot (the first `atoll create` of it then does).
     #[arg(long)]
     pub no_snapshot: bool,
+    /// Start the image's ENTRYPOINT and CMD as a background job whenever the template
+    /// boots; the template's snapshot then holds it running.
+    #[arg(long)]
+    pub start: bool,
+    /// A shell command run every second at boot (after --start's job) until it exits 0;
+    /// only then is the sandbox ready and the template's snapshot taken (at most 120 s).
+    #[arg(long, value_name = "CMD")]
+    pub ready_cmd: Option<String>,
 }
 
 /// `atoll template snapshot`.

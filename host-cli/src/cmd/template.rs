@@ -62,6 +62,7 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     if a.dockerfile.is_some() {
         return build_dockerfile(ctx, a).await;
     }
+    let mut image_config = None;
     let (source, from) = match (&a.from, &a.image) {
         (Some(from), _) => (Source::detect(from)?, from.display().to_string()),
         (None, Some(reference)) => {
@@ -73,12 +74,13 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
             let r = reference.clone();
             let fetched = tokio::task::spawn_blocking(move || template::image::fetch(&r, &fetch)).await??;
             let from = format!("image {reference} ({})", fetched.digest);
+            image_config = Some(fetched.config.clone());
             (Source::Image(Box::new(fetched)), from)
         }
         (None, None) => unreachable!("clap requires --from or --image"),
     };
     let opts = BuildOptions {
-        name: a.name,
+        name: a.name.clone(),
         source,
         init: match a.init {
             InitArg::Agent => InitKind::Agent,
@@ -90,6 +92,10 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     eprintln!("atoll: building template `{}` from {from}", opts.name);
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
     let name = built.template.name.clone();
+    if let Some(config) = &image_config {
+        template::dockerfile::write_image_config(&built.path, config)?;
+    }
+    record_start(&name, &a)?;
     let mut text = format!(
         "template `{name}` built at {} ({} image, init: {})\nboot it with: atoll create --template {name}",
         built.path.display(),
@@ -143,11 +149,15 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         };
     };
     // Ctrl-C drops the build, which kills its VM and removes its base.
-    let built = tokio::select! {
+    let mut built = tokio::select! {
         r = dockerfile::build(&opts, &progress) => r?,
         _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
     };
     let name = built.template.name.clone();
+    record_start(&name, &a)?;
+    if let Some(image) = dockerfile::image_config(&name) {
+        built.image = image;
+    }
     let mut text = format!(
         "template `{name}` built from {} at {} ({} RUN step{})\nboot it with: atoll create --template {name}",
         a.dockerfile.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
@@ -167,6 +177,19 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         snapshot: Option<TemplateSnapshotInfo>,
     }
     print(ctx, &DockerfileOutput { built, snapshot }, &format!("{text}\n"))
+}
+
+/// Records `--start` and `--ready-cmd` for template `name` just built; on failure the
+/// template is removed (nothing half-made).
+fn record_start(name: &str, a: &BuildArgs) -> Result<()> {
+    if !a.start && a.ready_cmd.is_none() {
+        return Ok(());
+    }
+    if let Err(why) = template::start::record(name, a.start, a.ready_cmd.clone()) {
+        let _ = template::remove(name);
+        anyhow::bail!("{why}; the template was not kept");
+    }
+    Ok(())
 }
 
 /// The snapshot of template `name` just built, for the default machine shape; `None`

@@ -1,5 +1,5 @@
 //! Applying OCI image layers to a tree, in Rust, as the OCI image spec's "Applying
-//! Changesets" says: each layer is a tar (plain or gzip), its whiteouts (`.wh.NAME`)
+//! Changesets" says: each layer is a tar (plain, gzip or zstd), its whiteouts (`.wh.NAME`)
 //! delete `NAME` from the layers below, an opaque marker (`.wh..wh..opq`) empties its
 //! directory of what the layers below put there, and the rest of the entries are
 //! written over what is there.
@@ -39,7 +39,7 @@ pub enum LayerError {
         source: std::io::Error,
     },
     /// A compression other than gzip.
-    #[error("layer {} is compressed with {what}, which atoll cannot unpack yet (gzip and plain tar only); rebuild the image with gzip layers", path.display())]
+    #[error("layer {} is compressed with {what}, which atoll cannot unpack (gzip, zstd and plain tar only); rebuild the image with gzip or zstd layers", path.display())]
     Compression {
         /// The layer blob.
         path: PathBuf,
@@ -81,7 +81,7 @@ pub enum LayerError {
     },
 }
 
-/// Applies the layer at `path` (a tar, plain or gzip) to the tree under `root`.
+/// Applies the layer at `path` (a tar, plain, gzip or zstd) to the tree under `root`.
 pub fn apply(root: &Path, path: &Path) -> Result<(), LayerError> {
     let root_fd = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| LayerError::Write { layer: path.into(), entry: "/".into(), source: e.into() })?;
@@ -147,7 +147,9 @@ impl Layer<'_> {
         let stream = head.chain(file);
         match magic {
             [0x1f, 0x8b, ..] => Ok(Box::new(flate2::read::MultiGzDecoder::new(stream))),
-            [0x28, 0xb5, 0x2f, 0xfd] => Err(LayerError::Compression { path: self.path.into(), what: "zstd" }),
+            // `application/vnd.oci.image.layer.v1.tar+zstd`; a stream of several frames
+            // is read as one, as `zstd -d` does.
+            [0x28, 0xb5, 0x2f, 0xfd] => Ok(Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?)),
             [b'B', b'Z', b'h', _] => Err(LayerError::Compression { path: self.path.into(), what: "bzip2" }),
             [0xfd, b'7', b'z', b'X'] => Err(LayerError::Compression { path: self.path.into(), what: "xz" }),
             _ => Ok(Box::new(stream)),
@@ -542,8 +544,32 @@ mod tests {
     fn other_compressions_are_named() {
         let d = tempfile::tempdir().unwrap();
         let l = d.path().join("l");
-        std::fs::write(&l, [0x28, 0xb5, 0x2f, 0xfd, 0, 0]).unwrap();
+        std::fs::write(&l, [0xfd, b'7', b'z', b'X', 0, 0]).unwrap();
         let err = apply(d.path(), &l).unwrap_err();
-        assert!(err.to_string().contains("zstd"), "{err}");
+        assert!(err.to_string().contains("compressed with xz"), "{err}");
+    }
+
+    #[test]
+    fn zstd_layers_are_applied_and_a_broken_one_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_mode(0o640);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        tar.append_data(&mut h, "etc/zst", &b"zstd\n"[..]).unwrap();
+        let plain = tar.into_inner().unwrap();
+        let packed = zstd::stream::encode_all(&plain[..], 3).unwrap();
+        let l = d.path().join("l");
+        std::fs::write(&l, &packed).unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        apply(&root, &l).unwrap();
+        assert_eq!(std::fs::read(root.join("etc/zst")).unwrap(), b"zstd\n");
+        std::fs::write(&l, &packed[..packed.len() / 2]).unwrap();
+        let err = apply(&root, &l).unwrap_err();
+        assert!(matches!(err, LayerError::Tar { .. } | LayerError::Read { .. }), "{err}");
     }
 }

@@ -22,6 +22,7 @@ pub mod dockerfile;
 pub mod image;
 pub mod layer;
 pub mod probe;
+pub mod start;
 
 use std::path::{Path, PathBuf};
 

@@ -93,6 +93,12 @@ pub struct ImageConfig {
     /// EXPOSEd ports (`80/tcp`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exposed_ports: Vec<String>,
+    /// Started as a background job at every fresh boot (`--start`: ENTRYPOINT+CMD).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<Vec<String>>,
+    /// Run until it succeeds before the sandbox is ready (`--ready-cmd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_cmd: Option<String>,
 }
 
 /// The file [`ImageConfig`] is kept in.
@@ -263,6 +269,7 @@ pub async fn build(
         .expect("parse requires a FROM");
     let base = vm::Base::prepare(opts, &reference, progress).await?;
     let mut state = State::from_defaults(base.defaults.clone().unwrap_or_default());
+    state.image = base.config.clone();
     let session = vm::Session::start(&base, opts, progress).await;
     let result = match session {
         Ok(mut session) => {
@@ -408,7 +415,7 @@ fn finish(
         file.from_sandbox = None;
         file.from_template = from_template.clone();
         file.from_image = from_image.clone();
-        replace_file(&dir.join(IMAGE_CONFIG_FILE), &serde_json::to_vec_pretty(&state.image).map_err(std::io::Error::other)?)?;
+        write_image_config(&dir, &state.image)?;
         replace_file(&dir.join("template.json"), &serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?)?;
         Ok(file)
     };
@@ -419,6 +426,11 @@ fn finish(
             Err(DockerfileError::Save(format!("could not write {}: {e}", dir.display())))
         }
     }
+}
+
+/// Writes `config` as the `image.json` of the template directory `dir`.
+pub fn write_image_config(dir: &Path, config: &ImageConfig) -> std::io::Result<()> {
+    replace_file(&dir.join(IMAGE_CONFIG_FILE), &serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?)
 }
 
 /// Writes `bytes` to `path` through a temp file and a rename.

@@ -31,6 +31,8 @@ pub(super) struct Base {
     pub from_template: Option<String>,
     /// The image it came from (`REF@DIGEST`).
     pub from_image: Option<String>,
+    /// Its ENTRYPOINT, CMD, LABELs and EXPOSEd ports, which the Dockerfile inherits.
+    pub config: super::ImageConfig,
 }
 
 impl Base {
@@ -55,6 +57,7 @@ impl Base {
                 defaults: file.defaults,
                 from_template: Some(reference.into()),
                 from_image: file.from_image,
+                config: super::ImageConfig { start: None, ready_cmd: None, ..super::image_config(reference).unwrap_or_default() },
             });
         }
         progress(Progress::Note(&format!("fetching image {reference}")));
@@ -71,6 +74,7 @@ impl Base {
             defaults: Some(fetched.defaults.clone()),
             from_template: None,
             from_image: Some(format!("{}@{}", fetched.reference, fetched.digest)),
+            config: fetched.config.clone(),
         };
         let build = BuildOptions {
             name,
@@ -151,6 +155,8 @@ impl Session {
             // never makes or uses a template snapshot (a disk option turns them off).
             storage: crate::vmm::storage::Storage { mounts: Vec::new(), disk_bytes: image },
             created_by: opts.by.clone(),
+            // A FROM template's start command is for its sandboxes, not for building on it.
+            no_start: true,
             ..Default::default()
         };
         progress(Progress::Note("booting the build VM"));
