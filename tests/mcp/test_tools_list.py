@@ -39,7 +39,7 @@ EXPECTED = {
     "sandbox_run_code": (False, True, False, True, {"language", "code"}),
     "sandbox_get_metrics": (True, False, True, False, set()),
     "sandbox_template_list": (True, False, True, False, set()),
-    "sandbox_template_create": (False, False, False, False, {"from_sandbox", "name"}),
+    "sandbox_template_create": (False, False, False, True, {"name"}),
 }
 LIFECYCLE = {
     "sandbox_create",

@@ -136,16 +136,16 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         memory_mib: a.build_memory,
         by: None,
     };
-    let progress = |p: Progress<'_>| {
+    let progress = |p: Progress| {
         let mut err = std::io::stderr().lock();
         let _ = match p {
             Progress::Step { index, total, line, text } => writeln!(
                 err,
                 "atoll: step {index}/{total} (line {line}): {}",
-                template::image::escape_controls(text)
+                template::image::escape_controls(&text)
             ),
-            Progress::Output { bytes, .. } => err.write_all(bytes),
-            Progress::Note(n) => writeln!(err, "atoll: {}", template::image::escape_controls(n)),
+            Progress::Output { bytes, .. } => err.write_all(&bytes),
+            Progress::Note(n) => writeln!(err, "atoll: {}", template::image::escape_controls(&n)),
         };
     };
     // Ctrl-C drops the build, which kills its VM and removes its base.

@@ -239,6 +239,12 @@ pub enum ToolError {
     /// The sandbox's network helper failed or refused; its message says what to do.
     #[error(transparent)]
     Network(crate::sandbox::network::NetError),
+    /// A template build from an image or a Dockerfile failed; nothing was left.
+    #[error(transparent)]
+    Build(#[from] crate::template::dockerfile::DockerfileError),
+    /// The arguments of a template build make no sense; the message says which.
+    #[error("{0}")]
+    BadBuild(String),
 }
 
 impl ToolError {

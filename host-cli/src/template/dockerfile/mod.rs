@@ -52,9 +52,9 @@ pub struct DockerfileOptions {
     pub by: Option<String>,
 }
 
-/// What a build reports as it goes.
+/// What a build reports as it goes (owned, so a build's future stays `Send`).
 #[derive(Debug)]
-pub enum Progress<'a> {
+pub enum Progress {
     /// A step starts (`index` of `total`, 1-based).
     Step {
         /// Its number.
@@ -64,17 +64,17 @@ pub enum Progress<'a> {
         /// Its line in the Dockerfile.
         line: usize,
         /// Its text.
-        text: &'a str,
+        text: String,
     },
     /// Output of a RUN.
     Output {
         /// From stderr.
         stderr: bool,
         /// The bytes.
-        bytes: &'a [u8],
+        bytes: bytes::Bytes,
     },
     /// Something else worth a line.
-    Note(&'a str),
+    Note(String),
 }
 
 /// ENTRYPOINT, CMD, LABEL and EXPOSE of a template built from a Dockerfile, kept in
@@ -257,7 +257,7 @@ pub fn prepare(opts: &DockerfileOptions) -> Result<(PathBuf, Vec<Step>), Dockerf
 /// Builds template `opts.name` from its Dockerfile; see the module docs.
 pub async fn build(
     opts: &DockerfileOptions,
-    progress: &(dyn Fn(Progress<'_>) + Send + Sync),
+    progress: &(dyn Fn(Progress) + Send + Sync),
 ) -> Result<DockerfileBuilt, DockerfileError> {
     let (context, steps) = prepare(opts)?;
     let reference = steps
@@ -310,12 +310,12 @@ async fn run_steps(
     steps: &[Step],
     context: &Path,
     state: &mut State,
-    progress: &(dyn Fn(Progress<'_>) + Send + Sync),
+    progress: &(dyn Fn(Progress) + Send + Sync),
 ) -> Result<(), DockerfileError> {
     let total = steps.len();
     for (i, step) in steps.iter().enumerate() {
         let index = i + 1;
-        progress(Progress::Step { index, total, line: step.line, text: &step.text });
+        progress(Progress::Step { index, total, line: step.line, text: step.text.clone() });
         let failed = |why: String| DockerfileError::StepFailed {
             index,
             line: step.line,
@@ -445,3 +445,5 @@ pub fn image_config(name: &str) -> Option<ImageConfig> {
     let dir = dirs::templates_dir().ok()?.join(name);
     serde_json::from_slice(&std::fs::read(dir.join(IMAGE_CONFIG_FILE)).ok()?).ok()
 }
+
+

@@ -39,7 +39,7 @@ impl Base {
     pub(super) async fn prepare(
         opts: &DockerfileOptions,
         reference: &str,
-        progress: &(dyn Fn(Progress<'_>) + Send + Sync),
+        progress: &(dyn Fn(Progress) + Send + Sync),
     ) -> Result<Base, DockerfileError> {
         let templates = dirs::templates_dir()?;
         if store::check_name(reference).is_ok() && templates.join(reference).join("template.json").is_file() {
@@ -50,7 +50,7 @@ impl Base {
             if file.rootfs.is_none() {
                 return Err(DockerfileError::NoDisk(reference.into()));
             }
-            progress(Progress::Note(&format!("FROM the installed template `{reference}`")));
+            progress(Progress::Note(format!("FROM the installed template `{reference}`")));
             return Ok(Base {
                 template: reference.into(),
                 temporary: false,
@@ -60,14 +60,14 @@ impl Base {
                 config: super::ImageConfig { start: None, ready_cmd: None, ..super::image_config(reference).unwrap_or_default() },
             });
         }
-        progress(Progress::Note(&format!("fetching image {reference}")));
+        progress(Progress::Note(format!("fetching image {reference}")));
         let (r, fetch) = (reference.to_owned(), opts.fetch.clone());
         let fetched = tokio::task::spawn_blocking(move || store::image::fetch(&r, &fetch))
             .await
             .map_err(|e| DockerfileError::Vm(e.to_string()))?
             .map_err(|source| DockerfileError::Fetch { reference: reference.into(), source })?;
         let name = temp_name();
-        progress(Progress::Note(&format!("baking {reference} ({}) as the build's base", fetched.digest)));
+        progress(Progress::Note(format!("baking {reference} ({}) as the build's base", fetched.digest)));
         let base = Base {
             template: name.clone(),
             temporary: true,
@@ -116,6 +116,8 @@ fn temp_name() -> String {
 pub(super) struct Session {
     vm: Vm,
     client: Client,
+    /// The base template's command defaults, for RUN's own connection.
+    defaults: Option<CommandDefaults>,
 }
 
 /// The build VM's name; dropped while armed, the VM is killed with `atoll kill -f`.
@@ -139,7 +141,7 @@ impl Session {
     pub(super) async fn start(
         base: &Base,
         opts: &DockerfileOptions,
-        progress: &(dyn Fn(Progress<'_>) + Send + Sync),
+        progress: &(dyn Fn(Progress) + Send + Sync),
     ) -> Result<Session, DockerfileError> {
         let templates = dirs::templates_dir()?;
         let image = crate::vmm::template::load(&templates, &base.template)
@@ -159,7 +161,7 @@ impl Session {
             no_start: true,
             ..Default::default()
         };
-        progress(Progress::Note("booting the build VM"));
+        progress(Progress::Note("booting the build VM".into()));
         let info = crate::sandbox::create(&create).await.map_err(|e| DockerfileError::Vm(e.to_string()))?;
         let mut vm = Vm { name: info.name.clone(), armed: true };
         let addr = crate::sandbox::target::sandbox_address(&info.name)
@@ -170,7 +172,7 @@ impl Session {
             Err(e) => Err(e),
         };
         match client {
-            Ok(client) => Ok(Session { vm, client }),
+            Ok(client) => Ok(Session { vm, client, defaults: base.defaults.clone() }),
             Err(e) => {
                 vm.stop().await;
                 Err(e)
@@ -185,7 +187,7 @@ impl Session {
         env: std::collections::BTreeMap<String, String>,
         cwd: Option<String>,
         user: Option<String>,
-        progress: &(dyn Fn(Progress<'_>) + Send + Sync),
+        progress: &(dyn Fn(Progress) + Send + Sync),
     ) -> Result<ExitStatus, String> {
         let mut spec = match cmd {
             Command::Shell(line) => ExecSpec::shell(line.clone()),
@@ -195,13 +197,48 @@ impl Session {
         spec.cwd = cwd;
         spec.user = user;
         spec.timeout = Some(RUN_TIMEOUT);
-        let mut events =
-            self.client.exec_stream::<tokio::io::Empty>(&spec, None).await.map_err(|e| e.to_string())?;
-        while let Some(ev) = events.next().await {
-            match ev.map_err(|e| e.to_string())? {
+        // The stream runs on a thread and runtime of its own, its events come back over
+        // a channel: ExecStream's future is not `Send` for every lifetime, which a build
+        // running inside an MCP tool call needs. Dropping `_cancel` (a cancelled build)
+        // ends the thread, which drops the stream, which kills the command.
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<ExecEvent, String>>(64);
+        let (_cancel, cancelled) = tokio::sync::oneshot::channel::<()>();
+        let addr = self.client.address().clone();
+        let defaults = self.defaults.clone();
+        std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e.to_string()));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let work = async {
+                    let client = Client::connect(&addr, Duration::from_secs(30))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .with_defaults(defaults);
+                    let mut events =
+                        client.exec_stream::<tokio::io::Empty>(&spec, None).await.map_err(|e| e.to_string())?;
+                    while let Some(ev) = events.next().await {
+                        if tx.send(ev.map_err(|e| e.to_string())).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok::<(), String>(())
+                };
+                tokio::select! {
+                    r = work => if let Err(e) = r { let _ = tx.send(Err(e)).await; },
+                    _ = cancelled => {}
+                }
+            });
+        });
+        while let Some(ev) = rx.recv().await {
+            match ev? {
                 ExecEvent::Started { .. } => {}
-                ExecEvent::Stdout(b) => progress(Progress::Output { stderr: false, bytes: &b }),
-                ExecEvent::Stderr(b) => progress(Progress::Output { stderr: true, bytes: &b }),
+                ExecEvent::Stdout(b) => progress(Progress::Output { stderr: false, bytes: b }),
+                ExecEvent::Stderr(b) => progress(Progress::Output { stderr: true, bytes: b }),
                 ExecEvent::Exited(status) => return Ok(status),
             }
         }
@@ -254,3 +291,4 @@ impl Drop for Vm {
         }
     }
 }
+
