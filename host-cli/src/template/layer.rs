@@ -81,11 +81,44 @@ pub enum LayerError {
     },
 }
 
+/// The owner, mode and device number an entry should have, kept aside when the tree is
+/// written without root ([`apply_rootless`]): the host files are the writer's own, and
+/// [`super::owners`] sets these in the ext4 image afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Permission bits (with setuid, setgid, sticky).
+    pub mode: u32,
+    /// A character or block device: (`c` or `b`, major, minor); the host holds an empty
+    /// file in its place.
+    pub device: Option<(char, u32, u32)>,
+}
+
+/// [`Meta`] by path relative to the tree's root.
+pub type Owners = std::collections::BTreeMap<PathBuf, Meta>;
+
 /// Applies the layer at `path` (a tar, plain, gzip or zstd) to the tree under `root`.
 pub fn apply(root: &Path, path: &Path) -> Result<(), LayerError> {
+    apply_with(root, path, None)
+}
+
+/// [`apply`] without root: owners, modes and device nodes go into `owners` instead of
+/// the host files (which stay readable by the caller).
+pub fn apply_rootless(root: &Path, path: &Path, owners: &mut Owners) -> Result<(), LayerError> {
+    apply_with(root, path, Some(std::cell::RefCell::new(owners)))
+}
+
+fn apply_with<'a>(
+    root: &Path,
+    path: &'a Path,
+    owners: Option<std::cell::RefCell<&'a mut Owners>>,
+) -> Result<(), LayerError> {
     let root_fd = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| LayerError::Write { layer: path.into(), entry: "/".into(), source: e.into() })?;
-    let layer = Layer { path, root: root_fd };
+    let layer = Layer { path, root: root_fd, owners };
     // Pass 1: deletions from the layers below.
     layer.each_entry(|layer, rel, _entry| {
         let Some((parent, name)) = split(rel) else { return Ok(()) };
@@ -117,6 +150,8 @@ pub fn apply(root: &Path, path: &Path) -> Result<(), LayerError> {
 struct Layer<'a> {
     path: &'a Path,
     root: OwnedFd,
+    /// Rootless: where owners and modes go.
+    owners: Option<std::cell::RefCell<&'a mut Owners>>,
 }
 
 impl Layer<'_> {
@@ -244,6 +279,16 @@ impl Layer<'_> {
             owner_id(gid).ok_or_else(|| self.hostile(rel, "a group id over 2^32"))?,
         );
         let owner = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
+        // Rootless: the host file keeps the caller as owner and stays readable (and a
+        // directory enterable) by it; what the image says is recorded.
+        let rootless = self.owners.is_some();
+        let record = |device: Option<(char, u32, u32)>| {
+            if let Some(owners) = &self.owners {
+                owners.borrow_mut().insert(rel.to_path_buf(), Meta { uid, gid, mode, device });
+            }
+        };
+        let chown = |fd: BorrowedFd<'_>| if rootless { Ok(()) } else { rustix::fs::fchown(fd, owner.0, owner.1) };
+        let host_mode = |extra: u32| if rootless { (mode | extra) & 0o777 } else { mode };
         let dir = self.open_dir(&parent, true, rel)?.expect("created");
         let dir = dir.as_fd();
         let errno = |e: Errno| self.write_err(rel, e.into());
@@ -261,8 +306,9 @@ impl Layer<'_> {
                 Err(e) => return Err(errno(e)),
             }
             let fd = self.beneath_dir(dir, name).map_err(|e| self.dir_err(rel, e))?;
-            rustix::fs::fchown(&fd, owner.0, owner.1).map_err(errno)?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(errno)?;
+            chown(fd.as_fd()).map_err(errno)?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(host_mode(0o700))).map_err(errno)?;
+            record(None);
             return Ok(());
         }
         // Anything else replaces what is there (a directory with its contents).
@@ -287,9 +333,10 @@ impl Layer<'_> {
                 .map_err(errno)?;
                 let mut file = File::from(fd);
                 std::io::copy(entry, &mut file).map_err(werr)?;
-                rustix::fs::fchown(&file, owner.0, owner.1).map_err(errno)?;
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(errno)?;
+                chown(file.as_fd()).map_err(errno)?;
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(host_mode(0o600))).map_err(errno)?;
                 rustix::fs::futimens(&file, &times).map_err(errno)?;
+                record(None);
             }
             tar::EntryType::Symlink => {
                 let target = entry
@@ -297,8 +344,11 @@ impl Layer<'_> {
                     .map_err(werr)?
                     .ok_or_else(|| self.hostile(rel, "a symlink without a target"))?;
                 rustix::fs::symlinkat(target.as_ref(), dir, name).map_err(errno)?;
-                rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                if !rootless {
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                }
                 rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                record(None);
             }
             tar::EntryType::Link => {
                 let target = entry
@@ -312,6 +362,13 @@ impl Layer<'_> {
                     .open_dir(&tparent, false, rel)?
                     .ok_or_else(|| self.hostile(rel, "a hard link to a file the image does not have"))?;
                 rustix::fs::linkat(tdir.as_fd(), tname, dir, name, AtFlags::empty()).map_err(errno)?;
+                // One inode: the link has its target's owner and mode.
+                if let Some(owners) = &self.owners {
+                    let mut owners = owners.borrow_mut();
+                    if let Some(meta) = owners.get(&target).copied() {
+                        owners.insert(rel.to_path_buf(), meta);
+                    }
+                }
             }
             tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
                 let file_type = match kind {
@@ -321,10 +378,29 @@ impl Layer<'_> {
                 };
                 let major = header.device_major().map_err(werr)?.unwrap_or(0);
                 let minor = header.device_minor().map_err(werr)?.unwrap_or(0);
+                if rootless && kind != tar::EntryType::Fifo {
+                    // Only root makes device nodes: an empty file stands in for it, and
+                    // the node is made in the ext4 image.
+                    let fd = rustix::fs::openat(
+                        dir,
+                        name,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::from_raw_mode(0o600),
+                    )
+                    .map_err(errno)?;
+                    drop(fd);
+                    let c = if kind == tar::EntryType::Char { 'c' } else { 'b' };
+                    record(Some((c, major, minor)));
+                    return Ok(());
+                }
                 let dev = rustix::fs::makedev(major, minor);
                 rustix::fs::mknodat(dir, name, file_type, Mode::from_raw_mode(0o600), dev).map_err(errno)?;
-                rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
-                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty()).map_err(errno)?;
+                if !rootless {
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                }
+                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(host_mode(0o600)), AtFlags::empty())
+                    .map_err(errno)?;
+                record(None);
             }
             // PAX and GNU extension headers are folded into the next entry by `tar`;
             // anything else carries no file.

@@ -21,6 +21,7 @@ pub mod bake;
 pub mod dockerfile;
 pub mod image;
 pub mod layer;
+pub mod owners;
 pub mod probe;
 pub mod start;
 
