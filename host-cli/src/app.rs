@@ -199,7 +199,8 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
             return (EXIT_USAGE, "usage");
         }
         // A Dockerfile's failing RUN: the build ends with the RUN's own exit code.
-        if let Some(e @ crate::template::dockerfile::DockerfileError::RunFailed { .. }) = cause.downcast_ref() {
+        if let Some(e @ crate::template::dockerfile::DockerfileError::RunFailed { .. }) = cause.downcast_ref()
+        {
             return (e.exit_code(), "build_step_failed");
         }
         // A size, a count or a disk that cannot be: a usage error like clap's own.

@@ -76,8 +76,11 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     std::fs::create_dir_all(ctx.join("tree/sub")).unwrap();
     std::fs::write(ctx.join("hello.txt"), "hello\n").unwrap();
     std::fs::write(ctx.join("tree/sub/run.sh"), "#!/bin/sh\necho ran\n").unwrap();
-    std::fs::set_permissions(ctx.join("tree/sub/run.sh"), std::os::unix::fs::PermissionsExt::from_mode(0o750))
-        .unwrap();
+    std::fs::set_permissions(
+        ctx.join("tree/sub/run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .unwrap();
     let mut tar = tar::Builder::new(Vec::new());
     let mut h = tar::Header::new_gnu();
     h.set_size(8);
@@ -104,7 +107,10 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
         let out = build(&a, &["--dockerfile", bad.to_str().unwrap(), "--name", "bad", "--no-snapshot"]);
         assert!(!out.status.success(), "{copy} was built");
         let err = text(&out.stderr);
-        assert!(err.contains(&format!("`{shown}` is outside the build context")) && err.contains("line 2"), "{err}");
+        assert!(
+            err.contains(&format!("`{shown}` is outside the build context")) && err.contains("line 2"),
+            "{err}"
+        );
     }
     std::fs::remove_file(ctx.join("link-out")).unwrap();
     std::fs::remove_file(&bad).unwrap();
@@ -164,7 +170,9 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     assert_eq!(out.status.code(), Some(7), "{err}");
     assert!(
         err.contains("about to fail")
-            && err.contains("step 4 (Dockerfile line 4) `RUN echo about to fail; exit 7` failed: it exited with code 7"),
+            && err.contains(
+                "step 4 (Dockerfile line 4) `RUN echo about to fail; exit 7` failed: it exited with code 7"
+            ),
         "{err}"
     );
     assert_eq!(leftovers(data.path(), &a), (vec!["app".to_owned()], vec![]), "no template, no VM left");
@@ -178,9 +186,15 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     assert_eq!(a.sh("df", "pwd; id -u; echo $APP_HOME"), "/srv/app\n1000\n/srv/app\n");
     assert_eq!(a.sh("df", "cat made"), "hey from RUN\nhello\n");
     assert_eq!(a.sh("df", "cat uid-root /home/app/uid-app"), "0\n1000\n");
-    assert_eq!(a.sh("df", "stat -c '%a %u' tree/sub/run.sh hello.txt /home/app/f"), "750 0\n644 0\n644 1000\n");
+    assert_eq!(
+        a.sh("df", "stat -c '%a %u' tree/sub/run.sh hello.txt /home/app/f"),
+        "750 0\n644 0\n644 1000\n"
+    );
     assert_eq!(a.sh("df", "stat -c '%a %u' /opt/bundle/inner/data.txt"), "600 0\n");
-    assert!(a.sh("df", "cat /opt/bundle/inner/data.txt 2>&1 || true").contains("Permission denied"), "USER app");
+    assert!(
+        a.sh("df", "cat /opt/bundle/inner/data.txt 2>&1 || true").contains("Permission denied"),
+        "USER app"
+    );
     let out = a.run(&["-s", "df", "exec", "--user", "root", "--", "cat", "/opt/bundle/inner/data.txt"]);
     assert_eq!(text(&out.stdout), "unpacked", "{}", text(&out.stderr));
     assert_eq!(a.sh("df", "test ! -e /partial && ls /srv/app"), "hello.txt\nmade\ntree\nuid-root\n");

@@ -199,3 +199,113 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "/app/work\nhello from the image\n", "a job gets the image's defaults too");
 }
+
+/// A tar+gzip layer whose entries carry owners, a setuid bit, a hard link and a
+/// character device, as the rootless build must keep them.
+fn owned_layer() -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    /// Path, type, owner (uid = gid), mode, content, hard-link target.
+    type Owned<'a> = (&'a str, tar::EntryType, u64, u32, &'a [u8], Option<&'a str>);
+    let entries: [Owned<'_>; 7] = [
+        ("home/", tar::EntryType::Directory, 0, 0o755, b"", None),
+        ("home/app/", tar::EntryType::Directory, 1000, 0o700, b"", None),
+        ("home/app/f", tar::EntryType::Regular, 1000, 0o640, b"mine\n", None),
+        ("home/app/hard", tar::EntryType::Link, 0, 0o644, b"", Some("home/app/f")),
+        ("opt/", tar::EntryType::Directory, 0, 0o755, b"", None),
+        ("opt/su", tar::EntryType::Regular, 0, 0o4755, b"x", None),
+        ("opt/null", tar::EntryType::Char, 0, 0o666, b"", None),
+    ];
+    for (path, kind, uid, mode, data, link) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_uid(uid);
+        h.set_gid(uid);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h.set_size(data.len() as u64);
+        if kind == tar::EntryType::Char {
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(3).unwrap();
+        }
+        match link {
+            Some(target) => tar.append_link(&mut h, path, target).unwrap(),
+            None => tar.append_data(&mut h, path, data).unwrap(),
+        }
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+/// Hard-links `from` to `to`, or copies it (another filesystem).
+fn link_or_copy(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+#[test]
+fn vm_template_from_an_image_builds_without_root_keeping_owners() {
+    // A data directory an ordinary user (nobody) owns, with the kernel and the agent.
+    let data = tempfile::Builder::new().prefix("atoll-rootless-").tempdir_in("/tmp").unwrap();
+    let kernel = atoll_tests::data_dir().join("kernel/current");
+    for f in ["vmlinux", "initrd.cpio"] {
+        link_or_copy(&kernel.join(f), &data.path().join("kernel/current").join(f));
+    }
+    let agent = std::env::var_os("ATOLL_AGENT_BIN")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| atoll_tests::data_dir().join("bin/atoll-agent"));
+    std::fs::create_dir_all(data.path().join("bin")).unwrap();
+    std::fs::copy(&agent, data.path().join("bin/atoll-agent")).expect("an atoll-agent to bake");
+    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
+    let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
+    for a in ["sh", "stat", "cat", "id"] {
+        base.push(Entry::Link(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
+    }
+    let layout = data.path().join("layout");
+    oci_layout(&layout, "1", &[layer(&base), owned_layer()], &["PATH=/bin"], "/", "");
+    let tree = data.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(data.path()).status().unwrap();
+    assert!(chown.success());
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(atoll_tests::workspace_bin("atoll"))
+            .args(args)
+            .env("HOME", data.path())
+            .env("ATOLL_DATA_DIR", data.path())
+            .env("ATOLL_STATE_DIR", data.path().join("state"))
+            .env("ATOLL_AGENT_BIN", data.path().join("bin/atoll-agent"))
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out =
+        as_nobody(&["template", "build", "--from", tree.to_str().unwrap(), "--name", "dir", "--no-snapshot"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--image and --dockerfile builds need no root"),
+        "{}",
+        text(&out.stderr)
+    );
+    let reference = format!("oci:{}:1", layout.display());
+    let out = as_nobody(&["template", "build", "--image", &reference, "--name", "rl", "--no-snapshot"]);
+    assert!(out.status.success(), "rootless build: {}", text(&out.stderr));
+    let image = data.path().join("templates/rl/rootfs.ext4");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&image).unwrap().uid(), 65534, "built by nobody");
+
+    let a = Atoll::with_data_dir(data.path());
+    a.create_with("rl", &["--template", "rl"]);
+    assert_eq!(
+        a.sh("rl", "stat -c '%n %u %g %a' / /bin/busybox /sbin/atoll-agent /home/app /home/app/f /home/app/hard /opt/su"),
+        "/ 0 0 755\n/bin/busybox 0 0 755\n/sbin/atoll-agent 0 0 755\n/home/app 1000 1000 700\n\
+         /home/app/f 1000 1000 640\n/home/app/hard 1000 1000 640\n/opt/su 0 0 4755\n"
+            .replace("\n         ", "\n")
+    );
+    assert_eq!(a.sh("rl", "stat -c %h /home/app/f; cat /home/app/hard"), "2\nmine\n", "one inode");
+    assert_eq!(a.sh("rl", "stat -c '%F %t %T %a' /opt/null"), "character special file 1 3 666\n");
+}

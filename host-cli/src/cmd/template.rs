@@ -130,7 +130,10 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         dockerfile,
         context,
         build_args: a.build_arg.iter().cloned().collect(),
-        fetch: template::image::FetchOptions { insecure: a.insecure_registry, auth_file: a.registry_auth.clone() },
+        fetch: template::image::FetchOptions {
+            insecure: a.insecure_registry,
+            auth_file: a.registry_auth.clone(),
+        },
         force: a.force,
         size: a.size,
         memory_mib: a.build_memory,

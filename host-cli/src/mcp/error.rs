@@ -241,7 +241,7 @@ pub enum ToolError {
     Network(crate::sandbox::network::NetError),
     /// A template build from an image or a Dockerfile failed; nothing was left.
     #[error(transparent)]
-    Build(#[from] crate::template::dockerfile::DockerfileError),
+    Build(Box<crate::template::dockerfile::DockerfileError>),
     /// The arguments of a template build make no sense; the message says which.
     #[error("{0}")]
     BadBuild(String),
@@ -300,6 +300,12 @@ fn next_step(reason: Reason) -> &'static str {
 impl From<ModeError> for ToolError {
     fn from(error: ModeError) -> Self {
         ToolError::BadMode { got: error.got }
+    }
+}
+
+impl From<crate::template::dockerfile::DockerfileError> for ToolError {
+    fn from(error: crate::template::dockerfile::DockerfileError) -> Self {
+        ToolError::Build(Box::new(error))
     }
 }
 

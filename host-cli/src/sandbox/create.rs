@@ -235,7 +235,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
     // The template's start command and ready check (`template build --start
     // --ready-cmd`), before the sandbox counts as ready (and before any snapshot of it).
     if !opts.no_start {
-        crate::template::start::at_boot(&record.template, &agent).await?;
+        crate::template::start::at_boot(&record.template, &agent).await.map_err(Box::new)?;
         step("template's start command ready");
     }
     guard.set(|r| {

@@ -65,7 +65,7 @@ pub enum SandboxError {
     Dirs(#[from] dirs::DirsError),
     /// The template's start command or ready check failed.
     #[error(transparent)]
-    Start(#[from] crate::template::start::StartError),
+    Start(#[from] Box<crate::template::start::StartError>),
     /// The template.
     #[error(transparent)]
     Template(#[from] template::TemplateError),

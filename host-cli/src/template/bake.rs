@@ -318,7 +318,11 @@ impl Drop for Staging {
 
 /// Copies or unpacks the user's tree into `root`, keeping owners, modes and links.
 /// Rootless (`owners` given: only for images), owners and modes are recorded there.
-fn fill_tree(source: &Source, root: &Path, mut owners: Option<&mut super::layer::Owners>) -> Result<(), BakeError> {
+fn fill_tree(
+    source: &Source,
+    root: &Path,
+    mut owners: Option<&mut super::layer::Owners>,
+) -> Result<(), BakeError> {
     std::fs::create_dir_all(root).map_err(|source| BakeError::Write { path: root.into(), source })?;
     match source {
         Source::Dir(dir) => {

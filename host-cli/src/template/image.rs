@@ -360,7 +360,13 @@ fn read_layout(reference: &str, layout: &Path, blobs: &Path) -> Result<Fetched, 
             !u.is_empty() && u.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         }),
     };
-    Ok(Fetched { reference: reference.into(), digest: manifest_desc.digest.clone(), layers, defaults, config: image })
+    Ok(Fetched {
+        reference: reference.into(),
+        digest: manifest_desc.digest.clone(),
+        layers,
+        defaults,
+        config: image,
+    })
 }
 
 /// The cached blob of `digest`, after checking its content hashes to it; a blob that

@@ -184,7 +184,9 @@ impl Layer<'_> {
             [0x1f, 0x8b, ..] => Ok(Box::new(flate2::read::MultiGzDecoder::new(stream))),
             // `application/vnd.oci.image.layer.v1.tar+zstd`; a stream of several frames
             // is read as one, as `zstd -d` does.
-            [0x28, 0xb5, 0x2f, 0xfd] => Ok(Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?)),
+            [0x28, 0xb5, 0x2f, 0xfd] => {
+                Ok(Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?))
+            }
             [b'B', b'Z', b'h', _] => Err(LayerError::Compression { path: self.path.into(), what: "bzip2" }),
             [0xfd, b'7', b'z', b'X'] => Err(LayerError::Compression { path: self.path.into(), what: "xz" }),
             _ => Ok(Box::new(stream)),
@@ -287,7 +289,8 @@ impl Layer<'_> {
                 owners.borrow_mut().insert(rel.to_path_buf(), Meta { uid, gid, mode, device });
             }
         };
-        let chown = |fd: BorrowedFd<'_>| if rootless { Ok(()) } else { rustix::fs::fchown(fd, owner.0, owner.1) };
+        let chown =
+            |fd: BorrowedFd<'_>| if rootless { Ok(()) } else { rustix::fs::fchown(fd, owner.0, owner.1) };
         let host_mode = |extra: u32| if rootless { (mode | extra) & 0o777 } else { mode };
         let dir = self.open_dir(&parent, true, rel)?.expect("created");
         let dir = dir.as_fd();
@@ -345,7 +348,8 @@ impl Layer<'_> {
                     .ok_or_else(|| self.hostile(rel, "a symlink without a target"))?;
                 rustix::fs::symlinkat(target.as_ref(), dir, name).map_err(errno)?;
                 if !rootless {
-                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno)?;
                 }
                 rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
                 record(None);
@@ -396,7 +400,8 @@ impl Layer<'_> {
                 let dev = rustix::fs::makedev(major, minor);
                 rustix::fs::mknodat(dir, name, file_type, Mode::from_raw_mode(0o600), dev).map_err(errno)?;
                 if !rootless {
-                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno)?;
                 }
                 rustix::fs::chmodat(dir, name, Mode::from_raw_mode(host_mode(0o600)), AtFlags::empty())
                     .map_err(errno)?;

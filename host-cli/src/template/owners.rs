@@ -29,13 +29,11 @@ pub fn apply(image: &Path, root: &Path, owners: &Owners) -> Result<(), BakeError
         let name = rel.to_str().filter(|n| !n.contains('"') && !n.chars().any(char::is_control)).ok_or_else(|| {
             BakeError::ToolFailed {
                 tool: "debugfs",
-                stderr: format!(
-                    "the image has a file named {:?}, which a rootless build cannot name to debugfs; build it as root",
-                    rel
-                ),
+                stderr: format!("the image has a file named {rel:?}, which a rootless build cannot name to debugfs; build it as root"),
             }
         })?;
-        let meta = entry.metadata().map_err(|e| BakeError::Write { path: entry.path().into(), source: e.into() })?;
+        let meta =
+            entry.metadata().map_err(|e| BakeError::Write { path: entry.path().into(), source: e.into() })?;
         let path = format!("\"/{name}\"");
         let (uid, gid, perm, device) = match owners.get(rel) {
             Some(m) => (m.uid, m.gid, m.mode & 0o7777, m.device),
@@ -46,7 +44,10 @@ pub fn apply(image: &Path, root: &Path, owners: &Owners) -> Result<(), BakeError
                 // debugfs's mknod makes the name in its current directory.
                 let parent = rel.parent().and_then(Path::to_str).unwrap_or("");
                 let base = rel.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                let _ = writeln!(script, "rm {path}\ncd \"/{parent}\"\nmknod \"{base}\" {c} {major} {minor}\ncd /");
+                let _ = writeln!(
+                    script,
+                    "rm {path}\ncd \"/{parent}\"\nmknod \"{base}\" {c} {major} {minor}\ncd /"
+                );
                 if c == 'c' { 0o020_000 } else { 0o060_000 }
             }
             None => meta.mode() & S_IFMT,
@@ -92,7 +93,12 @@ mod tests {
     use super::*;
 
     fn stat(image: &Path, path: &str) -> String {
-        let out = Command::new("/usr/sbin/debugfs").arg("-R").arg(format!("stat {path}")).arg(image).output().unwrap();
+        let out = Command::new("/usr/sbin/debugfs")
+            .arg("-R")
+            .arg(format!("stat {path}"))
+            .arg(image)
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -100,29 +106,31 @@ mod tests {
     fn a_rootless_tree_gets_the_images_owners_modes_and_devices() {
         let d = tempfile::tempdir().unwrap();
         let mut tar = tar::Builder::new(Vec::new());
-        let mut add = |path: &str, kind: tar::EntryType, uid: u64, mode: u32, data: &[u8], link: Option<&str>| {
-            let mut h = tar::Header::new_gnu();
-            h.set_entry_type(kind);
-            h.set_uid(uid);
-            h.set_gid(uid);
-            h.set_mode(mode);
-            h.set_mtime(0);
-            h.set_size(data.len() as u64);
-            if kind == tar::EntryType::Char {
-                h.set_device_major(1).unwrap();
-                h.set_device_minor(3).unwrap();
-            }
-            match link {
-                Some(target) => tar.append_link(&mut h, path, target).unwrap(),
-                None => tar.append_data(&mut h, path, data).unwrap(),
-            }
-        };
+        let mut add =
+            |path: &str, kind: tar::EntryType, uid: u64, mode: u32, data: &[u8], link: Option<&str>| {
+                let mut h = tar::Header::new_gnu();
+                h.set_entry_type(kind);
+                h.set_uid(uid);
+                h.set_gid(uid);
+                h.set_mode(mode);
+                h.set_mtime(0);
+                h.set_size(data.len() as u64);
+                if kind == tar::EntryType::Char {
+                    h.set_device_major(1).unwrap();
+                    h.set_device_minor(3).unwrap();
+                }
+                match link {
+                    Some(target) => tar.append_link(&mut h, path, target).unwrap(),
+                    None => tar.append_data(&mut h, path, data).unwrap(),
+                }
+            };
         add("home/", tar::EntryType::Directory, 0, 0o755, b"", None);
         add("home/app/", tar::EntryType::Directory, 1000, 0o700, b"", None);
         add("home/app/f", tar::EntryType::Regular, 1000, 0o400, b"mine", None);
         add("home/app/hard", tar::EntryType::Link, 0, 0o644, b"", Some("home/app/f"));
         add("su", tar::EntryType::Regular, 0, 0o4755, b"x", None);
-        add("null", tar::EntryType::Char, 0, 0o666, b"", None);
+        add("opt/", tar::EntryType::Directory, 0, 0o755, b"", None);
+        add("opt/null", tar::EntryType::Char, 0, 0o666, b"", None);
         let layer = d.path().join("layer.tar");
         std::fs::write(&layer, tar.into_inner().unwrap()).unwrap();
         let root = d.path().join("root");
@@ -131,18 +139,37 @@ mod tests {
         super::super::layer::apply_rootless(&root, &layer, &mut owners).unwrap();
         std::fs::create_dir(root.join("added")).unwrap();
         let image = d.path().join("img.ext4");
-        let mkfs = Command::new("/usr/sbin/mkfs.ext4").args(["-q", "-F", "-d"]).arg(&root).arg(&image).arg("8M").status().unwrap();
+        let mkfs = Command::new("/usr/sbin/mkfs.ext4")
+            .args(["-q", "-F", "-d"])
+            .arg(&root)
+            .arg(&image)
+            .arg("8M")
+            .status()
+            .unwrap();
         assert!(mkfs.success());
         apply(&image, &root, &owners).unwrap();
         let f = stat(&image, "/home/app/f");
-        assert!(f.contains("Mode:  0400") && f.contains("User:  1000") && f.contains("Group:  1000") && f.contains("Links: 2"), "{f}");
+        assert!(
+            f.contains("Mode:  0400")
+                && f.contains("User:  1000")
+                && f.contains("Group:  1000")
+                && f.contains("Links: 2"),
+            "{f}"
+        );
         let app = stat(&image, "/home/app");
-        assert!(app.contains("Type: directory") && app.contains("Mode:  0700") && app.contains("User:  1000"), "{app}");
+        assert!(
+            app.contains("Type: directory") && app.contains("Mode:  0700") && app.contains("User:  1000"),
+            "{app}"
+        );
         let su = stat(&image, "/su");
         assert!(su.contains("Mode:  04755") && su.contains("User:     0"), "{su}");
-        let null = stat(&image, "/null");
+        let null = stat(&image, "/opt/null");
         assert!(null.contains("Type: character special") && null.contains("Mode:  0666"), "{null}");
-        assert!(null.contains("Device major/minor number: 01:03") || null.contains("Device major/minor number: 1:3"), "{null}");
+        assert!(
+            null.contains("Device major/minor number: 01:03")
+                || null.contains("Device major/minor number: 1:3"),
+            "{null}"
+        );
         let added = stat(&image, "/added");
         assert!(added.contains("User:     0") && added.contains("Group:     0"), "{added}");
     }

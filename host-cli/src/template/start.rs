@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ExecSpec};
-use atoll_proto::Address;
 use crate::vmm::dirs;
+use atoll_proto::Address;
 
 use super::dockerfile::ImageConfig;
 
@@ -74,8 +74,10 @@ pub async fn at_boot(template: &str, addr: &Address) -> Result<(), StartError> {
         .and_then(|d| std::fs::read(d.join(template).join("template.json")).ok())
         .and_then(|b| serde_json::from_slice::<crate::vmm::template::TemplateFile>(&b).ok())
         .and_then(|f| f.defaults);
-    let client =
-        Client::connect(addr, Duration::from_secs(30)).await.map_err(|e| fail(e.to_string()))?.with_defaults(defaults);
+    let client = Client::connect(addr, Duration::from_secs(30))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .with_defaults(defaults);
     let job = match &config.start {
         Some(argv) => {
             let mut spec = ExecSpec::argv(argv.clone());
@@ -95,7 +97,12 @@ pub async fn at_boot(template: &str, addr: &Address) -> Result<(), StartError> {
             Ok(r) => format!(
                 "exit {:?}: {}",
                 r.status.code,
-                String::from_utf8_lossy(if r.stderr.data.is_empty() { &r.stdout.data } else { &r.stderr.data }).trim()
+                String::from_utf8_lossy(if r.stderr.data.is_empty() {
+                    &r.stdout.data
+                } else {
+                    &r.stderr.data
+                })
+                .trim()
             ),
             Err(e) => e.to_string(),
         };

@@ -177,4 +177,3 @@ pub(crate) fn entries_of(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
-

@@ -167,11 +167,13 @@ impl AtollMcp {
             (Some(sandbox), None, None) => {
                 if args.start || args.ready_cmd.is_some() || !args.build_args.is_empty() {
                     return Err(ToolError::BadBuild(
-                        "start, ready_cmd and build_args go with image or dockerfile, not from_sandbox".into(),
+                        "start, ready_cmd and build_args go with image or dockerfile, not from_sandbox"
+                            .into(),
                     ));
                 }
                 let opts = SaveOptions { name: args.name, replace: args.replace, by: Some(self.identity()) };
-                let saved = run_with_progress(&context, None, "saving", save_template(sandbox, &opts)).await??;
+                let saved =
+                    run_with_progress(&context, None, "saving", save_template(sandbox, &opts)).await??;
                 return Ok(Json(CreatedTemplate {
                     name: saved.name,
                     from_sandbox: Some(saved.from_sandbox),

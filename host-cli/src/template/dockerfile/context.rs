@@ -26,7 +26,9 @@ pub struct Upload {
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// The source leaves the context.
-    #[error("`{0}` is outside the build context (through `..` or a symlink); COPY and ADD take files of the context only")]
+    #[error(
+        "`{0}` is outside the build context (through `..` or a symlink); COPY and ADD take files of the context only"
+    )]
     Escapes(String),
     /// The source does not exist.
     #[error("`{0}` does not exist in the build context")]
@@ -38,7 +40,9 @@ pub enum SourceError {
     #[error("`{0}` is neither a file nor a directory")]
     Special(String),
     /// A tar entry atoll does not unpack.
-    #[error("the tar `{tar}` holds `{entry}`, a {kind}; ADD unpacks only files and directories (unpack it in a RUN instead)")]
+    #[error(
+        "the tar `{tar}` holds `{entry}`, a {kind}; ADD unpacks only files and directories (unpack it in a RUN instead)"
+    )]
     TarEntry {
         /// The tar.
         tar: String,
@@ -88,7 +92,9 @@ pub fn resolve(context: &Path, name: &str) -> Result<PathBuf, SourceError> {
     let real = match joined.canonicalize() {
         Ok(p) => p,
         // A dangling symlink: where does it point?
-        Err(_) if std::fs::symlink_metadata(&joined).is_ok() => return Err(SourceError::Escapes(name.into())),
+        Err(_) if std::fs::symlink_metadata(&joined).is_ok() => {
+            return Err(SourceError::Escapes(name.into()));
+        }
         Err(_) => return Err(SourceError::Missing(name.into())),
     };
     if !real.starts_with(context) {
@@ -137,7 +143,10 @@ pub fn pack(
             dest_abs.clone()
         } else if meta.is_file() {
             let (dir, base) = if into_dir {
-                (dest_abs.clone(), path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default())
+                (
+                    dest_abs.clone(),
+                    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+                )
             } else {
                 let p = Path::new(&dest_abs);
                 (

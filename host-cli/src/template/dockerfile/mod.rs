@@ -3,7 +3,7 @@
 //! The file is parsed strictly first ([`parse`]) and every COPY/ADD source checked
 //! against the context ([`context`]), so a bad file fails before anything boots. The
 //! FROM image is fetched and baked as a hidden base template (or an installed atoll
-//! template is used as it is); one build VM boots from it ([`vm`]) and runs every RUN
+//! template is used as it is); one build VM boots from it (`vm.rs`) and runs every RUN
 //! (as `/bin/sh -c`, with the ENV, ARG, WORKDIR and USER in force, its output streamed)
 //! and COPY/ADD (through the agent's UploadDir) in order. Nothing of the build runs on
 //! the host. At the end the VM's disk is saved as the template
@@ -150,7 +150,9 @@ pub enum DockerfileError {
     #[error("template `{0}` already exists; pick another --name, or pass --force to replace it")]
     AlreadyExists(String),
     /// The FROM template is not a disk template.
-    #[error("FROM {0}: template `{0}` boots from an initramfs (no disk to build on); FROM a disk template (such as debian) or an image")]
+    #[error(
+        "FROM {0}: template `{0}` boots from an initramfs (no disk to build on); FROM a disk template (such as debian) or an image"
+    )]
     NoDisk(String),
     /// The FROM image could not be fetched.
     #[error("FROM {reference}: {source}")]
@@ -243,8 +245,11 @@ pub fn prepare(opts: &DockerfileOptions) -> Result<(PathBuf, Vec<Step>), Dockerf
     let steps = parse::parse(&text, &opts.build_args)?;
     for s in &steps {
         if let Instruction::Copy { sources, .. } = &s.instruction {
-            context::check(&context, sources)
-                .map_err(|source| DockerfileError::Source { line: s.line, text: s.text.clone(), source })?;
+            context::check(&context, sources).map_err(|source| DockerfileError::Source {
+                line: s.line,
+                text: s.text.clone(),
+                source,
+            })?;
         }
     }
     let dest = dirs::templates_dir()?.join(&opts.name);
@@ -301,7 +306,14 @@ struct State {
 
 impl State {
     fn from_defaults(d: CommandDefaults) -> State {
-        State { env: d.env, args: BTreeMap::new(), workdir: d.cwd, user: d.user, image: ImageConfig::default(), runs: 0 }
+        State {
+            env: d.env,
+            args: BTreeMap::new(),
+            workdir: d.cwd,
+            user: d.user,
+            image: ImageConfig::default(),
+            runs: 0,
+        }
     }
 }
 
@@ -336,7 +348,9 @@ async fn run_steps(
                 state.runs += 1;
                 if !status.success() {
                     let how = match (status.code, status.signal, status.timed_out) {
-                        (_, _, true) => format!("it ran past the {} min limit of a RUN", vm::RUN_TIMEOUT.as_secs() / 60),
+                        (_, _, true) => {
+                            format!("it ran past the {} min limit of a RUN", vm::RUN_TIMEOUT.as_secs() / 60)
+                        }
                         (Some(c), _, _) => format!("it exited with code {c}"),
                         (_, Some(s), _) => format!("it was killed by signal {s}"),
                         _ => "it ended abnormally".into(),
@@ -361,7 +375,11 @@ async fn run_steps(
                     tokio::task::spawn_blocking(move || context::pack(&ctx, &sources, &dest, &workdir, add))
                         .await
                         .map_err(|e| failed(e.to_string()))?
-                        .map_err(|source| DockerfileError::Source { line: step.line, text: step.text.clone(), source })?;
+                        .map_err(|source| DockerfileError::Source {
+                            line: step.line,
+                            text: step.text.clone(),
+                            source,
+                        })?;
                 for u in uploads {
                     session.upload(u).await.map_err(failed)?;
                 }
@@ -411,16 +429,25 @@ fn finish(
     let write = || -> Result<TemplateFile, std::io::Error> {
         let text = std::fs::read_to_string(dir.join("template.json"))?;
         let mut file: TemplateFile = serde_json::from_str(&text).map_err(std::io::Error::other)?;
-        file.defaults = Some(CommandDefaults { env: state.env.clone(), cwd: state.workdir.clone(), user: state.user.clone() });
+        file.defaults = Some(CommandDefaults {
+            env: state.env.clone(),
+            cwd: state.workdir.clone(),
+            user: state.user.clone(),
+        });
         file.from_sandbox = None;
         file.from_template = from_template.clone();
         file.from_image = from_image.clone();
         write_image_config(&dir, &state.image)?;
-        replace_file(&dir.join("template.json"), &serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?)?;
+        replace_file(
+            &dir.join("template.json"),
+            &serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?,
+        )?;
         Ok(file)
     };
     match write() {
-        Ok(template) => Ok(DockerfileBuilt { path: dir, template, image: state.image, run_steps: state.runs }),
+        Ok(template) => {
+            Ok(DockerfileBuilt { path: dir, template, image: state.image, run_steps: state.runs })
+        }
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
             Err(DockerfileError::Save(format!("could not write {}: {e}", dir.display())))
@@ -430,7 +457,10 @@ fn finish(
 
 /// Writes `config` as the `image.json` of the template directory `dir`.
 pub fn write_image_config(dir: &Path, config: &ImageConfig) -> std::io::Result<()> {
-    replace_file(&dir.join(IMAGE_CONFIG_FILE), &serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?)
+    replace_file(
+        &dir.join(IMAGE_CONFIG_FILE),
+        &serde_json::to_vec_pretty(config).map_err(std::io::Error::other)?,
+    )
 }
 
 /// Writes `bytes` to `path` through a temp file and a rename.
@@ -445,5 +475,3 @@ pub fn image_config(name: &str) -> Option<ImageConfig> {
     let dir = dirs::templates_dir().ok()?.join(name);
     serde_json::from_slice(&std::fs::read(dir.join(IMAGE_CONFIG_FILE)).ok()?).ok()
 }
-
-

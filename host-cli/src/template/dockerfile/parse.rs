@@ -109,7 +109,9 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
         };
         let subst = |s: &str, vars: &BTreeMap<String, String>| substitute(s, vars).map_err(err);
         if !seen_from && keyword != "FROM" && keyword != "ARG" {
-            return Err(err(format!("{keyword} before FROM; a Dockerfile starts with FROM (ARGs may come before it)")));
+            return Err(err(format!(
+                "{keyword} before FROM; a Dockerfile starts with FROM (ARGs may come before it)"
+            )));
         }
         let instruction = match keyword.as_str() {
             "FROM" => {
@@ -118,12 +120,16 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
                 }
                 let words: Vec<&str> = rest.split_whitespace().collect();
                 if words.iter().any(|w| w.starts_with("--")) {
-                    return Err(err("FROM flags (--platform...) are not supported; linux/amd64 is always used".into()));
+                    return Err(err(
+                        "FROM flags (--platform...) are not supported; linux/amd64 is always used".into(),
+                    ));
                 }
                 let reference = match words.as_slice() {
                     [r] => *r,
                     [r, as_, _] if as_.eq_ignore_ascii_case("as") => r,
-                    _ => return Err(err("FROM takes one image reference (and an optional `AS name`)".into())),
+                    _ => {
+                        return Err(err("FROM takes one image reference (and an optional `AS name`)".into()));
+                    }
                 };
                 seen_from = true;
                 let reference = subst(reference, &args)?;
@@ -154,7 +160,9 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
                 if keyword == "ADD"
                     && let Some(url) = words.iter().find(|w| w.contains("://") || w.starts_with("git@"))
                 {
-                    return Err(err(format!("ADD of a URL (`{url}`) is not supported; download it in a RUN")));
+                    return Err(err(format!(
+                        "ADD of a URL (`{url}`) is not supported; download it in a RUN"
+                    )));
                 }
                 Instruction::Copy { sources: words, dest, add: keyword == "ADD" }
             }
@@ -191,7 +199,8 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
             }
             "EXPOSE" => {
                 let vars = vars(&args, &env);
-                let ports = rest.split_whitespace().map(|p| subst(p, &vars)).collect::<Result<Vec<_>, _>>()?;
+                let ports =
+                    rest.split_whitespace().map(|p| subst(p, &vars)).collect::<Result<Vec<_>, _>>()?;
                 for p in &ports {
                     let (num, proto) = p.split_once('/').unwrap_or((p, "tcp"));
                     if num.parse::<u16>().map_or(true, |n| n == 0) || !matches!(proto, "tcp" | "udp") {
@@ -201,7 +210,9 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
                 Instruction::Expose(ports)
             }
             "MAINTAINER" | "HEALTHCHECK" | "ONBUILD" | "SHELL" | "STOPSIGNAL" | "VOLUME" => {
-                return Err(err(format!("{keyword} is not supported by atoll (it runs {SUPPORTED}); remove it")));
+                return Err(err(format!(
+                    "{keyword} is not supported by atoll (it runs {SUPPORTED}); remove it"
+                )));
             }
             _ => {
                 return Err(err(format!("unknown instruction `{word}`; atoll runs {SUPPORTED}")));
@@ -213,7 +224,10 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Vec<St
         return Err(ParseError { line: 1, why: "no FROM; a Dockerfile starts with FROM IMAGE".into() });
     }
     if let Some(unused) = build_args.keys().find(|k| !declared.contains(k)) {
-        return Err(ParseError { line: 1, why: format!("--build-arg {unused} names no ARG of the Dockerfile") });
+        return Err(ParseError {
+            line: 1,
+            why: format!("--build-arg {unused} names no ARG of the Dockerfile"),
+        });
     }
     Ok(steps)
 }
@@ -227,15 +241,24 @@ fn logical_lines(text: &str) -> Result<Vec<(usize, String)>, ParseError> {
         let trimmed = line.trim();
         if trimmed.starts_with('#') {
             if current.is_none() && out.is_empty() && is_escape_directive(trimmed) {
-                return Err(ParseError { line: n, why: "only the default escape character `\\` is supported".into() });
+                return Err(ParseError {
+                    line: n,
+                    why: "only the default escape character `\\` is supported".into(),
+                });
             }
             continue;
         }
         if trimmed.is_empty() && current.is_none() {
             continue;
         }
-        if trimmed.contains("<<") && current.is_none() && trimmed.split_whitespace().nth(1).is_some_and(|w| w.starts_with("<<")) {
-            return Err(ParseError { line: n, why: "heredocs (`<<EOF`) are not supported; use a RUN line or COPY a script".into() });
+        if trimmed.contains("<<")
+            && current.is_none()
+            && trimmed.split_whitespace().nth(1).is_some_and(|w| w.starts_with("<<"))
+        {
+            return Err(ParseError {
+                line: n,
+                why: "heredocs (`<<EOF`) are not supported; use a RUN line or COPY a script".into(),
+            });
         }
         let (body, continues) = match trimmed.strip_suffix('\\') {
             Some(b) => (b, true),
@@ -253,14 +276,18 @@ fn logical_lines(text: &str) -> Result<Vec<(usize, String)>, ParseError> {
         }
     }
     if let Some((line, _)) = current {
-        return Err(ParseError { line, why: "the last instruction ends with `\\` and nothing follows".into() });
+        return Err(ParseError {
+            line,
+            why: "the last instruction ends with `\\` and nothing follows".into(),
+        });
     }
     Ok(out)
 }
 
 fn is_escape_directive(comment: &str) -> bool {
     let body = comment.trim_start_matches('#').trim().to_ascii_lowercase();
-    body.strip_prefix("escape").is_some_and(|r| r.trim_start().strip_prefix('=').is_some_and(|v| v.trim() != "\\"))
+    body.strip_prefix("escape")
+        .is_some_and(|r| r.trim_start().strip_prefix('=').is_some_and(|v| v.trim() != "\\"))
 }
 
 /// Exec form (a JSON array of strings) or shell form.
@@ -278,7 +305,10 @@ fn json_array(s: &str) -> Option<Result<Vec<String>, String>> {
     if !s.starts_with('[') {
         return None;
     }
-    Some(serde_json::from_str::<Vec<String>>(s).map_err(|e| format!("`{s}` is not a JSON array of strings ({e})")))
+    Some(
+        serde_json::from_str::<Vec<String>>(s)
+            .map_err(|e| format!("`{s}` is not a JSON array of strings ({e})")),
+    )
 }
 
 /// `K=V K2="v 2"` (or the old `K V` form, one pair) with substitution in the values.
@@ -369,7 +399,8 @@ fn unquote(s: &str) -> Result<String, String> {
 
 fn is_var_name(s: &str) -> bool {
     let mut b = s.bytes();
-    b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    b.next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 /// Docker's substitution: `$V`, `${V}`, `${V:-default}`, `${V:+alt}`; `\$` is a
@@ -398,7 +429,9 @@ pub fn substitute(s: &str, vars: &BTreeMap<String, String>) -> Result<String, St
                     None => (inner.as_str(), None),
                 };
                 if !is_var_name(name) {
-                    return Err(format!("`${{{inner}}}` is not a supported substitution (${{V}}, ${{V:-default}}, ${{V:+alt}})"));
+                    return Err(format!(
+                        "`${{{inner}}}` is not a supported substitution (${{V}}, ${{V:-default}}, ${{V:+alt}})"
+                    ));
                 }
                 let value = vars.get(name).filter(|v| !v.is_empty());
                 match op {
@@ -440,7 +473,11 @@ mod tests {
         assert_eq!(got[2], Instruction::Arg("V".into(), Some("2".into())));
         assert_eq!(
             got[3],
-            Instruction::Env(vec![("A".into(), "1".into()), ("B".into(), "two words".into()), ("C".into(), "2".into())])
+            Instruction::Env(vec![
+                ("A".into(), "1".into()),
+                ("B".into(), "two words".into()),
+                ("C".into(), "2".into())
+            ])
         );
         assert_eq!(got[4], Instruction::Env(vec![("OLD".into(), "old style".into())]));
         assert_eq!(got[5], Instruction::Run(Command::Shell("echo $A && true".into())));
@@ -449,7 +486,10 @@ mod tests {
             got[7],
             Instruction::Copy { sources: vec!["a".into(), "b".into()], dest: "/dst/".into(), add: false }
         );
-        assert_eq!(got[8], Instruction::Copy { sources: vec!["t.tar".into()], dest: "/opt".into(), add: true });
+        assert_eq!(
+            got[8],
+            Instruction::Copy { sources: vec!["t.tar".into()], dest: "/opt".into(), add: true }
+        );
         assert_eq!(got[9], Instruction::Workdir("/w/1".into()));
         assert_eq!(got[10], Instruction::User("app:app".into()));
         assert_eq!(got[11], Instruction::Entrypoint(Command::Exec(vec!["/bin/app".into()])));

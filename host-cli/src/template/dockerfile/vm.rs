@@ -57,7 +57,11 @@ impl Base {
                 defaults: file.defaults,
                 from_template: Some(reference.into()),
                 from_image: file.from_image,
-                config: super::ImageConfig { start: None, ready_cmd: None, ..super::image_config(reference).unwrap_or_default() },
+                config: super::ImageConfig {
+                    start: None,
+                    ready_cmd: None,
+                    ..super::image_config(reference).unwrap_or_default()
+                },
             });
         }
         progress(Progress::Note(format!("fetching image {reference}")));
@@ -89,7 +93,6 @@ impl Base {
             .map_err(|source| DockerfileError::Bake { reference: reference.into(), source })?;
         Ok(base)
     }
-
 }
 
 impl Drop for Base {
@@ -168,7 +171,9 @@ impl Session {
             .await
             .map_err(|e| DockerfileError::Vm(e.to_string()));
         let client = match addr {
-            Ok(addr) => Client::connect(&addr, Duration::from_secs(30)).await.map_err(|e| DockerfileError::Vm(e.to_string())),
+            Ok(addr) => Client::connect(&addr, Duration::from_secs(30))
+                .await
+                .map_err(|e| DockerfileError::Vm(e.to_string())),
             Err(e) => Err(e),
         };
         match client {
@@ -219,8 +224,10 @@ impl Session {
                         .await
                         .map_err(|e| e.to_string())?
                         .with_defaults(defaults);
-                    let mut events =
-                        client.exec_stream::<tokio::io::Empty>(&spec, None).await.map_err(|e| e.to_string())?;
+                    let mut events = client
+                        .exec_stream::<tokio::io::Empty>(&spec, None)
+                        .await
+                        .map_err(|e| e.to_string())?;
                     while let Some(ev) = events.next().await {
                         if tx.send(ev.map_err(|e| e.to_string())).await.is_err() {
                             break;
@@ -291,4 +298,3 @@ impl Drop for Vm {
         }
     }
 }
-
