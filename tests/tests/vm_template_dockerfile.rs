@@ -4,7 +4,9 @@
 //! boots and is checked through `atoll exec`. Bad input: an unknown instruction and a
 //! COPY leaving the context fail before anything boots; a failing RUN (FROM the
 //! template just built) ends with its exit code, naming the step, leaving no template,
-//! no base and no VM. Three boots in all: two build VMs and the check.
+//! no base and no VM. The base image's second layer is zstd-compressed. Three boots and
+//! a template snapshot in all: two build VMs, the snapshot (after the ready check) and
+//! the check restoring it.
 
 mod image_util;
 
@@ -12,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use atoll_tests::vm::{Atoll, text};
-use image_util::{Entry, Registry, entries_of, layer, oci_layout, scratch_data_dir};
+use image_util::{Entry, Registry, entries_of, layer, oci_layout, scratch_data_dir, zstd_layer};
 
 const DOCKERFILE: &str = r#"# Every instruction atoll runs.
 ARG BASE
@@ -60,7 +62,9 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
         Entry::File("etc/group", b"root:x:0:\napp:x:1000:\n", 0o644),
     ]);
     let layout = work.path().join("layout");
-    oci_layout(&layout, "1", &[layer(&base)], &["PATH=/bin", "FROM_IMAGE=yes"], "/", "");
+    // The second layer is zstd-compressed, as `tar+zstd` layers are.
+    let zstd = zstd_layer(&[Entry::Dir("etc/"), Entry::File("etc/from-zstd", b"zstd layer\n", 0o644)]);
+    oci_layout(&layout, "1", &[layer(&base), zstd], &["PATH=/bin", "FROM_IMAGE=yes"], "/", "");
     let registry = Registry::start();
     let image = format!("127.0.0.1:{}/test/base:1", registry.port);
     let push = Command::new("skopeo")
@@ -185,6 +189,7 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     assert!(jobs.to_string().contains("sleep 100000") && jobs.to_string().contains("running"), "{jobs}");
     assert_eq!(a.sh("df", "pwd; id -u; echo $APP_HOME"), "/srv/app\n1000\n/srv/app\n");
     assert_eq!(a.sh("df", "cat made"), "hey from RUN\nhello\n");
+    assert_eq!(a.sh("df", "cat /etc/from-zstd"), "zstd layer\n");
     assert_eq!(a.sh("df", "cat uid-root /home/app/uid-app"), "0\n1000\n");
     assert_eq!(
         a.sh("df", "stat -c '%a %u' tree/sub/run.sh hello.txt /home/app/f"),

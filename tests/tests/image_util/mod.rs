@@ -72,17 +72,24 @@ pub(crate) fn blob(dir: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Va
 }
 
 /// An OCI layout at `dir` holding one image tagged `tag`: `layers` bottom first, with
-/// `env` and `workdir` in its config.
+/// `env` and `workdir` in its config. A layer may be gzip or zstd.
 pub(crate) fn oci_layout(dir: &Path, tag: &str, layers: &[Vec<u8>], env: &[&str], workdir: &str, user: &str) {
     const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
     let mut descs = Vec::new();
     let mut diff_ids = Vec::new();
     for l in layers {
-        let mut plain = Vec::new();
-        std::io::copy(&mut flate2::read::GzDecoder::new(&l[..]), &mut plain).unwrap();
+        // gzip, or zstd (`application/vnd.oci.image.layer.v1.tar+zstd`).
+        let zstd = l.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]);
+        let plain = if zstd {
+            zstd::stream::decode_all(&l[..]).unwrap()
+        } else {
+            let mut plain = Vec::new();
+            std::io::copy(&mut flate2::read::GzDecoder::new(&l[..]), &mut plain).unwrap();
+            plain
+        };
         let hex: String = Sha256::digest(&plain).iter().map(|b| format!("{b:02x}")).collect();
         diff_ids.push(format!("sha256:{hex}"));
-        descs.push(blob(dir, LAYER, l));
+        descs.push(blob(dir, if zstd { "application/vnd.oci.image.layer.v1.tar+zstd" } else { LAYER }, l));
     }
     let config = serde_json::json!({
         "architecture": "amd64", "os": "linux",
@@ -176,4 +183,12 @@ pub(crate) fn entries_of(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// `entries` as a zstd-compressed tar layer.
+pub(crate) fn zstd_layer(entries: &[Entry<'_>]) -> Vec<u8> {
+    let gz = layer(entries);
+    let mut plain = Vec::new();
+    std::io::copy(&mut flate2::read::GzDecoder::new(&gz[..]), &mut plain).unwrap();
+    zstd::stream::encode_all(&plain[..], 3).unwrap()
 }
