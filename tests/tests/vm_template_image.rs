@@ -260,7 +260,7 @@ fn vm_template_from_an_image_builds_without_root_keeping_owners() {
     std::fs::copy(&agent, data.path().join("bin/atoll-agent")).expect("an atoll-agent to bake");
     let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
     let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
-    for a in ["sh", "stat", "cat", "id"] {
+    for a in ["sh", "stat", "cat", "id", "sync"] {
         base.push(Entry::Link(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
     }
     let layout = data.path().join("layout");
@@ -294,12 +294,27 @@ fn vm_template_from_an_image_builds_without_root_keeping_owners() {
     let reference = format!("oci:{}:1", layout.display());
     let out = as_nobody(&["template", "build", "--image", &reference, "--name", "rl", "--no-snapshot"]);
     assert!(out.status.success(), "rootless build: {}", text(&out.stderr));
+    // A Dockerfile build as nobody too: FROM the template just built, RUN in a build VM.
+    let dockerfile = data.path().join("Dockerfile");
+    std::fs::write(&dockerfile, "FROM rl\nRUN id -u > /opt/run-as\n").unwrap();
+    let _ = Command::new("chown").args(["65534:65534"]).arg(&dockerfile).status();
+    let out = as_nobody(&[
+        "template",
+        "build",
+        "--dockerfile",
+        dockerfile.to_str().unwrap(),
+        "--name",
+        "rl2",
+        "--no-snapshot",
+    ]);
+    assert!(out.status.success(), "rootless Dockerfile build: {}", text(&out.stderr));
     let image = data.path().join("templates/rl/rootfs.ext4");
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&image).unwrap().uid(), 65534, "built by nobody");
 
     let a = Atoll::with_data_dir(data.path());
-    a.create_with("rl", &["--template", "rl"]);
+    a.create_with("rl", &["--template", "rl2"]);
+    assert_eq!(a.sh("rl", "cat /opt/run-as"), "0\n", "RUN runs as the guest's root");
     assert_eq!(
         a.sh("rl", "stat -c '%n %u %g %a' / /bin/busybox /sbin/atoll-agent /home/app /home/app/f /home/app/hard /opt/su"),
         "/ 0 0 755\n/bin/busybox 0 0 755\n/sbin/atoll-agent 0 0 755\n/home/app 1000 1000 700\n\
