@@ -40,6 +40,7 @@ pub mod jail;
 pub mod mcp;
 pub mod output;
 pub mod sandbox;
+pub mod secrets;
 pub mod signal;
 pub mod template;
 pub mod tty;

@@ -97,7 +97,18 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
     let builtins = shared.builtins();
     let judge = |claim: Claim<'_>| policy.decide(&Request { claim, ..request }, &builtins);
 
-    match policy.decide_before_peek(&request, &builtins) {
+    // While a secret is bound, a port 443 connection is decided on its SNI, as one whose
+    // verdict depends on it is: the SNI says whether it is intercepted. With none bound,
+    // nothing changes.
+    let secrets = match shared.secrets.clone().filter(|_| flow.dst.port() == 443) {
+        Some(s) if !s.bound(false).await.is_empty() => Some(s),
+        _ => None,
+    };
+    let before = match (&secrets, policy.decide_before_peek(&request, &builtins)) {
+        (Some(_), Some(d)) if d.verdict == Verdict::Allow => None,
+        (_, before) => before,
+    };
+    match before {
         Some(decision) if decision.verdict == Verdict::Deny => {
             refuse(&control, flow.id);
             set_decision(&mut record, &decision);
@@ -124,6 +135,8 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
         None => {
             let Some(mut guest) = accept(&control, flow.id).await else { return };
             let (first, claim) = peek_name(&mut guest.reader).await;
+            // Only a ClientHello's SNI can lead to an interception.
+            let sni = claim.name().filter(|_| first.first() == Some(&0x16)).map(str::to_owned);
             let decision = judge(claim.as_claim());
             set_decision(&mut record, &decision);
             set_claim(&mut record, claim);
@@ -131,6 +144,20 @@ async fn connection(flow: NewFlow, control: StackControl, shared: Arc<Shared>, d
                 guest.writer.abort();
             } else if !log_open(&shared, &mut record) {
                 return guest.writer.abort();
+            } else if let Some(secrets) = secrets
+                && let Some(sni) = sni
+                && secrets.intercepts(flow.dst.port(), Some(&sni)).await
+            {
+                crate::secrets::swap::intercept(
+                    guest,
+                    first.freeze(),
+                    flow.dst,
+                    sni,
+                    &mut record,
+                    shared.clone(),
+                    secrets,
+                )
+                .await;
             } else {
                 match connect(flow.dst).await {
                     Err(e) => {

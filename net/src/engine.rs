@@ -49,6 +49,8 @@ pub struct EngineConfig {
     /// Connections the guest had open when it was saved (a restored guest): they are
     /// reset in the guest once its NIC connects (see [`EngineHandle::open_flows`]).
     pub stale_flows: Vec<FlowKey>,
+    /// Secrets swapped at egress for their hosts (docs/secrets.md); `None`: none.
+    pub secrets: Option<crate::secrets::Secrets>,
 }
 
 impl EngineConfig {
@@ -61,6 +63,7 @@ impl EngineConfig {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             host_addrs: None,
             stale_flows: Vec::new(),
+            secrets: None,
         }
     }
 }
@@ -118,8 +121,13 @@ impl Engine {
                 return Err(e.into());
             }
         };
-        let shared =
-            Arc::new(Shared::new(config.policy, Builtins::with_host_addrs(host_addrs), refresh, log));
+        let shared = Arc::new(Shared::new(
+            config.policy,
+            Builtins::with_host_addrs(host_addrs),
+            refresh,
+            log,
+            config.secrets,
+        ));
         shared.add_stale_flows(config.stale_flows);
         let dns = Arc::new(DnsServer::new(resolver, shared.clone()));
         let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel();

@@ -14,6 +14,8 @@
 //! - `watch`: claims keep being checked on an allowed connection (each later HTTP/1
 //!   request head, each later ClientHello), so a connection allowed for one name cannot
 //!   be reused for another.
+//! - [`secrets`]: secrets swapped at egress: TLS terminated with the sandbox's CA on
+//!   connections to a bound secret's hosts, placeholders replaced in request headers.
 //! - [`log`]: the audit log (JSON lines: open and close of each connection; a file and a
 //!   budget per kind; rate limits with counts; write failures refuse egress).
 //!
@@ -26,6 +28,7 @@ mod hostaddr;
 pub mod log;
 pub mod peek;
 pub mod policy;
+pub mod secrets;
 mod shared;
 pub mod stack;
 mod watch;

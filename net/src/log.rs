@@ -93,6 +93,14 @@ pub struct Record {
     /// On a `rate-limited` line: how many lines of this kind the limit dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suppressed: Option<u64>,
+    /// On a `request` line of an intercepted connection: the secrets whose placeholder
+    /// was replaced by the value (names only, never a value; docs/secrets.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// On a `request` line: a placeholder left unswapped, and why (another host, SNI
+    /// and Host differ, no value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Which line of an allowed TCP connection a record is.
@@ -103,6 +111,8 @@ pub enum Event {
     Open,
     /// The connection ended.
     Close,
+    /// One HTTP request on a connection intercepted for a secret (docs/secrets.md).
+    Request,
 }
 
 impl Record {
@@ -125,6 +135,8 @@ impl Record {
             conn: None,
             invalid_name: None,
             suppressed: None,
+            secret: None,
+            warning: None,
         }
     }
 }

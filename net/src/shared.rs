@@ -37,12 +37,20 @@ pub(crate) struct Shared {
     /// Connections a restored guest may still believe open, reset in it on the next NIC
     /// connection (see `stack::stale`).
     stale_flows: Mutex<BTreeSet<FlowKey>>,
+    /// The secrets swapped at egress, when the sandbox has any way to bind them.
+    pub(crate) secrets: Option<crate::secrets::Secrets>,
 }
 
 impl Shared {
     /// `refresh`: re-read the host's addresses as they change (they were read from the
     /// host, not given).
-    pub(crate) fn new(policy: Policy, builtins: Builtins, refresh: bool, log: AuditLog) -> Shared {
+    pub(crate) fn new(
+        policy: Policy,
+        builtins: Builtins,
+        refresh: bool,
+        log: AuditLog,
+        secrets: Option<crate::secrets::Secrets>,
+    ) -> Shared {
         Shared {
             policy: RwLock::new(Arc::new(policy)),
             builtins: Mutex::new(HostBuiltins {
@@ -53,6 +61,7 @@ impl Shared {
             log,
             open_flows: Mutex::default(),
             stale_flows: Mutex::default(),
+            secrets,
         }
     }
 

@@ -265,6 +265,48 @@ async def test_a_client_over_its_session_cap_is_refused(agent: Agent) -> None:
             assert again.status_code == 200, again.text
 
 
+async def test_a_client_over_its_in_flight_cap_is_refused_and_nothing_runs(agent: Agent, tmp_path: Path) -> None:
+    """`--max-in-flight 2`: a third request of one token while two calls run gets 429 naming
+    the flag and runs nothing; another token is not held back; a finished call frees its
+    place. Without the cap the third call would run and touch its marker."""
+    scratch = agent.scratch("http-in-flight")
+    token_b = "other-token-" + "fedcba9876543210" * 2
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{TOKEN}\n{token_b}\n")
+    tokens.chmod(0o600)
+    release = scratch / "release"
+    started = [scratch / f"started-{i}" for i in range(2)]
+    marker = scratch / "third-ran"
+    with http_server("--agent", agent.address, "--token-file", str(tokens), "--max-in-flight", "2") as server:
+        async with httpx2.AsyncClient(timeout=120) as http:
+
+            async def call(command: str, token: str) -> httpx2.Response:
+                headers, body = stateless_call("sandbox_exec", {"command": command, "timeout_ms": 100000})
+                return await http.post(server.url, headers={**headers, **bearer(token)}, json=body)
+
+            answers: list[httpx2.Response] = []
+            async with anyio.create_task_group() as tasks:
+                for mark in started:
+                    async def hold(mark: Path = mark) -> None:
+                        answers.append(await call(f"touch {mark}; while [ ! -e {release} ]; do sleep 0.1; done; echo held", TOKEN))
+                    tasks.start_soon(hold)
+                await anyio.to_thread.run_sync(lambda: wait_for(lambda: all(m.exists() for m in started), "both calls to run"))
+                over = await call(f"touch {marker}", TOKEN)
+                assert over.status_code == 429, over.text
+                assert "--max-in-flight" in over.text and "2 requests in flight" in over.text, over.text
+                # Another client (token) has places of its own.
+                other = await call("echo other", token_b)
+                assert other.status_code == 200 and "other" in other.text, other.text
+                release.touch()
+            assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+            assert all("held" in a.text for a in answers)
+            assert not marker.exists(), "a request over the in-flight cap ran its command"
+            # The finished calls gave their places back.
+            again = await call(f"touch {marker}", TOKEN)
+            assert again.status_code == 200, again.text
+            assert marker.exists()
+
+
 async def test_a_wildcard_bind_with_a_token_file_serves_and_checks_host(agent: Agent) -> None:
     token_file = Path(tempfile.mkdtemp(prefix="atoll-token-")) / "mcp-token"
     token_file.write_text(TOKEN + "\n")

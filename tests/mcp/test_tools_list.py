@@ -40,6 +40,9 @@ EXPECTED = {
     "sandbox_get_metrics": (True, False, True, False, set()),
     "sandbox_template_list": (True, False, True, False, set()),
     "sandbox_template_create": (False, False, False, True, {"name"}),
+    "secret_list": (True, False, True, False, set()),
+    "sandbox_attach_secret": (False, False, False, False, {"sandbox_id", "secret"}),
+    "sandbox_detach_secret": (False, False, True, False, {"sandbox_id", "secret"}),
 }
 LIFECYCLE = {
     "sandbox_create",
@@ -53,6 +56,7 @@ LIFECYCLE = {
     "sandbox_snapshot_delete",
     "sandbox_template_list",
     "sandbox_template_create",
+    "secret_list",
 }
 
 

@@ -5,7 +5,8 @@ HTTP on :80 and HTTPS on :443 on every address of the namespace (one self-signed
 certificate for every test name), a TCP echo on :7. Each HTTP(S) reply names what the
 server saw, so a test can tell which name reached it:
     "hello from <server address> host=<Host header> sni=<TLS SNI or ->"
-GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
+GET /auth-digest adds the sha256 of the Authorization header; GET /headers adds every request header (and echoes Authorization in the response
+header X-Echo-Authorization). GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
 and answers "received N bytes". Prints "ready" once every
 socket listens; exits when stdin closes (its parent, the test, is gone).
 """
@@ -26,8 +27,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
         sni = getattr(self.connection, "sni", None) or "-"
         body = "hello from {} host={} sni={}\n".format(
             self.connection.getsockname()[0], self.headers.get("Host", "-"), sni
-        ).encode()
+        )
+        if self.path.startswith("/auth-digest"):
+            # What arrived, without showing it: sha256 of the Authorization header.
+            import hashlib
+            body += "auth-sha256={}\n".format(
+                hashlib.sha256(self.headers.get("Authorization", "").encode()).hexdigest()
+            )
+        if self.path.startswith("/headers"):
+            # Every request header, one a line (the secrets tests read what arrived).
+            body += "".join("{}: {}\n".format(k, v) for k, v in self.headers.items())
+        body = body.encode()
         self.send_response(200)
+        auth = self.headers.get("Authorization")
+        if self.path.startswith("/headers") and auth:
+            # Sent back in a response header too: the swap must scrub it.
+            self.send_header("X-Echo-Authorization", auth)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -229,7 +229,7 @@ impl World {
         w
     }
 
-    /// The CA certificate (self-signed) of every HTTPS test host, for `curl --cacert`.
+    /// The CA certificate of every HTTPS test host's certificate, for `curl --cacert`.
     pub fn cert(&self) -> PathBuf {
         self.dir.path().join("cert.pem")
     }
@@ -273,20 +273,74 @@ impl World {
         });
     }
 
+    /// A CA ([`World::cert`]) and the hosts' leaf signed by it for every test name (a
+    /// CA and a leaf, as real servers have: rustls refuses a CA certificate served as a
+    /// server's own).
     fn make_cert(&self) {
+        let dir = self.dir.path();
         let names: Vec<String> = NAMES.iter().map(|(n, _)| format!("DNS:{n}")).collect();
-        let out = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
-            .arg("-keyout")
-            .arg(self.dir.path().join("key.pem"))
-            .arg("-out")
-            .arg(self.cert())
-            .args(["-days", "2", "-subj", "/CN=atoll test world"])
-            .arg("-addext")
-            .arg(format!("subjectAltName={}", names.join(",")))
-            .output()
-            .expect("run openssl (rootfs/setup.sh --with-test-tools installs it)");
-        assert!(out.status.success(), "openssl req failed: {}", String::from_utf8_lossy(&out.stderr));
+        let ext = dir.join("leaf.ext");
+        std::fs::write(
+            &ext,
+            format!(
+                "subjectAltName={}\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+                names.join(",")
+            ),
+        )
+        .expect("write leaf.ext");
+        let openssl = |args: &[&std::ffi::OsStr]| {
+            let out = Command::new("openssl")
+                .args(args)
+                .output()
+                .expect("run openssl (rootfs/setup.sh --with-test-tools installs it)");
+            assert!(out.status.success(), "openssl failed: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let p = |name: &str| dir.join(name).into_os_string();
+        let s = std::ffi::OsStr::new;
+        let ec = [s("-newkey"), s("ec"), s("-pkeyopt"), s("ec_paramgen_curve:prime256v1"), s("-nodes")];
+        let (ca_key, ca, key, csr, leaf) =
+            (p("ca-key.pem"), self.cert().into_os_string(), p("key.pem"), p("leaf.csr"), p("leaf.pem"));
+        let mut args = vec![s("req"), s("-x509")];
+        args.extend(ec);
+        args.extend([
+            s("-keyout"),
+            &ca_key,
+            s("-out"),
+            &ca,
+            s("-days"),
+            s("2"),
+            s("-subj"),
+            s("/CN=atoll test world CA"),
+        ]);
+        args.extend([
+            s("-addext"),
+            s("basicConstraints=critical,CA:TRUE"),
+            s("-addext"),
+            s("keyUsage=critical,keyCertSign,cRLSign"),
+        ]);
+        openssl(&args);
+        let mut args = vec![s("req"), s("-new")];
+        args.extend(ec);
+        args.extend([s("-keyout"), &key, s("-out"), &csr, s("-subj"), s("/CN=atoll test world")]);
+        openssl(&args);
+        let ext = ext.into_os_string();
+        openssl(&[
+            s("x509"),
+            s("-req"),
+            s("-in"),
+            &csr,
+            s("-CA"),
+            &ca,
+            s("-CAkey"),
+            &ca_key,
+            s("-CAcreateserial"),
+            s("-out"),
+            &leaf,
+            s("-days"),
+            s("2"),
+            s("-extfile"),
+            &ext,
+        ]);
     }
 
     fn start_hosts(&mut self) {
@@ -295,7 +349,7 @@ impl World {
             .world
             .exec("python3")
             .arg(script)
-            .arg(self.cert())
+            .arg(self.dir.path().join("leaf.pem"))
             .arg(self.dir.path().join("key.pem"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

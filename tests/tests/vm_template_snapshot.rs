@@ -4,7 +4,8 @@
 //! `atoll create` of a shape that has none boots and saves one; the next restores it
 //! (`atoll inspect` says so) as a machine of its own; a damaged snapshot is not used (the
 //! create boots, says why with `-v`, and saves a new one); another machine shape
-//! (memory) boots; `debian` restores with a disk of its own.
+//! (memory) boots; `debian` restores with a disk of its own; the first sandbox of a shape
+//! takes no command, and is never listed running, before it is saved.
 
 use std::path::PathBuf;
 
@@ -169,4 +170,52 @@ fn vm_template_snapshot_debian_restores_with_a_disk_of_its_own() {
     assert_eq!(atoll.sh("d2", "hostname; cat /root/on-disk 2>/dev/null || echo none"), "d2\nnone\n");
     atoll.sh("d2", "echo d2 > /root/on-disk && sync");
     assert_eq!(atoll.sh("d1", "cat /root/on-disk"), "d1\n");
+}
+
+/// The first `atoll create` of a shape boots a sandbox and saves it as the template
+/// snapshot every later create of that shape restores. Until that save, the operator's
+/// own CLI cannot run anything in it (`atoll exec` is refused as still booting) and `atoll
+/// ls` never lists it running, so nothing started in it can end up in every later
+/// sandbox. The attack races `exec` and `ls` against the create, from another process.
+#[test]
+fn vm_template_snapshot_the_first_sandbox_of_a_shape_takes_no_command_before_it_is_saved() {
+    let atoll = Atoll::new();
+    let mut create = atoll
+        .command(&[
+            "create",
+            "--name",
+            "first",
+            "--net",
+            "none",
+            "--memory",
+            "320",
+            "--timeout",
+            BOOT_TIMEOUT,
+        ])
+        .spawn()
+        .unwrap();
+    let saved = |atoll: &Atoll| template_snapshots(atoll).iter().any(|d| d.join("snapshot.json").is_file());
+    let (mut seen, mut ran, mut refused) = (Vec::new(), Vec::new(), 0);
+    while create.try_wait().unwrap().is_none() {
+        if let Some(state) = atoll.state_of("first") {
+            seen.push(if state == "running" && saved(&atoll) { "running, saved".to_string() } else { state });
+        }
+        let out =
+            atoll.run(&["-s", "first", "exec", "--", "sh", "-c", "echo poisoned > /tmp/poison; echo ran"]);
+        let still_creating = create.try_wait().unwrap().is_none();
+        if out.status.success() && still_creating {
+            ran.push(text(&out.stdout));
+        } else if text(&out.stderr).contains("still booting") {
+            refused += 1;
+        }
+    }
+    assert!(create.wait().unwrap().success());
+    assert_eq!(ran, Vec::<String>::new(), "a command ran in it before its create finished");
+    assert!(refused > 0 && seen.iter().any(|s| s == "starting"), "the race saw it booting: {seen:?}");
+    assert!(!seen.iter().any(|s| s == "running"), "listed running before it was saved: {seen:?}");
+    // A later sandbox of that shape restores the snapshot, and holds nothing of the race.
+    let second = atoll.create_with("second", &["--net", "none", "--memory", "320"]);
+    assert_eq!(second["started_from"], "template snapshot", "{second}");
+    assert_eq!(atoll.sh("second", "test -e /tmp/poison && echo yes || echo no"), "no\n");
+    atoll.run(&["kill", "--all"]);
 }

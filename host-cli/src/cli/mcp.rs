@@ -46,6 +46,14 @@ pub struct McpArgs {
     /// every allow_out a client sends otherwise.
     #[arg(long, value_name = "CIDR", value_parser = parse_cidr)]
     pub allow_private_egress: Vec<ipnet::IpNet>,
+    /// Let MCP tools bind the stored secret NAME (repeatable) to sandboxes (as a
+    /// placeholder; no MCP tool ever sees or sets a value). Without it (or
+    /// --allow-all-secrets) no secret can be bound over MCP.
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Let MCP tools bind every stored secret.
+    #[arg(long)]
+    pub allow_all_secrets: bool,
     /// Hand sandbox NAME (repeatable) over to MCP clients: besides the sandboxes a client
     /// created itself, MCP tools act only on those handed over.
     #[arg(long, value_name = "NAME")]

@@ -23,6 +23,7 @@ mod guest;
 mod mcp;
 mod network;
 mod sandbox;
+mod secret;
 mod snapshot;
 mod template;
 
@@ -37,6 +38,7 @@ pub use network::{
     SetArgs, UnpublishArgs, VerdictArg,
 };
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
+pub use secret::{SecretAttachArgs, SecretCommand, SecretDetachArgs, SecretNameArg, SecretSetArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
 pub use template::{
     BuildArgs, ImageCommand, InitArg, SaveArgs, TemplateCommand, TemplateRmArgs, TemplateSnapshotArgs,
@@ -210,6 +212,10 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     /// A sandbox's network: its egress policy (show, set) and audit log.
     #[command(subcommand)]
     Net(NetCommand),
+    /// Secrets that never enter a sandbox: stored on the host, a placeholder inside,
+    /// the value put in at egress on HTTPS requests to the secret's hosts.
+    #[command(subcommand)]
+    Secret(SecretCommand),
     /// Published ports: make a guest TCP port reachable on the host.
     #[command(subcommand)]
     Port(PortCommand),

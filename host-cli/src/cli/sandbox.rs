@@ -29,7 +29,7 @@ pub enum SandboxCommand {
                             atoll create --deny-out 0.0.0.0/0,::/0 --allow-out pypi.org,files.pythonhosted.org\n  \
                             atoll create --from clean --name try1   (a fork of snapshot `clean`)\n  \
                             atoll -s dev exec -- uname -a")]
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// Show a sandbox: state, template, resources, pids, age and its agent's Info.
     Inspect(SandboxArg),
     /// Freeze a sandbox (its whole VM stops); it keeps its memory and continues where it
@@ -118,6 +118,10 @@ pub struct CreateArgs {
     /// most --memory less 192 MiB or a quarter of it, whichever is more).
     #[arg(long, value_name = "SIZE", value_parser = parse_disk)]
     pub disk: Option<u64>,
+    /// Bind a stored secret (repeatable): the guest's VAR holds a placeholder, swapped
+    /// for the value only on HTTPS requests to the secret's hosts (`atoll secret`).
+    #[arg(long = "secret", value_name = "VAR=NAME", value_parser = crate::cli::parse_env)]
+    pub secrets: Vec<(String, String)>,
 }
 
 fn parse_mount(s: &str) -> Result<Mount, String> {

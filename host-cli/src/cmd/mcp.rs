@@ -37,6 +37,11 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     let server = AtollMcp::new(pinned, ctx.global.connect_timeout)
         .allow_mounts(allowed)
         .allow_private_egress(args.allow_private_egress.clone())
+        .allow_secrets(if args.allow_all_secrets {
+            crate::mcp::tools::secrets::SecretGrant::All
+        } else {
+            crate::mcp::tools::secrets::SecretGrant::Named(args.secrets.clone())
+        })
         .share(crate::mcp::access::Shared {
             sandboxes: args.share_sandbox.clone(),
             cli_sandboxes: args.share_cli_sandboxes,

@@ -33,6 +33,7 @@ mod mcp;
 mod net;
 mod port;
 mod sandbox;
+mod secret;
 mod shell;
 mod snapshot;
 mod stats;
@@ -114,6 +115,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Image(cmd) => template::image(&ctx, cmd),
         Command::Port(cmd) => port::run(&ctx, cmd).await,
         Command::Net(cmd) => net::run(&ctx, cmd).await,
+        Command::Secret(cmd) => secret::run(&ctx, cmd).await,
     }
 }
 

@@ -123,6 +123,7 @@ fn record_line(r: &Record) -> String {
     let event = match r.event {
         Some(atoll_net::log::Event::Open) => " open",
         Some(atoll_net::log::Event::Close) => " close",
+        Some(atoll_net::log::Event::Request) => " request",
         None => "",
     };
     let mut line = format!(
@@ -141,6 +142,12 @@ fn record_line(r: &Record) -> String {
     }
     if let Some(t) = &r.invalid_name {
         let _ = write!(line, " invalid-name=\"{}\"", clean(t));
+    }
+    if let Some(s) = &r.secret {
+        let _ = write!(line, " secret={}", clean(s));
+    }
+    if let Some(w) = &r.warning {
+        let _ = write!(line, " WARNING=\"{}\"", clean(w));
     }
     if let Some(e) = &r.error {
         let _ = write!(line, " error=\"{}\"", clean(e));

@@ -25,7 +25,7 @@ fn pick(arg: &SandboxArg, ctx: &Ctx, verb: &str) -> Result<String> {
 /// Runs one lifecycle subcommand.
 pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
     match cmd {
-        SandboxCommand::Create(a) => create(ctx, a).await,
+        SandboxCommand::Create(a) => create(ctx, *a).await,
         SandboxCommand::Inspect(a) => inspect(ctx, &pick(&a, ctx, "inspect")?).await,
         SandboxCommand::Pause(a) => {
             let name = pick(&a.sandbox, ctx, "pause")?;
@@ -51,6 +51,11 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SandboxCommand) -> Result<u8> {
 /// `atoll create`: boots and prints the id; Ctrl-C undoes everything it started.
 async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     let publishes = !args.publish.is_empty();
+    // Every binding is checked before anything is made.
+    for (var, name) in &args.secrets {
+        crate::secrets::check_binding(name, var)?;
+    }
+    let secrets = args.secrets.clone();
     let storage = crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
     let opts = CreateOptions {
@@ -72,6 +77,14 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         r = sandbox::create(&opts) => r?,
         _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
     };
+    for (var, name) in &secrets {
+        if let Err(e) = crate::secrets::attach(&info.id, name, Some(var)).await {
+            let _ =
+                sandbox::remove(std::slice::from_ref(&info.id), RemoveOptions { all: false, force: true })
+                    .await;
+            return Err(anyhow::anyhow!("{e}; the sandbox was removed"));
+        }
+    }
     // The host ports picked for --publish: stdout keeps only the id (scripts read it),
     // so they go to stderr, and into the JSON result as `ports`.
     let ports = if publishes { crate::sandbox::network::ports(&info.name).await?.ports } else { Vec::new() };

@@ -17,7 +17,9 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> Result<u8> {
             let Some(sandbox) = a.sandbox.or_else(|| ctx.global.sandbox.clone()) else {
                 return Err(UsageError("name the sandbox: `atoll snapshot create SANDBOX`".into()).into());
             };
-            let info = snapshot::create(&sandbox, &SnapshotOptions { name: a.name, stop: a.stop }).await?;
+            let info =
+                snapshot::create(&sandbox, &SnapshotOptions { name: a.name, stop: a.stop, created_by: None })
+                    .await?;
             let text = format!("{}\n", info.name);
             print(ctx, &info, &text)
         }

@@ -19,6 +19,8 @@ const HELPER_KEEPS: &[&str] = &[
     "XDG_DATA_HOME",
     "ATOLL_ACCEL",
     "ATOLL_TEMPLATE_SNAPSHOT",
+    // A CA file (a path, not a secret) the secrets swap trusts for real servers.
+    "ATOLL_SECRETS_CA_FILE",
 ];
 
 /// QEMU's environment: none at all but a fixed `PATH` (it runs nothing; its seccomp

@@ -21,6 +21,14 @@ pub const MAX_INLINE_ZIP: u64 = 10 * 1024 * 1024;
 /// Why a tool call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
+    /// A secret operation refused (see [`crate::secrets`]).
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
+    /// A secret this server may not bind.
+    #[error(
+        "this MCP server may not bind the secret `{0}`; the operator allows secrets with `atoll mcp --secret NAME` (secret_list shows those allowed)"
+    )]
+    SecretNotAllowed(String),
     /// A host folder or disk size refused (see [`crate::sandbox::mounts`]).
     #[error(transparent)]
     Mount(#[from] crate::sandbox::mounts::MountError),
@@ -137,17 +145,15 @@ pub enum ToolError {
     BadRule(atoll_net::policy::RuleError),
     /// An `allow_out` rule that opens a private destination the operator did not grant.
     #[error(
-        "allow_out {rule} would open the {what} range {range}, which only the operator may open: with the \
-         CLI (`atoll net set SANDBOX --allow-out {rule}` or `atoll create --allow-out {rule}`), or by starting \
-         `atoll mcp --allow-private-egress CIDR`; the sandbox's rules are unchanged"
+        "allow_out {rule} would open {opens}, which only the operator may open: with the \
+         CLI (`atoll net set SANDBOX --allow-out {rule}` or `atoll create --allow-out {rule}`), or, for a range, by \
+         starting `atoll mcp --allow-private-egress CIDR`; the sandbox's rules are unchanged"
     )]
     PrivateEgress {
         /// The rule as written.
         rule: String,
-        /// What the range is ("loopback", "link-local", "host", ...).
-        what: &'static str,
-        /// The range.
-        range: String,
+        /// What it would open ("the loopback range 127.0.0.0/8", "port 25 ...").
+        opens: String,
     },
     /// A sandbox this MCP client did not create and was not handed.
     #[error(
@@ -161,6 +167,38 @@ pub enum ToolError {
         /// Who created it, in words.
         creator: &'static str,
     },
+    /// An id prefix that begins several of this client's sandboxes' ids.
+    #[error(
+        "`{given}` begins the ids of several of your sandboxes ({}); pass the whole id or the name \
+         (sandbox_list shows them)", matches.join(", ")
+    )]
+    AmbiguousSandbox {
+        /// The prefix given.
+        given: String,
+        /// This client's sandboxes it begins, as `name (id)`.
+        matches: Vec<String>,
+    },
+    /// A template another MCP client saved.
+    #[error(
+        "template `{name}` was saved by another MCP client; MCP clients boot only the operator's \
+         templates and their own (sandbox_template_list shows them)"
+    )]
+    TemplateNotYours {
+        /// Its name.
+        name: String,
+    },
+    /// A snapshot this MCP client did not make.
+    #[error(
+        "snapshot `{name}` was made by {creator}, not by this MCP client; MCP tools use only the \
+         snapshots a client made itself (sandbox_snapshot_list shows them). The operator may hand \
+         over the CLI's by starting `atoll mcp --share-cli-sandboxes`, or use it with `atoll`"
+    )]
+    SnapshotNotYours {
+        /// Its name.
+        name: String,
+        /// Who made it, in words.
+        creator: &'static str,
+    },
     /// A server pinned to one sandbox asked about another.
     #[error(
         "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \
@@ -170,6 +208,16 @@ pub enum ToolError {
     Pinned {
         /// The sandbox asked for.
         asked: String,
+        /// The one it is pinned to.
+        pinned: String,
+    },
+    /// A server pinned to one sandbox asked to create another.
+    #[error(
+        "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \
+         ATOLL_SANDBOX) and creates no other; work in that one (leave out sandbox_id), or ask \
+         the operator for a server that is not pinned"
+    )]
+    PinnedCreate {
         /// The one it is pinned to.
         pinned: String,
     },

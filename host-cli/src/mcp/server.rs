@@ -55,6 +55,7 @@ pub struct AtollMcp {
     allowed_mounts: Arc<Vec<std::path::PathBuf>>,
     trust_roots: bool,
     private_egress: Arc<Vec<ipnet::IpNet>>,
+    secrets: Arc<crate::mcp::tools::secrets::SecretGrant>,
     shared: Arc<crate::mcp::access::Shared>,
     /// Who this session's calls come from (set at the first call over HTTP).
     identity: Arc<std::sync::OnceLock<String>>,
@@ -75,7 +76,8 @@ impl AtollMcp {
             + Self::snapshots_router()
             + Self::templates_router()
             + Self::run_code_router()
-            + Self::metrics_router();
+            + Self::metrics_router()
+            + Self::secrets_router();
         for route in router.map.values_mut() {
             tidy_schema(Arc::make_mut(&mut route.attr.input_schema));
             if let Some(output) = route.attr.output_schema.as_mut() {
@@ -92,6 +94,7 @@ impl AtollMcp {
             allowed_mounts: Arc::default(),
             trust_roots: true,
             private_egress: Arc::default(),
+            secrets: Arc::new(crate::mcp::tools::secrets::SecretGrant::Named(Vec::new())),
             shared: Arc::default(),
             identity: Arc::new(std::sync::OnceLock::from(STDIO_IDENTITY.to_owned())),
         }
@@ -135,10 +138,26 @@ impl AtollMcp {
             None => Ok(()),
             Some(found) => Err(ToolError::PrivateEgress {
                 rule: found.rule.to_string(),
-                what: found.range.what,
-                range: found.range.net.to_string(),
+                opens: found.reserved.to_string(),
             }),
         }
+    }
+
+    /// Which stored secrets MCP tools may bind (`atoll mcp --secret`, `--allow-all-secrets`).
+    pub fn allow_secrets(mut self, grant: crate::mcp::tools::secrets::SecretGrant) -> Self {
+        self.secrets = Arc::new(grant);
+        self
+    }
+
+    /// Which stored secrets MCP tools may bind.
+    pub(crate) fn secret_grant(&self) -> &crate::mcp::tools::secrets::SecretGrant {
+        &self.secrets
+    }
+
+    /// Forgets every kept agent connection: their command defaults (a binding's
+    /// placeholder) are read again on the next call.
+    pub(crate) fn forget_clients(&self) {
+        self.kept().clear();
     }
 
     /// Hands over sandboxes besides the client's own (`--share-sandbox`,
@@ -274,11 +293,11 @@ impl AtollMcp {
 impl ServerHandler for AtollMcp {
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let tool = request.name.clone();
-        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&request)) {
+        if let Err(refused) = self.bind_identity(&context).and_then(|()| self.check_request(&mut request)) {
             use rmcp::model::IntoContents;
             return Ok(CallToolResponse::Complete(rmcp::model::CallToolResult::error(
                 refused.into_contents(),

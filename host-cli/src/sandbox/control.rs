@@ -218,7 +218,8 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
         match state::find(&state, name) {
             Ok(r) if targets.iter().any(|t| t.id == r.id) => {}
             Ok(r) => targets.push(r),
-            Err(_) if opts.force => {}
+            // `--force` skips names no sandbox has; an ambiguous prefix is still refused.
+            Err(state::StateError::NotFound(_)) if opts.force => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -258,6 +259,8 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
 }
 
 pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
+    // Its bindings and CA (no values) go with it.
+    crate::secrets::binding::forget(dir);
     match std::fs::remove_dir_all(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -109,31 +109,36 @@ pub async fn create(opts: &CreateOptions) -> Result<SandboxInfo, SandboxError> {
     {
         return Ok(info);
     }
-    let info = SandboxInfo::of(&boot_retrying(opts).await?);
-    if let Some(key) = &key {
-        super::template_snap::save_after_boot(key, &info).await;
+    // The first sandbox of a shape stays `starting` (no face lists it as usable or reaches
+    // its agent) until it is saved as the template snapshot: nothing can run in it that
+    // every later sandbox of that shape would inherit.
+    let record = boot_retrying(opts, key.is_none()).await?;
+    match &key {
+        Some(key) => super::template_snap::save_after_boot(key, &record.id).await,
+        None => Ok(SandboxInfo::of(&record)),
     }
-    Ok(info)
 }
 
-/// Boots, and boots once more if the first wedged; returns the ready sandbox's record.
-pub(super) async fn boot_retrying(opts: &CreateOptions) -> Result<Record, SandboxError> {
+/// Boots, and boots once more if the first wedged; returns the sandbox's record once its
+/// agent answered. It is marked ready (usable by every face) only when `announce`; else
+/// it stays `starting` until the caller marks it.
+pub(super) async fn boot_retrying(opts: &CreateOptions, announce: bool) -> Result<Record, SandboxError> {
     let deadline = std::time::Instant::now() + opts.timeout;
-    match boot(opts, opts.timeout).await {
+    match boot(opts, opts.timeout, announce).await {
         Err(wedged @ SandboxError::BootWedged { .. }) => {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return Err(wedged);
             }
             tracing::warn!("{wedged}\nbooting it once more");
-            boot(opts, left).await
+            boot(opts, left, announce).await
         }
         other => other,
     }
 }
 
-/// One boot, given `timeout` to become ready.
-async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, SandboxError> {
+/// One boot, given `timeout` to become ready (see [`boot_retrying`] for `announce`).
+async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result<Record, SandboxError> {
     let started = std::time::Instant::now();
     let step =
         |what: &str| tracing::debug!("create: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
@@ -239,7 +244,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration) -> Result<Record, Sandbox
         step("template's start command ready");
     }
     guard.set(|r| {
-        r.ready = true;
+        r.ready = announce;
         r.agent_version = Some(version);
     });
     guard.save()?;

@@ -88,6 +88,20 @@ pub async fn metrics(names: &[String]) -> Result<Vec<Metrics>, SandboxError> {
     } else {
         names.iter().map(|n| state::find(&state_dir, n)).collect::<Result<_, _>>()?
     };
+    Ok(measure(records).await)
+}
+
+/// The metrics of every sandbox `pick` keeps, in `atoll ls` order (an MCP client's
+/// "all" is only the sandboxes it may act on).
+pub async fn metrics_of(pick: impl Fn(&SandboxInfo) -> bool) -> Result<Vec<Metrics>, SandboxError> {
+    let state_dir = dirs::state_dir()?;
+    let records =
+        state::load_all(&state_dir).into_iter().flatten().filter(|r| pick(&SandboxInfo::of(r))).collect();
+    Ok(measure(records).await)
+}
+
+/// Samples `records` over one [`SAMPLE`].
+async fn measure(records: Vec<Record>) -> Vec<Metrics> {
     let infos: Vec<SandboxInfo> = records.iter().map(SandboxInfo::of).collect();
     let before: Vec<Option<u64>> = infos.iter().map(|i| i.qemu_pid.and_then(cpu_ticks)).collect();
     let started = Instant::now();
@@ -96,7 +110,7 @@ pub async fn metrics(names: &[String]) -> Result<Vec<Metrics>, SandboxError> {
         futures::future::join_all(records.iter().zip(&infos).map(|(r, i)| guest_figures(r, i, until)));
     let (guest, ()) = tokio::join!(guest, tokio::time::sleep_until(until.into()));
     let elapsed = started.elapsed().as_secs_f64();
-    Ok(infos
+    infos
         .into_iter()
         .zip(before)
         .zip(guest)
@@ -123,7 +137,7 @@ pub async fn metrics(names: &[String]) -> Result<Vec<Metrics>, SandboxError> {
                 note: guest.note,
             }
         })
-        .collect())
+        .collect()
 }
 
 #[derive(Debug, Default)]

@@ -315,6 +315,9 @@ pub struct SandboxInfo {
     pub mounts: Vec<crate::vmm::storage::Mount>,
     /// The writable disk's size in bytes, when set at create (else the template's).
     pub disk_bytes: Option<u64>,
+    /// The secrets bound to it: variable, secret name, placeholder (never a value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::secrets::Binding>,
 }
 
 impl SandboxInfo {
@@ -351,6 +354,7 @@ impl SandboxInfo {
             dir: record.paths.dir.clone(),
             mounts: record.storage.mounts.clone(),
             disk_bytes: record.storage.disk_bytes,
+            secrets: crate::secrets::binding::load(&record.paths.dir),
         }
     }
 }
@@ -397,6 +401,18 @@ pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandD
     let dir = socket.parent()?;
     let record: state::Record =
         serde_json::from_slice(&std::fs::read(dir.join(state::RECORD_FILE)).ok()?).ok()?;
+    let template = template_defaults(&record);
+    // Bound secrets add their placeholders and the TLS trust variables (docs/secrets.md).
+    let secrets = crate::secrets::binding::env_defaults(dir);
+    if secrets.is_empty() {
+        return template;
+    }
+    let mut defaults = template.unwrap_or_default();
+    defaults.env.extend(secrets);
+    Some(defaults)
+}
+
+fn template_defaults(record: &state::Record) -> Option<crate::vmm::template::CommandDefaults> {
     if !crate::vmm::template::is_plain_name(&record.template) {
         return None;
     }

@@ -29,7 +29,7 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let _ = std::fs::remove_dir_all(&target);
     let name = record.name.clone();
     // The disk overlay stays where it is: nothing writes it while the VM is gone.
-    snapshot::save_into(&mut record, &target, &name, &tpl, false, false).await?;
+    snapshot::save_into(&mut record, &target, &name, &tpl, false, false, None).await?;
     // The network helper goes too (its published ports close until it comes back).
     stop_processes(&record, false).await;
     record.qemu = None;

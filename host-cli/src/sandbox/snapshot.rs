@@ -43,6 +43,9 @@ pub struct SnapshotInfo {
     pub created_unix_ms: i64,
     /// Seconds since then.
     pub age_secs: u64,
+    /// Which face made it: `None` for the CLI, else the MCP identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 impl SnapshotInfo {
@@ -58,6 +61,7 @@ impl SnapshotInfo {
             size_bytes: snap.size_on_disk(),
             created_unix_ms: m.created_unix_ms,
             age_secs: u64::try_from((now_unix_ms() - m.created_unix_ms) / 1000).unwrap_or(0),
+            created_by: m.created_by.clone(),
         }
     }
 }
@@ -70,6 +74,8 @@ pub struct SnapshotOptions {
     pub name: Option<String>,
     /// Remove the sandbox once saved, instead of letting it run on.
     pub stop: bool,
+    /// Who asks, recorded in the snapshot: `None` for the CLI, else the MCP identity.
+    pub created_by: Option<String>,
 }
 
 /// Saves sandbox `name_or_id` as a named snapshot: its memory, device state and disk.
@@ -93,7 +99,8 @@ pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<Snapshot
         return Err(SandboxError::SnapshotExists(name));
     }
     let tpl = template::load(&dirs::templates_dir()?, &record.template)?;
-    let snap = save_into(&mut record, &target, &name, &tpl, true, !opts.stop).await?;
+    let by = opts.created_by.clone();
+    let snap = save_into(&mut record, &target, &name, &tpl, true, !opts.stop, by).await?;
     if opts.stop {
         stop_processes(&record, false).await;
         super::control::remove_dir(&record.paths.dir)?;
@@ -102,7 +109,8 @@ pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<Snapshot
 }
 
 /// Saves `record`'s VM into a snapshot at `target`; then, when `run_on`, lets the VM
-/// continue (re-frozen if it was paused). Shared with parking.
+/// continue (re-frozen if it was paused). `created_by` is recorded as who made it.
+/// Shared with parking.
 pub(super) async fn save_into(
     record: &mut Record,
     target: &Path,
@@ -110,6 +118,7 @@ pub(super) async fn save_into(
     tpl: &Template,
     copy_disk: bool,
     run_on: bool,
+    created_by: Option<String>,
 ) -> Result<Snapshot, SandboxError> {
     super::mounts::refuse_snapshot(record)?;
     let overlay = record.paths.overlay.as_ref().filter(|_| copy_disk);
@@ -141,6 +150,7 @@ pub(super) async fn save_into(
                 memory_bytes: 0,
                 disk: overlay.is_some(),
                 network,
+                created_by,
             };
             staging.commit(meta, false).map_err(SandboxError::from)
         }

@@ -151,15 +151,46 @@ fn boot_meets_it_too(e: &SandboxError) -> bool {
     )
 }
 
-/// Saves the sandbox `info`, just booted and answering, as the template snapshot
-/// `key`; it runs on. A failure is only warned about: the sandbox is fine either way.
-pub(super) async fn save_after_boot(key: &str, info: &SandboxInfo) {
-    if let Err(e) = save(key, &info.id).await {
-        tracing::warn!(
-            "could not save a snapshot of template `{}` for the next atoll create: {e}",
-            info.template
-        );
+/// Saves sandbox `id`, just booted, answering and still `starting` (no face can reach
+/// it yet), as the template snapshot `key`; then marks it ready, and it runs on. A failed
+/// save is only warned about: the sandbox is fine either way. Should this future be
+/// dropped halfway, the sandbox is marked ready all the same (it is the caller's).
+pub(super) async fn save_after_boot(key: &str, id: &str) -> Result<SandboxInfo, SandboxError> {
+    let pending = Unannounced(Some(id.to_owned()));
+    if let Err(e) = save(key, id).await {
+        tracing::warn!("could not save a snapshot of this template for the next atoll create: {e}");
     }
+    pending.announce()
+}
+
+/// A sandbox booted but not yet marked ready; marked when dropped, if not before.
+struct Unannounced(Option<String>);
+
+impl Unannounced {
+    fn announce(mut self) -> Result<SandboxInfo, SandboxError> {
+        let id = self.0.take().unwrap_or_default();
+        mark_ready(&id)
+    }
+}
+
+impl Drop for Unannounced {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take()
+            && let Err(e) = mark_ready(&id)
+        {
+            tracing::warn!("could not mark sandbox {id} ready: {e}");
+        }
+    }
+}
+
+/// Marks sandbox `id` ready: from now on every face may reach it.
+fn mark_ready(id: &str) -> Result<SandboxInfo, SandboxError> {
+    let state = dirs::state_dir()?;
+    let _lock = StateLock::acquire(&state)?;
+    let mut record = state::find(&state, id)?;
+    record.ready = true;
+    record.save()?;
+    Ok(SandboxInfo::of(&record))
 }
 
 async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
@@ -172,7 +203,7 @@ async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
         // Another create saved one meanwhile.
         return Ok(());
     }
-    snapshot::save_into(&mut record, &target, key, &tpl, true, true).await?;
+    snapshot::save_into(&mut record, &target, key, &tpl, true, true, None).await?;
     tracing::info!("saved a snapshot of template `{}`: the next atoll create restores it", record.template);
     Ok(())
 }
@@ -259,7 +290,7 @@ pub async fn make(opts: &CreateOptions) -> Result<TemplateSnapshotInfo, SandboxE
     }
     tracing::info!("booting template `{}` to save its snapshot", opts.template);
     // From here on, dropping `guard` kills the sandbox and removes its directory.
-    let mut guard = Cleanup { record: super::create::boot_retrying(&opts).await?, armed: true };
+    let mut guard = Cleanup { record: super::create::boot_retrying(&opts, false).await?, armed: true };
     let lock = StateLock::acquire(&state)?;
     let snap = match open(&dir) {
         // A create of the same shape saved one meanwhile.
@@ -268,7 +299,7 @@ pub async fn make(opts: &CreateOptions) -> Result<TemplateSnapshotInfo, SandboxE
             if dir.exists() {
                 remove_dir(&dir)?;
             }
-            snapshot::save_into(&mut guard.record, &dir, &key, &tpl, true, false).await?
+            snapshot::save_into(&mut guard.record, &dir, &key, &tpl, true, false, None).await?
         }
     };
     stop_processes(&guard.record, false).await;

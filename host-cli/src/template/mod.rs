@@ -125,6 +125,9 @@ pub struct TemplateSummary {
     /// Why `template.json` could not be read, if it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// The MCP identity that saved it, if one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved_by: Option<String>,
 }
 
 /// Checks that `name` can be a template directory name.
@@ -171,6 +174,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             created_unix: f.created_unix,
             from_sandbox: f.from_sandbox,
             problem: None,
+            saved_by: f.saved_by,
         },
         Err(e) => TemplateSummary {
             name,
@@ -182,6 +186,7 @@ fn summarize(dir: &Path) -> TemplateSummary {
             created_unix: 0,
             from_sandbox: None,
             problem: Some(format!("template.json is unreadable ({e}); rebuild or remove it")),
+            saved_by: None,
         },
     }
 }

@@ -127,6 +127,10 @@ pub struct SnapshotMeta {
     /// The guest's network when it had a NIC (absent: no NIC, as with `--net none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<SnapshotNet>,
+    /// Which face made it, as a sandbox's `created_by`: `None` for the CLI (and for
+    /// snapshots from before this field), else the MCP identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 /// A saved guest's network: the egress policy it ran under and the TCP connections it
@@ -382,6 +386,7 @@ mod tests {
             memory_bytes: 0,
             disk: false,
             network: None,
+            created_by: None,
         }
     }
 

@@ -52,6 +52,14 @@ pub enum StateError {
     /// Neither an id nor a name of a sandbox.
     #[error("no sandbox is called `{0}`; `atoll ls` lists them")]
     NotFound(String),
+    /// An id prefix that begins the ids of several sandboxes.
+    #[error("`{given}` begins the ids of several sandboxes ({}); pass more of the id, or the name", matches.join(", "))]
+    Ambiguous {
+        /// The prefix given.
+        given: String,
+        /// Each match, as `name (id)`.
+        matches: Vec<String>,
+    },
     /// The Unix socket paths would be too long.
     #[error(
         "the sandbox directory {} is too long for Unix socket paths ({len} bytes, at most {max}); set $ATOLL_STATE_DIR to a shorter directory",
@@ -264,16 +272,51 @@ fn load_dir(dir: &Path) -> Option<Record> {
     Some(record)
 }
 
-/// Finds a sandbox by exact id, exact name, or unique id prefix.
+/// What a name, id or id prefix names among some sandboxes (see [`lookup`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup<'a, T> {
+    /// Exactly one: the sandbox with that id or name, else the only one whose id begins
+    /// with it.
+    One(&'a T),
+    /// No id or name is it, and no id begins with it.
+    None,
+    /// No id or name is it, and several ids begin with it (each of them).
+    Several(Vec<&'a T>),
+}
+
+/// Resolves `name_or_id` among `all` (`id_name` gives each one's id and name): an exact
+/// id or name first (ids and names never collide: [`allocate`] keeps them apart), else
+/// a prefix of exactly one id. The one place a name becomes a sandbox, for the CLI and
+/// the MCP access check alike; callers act on the id it gives, never on the name again.
+pub fn lookup<'a, T>(all: &'a [T], name_or_id: &str, id_name: impl Fn(&T) -> (&str, &str)) -> Lookup<'a, T> {
+    if let Some(one) = all.iter().find(|r| {
+        let (id, name) = id_name(r);
+        id == name_or_id || name == name_or_id
+    }) {
+        return Lookup::One(one);
+    }
+    if name_or_id.is_empty() {
+        return Lookup::None;
+    }
+    let mut prefixed: Vec<&T> = all.iter().filter(|r| id_name(r).0.starts_with(name_or_id)).collect();
+    match prefixed.len() {
+        0 => Lookup::None,
+        1 => Lookup::One(prefixed.remove(0)),
+        _ => Lookup::Several(prefixed),
+    }
+}
+
+/// Finds a sandbox by exact id, exact name, or unique id prefix; a prefix of several ids
+/// is refused naming them.
 pub fn find(state: &Path, name_or_id: &str) -> Result<Record, StateError> {
     let all: Vec<Record> = load_all(state).into_iter().flatten().collect();
-    if let Some(r) = all.iter().find(|r| r.id == name_or_id || r.name == name_or_id) {
-        return Ok(r.clone());
-    }
-    let mut prefixed = all.iter().filter(|r| !name_or_id.is_empty() && r.id.starts_with(name_or_id));
-    match (prefixed.next(), prefixed.next()) {
-        (Some(r), None) => Ok(r.clone()),
-        _ => Err(StateError::NotFound(name_or_id.to_string())),
+    match lookup(&all, name_or_id, |r| (r.id.as_str(), r.name.as_str())) {
+        Lookup::One(r) => Ok(r.clone()),
+        Lookup::None => Err(StateError::NotFound(name_or_id.to_string())),
+        Lookup::Several(matches) => Err(StateError::Ambiguous {
+            given: name_or_id.to_string(),
+            matches: matches.iter().map(|r| format!("{} ({})", r.name, r.id)).collect(),
+        }),
     }
 }
 
@@ -414,7 +457,12 @@ mod tests {
         record(d.path(), "ab340000", "two");
         assert_eq!(find(d.path(), "two").unwrap().id, "ab340000");
         assert_eq!(find(d.path(), "ab12").unwrap().name, "one");
-        assert!(matches!(find(d.path(), "ab"), Err(StateError::NotFound(_))), "ambiguous prefix");
+        let err = find(d.path(), "ab").unwrap_err();
+        assert!(matches!(err, StateError::Ambiguous { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains("one (ab120000)") && text.contains("two (ab340000)"), "{err}");
+        assert!(text.contains("pass more of the id, or the name"), "{err}");
+        assert!(matches!(find(d.path(), ""), Err(StateError::NotFound(_))), "an empty name names none");
         let err = find(d.path(), "zzz").unwrap_err().to_string();
         assert!(err.contains("atoll ls"), "{err}");
     }

@@ -2,8 +2,8 @@
 //! range names them (loopback, the host itself, private and shared ranges, link-local
 //! with the cloud metadata address, Azure's host endpoint, benchmarking and IETF protocol
 //! ranges, multicast, reserved and "this network" addresses), and port 25 (SMTP), which
-//! only a rule naming that port opens. [`operator_only`] is the one check of whether a
-//! rule would open any of them: what only the operator may grant.
+//! only a rule naming that port opens. Whether a rule would open any of them (what only
+//! the operator may grant) is [`Builtins::first_opened`], in `private`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -95,29 +95,12 @@ impl Builtins {
 /// an allow rule naming this port opens it.
 pub const SMTP_PORT: u16 = 25;
 
-/// Why `rule`, as an allow rule, would open something only the operator may open, or
-/// `None` when it opens nothing built-in: an IP rule inside a built-in range (loopback,
-/// this host's addresses as they are now, private, link-local and metadata, ...), or a
-/// rule naming port 25. Faces that take rules from a model (MCP) refuse such rules; the
-/// CLI (the operator) may give them.
-pub fn operator_only(rule: &super::Rule) -> Option<String> {
-    if let super::Target::Net(net) = &rule.target {
-        let host = crate::hostaddr::host_addrs().unwrap_or_default();
-        let builtins = Builtins::with_host_addrs(host);
-        if let Some(b) = builtins.ranges().iter().find(|b| b.net.contains(net)) {
-            return Some(format!("`{rule}` lies in the built-in denied {} range {}", b.what, b.net));
-        }
-    }
-    (rule.port == Some(SMTP_PORT))
-        .then(|| format!("`{rule}` opens port {SMTP_PORT} (SMTP), denied by default"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_new_ranges_and_the_operator_only_check() {
+    fn the_newer_ranges_are_denied() {
         let b = Builtins::default();
         for (ip, what) in [
             ("168.63.129.16", "cloud-host"),
@@ -129,18 +112,5 @@ mod tests {
             assert_eq!(b.find(ip.parse().expect("ip")).map(|r| r.what), Some(what), "{ip}");
         }
         assert!(b.find("198.20.0.1".parse().expect("ip")).is_none());
-        let rule = |s: &str| s.parse::<super::super::Rule>().expect("rule");
-        for opens in
-            ["127.0.0.1", "169.254.169.254", "10.1.0.0/16", "0.0.0.0", "168.63.129.16", "::1", "pypi.org:25"]
-        {
-            assert!(operator_only(&rule(opens)).is_some(), "{opens}");
-        }
-        for public in ["pypi.org", "203.0.113.7", "0.0.0.0/0", "10.0.0.0/7", "203.0.113.7:443"] {
-            assert_eq!(operator_only(&rule(public)), None, "{public}");
-        }
-        assert!(
-            operator_only(&rule("169.254.169.254"))
-                .is_some_and(|m| m.contains("link-local range 169.254.0.0/16"))
-        );
     }
 }

@@ -39,8 +39,8 @@ mod tests;
 use std::fmt;
 use std::net::IpAddr;
 
-pub use builtin::{BuiltinRange, Builtins, SMTP_PORT, operator_only};
-pub use private::OpensPrivate;
+pub use builtin::{BuiltinRange, Builtins, SMTP_PORT};
+pub use private::{OpensPrivate, Reserved};
 pub use rule::{Rule, RuleError, Target, canonical_ip, is_host_name, normalize_name};
 
 /// The egress policy of one sandbox: rules that add destinations and rules that remove

@@ -20,6 +20,9 @@ use atoll_tests::netns::{NetNs, World, unique_prefix};
 
 const TAP: &str = "eth0";
 
+/// Makes the engine's secrets once the world (its CA) exists.
+type MakeSecrets<'a> = Box<dyn FnOnce(&World) -> atoll_net::secrets::Secrets + 'a>;
+
 /// The world, a guest namespace wired to a running engine, and the engine's handle.
 pub(crate) struct Rig {
     pub(crate) world: World,
@@ -40,16 +43,26 @@ impl Rig {
 
     /// Everything up, with `policy` in force and the guest's MTU at `mtu`.
     pub(crate) fn start_with(policy: Policy, mtu: u16) -> Rig {
-        Rig::start_full(policy, mtu, None)
+        Rig::start_full(policy, mtu, None, None)
     }
 
     /// Everything up, with the audit log at `log` (its directory must exist).
     pub(crate) fn start_logging_to(policy: Policy, log: PathBuf) -> Rig {
-        Rig::start_full(policy, 1500, Some(log))
+        Rig::start_full(policy, 1500, Some(log), None)
     }
 
-    fn start_full(policy: Policy, mtu: u16, log: Option<PathBuf>) -> Rig {
+    /// Everything up, swapping `secrets` (docs/secrets.md).
+    #[allow(dead_code, reason = "used by the secrets tests only")]
+    pub(crate) fn start_with_secrets(
+        policy: Policy,
+        secrets: impl FnOnce(&World) -> atoll_net::secrets::Secrets,
+    ) -> Rig {
+        Rig::start_full(policy, 1500, None, Some(Box::new(secrets)))
+    }
+
+    fn start_full(policy: Policy, mtu: u16, log: Option<PathBuf>, secrets: Option<MakeSecrets<'_>>) -> Rig {
         let mut world = World::create();
+        let secrets = secrets.map(|make| make(&world));
         world.serve_http_in_client(18080);
         let guest = NetNs::create(&format!("{}g", unique_prefix()));
         guest.set_resolv_conf("10.0.2.2".parse().expect("ip"));
@@ -69,6 +82,7 @@ impl Rig {
             resolv_conf: world.client.resolv_conf(),
             host_addrs: None,
             stale_flows: Vec::new(),
+            secrets,
         };
         world.client.spawn_in(move || {
             let runtime =

@@ -9,14 +9,14 @@ use serde::{Deserialize, Serialize};
 use crate::mcp::error::ToolError;
 use crate::mcp::server::AtollMcp;
 use crate::sandbox::Target;
-use crate::sandbox::metrics::{Metrics, metrics};
+use crate::sandbox::metrics::{Metrics, metrics, metrics_of};
 
 /// Arguments of `sandbox_get_metrics`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MetricsArgs {
     /// The sandbox, by id or name. Default: the sandbox this server was started with,
-    /// else every sandbox.
+    /// else every sandbox this client may act on (those sandbox_list shows).
     #[serde(default)]
     pub sandbox_id: Option<String>,
 }
@@ -34,7 +34,7 @@ impl AtollMcp {
     #[tool(
         name = "sandbox_get_metrics",
         description = "CPU, memory, disk and network use and uptime of a sandbox, or of every \
-            sandbox when sandbox_id is omitted (and the server has no default sandbox). cpu_percent \
+            sandbox sandbox_list shows when sandbox_id is omitted (and the server has no default sandbox). cpu_percent \
             is the guest's own busy share of its vCPUs over one second and host_cpu_percent its VM \
             process's on the host (100 = one CPU); memory and disk are the guest's own figures; net \
             bytes are its network card's. Takes about a second; a \
@@ -51,10 +51,11 @@ impl AtollMcp {
         &self,
         Parameters(args): Parameters<MetricsArgs>,
     ) -> Result<Json<MetricsOutput>, ToolError> {
-        let names = match self.target(args.sandbox_id.as_deref()) {
-            Some(Target::Sandbox(name)) => vec![name],
-            _ => Vec::new(),
+        let sandboxes = match self.target(args.sandbox_id.as_deref()) {
+            Some(Target::Sandbox(name)) => metrics(&[name]).await?,
+            // "Every sandbox" is every sandbox this client may act on, never the host's.
+            _ => metrics_of(|info| self.may_see(info)).await?,
         };
-        Ok(Json(MetricsOutput { sandboxes: metrics(&names).await? }))
+        Ok(Json(MetricsOutput { sandboxes }))
     }
 }

@@ -16,6 +16,8 @@
 //! - [`snapshots`] holds `sandbox_snapshot_create`, `_list`, `_restore` and `_delete`.
 //! - [`templates`] holds `sandbox_template_list` and `sandbox_template_create`.
 //! - [`metrics`] holds `sandbox_get_metrics`.
+//! - [`secrets`] holds `secret_list`, `sandbox_attach_secret` and
+//!   `sandbox_detach_secret` (no tool sets or reads a value).
 
 pub mod archive;
 pub mod exec;
@@ -25,6 +27,7 @@ pub mod metrics;
 pub mod net;
 pub mod run_code;
 pub mod sandboxes;
+pub mod secrets;
 pub mod snapshots;
 pub mod system;
 pub mod templates;

@@ -143,6 +143,12 @@ pub struct LogEntry {
     /// On a `rate-limited` entry: how many entries of its kind the limit dropped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub suppressed: Option<u64>,
+    /// On a `request` entry: the secrets whose placeholder was swapped (names only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// On a `request` entry: a placeholder left as it was, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Result of `sandbox_network_log`.
@@ -173,6 +179,8 @@ impl From<atoll_net::log::Record> for LogEntry {
             conn: r.conn,
             invalid_name: r.invalid_name,
             suppressed: r.suppressed,
+            secret: r.secret,
+            warning: r.warning,
         }
     }
 }

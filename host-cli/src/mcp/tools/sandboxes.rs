@@ -66,6 +66,11 @@ pub struct CreateArgs {
     /// memory_mib less 192 MiB or a quarter of it, whichever is more.
     #[serde(default)]
     pub disk: Option<String>,
+    /// Stored secrets to bind, as {"ENV_VAR": "secret-name"}: the variable holds a
+    /// placeholder, swapped for the value only in HTTPS request headers to the secret's
+    /// hosts (secret_list shows the secrets this server may bind).
+    #[serde(default)]
+    pub secrets: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// One host folder shared into a sandbox.
@@ -147,6 +152,9 @@ pub struct SandboxView {
     /// Its writable disk in MiB, when set at create (else the template's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_mib: Option<u64>,
+    /// Secrets bound to it: variable, secret name, placeholder (never a value).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::secrets::Binding>,
 }
 
 /// A host folder as a model sees it.
@@ -212,6 +220,7 @@ impl From<SandboxInfo> for SandboxView {
                 })
                 .collect(),
             disk_mib: info.disk_bytes.map(|b| b >> 20),
+            secrets: info.secrets,
         }
     }
 }
@@ -293,17 +302,41 @@ impl AtollMcp {
         Parameters(mut args): Parameters<CreateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<SandboxView>, ToolError> {
+        if let Some(crate::sandbox::Target::Sandbox(pinned)) = self.pinned() {
+            return Err(ToolError::PinnedCreate { pinned: pinned.clone() });
+        }
         if let Some(got) = args.boot_timeout_s.filter(|s| !(1..=600).contains(s)) {
             return Err(ToolError::TimeoutOutOfRange { field: "boot_timeout_s", got, max: 600 });
         }
         let mounts = args.mounts.take().unwrap_or_default();
         let disk = args.disk.take();
+        // Every binding is checked before anything is made.
+        let secrets = args.secrets.take().unwrap_or_default();
+        for (env, secret) in &secrets {
+            if !self.secret_grant().allows(secret) {
+                return Err(ToolError::SecretNotAllowed(secret.clone()));
+            }
+            crate::secrets::check_binding(secret, env)?;
+        }
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
-        let info =
+        let mut info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
+        for (env, secret) in &secrets {
+            if let Err(e) = self.attach_secret(&info.id, secret, Some(env)).await {
+                let _ = sandbox::remove(
+                    std::slice::from_ref(&info.id),
+                    RemoveOptions { all: false, force: true },
+                )
+                .await;
+                return Err(e);
+            }
+        }
+        if !secrets.is_empty() {
+            info = sandbox::get(&info.id)?;
+        }
         Ok(Json(info.into()))
     }
 

@@ -115,15 +115,19 @@ impl AtollMcp {
         &self,
         Parameters(args): Parameters<SnapshotCreateArgs>,
     ) -> Result<Json<SnapshotView>, ToolError> {
-        let opts = SnapshotOptions { name: args.name.filter(|n| !n.is_empty()), stop: false };
+        let opts = SnapshotOptions {
+            name: args.name.filter(|n| !n.is_empty()),
+            stop: false,
+            created_by: Some(self.identity()),
+        };
         Ok(Json(snapshot::create(&args.sandbox_id, &opts).await?.into()))
     }
 
     /// Lists the snapshots.
     #[tool(
         name = "sandbox_snapshot_list",
-        description = "List the snapshots on this machine by name, with the sandbox each was \
-            taken from, its template, memory, size on disk and time.",
+        description = "List the snapshots this client made (or was handed) by name, with the \
+            sandbox each was taken from, its template, memory, size on disk and time.",
         annotations(
             title = "List snapshots",
             read_only_hint = true,
@@ -136,8 +140,8 @@ impl AtollMcp {
         &self,
         Parameters(_args): Parameters<SnapshotListArgs>,
     ) -> Result<Json<SnapshotList>, ToolError> {
-        let all = snapshot::list()?;
-        Ok(Json(SnapshotList { snapshots: all.into_iter().map(SnapshotView::from).collect() }))
+        let mine = snapshot::list()?.into_iter().filter(|s| self.may_see_snapshot(s));
+        Ok(Json(SnapshotList { snapshots: mine.map(SnapshotView::from).collect() }))
     }
 
     /// Puts a sandbox back to a snapshot.

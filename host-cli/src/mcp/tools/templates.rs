@@ -128,6 +128,7 @@ impl AtollMcp {
     ) -> Result<Json<TemplateList>, ToolError> {
         let templates = crate::template::list()?
             .into_iter()
+            .filter(|t| self.may_use_template(t.saved_by.as_deref()))
             .map(|t| TemplateView {
                 name: t.name,
                 kind: if t.disk { "disk" } else { "initramfs" }.to_owned(),

@@ -55,6 +55,9 @@ pub enum HelperError {
     /// The agent link could not be served.
     #[error(transparent)]
     Link(#[from] crate::vmm::agent_link::AgentLinkError),
+    /// The secrets swap could not be set up (its CA, the trust for real servers).
+    #[error(transparent)]
+    Secrets(#[from] crate::secrets::SecretError),
     /// The network engine could not start.
     #[error(transparent)]
     Engine(#[from] atoll_net::EngineError),
@@ -78,6 +81,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
             let log = config::audit_log_path(dir);
             let mut engine = atoll_net::EngineConfig::new(frames, log, config.policy.clone());
             engine.stale_flows = stale_flows;
+            engine.secrets = Some(crate::secrets::for_helper(dir, &record.id)?);
             Some(atoll_net::Engine::start(engine)?)
         }
         NetworkMode::None => None,

@@ -1,0 +1,168 @@
+//! Secrets through the real `atoll` binary and one booted debian VM, against the netns
+//! world (docs/secrets.md): `atoll secret set`, `atoll create --secret`, `atoll secret
+//! attach|detach|rm`; Python's urllib and Node's fetch in the guest send the placeholder
+//! the guest holds, the world's HTTPS host receives the value; the value is in no guest
+//! variable, no file under the sandbox directory, no `net log`, `info` or `secret ls`.
+//! The engine-level cases (Basic, SNI/Host mismatch, impostor, policy) are in
+//! net_secrets.rs.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use atoll_tests::netns::World;
+use atoll_tests::vm::{Atoll, text};
+
+const VALUE: &str = "ghp_VM_REAL_VALUE_4f1d9a";
+const ROTATED: &str = "ghp_VM_ROTATED_VALUE_77c2";
+
+/// Python: GET URL with `Authorization: Bearer $VAR`, verifying TLS with the defaults
+/// (SSL_CERT_FILE, set by atoll when a secret is bound); prints the body or `FAIL why`.
+const FETCH: &str = r#"
+import os, ssl, sys, urllib.request
+url, var = sys.argv[1], sys.argv[2]
+ctx = ssl.create_default_context()
+if len(sys.argv) > 3:
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+req = urllib.request.Request(url, headers={"Authorization": "Bearer " + os.environ[var]})
+try:
+    with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
+        print(r.read().decode().strip())
+        print("echoed-header:", r.headers.get("X-Echo-Authorization"))
+except Exception as e:
+    print("FAIL", repr(getattr(e, "reason", e)))
+"#;
+
+fn set(atoll: &Atoll, world: &World, name: &str, value: &str, host: &str) {
+    let mut child = atoll
+        .command(&["secret", "set", name, "--host", host])
+        .env("ATOLL_SECRETS_CA_FILE", world.cert())
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{value}\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "secret set: {}", text(&out.stderr));
+}
+
+fn fetch(atoll: &Atoll, url: &str, var: &str, unverified: bool) -> String {
+    let mut args = vec!["-s", "sec", "exec", "--", "python3", "/fetch.py", url, var];
+    if unverified {
+        args.push("x");
+    }
+    let out = atoll.run(&args);
+    assert!(out.status.success(), "fetch {url}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+#[test]
+fn vm_secrets_placeholder_inside_value_at_egress() {
+    let world = World::create();
+    let atoll = Atoll::in_netns(world.client.name());
+    set(&atoll, &world, "gh", VALUE, "allowed.test");
+
+    // Refused before anything is made: an unknown secret, a bad variable.
+    let err = atoll.fails(&["create", "--name", "x", "--secret", "GH=nope"]);
+    assert!(err.contains("no secret named `nope`"), "{err}");
+    let err = atoll.fails(&["create", "--name", "x", "--secret", "1GH=gh"]);
+    assert!(err.contains("not an environment variable name"), "{err}");
+    assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox");
+
+    let mut create = atoll.command(&[
+        "--json",
+        "create",
+        "--name",
+        "sec",
+        "--timeout",
+        "600s",
+        "--template",
+        "debian",
+        "--secret",
+        "GH_TOKEN=gh",
+    ]);
+    let out = create.env("ATOLL_SECRETS_CA_FILE", world.cert()).output().unwrap();
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    let script = world.dir().join("fetch.py");
+    std::fs::write(&script, FETCH).unwrap();
+    let out = atoll.run(&["-s", "sec", "write", "/fetch.py", "--from", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // The guest holds a placeholder, never the value.
+    let placeholder = atoll.sh("sec", "printf %s \"$GH_TOKEN\"");
+    assert!(placeholder.starts_with("atoll-secret-gh-") && placeholder.len() > 30, "{placeholder}");
+    let env = atoll.sh("sec", "env; cat /proc/1/environ | tr '\\0' '\\n'");
+    assert!(!env.contains(VALUE), "the value is in the guest's environment");
+    assert!(env.contains("SSL_CERT_FILE=/etc/atoll/ca-bundle.pem"), "{env}");
+
+    // Python urllib, verifying TLS as it does by default: the host gets the value, and
+    // the value it echoes in a header comes back as the placeholder.
+    let got = fetch(&atoll, "https://allowed.test/headers", "GH_TOKEN", false);
+    assert!(got.contains(&format!("authorization: Bearer {VALUE}")), "{got}");
+    assert!(got.contains(&format!("echoed-header: Bearer {placeholder}")), "{got}");
+    // Node's fetch (NODE_EXTRA_CA_CERTS).
+    let node = "fetch('https://allowed.test/headers',{headers:{authorization:'Bearer '+process.env.GH_TOKEN}})\
+                .then(r=>r.text()).then(t=>console.log(t)).catch(e=>console.log('FAIL',e))";
+    let out = atoll.run(&["-s", "sec", "exec", "--timeout", "120s", "--", "node", "-e", node]);
+    let got = text(&out.stdout);
+    assert!(got.contains(&format!("authorization: Bearer {VALUE}")), "node: {got}{}", text(&out.stderr));
+    // Another allowed host gets the placeholder unchanged.
+    let got = fetch(&atoll, "https://other.test/headers", "GH_TOKEN", true);
+    assert!(got.contains(&format!("Authorization: Bearer {placeholder}")) && !got.contains(VALUE), "{got}");
+    // Plain HTTP to the secret's host: unchanged.
+    let got = fetch(&atoll, "http://allowed.test/headers", "GH_TOKEN", true);
+    assert!(got.contains(&format!("Authorization: Bearer {placeholder}")) && !got.contains(VALUE), "{got}");
+
+    // Rotation: the next request carries the new value.
+    set(&atoll, &world, "gh", ROTATED, "allowed.test");
+    let got = fetch(&atoll, "https://allowed.test/headers", "GH_TOKEN", false);
+    assert!(got.contains(&format!("authorization: Bearer {ROTATED}")), "{got}");
+
+    // attach (a second binding, seen by commands started afterwards) and detach.
+    let bound = atoll.json(&["secret", "attach", "sec", "gh", "--env", "SECOND"]);
+    let second = bound["placeholder"].as_str().unwrap().to_string();
+    assert_ne!(second, placeholder, "a placeholder is unique per binding");
+    assert_eq!(atoll.sh("sec", "printf %s \"$SECOND\""), second);
+    let err = atoll.fails(&["secret", "attach", "sec", "gh", "--env", "SECOND"]);
+    assert!(err.contains("bound to the secret `gh` already"), "{err}");
+    let info = atoll.json(&["info", "sec"]);
+    assert_eq!(info["secrets"].as_array().map(Vec::len), Some(2), "{info}");
+    atoll.json(&["secret", "detach", "sec", "GH_TOKEN"]);
+    let got = fetch(&atoll, "https://allowed.test/headers", "SECOND", false);
+    assert!(got.contains(&format!("authorization: Bearer {ROTATED}")), "{got}");
+    // rm: the next request sends the placeholder (unverified: the connection is
+    // intercepted only while a bound secret names the host).
+    atoll.json(&["secret", "rm", "gh"]);
+    let got = fetch(&atoll, "https://allowed.test/headers", "SECOND", true);
+    assert!(got.contains(&second) && !got.contains(ROTATED), "{got}");
+
+    // The audit log names the secret; no value anywhere atoll keeps or prints.
+    let log = text(&atoll.run(&["net", "log", "sec"]).stdout);
+    assert!(log.contains("secret=gh"), "{log}");
+    for shown in [
+        log,
+        text(&atoll.run(&["--json", "net", "log", "sec"]).stdout),
+        text(&atoll.run(&["--json", "info", "sec"]).stdout),
+        text(&atoll.run(&["info", "sec"]).stdout),
+        text(&atoll.run(&["--json", "secret", "ls"]).stdout),
+    ] {
+        assert!(!shown.contains(VALUE) && !shown.contains(ROTATED), "a value is shown: {shown}");
+    }
+    for dir in atoll.sandbox_dirs() {
+        let out = std::process::Command::new("grep")
+            .args(["-rlaF", "-e", VALUE, "-e", ROTATED])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "a value is in {}: {}", dir.display(), text(&out.stdout));
+    }
+    // Bindings and the CA live in the store's private directory, not in the sandbox
+    // directory QEMU can write; they go at kill.
+    let id = atoll.json(&["info", "sec"])["id"].as_str().unwrap().to_string();
+    let private = atoll.state_dir().join(".secrets/sandboxes").join(&id);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&private).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "{}", private.display());
+    assert!(private.join("bindings.json").exists() && private.join("ca.key").exists());
+    let out = atoll.run(&["kill", "sec"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!private.exists(), "kill left {}", private.display());
+}
