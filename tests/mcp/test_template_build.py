@@ -44,7 +44,7 @@ async def test_template_from_a_dockerfile_and_bad_builds(dirs) -> None:  # noqa:
         assert "names files on the host" in text, text
         text = await call_err(session, "sandbox_template_create", name="t", dockerfile="FROM docker-archive:/etc/x\n")
         assert "not host files" in text, text
-        text = await call_err(session, "sandbox_template_create", name="t", image="debian:12", from_sandbox="x")
+        text = await call_err(session, "sandbox_template_create", name="t", image="debian:12", dockerfile="FROM debian\n")
         assert "exactly one of" in text, text
         await nothing_left()
 
