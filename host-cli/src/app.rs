@@ -198,6 +198,11 @@ fn classify(e: &anyhow::Error) -> (u8, &'static str) {
         if cause.downcast_ref::<UsageError>().is_some() {
             return (EXIT_USAGE, "usage");
         }
+        // A Dockerfile's failing RUN: the build ends with the RUN's own exit code.
+        if let Some(e @ crate::template::dockerfile::DockerfileError::RunFailed { .. }) = cause.downcast_ref()
+        {
+            return (e.exit_code(), "build_step_failed");
+        }
         // A size, a count or a disk that cannot be: a usage error like clap's own.
         if let Some(crate::sandbox::SandboxError::BadResources(_) | crate::sandbox::SandboxError::Mount(_)) =
             cause.downcast_ref()

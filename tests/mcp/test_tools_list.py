@@ -39,7 +39,7 @@ EXPECTED = {
     "sandbox_run_code": (False, True, False, True, {"language", "code"}),
     "sandbox_get_metrics": (True, False, True, False, set()),
     "sandbox_template_list": (True, False, True, False, set()),
-    "sandbox_template_create": (False, False, False, False, {"from_sandbox", "name"}),
+    "sandbox_template_create": (False, False, False, True, {"name"}),
     "secret_list": (True, False, True, False, set()),
     "sandbox_attach_secret": (False, False, False, False, {"sandbox_id", "secret"}),
     "sandbox_detach_secret": (False, False, True, False, {"sandbox_id", "secret"}),

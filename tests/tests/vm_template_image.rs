@@ -5,178 +5,12 @@
 //! (an opaque directory), and a config with Env and WorkingDir. One VM boots from it.
 //! Hostile layers (`../`, a write through a symlink) are refused with nothing left.
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+mod image_util;
 
-use atoll_tests::vm::{Atoll, text, wait_until};
-use atoll_tests::{data_dir, workspace_bin};
-use sha2::{Digest, Sha256};
+use std::process::Command;
 
-/// One entry of a test layer.
-enum Entry<'a> {
-    Dir(&'a str),
-    File(&'a str, &'a [u8], u32),
-    Link(&'a str, &'a str),
-    /// A file whose name is written into the header as it is (no checks), as a
-    /// hostile image would.
-    RawName(&'a [u8]),
-}
-
-/// A gzip'd tar layer of `entries`.
-fn layer(entries: &[Entry<'_>]) -> Vec<u8> {
-    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let mut tar = tar::Builder::new(gz);
-    for e in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_mtime(1_700_000_000);
-        h.set_uid(0);
-        h.set_gid(0);
-        match e {
-            Entry::Dir(p) => {
-                h.set_entry_type(tar::EntryType::Directory);
-                h.set_mode(0o755);
-                h.set_size(0);
-                tar.append_data(&mut h, p, std::io::empty()).unwrap();
-            }
-            Entry::File(p, data, mode) => {
-                h.set_entry_type(tar::EntryType::Regular);
-                h.set_mode(*mode);
-                h.set_size(data.len() as u64);
-                tar.append_data(&mut h, p, *data).unwrap();
-            }
-            Entry::Link(p, target) => {
-                h.set_entry_type(tar::EntryType::Symlink);
-                h.set_mode(0o777);
-                h.set_size(0);
-                tar.append_link(&mut h, p, target).unwrap();
-            }
-            Entry::RawName(name) => {
-                h.set_entry_type(tar::EntryType::Regular);
-                h.set_mode(0o644);
-                h.set_size(6);
-                h.as_old_mut().name[..name.len()].copy_from_slice(name);
-                h.set_cksum();
-                tar.append(&h, &b"pwned\n"[..]).unwrap();
-            }
-        }
-    }
-    tar.into_inner().unwrap().finish().unwrap()
-}
-
-/// Writes `bytes` as a blob of the OCI layout `dir`; returns its descriptor.
-fn blob(dir: &Path, media_type: &str, bytes: &[u8]) -> serde_json::Value {
-    let hex: String = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect();
-    let blobs = dir.join("blobs/sha256");
-    std::fs::create_dir_all(&blobs).unwrap();
-    std::fs::write(blobs.join(&hex), bytes).unwrap();
-    serde_json::json!({ "mediaType": media_type, "digest": format!("sha256:{hex}"), "size": bytes.len() })
-}
-
-/// An OCI layout at `dir` holding one image tagged `tag`: `layers` bottom first, with
-/// `env` and `workdir` in its config.
-fn oci_layout(dir: &Path, tag: &str, layers: &[Vec<u8>], env: &[&str], workdir: &str, user: &str) {
-    const LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
-    let mut descs = Vec::new();
-    let mut diff_ids = Vec::new();
-    for l in layers {
-        let mut plain = Vec::new();
-        std::io::copy(&mut flate2::read::GzDecoder::new(&l[..]), &mut plain).unwrap();
-        let hex: String = Sha256::digest(&plain).iter().map(|b| format!("{b:02x}")).collect();
-        diff_ids.push(format!("sha256:{hex}"));
-        descs.push(blob(dir, LAYER, l));
-    }
-    let config = serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "config": { "Env": env, "WorkingDir": workdir, "User": user },
-        "rootfs": { "type": "layers", "diff_ids": diff_ids },
-    });
-    let config = blob(dir, "application/vnd.oci.image.config.v1+json", config.to_string().as_bytes());
-    let manifest = serde_json::json!({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config, "layers": descs,
-    });
-    let mut manifest =
-        blob(dir, "application/vnd.oci.image.manifest.v1+json", manifest.to_string().as_bytes());
-    manifest["annotations"] = serde_json::json!({ "org.opencontainers.image.ref.name": tag });
-    let index = serde_json::json!({ "schemaVersion": 2, "manifests": [manifest] });
-    std::fs::write(dir.join("index.json"), index.to_string()).unwrap();
-    std::fs::write(dir.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-}
-
-/// `docker-registry` on 127.0.0.1, storing in a temp dir; killed on drop.
-struct Registry {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = dir.path().join("config.yml");
-        let storage = dir.path().join("storage");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                storage.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("docker-registry is installed (rootfs/setup.sh --with-test-tools)");
-        wait_until("the registry to listen", Duration::from_secs(30), || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        Registry { child, port, _dir: dir }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A data dir of its own sharing the real kernel.
-fn scratch_data_dir() -> tempfile::TempDir {
-    let kernel = data_dir().join("kernel/current");
-    assert!(kernel.join("vmlinux").is_file(), "no kernel at {}; run rootfs/setup.sh", kernel.display());
-    let data = tempfile::Builder::new().prefix("atoll-img-").tempdir_in("/tmp").unwrap();
-    std::fs::create_dir_all(data.path().join("kernel")).unwrap();
-    std::os::unix::fs::symlink(kernel.canonicalize().unwrap(), data.path().join("kernel/current")).unwrap();
-    data
-}
-
-fn atoll(data: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(workspace_bin("atoll"))
-        .args(args)
-        .env("ATOLL_DATA_DIR", data)
-        .env("ATOLL_STATE_DIR", data.join("state"))
-        .env_remove("ATOLL_AGENT")
-        .env_remove("ATOLL_SANDBOX")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run atoll")
-}
-
-fn entries_of(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
-}
+use atoll_tests::vm::{Atoll, text};
+use image_util::{Entry, Registry, atoll, entries_of, layer, oci_layout, scratch_data_dir};
 
 #[test]
 fn vm_template_from_a_registry_image_applies_layers_and_config() {
@@ -364,4 +198,129 @@ fn vm_template_from_a_registry_image_applies_layers_and_config() {
     let out = a.run(&["-s", "img", "run", "--", "sh", "-c", "pwd; echo $GREETING"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "/app/work\nhello from the image\n", "a job gets the image's defaults too");
+}
+
+/// A tar+gzip layer whose entries carry owners, a setuid bit, a hard link and a
+/// character device, as the rootless build must keep them.
+fn owned_layer() -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    /// Path, type, owner (uid = gid), mode, content, hard-link target.
+    type Owned<'a> = (&'a str, tar::EntryType, u64, u32, &'a [u8], Option<&'a str>);
+    let entries: [Owned<'_>; 7] = [
+        ("home/", tar::EntryType::Directory, 0, 0o755, b"", None),
+        ("home/app/", tar::EntryType::Directory, 1000, 0o700, b"", None),
+        ("home/app/f", tar::EntryType::Regular, 1000, 0o640, b"mine\n", None),
+        ("home/app/hard", tar::EntryType::Link, 0, 0o644, b"", Some("home/app/f")),
+        ("opt/", tar::EntryType::Directory, 0, 0o755, b"", None),
+        ("opt/su", tar::EntryType::Regular, 0, 0o4755, b"x", None),
+        ("opt/null", tar::EntryType::Char, 0, 0o666, b"", None),
+    ];
+    for (path, kind, uid, mode, data, link) in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_uid(uid);
+        h.set_gid(uid);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        h.set_size(data.len() as u64);
+        if kind == tar::EntryType::Char {
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(3).unwrap();
+        }
+        match link {
+            Some(target) => tar.append_link(&mut h, path, target).unwrap(),
+            None => tar.append_data(&mut h, path, data).unwrap(),
+        }
+    }
+    tar.into_inner().unwrap().finish().unwrap()
+}
+
+/// Hard-links `from` to `to`, or copies it (another filesystem).
+fn link_or_copy(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    if std::fs::hard_link(from, to).is_err() {
+        std::fs::copy(from, to).unwrap();
+    }
+}
+
+#[test]
+fn vm_template_from_an_image_builds_without_root_keeping_owners() {
+    // A data directory an ordinary user (nobody) owns, with the kernel and the agent.
+    let data = tempfile::Builder::new().prefix("atoll-rootless-").tempdir_in("/tmp").unwrap();
+    let kernel = atoll_tests::data_dir().join("kernel/current");
+    for f in ["vmlinux", "initrd.cpio"] {
+        link_or_copy(&kernel.join(f), &data.path().join("kernel/current").join(f));
+    }
+    let agent = std::env::var_os("ATOLL_AGENT_BIN")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| atoll_tests::data_dir().join("bin/atoll-agent"));
+    std::fs::create_dir_all(data.path().join("bin")).unwrap();
+    std::fs::copy(&agent, data.path().join("bin/atoll-agent")).expect("an atoll-agent to bake");
+    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
+    let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
+    for a in ["sh", "stat", "cat", "id", "sync"] {
+        base.push(Entry::Link(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
+    }
+    let layout = data.path().join("layout");
+    oci_layout(&layout, "1", &[layer(&base), owned_layer()], &["PATH=/bin"], "/", "");
+    let tree = data.path().join("tree");
+    std::fs::create_dir(&tree).unwrap();
+    let chown = Command::new("chown").args(["-R", "65534:65534"]).arg(data.path()).status().unwrap();
+    assert!(chown.success());
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(atoll_tests::workspace_bin("atoll"))
+            .args(args)
+            .env("HOME", data.path())
+            .env("ATOLL_DATA_DIR", data.path())
+            .env("ATOLL_STATE_DIR", data.path().join("state"))
+            .env("ATOLL_AGENT_BIN", data.path().join("bin/atoll-agent"))
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out =
+        as_nobody(&["template", "build", "--from", tree.to_str().unwrap(), "--name", "dir", "--no-snapshot"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--image and --dockerfile builds need no root"),
+        "{}",
+        text(&out.stderr)
+    );
+    let reference = format!("oci:{}:1", layout.display());
+    let out = as_nobody(&["template", "build", "--image", &reference, "--name", "rl", "--no-snapshot"]);
+    assert!(out.status.success(), "rootless build: {}", text(&out.stderr));
+    // A Dockerfile build as nobody too: FROM the template just built, RUN in a build VM.
+    let dockerfile = data.path().join("Dockerfile");
+    std::fs::write(&dockerfile, "FROM rl\nRUN id -u > /opt/run-as\n").unwrap();
+    let _ = Command::new("chown").args(["65534:65534"]).arg(&dockerfile).status();
+    let out = as_nobody(&[
+        "template",
+        "build",
+        "--dockerfile",
+        dockerfile.to_str().unwrap(),
+        "--name",
+        "rl2",
+        "--no-snapshot",
+    ]);
+    assert!(out.status.success(), "rootless Dockerfile build: {}", text(&out.stderr));
+    let image = data.path().join("templates/rl/rootfs.ext4");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&image).unwrap().uid(), 65534, "built by nobody");
+
+    let a = Atoll::with_data_dir(data.path());
+    a.create_with("rl", &["--template", "rl2"]);
+    assert_eq!(a.sh("rl", "cat /opt/run-as"), "0\n", "RUN runs as the guest's root");
+    assert_eq!(
+        a.sh("rl", "stat -c '%n %u %g %a' / /bin/busybox /sbin/atoll-agent /home/app /home/app/f /home/app/hard /opt/su"),
+        "/ 0 0 755\n/bin/busybox 0 0 755\n/sbin/atoll-agent 0 0 755\n/home/app 1000 1000 700\n\
+         /home/app/f 1000 1000 640\n/home/app/hard 1000 1000 640\n/opt/su 0 0 4755\n"
+            .replace("\n         ", "\n")
+    );
+    assert_eq!(a.sh("rl", "stat -c %h /home/app/f; cat /home/app/hard"), "2\nmine\n", "one inode");
+    assert_eq!(a.sh("rl", "stat -c '%F %t %T %a' /opt/null"), "character special file 1 3 666\n");
 }

@@ -16,6 +16,7 @@ pub enum TemplateCommand {
         sudo atoll template build --from debian-systemd.tar.gz --name deb --init systemd\n  \
         sudo atoll template build --image registry.example:5000/team/base:1 --name base\n  \
         sudo atoll template build --image docker-archive:saved.tar --name saved\n  \
+        sudo atoll template build --dockerfile ./Dockerfile . --name app --build-arg V=2\n  \
         atoll create --template mine\n\n\
         At the end it makes the template's snapshot for the default machine shape (see\n\
         `atoll template snapshot`) unless --no-snapshot or ATOLL_TEMPLATE_SNAPSHOT=off. Under\n\
@@ -86,17 +87,37 @@ pub enum InitArg {
 #[derive(Debug, Args)]
 pub struct BuildArgs {
     /// The root filesystem: a directory, or a tarball (.tar, .tar.gz, .tar.xz, .tar.zst).
-    #[arg(long, value_name = "DIR|TARBALL", required_unless_present = "image", conflicts_with = "image")]
+    #[arg(
+        long,
+        value_name = "DIR|TARBALL",
+        required_unless_present_any = ["image", "dockerfile"],
+        conflicts_with_all = ["image", "dockerfile"]
+    )]
     pub from: Option<PathBuf>,
     /// An OCI/Docker image instead: a registry reference (`python:3.12-slim`,
     /// `registry.example:5000/team/base:tag`, `NAME@sha256:...`), `oci:DIR[:TAG]` (an OCI
     /// layout) or `docker-archive:FILE` (a `docker save` tarball); linux/amd64 is picked
     /// from a multi-platform index. Its Env, WorkingDir and User become the defaults of
     /// commands in the sandbox.
-    #[arg(long, value_name = "REF")]
+    #[arg(long, value_name = "REF", conflicts_with = "dockerfile")]
     pub image: Option<String>,
+    /// A Dockerfile instead: FROM (an image reference as --image takes, or an installed
+    /// disk template), RUN (in a build VM), COPY, ADD (local files; a local tar is
+    /// unpacked), ENV, ARG, WORKDIR, USER, ENTRYPOINT, CMD, LABEL, EXPOSE.
+    #[arg(long, value_name = "PATH")]
+    pub dockerfile: Option<PathBuf>,
+    /// The build context of --dockerfile (COPY/ADD sources); default: the Dockerfile's
+    /// directory.
+    #[arg(value_name = "CONTEXT", requires = "dockerfile")]
+    pub context: Option<PathBuf>,
+    /// `--build-arg NAME=VALUE` for an ARG of the Dockerfile (repeatable).
+    #[arg(long, value_name = "NAME=VALUE", requires = "dockerfile", value_parser = parse_build_arg)]
+    pub build_arg: Vec<(String, String)>,
+    /// Memory of the Dockerfile build VM, in MiB.
+    #[arg(long, value_name = "MiB", default_value_t = 1024, requires = "dockerfile")]
+    pub build_memory: u32,
     /// Allow the --image registry over plain HTTP or with an unverified certificate.
-    #[arg(long, requires = "image")]
+    #[arg(long)]
     pub insecure_registry: bool,
     /// Registry credentials in ~/.docker/config.json form; default: skopeo's lookup
     /// ($REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json).
@@ -118,6 +139,14 @@ pub struct BuildArgs {
     /// Do not make the template's snapshot (the first `atoll create` of it then does).
     #[arg(long)]
     pub no_snapshot: bool,
+    /// Start the image's ENTRYPOINT and CMD as a background job whenever the template
+    /// boots; the template's snapshot then holds it running.
+    #[arg(long)]
+    pub start: bool,
+    /// A shell command run every second at boot (after --start's job) until it exits 0;
+    /// only then is the sandbox ready and the template's snapshot taken (at most 120 s).
+    #[arg(long, value_name = "CMD")]
+    pub ready_cmd: Option<String>,
 }
 
 /// `atoll template snapshot`.
@@ -150,6 +179,14 @@ pub struct TemplateRmArgs {
     /// Template names.
     #[arg(required = true, value_name = "NAME")]
     pub names: Vec<String>,
+}
+
+/// `NAME=VALUE` of `--build-arg`.
+fn parse_build_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("`{s}` is not NAME=VALUE")),
+    }
 }
 
 /// `4G`, `512M`, `1048576`: a size in bytes (K, M, G, T are powers of 1024).

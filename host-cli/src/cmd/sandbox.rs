@@ -71,6 +71,7 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
         from_snapshot: args.from,
         storage,
         created_by: None,
+        no_start: false,
     };
     // Dropping the create future on Ctrl-C kills what it started and removes its files.
     let info = tokio::select! {

@@ -59,6 +59,10 @@ pub(crate) fn image(ctx: &Ctx, cmd: crate::cli::ImageCommand) -> Result<u8> {
 
 async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     template::check_name(&a.name)?;
+    if a.dockerfile.is_some() {
+        return build_dockerfile(ctx, a).await;
+    }
+    let mut image_config = None;
     let (source, from) = match (&a.from, &a.image) {
         (Some(from), _) => (Source::detect(from)?, from.display().to_string()),
         (None, Some(reference)) => {
@@ -70,12 +74,13 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
             let r = reference.clone();
             let fetched = tokio::task::spawn_blocking(move || template::image::fetch(&r, &fetch)).await??;
             let from = format!("image {reference} ({})", fetched.digest);
+            image_config = Some(fetched.config.clone());
             (Source::Image(Box::new(fetched)), from)
         }
         (None, None) => unreachable!("clap requires --from or --image"),
     };
     let opts = BuildOptions {
-        name: a.name,
+        name: a.name.clone(),
         source,
         init: match a.init {
             InitArg::Agent => InitKind::Agent,
@@ -87,6 +92,10 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
     eprintln!("atoll: building template `{}` from {from}", opts.name);
     let built = tokio::task::spawn_blocking(move || template::build(&opts)).await??;
     let name = built.template.name.clone();
+    if let Some(config) = &image_config {
+        template::dockerfile::write_image_config(&built.path, config)?;
+    }
+    record_start(&name, &a)?;
     let mut text = format!(
         "template `{name}` built at {} ({} image, init: {})\nboot it with: atoll create --template {name}",
         built.path.display(),
@@ -105,6 +114,85 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         snapshot: Option<TemplateSnapshotInfo>,
     }
     print(ctx, &BuildOutput { built, snapshot }, &format!("{text}\n"))
+}
+
+/// `atoll template build --dockerfile`: RUN output goes to stderr as it comes, the
+/// result to stdout.
+async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
+    use std::io::Write as _;
+    use template::dockerfile::{self, DockerfileOptions, Progress};
+    let dockerfile = a.dockerfile.clone().expect("checked by the caller");
+    let context = a.context.clone().unwrap_or_else(|| {
+        dockerfile.parent().filter(|p| !p.as_os_str().is_empty()).map_or_else(|| ".".into(), Into::into)
+    });
+    let opts = DockerfileOptions {
+        name: a.name.clone(),
+        dockerfile,
+        context,
+        build_args: a.build_arg.iter().cloned().collect(),
+        fetch: template::image::FetchOptions {
+            insecure: a.insecure_registry,
+            auth_file: a.registry_auth.clone(),
+        },
+        force: a.force,
+        size: a.size,
+        memory_mib: a.build_memory,
+        by: None,
+    };
+    let progress = |p: Progress| {
+        let mut err = std::io::stderr().lock();
+        let _ = match p {
+            Progress::Step { index, total, line, text } => writeln!(
+                err,
+                "atoll: step {index}/{total} (line {line}): {}",
+                template::image::escape_controls(&text)
+            ),
+            Progress::Output { bytes, .. } => err.write_all(&bytes),
+            Progress::Note(n) => writeln!(err, "atoll: {}", template::image::escape_controls(&n)),
+        };
+    };
+    // Ctrl-C drops the build, which kills its VM and removes its base.
+    let mut built = tokio::select! {
+        r = dockerfile::build(&opts, &progress) => r?,
+        _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
+    };
+    let name = built.template.name.clone();
+    record_start(&name, &a)?;
+    if let Some(image) = dockerfile::image_config(&name) {
+        built.image = image;
+    }
+    let mut text = format!(
+        "template `{name}` built from {} at {} ({} RUN step{})\nboot it with: atoll create --template {name}",
+        a.dockerfile.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
+        built.path.display(),
+        built.run_steps,
+        if built.run_steps == 1 { "" } else { "s" },
+    );
+    let snapshot = if a.no_snapshot { None } else { snapshot_after_build(&name).await };
+    if let Some(made) = &snapshot {
+        text.push('\n');
+        text.push_str(&snapshot_line(made));
+    }
+    #[derive(serde::Serialize)]
+    struct DockerfileOutput {
+        #[serde(flatten)]
+        built: dockerfile::DockerfileBuilt,
+        snapshot: Option<TemplateSnapshotInfo>,
+    }
+    print(ctx, &DockerfileOutput { built, snapshot }, &format!("{text}\n"))
+}
+
+/// Records `--start` and `--ready-cmd` for template `name` just built; on failure the
+/// template is removed (nothing half-made).
+fn record_start(name: &str, a: &BuildArgs) -> Result<()> {
+    if !a.start && a.ready_cmd.is_none() {
+        return Ok(());
+    }
+    if let Err(why) = template::start::record(name, a.start, a.ready_cmd.clone()) {
+        let _ = template::remove(name);
+        anyhow::bail!("{why}; the template was not kept");
+    }
+    Ok(())
 }
 
 /// The snapshot of template `name` just built, for the default machine shape; `None`

@@ -290,6 +290,12 @@ pub enum ToolError {
     /// A desktop refused or failed (computer use); its message says what to do.
     #[error(transparent)]
     Desktop(crate::desktop::DesktopError),
+    /// A template build from an image or a Dockerfile failed; nothing was left.
+    #[error(transparent)]
+    Build(Box<crate::template::dockerfile::DockerfileError>),
+    /// The arguments of a template build make no sense; the message says which.
+    #[error("{0}")]
+    BadBuild(String),
 }
 
 impl ToolError {
@@ -345,6 +351,12 @@ fn next_step(reason: Reason) -> &'static str {
 impl From<ModeError> for ToolError {
     fn from(error: ModeError) -> Self {
         ToolError::BadMode { got: error.got }
+    }
+}
+
+impl From<crate::template::dockerfile::DockerfileError> for ToolError {
+    fn from(error: crate::template::dockerfile::DockerfileError) -> Self {
+        ToolError::Build(Box::new(error))
     }
 }
 

@@ -50,6 +50,9 @@ pub struct CreateOptions {
     pub storage: crate::vmm::storage::Storage,
     /// Which MCP identity creates it (`None`: the CLI); MCP tools act only on their own.
     pub created_by: Option<String>,
+    /// Do not run the template's start command and ready check (a Dockerfile build VM).
+    #[serde(skip)]
+    pub no_start: bool,
 }
 
 impl Default for CreateOptions {
@@ -66,6 +69,7 @@ impl Default for CreateOptions {
             from_snapshot: None,
             storage: Default::default(),
             created_by: None,
+            no_start: false,
         }
     }
 }
@@ -249,6 +253,12 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         step("desktop session ready");
     }
     crate::jail::restrict_sockets(&paths);
+    // The template's start command and ready check (`template build --start
+    // --ready-cmd`), before the sandbox counts as ready (and before any snapshot of it).
+    if !opts.no_start {
+        crate::template::start::at_boot(&record.template, &agent).await.map_err(Box::new)?;
+        step("template's start command ready");
+    }
     guard.set(|r| {
         r.ready = announce;
         r.agent_version = Some(version);

@@ -64,6 +64,9 @@ pub enum SandboxError {
     /// The data or state directory.
     #[error(transparent)]
     Dirs(#[from] dirs::DirsError),
+    /// The template's start command or ready check failed.
+    #[error(transparent)]
+    Start(#[from] Box<crate::template::start::StartError>),
     /// The template.
     #[error(transparent)]
     Template(#[from] template::TemplateError),

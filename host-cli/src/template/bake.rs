@@ -89,10 +89,10 @@ pub enum BakeError {
     /// The data directory is unknown.
     #[error(transparent)]
     Dirs(#[from] dirs::DirsError),
-    /// Building needs root.
+    /// Building from a directory or a tarball needs root.
     #[error(
-        "`atoll template build` must run as root: the image must keep the tree's file owners \
-         (run it with sudo)"
+        "`atoll template build --from` must run as root: the image must keep the tree's file owners \
+         (run it with sudo); --image and --dockerfile builds need no root"
     )]
     NotRoot,
     /// A template of that name exists.
@@ -196,7 +196,8 @@ WantedBy=multi-user.target
 /// Builds template `opts.name`; see the module docs.
 pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
     check_name(&opts.name)?;
-    if !rustix::process::geteuid().is_root() {
+    let rootless = !rustix::process::geteuid().is_root();
+    if rootless && !matches!(opts.source, Source::Image(_)) {
         return Err(BakeError::NotRoot);
     }
     let data = dirs::data_dir()?;
@@ -220,7 +221,8 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
 
     let stage = Staging::new(templates.join(format!(".{}.build-{}", opts.name, std::process::id())))?;
     let root = stage.path.join("root");
-    fill_tree(&opts.source, &root)?;
+    let mut owners = rootless.then(super::layer::Owners::new);
+    fill_tree(&opts.source, &root, owners.as_mut())?;
     let init_path = bake_agent(&root, &agent, opts.init)?;
 
     let used = tree_usage(&root);
@@ -233,6 +235,10 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
         BakeError::ToolFailed { stderr, .. } => BakeError::Mkfs { size, used, stderr },
         other => other,
     })?;
+    if let Some(owners) = &owners {
+        require_tool("debugfs", "e2fsprogs")?;
+        super::owners::apply(&image, &root, owners)?;
+    }
     std::fs::remove_dir_all(&root).map_err(|source| BakeError::Write { path: root.clone(), source })?;
 
     link_or_copy(&vmlinux, &stage.path.join("vmlinux"))?;
@@ -312,7 +318,12 @@ impl Drop for Staging {
 }
 
 /// Copies or unpacks the user's tree into `root`, keeping owners, modes and links.
-fn fill_tree(source: &Source, root: &Path) -> Result<(), BakeError> {
+/// Rootless (`owners` given: only for images), owners and modes are recorded there.
+fn fill_tree(
+    source: &Source,
+    root: &Path,
+    mut owners: Option<&mut super::layer::Owners>,
+) -> Result<(), BakeError> {
     std::fs::create_dir_all(root).map_err(|source| BakeError::Write { path: root.into(), source })?;
     match source {
         Source::Dir(dir) => {
@@ -334,7 +345,10 @@ fn fill_tree(source: &Source, root: &Path) -> Result<(), BakeError> {
         }
         Source::Image(image) => {
             for layer in &image.layers {
-                super::layer::apply(root, layer)?;
+                match owners.as_deref_mut() {
+                    Some(owners) => super::layer::apply_rootless(root, layer, owners)?,
+                    None => super::layer::apply(root, layer)?,
+                }
             }
             // As docker does, the image's WorkingDir exists even when no layer made it.
             if let Some(cwd) = &image.defaults.cwd {

@@ -97,6 +97,8 @@ pub struct Fetched {
     pub layers: Vec<PathBuf>,
     /// `Env`, `WorkingDir` and `User` of its config.
     pub defaults: CommandDefaults,
+    /// `Entrypoint`, `Cmd`, `Labels` and `ExposedPorts` of its config.
+    pub config: super::dockerfile::ImageConfig,
 }
 
 /// `REF` as a skopeo transport reference: `oci:` and `docker-archive:` as they are,
@@ -297,6 +299,14 @@ struct RunConfig {
     working_dir: Option<String>,
     #[serde(rename = "User", default)]
     user: Option<String>,
+    #[serde(rename = "Entrypoint", default)]
+    entrypoint: Option<Vec<String>>,
+    #[serde(rename = "Cmd", default)]
+    cmd: Option<Vec<String>>,
+    #[serde(rename = "Labels", default)]
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(rename = "ExposedPorts", default)]
+    exposed_ports: Option<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 /// Reads the layout skopeo wrote: its one manifest, the config, the layers.
@@ -325,6 +335,14 @@ fn read_layout(reference: &str, layout: &Path, blobs: &Path) -> Result<Fetched, 
         layers.push(verified_blob(blobs, &layer.digest, reference)?);
     }
     let run = config.config.unwrap_or_default();
+    let image = super::dockerfile::ImageConfig {
+        entrypoint: run.entrypoint.clone().filter(|v| !v.is_empty()),
+        cmd: run.cmd.clone().filter(|v| !v.is_empty()),
+        labels: run.labels.clone().unwrap_or_default(),
+        exposed_ports: run.exposed_ports.as_ref().map(|p| p.keys().cloned().collect()).unwrap_or_default(),
+        start: None,
+        ready_cmd: None,
+    };
     let defaults = CommandDefaults {
         env: run
             .env
@@ -342,7 +360,13 @@ fn read_layout(reference: &str, layout: &Path, blobs: &Path) -> Result<Fetched, 
             !u.is_empty() && u.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         }),
     };
-    Ok(Fetched { reference: reference.into(), digest: manifest_desc.digest.clone(), layers, defaults })
+    Ok(Fetched {
+        reference: reference.into(),
+        digest: manifest_desc.digest.clone(),
+        layers,
+        defaults,
+        config: image,
+    })
 }
 
 /// The cached blob of `digest`, after checking its content hashes to it; a blob that

@@ -1,5 +1,5 @@
 //! Applying OCI image layers to a tree, in Rust, as the OCI image spec's "Applying
-//! Changesets" says: each layer is a tar (plain or gzip), its whiteouts (`.wh.NAME`)
+//! Changesets" says: each layer is a tar (plain, gzip or zstd), its whiteouts (`.wh.NAME`)
 //! delete `NAME` from the layers below, an opaque marker (`.wh..wh..opq`) empties its
 //! directory of what the layers below put there, and the rest of the entries are
 //! written over what is there.
@@ -39,7 +39,7 @@ pub enum LayerError {
         source: std::io::Error,
     },
     /// A compression other than gzip.
-    #[error("layer {} is compressed with {what}, which atoll cannot unpack yet (gzip and plain tar only); rebuild the image with gzip layers", path.display())]
+    #[error("layer {} is compressed with {what}, which atoll cannot unpack (gzip, zstd and plain tar only); rebuild the image with gzip or zstd layers", path.display())]
     Compression {
         /// The layer blob.
         path: PathBuf,
@@ -81,11 +81,44 @@ pub enum LayerError {
     },
 }
 
-/// Applies the layer at `path` (a tar, plain or gzip) to the tree under `root`.
+/// The owner, mode and device number an entry should have, kept aside when the tree is
+/// written without root ([`apply_rootless`]): the host files are the writer's own, and
+/// [`super::owners`] sets these in the ext4 image afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Permission bits (with setuid, setgid, sticky).
+    pub mode: u32,
+    /// A character or block device: (`c` or `b`, major, minor); the host holds an empty
+    /// file in its place.
+    pub device: Option<(char, u32, u32)>,
+}
+
+/// [`Meta`] by path relative to the tree's root.
+pub type Owners = std::collections::BTreeMap<PathBuf, Meta>;
+
+/// Applies the layer at `path` (a tar, plain, gzip or zstd) to the tree under `root`.
 pub fn apply(root: &Path, path: &Path) -> Result<(), LayerError> {
+    apply_with(root, path, None)
+}
+
+/// [`apply`] without root: owners, modes and device nodes go into `owners` instead of
+/// the host files (which stay readable by the caller).
+pub fn apply_rootless(root: &Path, path: &Path, owners: &mut Owners) -> Result<(), LayerError> {
+    apply_with(root, path, Some(std::cell::RefCell::new(owners)))
+}
+
+fn apply_with<'a>(
+    root: &Path,
+    path: &'a Path,
+    owners: Option<std::cell::RefCell<&'a mut Owners>>,
+) -> Result<(), LayerError> {
     let root_fd = rustix::fs::open(root, OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| LayerError::Write { layer: path.into(), entry: "/".into(), source: e.into() })?;
-    let layer = Layer { path, root: root_fd };
+    let layer = Layer { path, root: root_fd, owners };
     // Pass 1: deletions from the layers below.
     layer.each_entry(|layer, rel, _entry| {
         let Some((parent, name)) = split(rel) else { return Ok(()) };
@@ -117,6 +150,8 @@ pub fn apply(root: &Path, path: &Path) -> Result<(), LayerError> {
 struct Layer<'a> {
     path: &'a Path,
     root: OwnedFd,
+    /// Rootless: where owners and modes go.
+    owners: Option<std::cell::RefCell<&'a mut Owners>>,
 }
 
 impl Layer<'_> {
@@ -147,7 +182,11 @@ impl Layer<'_> {
         let stream = head.chain(file);
         match magic {
             [0x1f, 0x8b, ..] => Ok(Box::new(flate2::read::MultiGzDecoder::new(stream))),
-            [0x28, 0xb5, 0x2f, 0xfd] => Err(LayerError::Compression { path: self.path.into(), what: "zstd" }),
+            // `application/vnd.oci.image.layer.v1.tar+zstd`; a stream of several frames
+            // is read as one, as `zstd -d` does.
+            [0x28, 0xb5, 0x2f, 0xfd] => {
+                Ok(Box::new(zstd::stream::read::Decoder::new(stream).map_err(read_err)?))
+            }
             [b'B', b'Z', b'h', _] => Err(LayerError::Compression { path: self.path.into(), what: "bzip2" }),
             [0xfd, b'7', b'z', b'X'] => Err(LayerError::Compression { path: self.path.into(), what: "xz" }),
             _ => Ok(Box::new(stream)),
@@ -242,6 +281,17 @@ impl Layer<'_> {
             owner_id(gid).ok_or_else(|| self.hostile(rel, "a group id over 2^32"))?,
         );
         let owner = (Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)));
+        // Rootless: the host file keeps the caller as owner and stays readable (and a
+        // directory enterable) by it; what the image says is recorded.
+        let rootless = self.owners.is_some();
+        let record = |device: Option<(char, u32, u32)>| {
+            if let Some(owners) = &self.owners {
+                owners.borrow_mut().insert(rel.to_path_buf(), Meta { uid, gid, mode, device });
+            }
+        };
+        let chown =
+            |fd: BorrowedFd<'_>| if rootless { Ok(()) } else { rustix::fs::fchown(fd, owner.0, owner.1) };
+        let host_mode = |extra: u32| if rootless { (mode | extra) & 0o777 } else { mode };
         let dir = self.open_dir(&parent, true, rel)?.expect("created");
         let dir = dir.as_fd();
         let errno = |e: Errno| self.write_err(rel, e.into());
@@ -259,8 +309,9 @@ impl Layer<'_> {
                 Err(e) => return Err(errno(e)),
             }
             let fd = self.beneath_dir(dir, name).map_err(|e| self.dir_err(rel, e))?;
-            rustix::fs::fchown(&fd, owner.0, owner.1).map_err(errno)?;
-            rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(errno)?;
+            chown(fd.as_fd()).map_err(errno)?;
+            rustix::fs::fchmod(&fd, Mode::from_raw_mode(host_mode(0o700))).map_err(errno)?;
+            record(None);
             return Ok(());
         }
         // Anything else replaces what is there (a directory with its contents).
@@ -285,9 +336,10 @@ impl Layer<'_> {
                 .map_err(errno)?;
                 let mut file = File::from(fd);
                 std::io::copy(entry, &mut file).map_err(werr)?;
-                rustix::fs::fchown(&file, owner.0, owner.1).map_err(errno)?;
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(errno)?;
+                chown(file.as_fd()).map_err(errno)?;
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(host_mode(0o600))).map_err(errno)?;
                 rustix::fs::futimens(&file, &times).map_err(errno)?;
+                record(None);
             }
             tar::EntryType::Symlink => {
                 let target = entry
@@ -295,8 +347,12 @@ impl Layer<'_> {
                     .map_err(werr)?
                     .ok_or_else(|| self.hostile(rel, "a symlink without a target"))?;
                 rustix::fs::symlinkat(target.as_ref(), dir, name).map_err(errno)?;
-                rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                if !rootless {
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno)?;
+                }
                 rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+                record(None);
             }
             tar::EntryType::Link => {
                 let target = entry
@@ -310,6 +366,13 @@ impl Layer<'_> {
                     .open_dir(&tparent, false, rel)?
                     .ok_or_else(|| self.hostile(rel, "a hard link to a file the image does not have"))?;
                 rustix::fs::linkat(tdir.as_fd(), tname, dir, name, AtFlags::empty()).map_err(errno)?;
+                // One inode: the link has its target's owner and mode.
+                if let Some(owners) = &self.owners {
+                    let mut owners = owners.borrow_mut();
+                    if let Some(meta) = owners.get(&target).copied() {
+                        owners.insert(rel.to_path_buf(), meta);
+                    }
+                }
             }
             tar::EntryType::Char | tar::EntryType::Block | tar::EntryType::Fifo => {
                 let file_type = match kind {
@@ -319,10 +382,30 @@ impl Layer<'_> {
                 };
                 let major = header.device_major().map_err(werr)?.unwrap_or(0);
                 let minor = header.device_minor().map_err(werr)?.unwrap_or(0);
+                if rootless && kind != tar::EntryType::Fifo {
+                    // Only root makes device nodes: an empty file stands in for it, and
+                    // the node is made in the ext4 image.
+                    let fd = rustix::fs::openat(
+                        dir,
+                        name,
+                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::from_raw_mode(0o600),
+                    )
+                    .map_err(errno)?;
+                    drop(fd);
+                    let c = if kind == tar::EntryType::Char { 'c' } else { 'b' };
+                    record(Some((c, major, minor)));
+                    return Ok(());
+                }
                 let dev = rustix::fs::makedev(major, minor);
                 rustix::fs::mknodat(dir, name, file_type, Mode::from_raw_mode(0o600), dev).map_err(errno)?;
-                rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
-                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(mode), AtFlags::empty()).map_err(errno)?;
+                if !rootless {
+                    rustix::fs::chownat(dir, name, owner.0, owner.1, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno)?;
+                }
+                rustix::fs::chmodat(dir, name, Mode::from_raw_mode(host_mode(0o600)), AtFlags::empty())
+                    .map_err(errno)?;
+                record(None);
             }
             // PAX and GNU extension headers are folded into the next entry by `tar`;
             // anything else carries no file.
@@ -542,8 +625,32 @@ mod tests {
     fn other_compressions_are_named() {
         let d = tempfile::tempdir().unwrap();
         let l = d.path().join("l");
-        std::fs::write(&l, [0x28, 0xb5, 0x2f, 0xfd, 0, 0]).unwrap();
+        std::fs::write(&l, [0xfd, b'7', b'z', b'X', 0, 0]).unwrap();
         let err = apply(d.path(), &l).unwrap_err();
-        assert!(err.to_string().contains("zstd"), "{err}");
+        assert!(err.to_string().contains("compressed with xz"), "{err}");
+    }
+
+    #[test]
+    fn zstd_layers_are_applied_and_a_broken_one_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(5);
+        h.set_mode(0o640);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        tar.append_data(&mut h, "etc/zst", &b"zstd\n"[..]).unwrap();
+        let plain = tar.into_inner().unwrap();
+        let packed = zstd::stream::encode_all(&plain[..], 3).unwrap();
+        let l = d.path().join("l");
+        std::fs::write(&l, &packed).unwrap();
+        let root = d.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        apply(&root, &l).unwrap();
+        assert_eq!(std::fs::read(root.join("etc/zst")).unwrap(), b"zstd\n");
+        std::fs::write(&l, &packed[..packed.len() / 2]).unwrap();
+        let err = apply(&root, &l).unwrap_err();
+        assert!(matches!(err, LayerError::Tar { .. } | LayerError::Read { .. }), "{err}");
     }
 }

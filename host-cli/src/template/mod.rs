@@ -18,9 +18,12 @@
 //! - A template a sandbox uses ([`users`]) is neither removed nor replaced.
 
 pub mod bake;
+pub mod dockerfile;
 pub mod image;
 pub mod layer;
+pub mod owners;
 pub mod probe;
+pub mod start;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,10 @@
 //! Templates: `sandbox_template_list` and `sandbox_template_create` (a sandbox's disk
-//! saved as a template), each one call into [`crate::template`] or
-//! [`crate::sandbox::save_template`].
+//! saved as a template, or a build from an image or a Dockerfile), each one call into
+//! [`crate::template`] or [`crate::sandbox::save_template`].
+//!
+//! Over MCP a build reads nothing from the host: `image` must be a registry reference
+//! (`oci:DIR` and `docker-archive:FILE` are refused), and `dockerfile` is the file's
+//! text with an empty build context, so COPY and ADD have nothing to copy.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
@@ -48,8 +52,30 @@ pub struct TemplateList {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTemplateArgs {
-    /// The sandbox whose disk becomes the template, by id or name.
-    pub from_sandbox: String,
+    /// The sandbox whose disk becomes the template, by id or name. Give exactly one of
+    /// from_sandbox, image and dockerfile.
+    #[serde(default)]
+    pub from_sandbox: Option<String>,
+    /// An OCI/Docker image from a registry (e.g. "python:3.12-slim",
+    /// "ghcr.io/org/img:tag"); linux/amd64 is used. Its Env, WorkingDir and User become
+    /// the defaults of commands in the sandboxes.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// A Dockerfile's text: FROM (an image as above, or a disk template), RUN (in a build
+    /// VM), ENV, ARG, WORKDIR, USER, ENTRYPOINT, CMD, LABEL, EXPOSE. There is no build
+    /// context, so COPY and ADD find nothing; write files in a RUN.
+    #[serde(default)]
+    pub dockerfile: Option<String>,
+    /// Values for the Dockerfile's ARGs.
+    #[serde(default)]
+    pub build_args: std::collections::BTreeMap<String, String>,
+    /// Start the image's ENTRYPOINT+CMD as a background job whenever the template boots.
+    #[serde(default)]
+    pub start: bool,
+    /// A shell command run at boot until it exits 0 (at most 120 s) before a sandbox of
+    /// the template is ready.
+    #[serde(default)]
+    pub ready_cmd: Option<String>,
     /// The new template's name: letters, digits, "-", "_" and ".".
     pub name: String,
     /// Replace a template of that name that this client saved (refused while a sandbox
@@ -63,10 +89,18 @@ pub struct CreateTemplateArgs {
 pub struct CreatedTemplate {
     /// The template's name; pass it as template to sandbox_create.
     pub name: String,
-    /// The sandbox it was saved from.
-    pub from_sandbox: String,
-    /// The template that sandbox had booted from.
-    pub from_template: String,
+    /// The sandbox it was saved from, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_sandbox: Option<String>,
+    /// The template that sandbox (or the Dockerfile's FROM) booted from, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_template: Option<String>,
+    /// The image it was built from (`REF@sha256:...`), if it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_image: Option<String>,
+    /// RUN steps run, for a Dockerfile build.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_steps: Option<usize>,
     /// Bytes its disk image occupies on the host.
     pub size_bytes: u64,
     /// Whether a template of that name was replaced.
@@ -109,17 +143,20 @@ impl AtollMcp {
     /// Saves a sandbox's disk as a template.
     #[tool(
         name = "sandbox_template_create",
-        description = "Save a sandbox's current disk (installed packages, files) as a new template, \
-            then boot copies of it with sandbox_create {template}. The sandbox's files are flushed \
-            and its VM frozen for the copy (seconds), then it runs on. Only sandboxes of disk \
-            templates (kind \"disk\" in sandbox_template_list, e.g. debian) can be saved. An existing \
-            name is refused unless replace is true.",
+        description = "Make a new template, then boot copies of it with sandbox_create {template}. \
+            From a sandbox (from_sandbox): its current disk (installed packages, files) is saved; its \
+            files are flushed and its VM frozen for the copy (seconds); only sandboxes of disk \
+            templates (kind \"disk\" in sandbox_template_list, e.g. debian) can be saved. From a \
+            registry image (image) or a Dockerfile's text (dockerfile, RUN steps run in a build VM): \
+            takes minutes; progress is reported. start and ready_cmd make every boot start the \
+            image's ENTRYPOINT+CMD and wait for the ready command. An existing name is refused \
+            unless replace is true.",
         annotations(
             title = "Save a sandbox as a template",
             read_only_hint = false,
             destructive_hint = false,
             idempotent_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn sandbox_template_create(
@@ -127,15 +164,128 @@ impl AtollMcp {
         Parameters(args): Parameters<CreateTemplateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<CreatedTemplate>, ToolError> {
-        let opts = SaveOptions { name: args.name, replace: args.replace, by: Some(self.identity()) };
-        let saved =
-            run_with_progress(&context, None, "saving", save_template(&args.from_sandbox, &opts)).await??;
+        let dockerfile = match (&args.from_sandbox, &args.image, &args.dockerfile) {
+            (Some(sandbox), None, None) => {
+                if args.start || args.ready_cmd.is_some() || !args.build_args.is_empty() {
+                    return Err(ToolError::BadBuild(
+                        "start, ready_cmd and build_args go with image or dockerfile, not from_sandbox"
+                            .into(),
+                    ));
+                }
+                let opts = SaveOptions { name: args.name, replace: args.replace, by: Some(self.identity()) };
+                let saved =
+                    run_with_progress(&context, None, "saving", save_template(sandbox, &opts)).await??;
+                return Ok(Json(CreatedTemplate {
+                    name: saved.name,
+                    from_sandbox: Some(saved.from_sandbox),
+                    from_template: Some(saved.from_template),
+                    from_image: None,
+                    run_steps: None,
+                    size_bytes: saved.disk_usage_bytes,
+                    replaced: saved.replaced,
+                }));
+            }
+            (None, Some(image), None) => {
+                if !args.build_args.is_empty() {
+                    return Err(ToolError::BadBuild("build_args go with dockerfile".into()));
+                }
+                image_only(image)?
+            }
+            (None, None, Some(text)) => text.clone(),
+            _ => {
+                return Err(ToolError::BadBuild(
+                    "give exactly one of from_sandbox (a sandbox to save), image (a registry image) and \
+                     dockerfile (a Dockerfile's text)"
+                        .into(),
+                ));
+            }
+        };
+        if let Some(image) = dockerfile_from(&dockerfile) {
+            image_only(&image).map_err(|_| {
+                ToolError::BadBuild(format!("FROM {image}: over MCP, FROM takes a registry image or an installed template, not host files"))
+            })?;
+        }
+        let replaced = crate::template::list()?.iter().any(|t| t.name == args.name);
+        let by = self.identity();
+        let build = build_template(&args.name, &dockerfile, &args, by);
+        let built = run_with_progress(&context, None, "building", build).await??;
         Ok(Json(CreatedTemplate {
-            name: saved.name,
-            from_sandbox: saved.from_sandbox,
-            from_template: saved.from_template,
-            size_bytes: saved.disk_usage_bytes,
-            replaced: saved.replaced,
+            name: built.template.name.clone(),
+            from_sandbox: None,
+            from_template: built.template.from_template.clone(),
+            from_image: built.template.from_image.clone(),
+            run_steps: Some(built.run_steps),
+            size_bytes: crate::template::list()?
+                .into_iter()
+                .find(|t| t.name == built.template.name)
+                .map_or(0, |t| t.disk_usage_bytes),
+            replaced,
         }))
     }
+}
+
+/// RUN output is not streamed over MCP (the call reports progress by time).
+fn no_progress(_: crate::template::dockerfile::Progress) {}
+
+/// `image` if it is a registry reference: over MCP nothing is read from the host.
+fn image_only(image: &str) -> Result<String, ToolError> {
+    if ["oci:", "docker-archive:", "oci-archive:", "docker-daemon:"].iter().any(|p| image.starts_with(p)) {
+        return Err(ToolError::BadBuild(format!(
+            "`{image}` names files on the host; over MCP, image takes a registry reference such as python:3.12-slim"
+        )));
+    }
+    crate::template::image::transport_reference(image).map_err(|e| ToolError::BadBuild(e.to_string()))?;
+    Ok(format!("FROM {image}\n"))
+}
+
+/// The FROM of a Dockerfile's text, roughly (for the check above; the parser has the
+/// last word, with ARGs substituted).
+fn dockerfile_from(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.len() > 5 && l[..5].eq_ignore_ascii_case("from "))
+        .and_then(|l| l[5..].split_whitespace().next().map(str::to_owned))
+}
+
+/// Builds template `name` from the Dockerfile `text` with an empty context, then
+/// records start/ready_cmd; the same calls `atoll template build --dockerfile` makes.
+async fn build_template(
+    name: &str,
+    text: &str,
+    args: &CreateTemplateArgs,
+    by: String,
+) -> Result<crate::template::dockerfile::DockerfileBuilt, ToolError> {
+    use crate::template::dockerfile::{self, DockerfileOptions};
+    let work = tempfile::tempdir().map_err(|e| ToolError::BadBuild(format!("a temporary directory: {e}")))?;
+    let file = work.path().join("Dockerfile");
+    let context = work.path().join("context");
+    std::fs::create_dir(&context)
+        .and_then(|()| std::fs::write(&file, text))
+        .map_err(|e| ToolError::BadBuild(format!("a temporary directory: {e}")))?;
+    // Over MCP the registry must speak TLS with a trusted certificate.
+    if let Some(image) = dockerfile_from(text) {
+        image_only(&image)?;
+    }
+    let opts = DockerfileOptions {
+        name: name.to_owned(),
+        dockerfile: file,
+        context,
+        build_args: args.build_args.clone(),
+        fetch: crate::template::image::FetchOptions::default(),
+        force: args.replace,
+        size: None,
+        memory_mib: 1024,
+        by: Some(by),
+    };
+    let mut built = dockerfile::build(&opts, &no_progress).await?;
+    if args.start || args.ready_cmd.is_some() {
+        match crate::template::start::record(name, args.start, args.ready_cmd.clone()) {
+            Ok(image) => built.image = image,
+            Err(why) => {
+                let _ = crate::template::remove(name);
+                return Err(ToolError::BadBuild(format!("{why}; the template was not kept")));
+            }
+        }
+    }
+    Ok(built)
 }
