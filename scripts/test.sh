@@ -8,10 +8,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "set-up (packages and strace, musl target, static agent and atoll, vhost-device-vsock for vm_images, kernel, minimal and debian templates)"
+step "set-up (packages and strace, musl target, static agent and atoll, vhost-device-vsock for vm_images, kernel, minimal, debian and desktop templates, novnc and chromium for the desktop tests)"
 # The tests use state directories of their own, not the default one setup.sh would make
 # template snapshots in (the quickstart below makes its own).
-ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-test-tools --with-vsock
+ATOLL_TEMPLATE_SNAPSHOT=off rootfs/setup.sh --with-debian --with-desktop --with-test-tools --with-vsock
 
 if ! cargo nextest --version >/dev/null 2>&1; then
   step "installing cargo-nextest"
