@@ -133,6 +133,16 @@ fn vm_ports_minimal_without_a_network_serves_http_and_tcp_both_ways() {
     let page = wait_http_ok(http_addr, "/index.html");
     assert!(page.ends_with("hello-from-the-guest\n"), "{page}");
 
+    // A browser gets a host name of the sandbox's own (cookies are per host name, not per
+    // port); curl, like browsers, sends `*.localhost` to loopback without asking DNS.
+    let browser = http["browser_url"].as_str().expect("a loopback port has a browser_url");
+    assert_eq!(browser, format!("http://web.localhost:{}", http_addr.port()), "{info}");
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", &format!("{browser}/index.html")])
+        .output()
+        .expect("curl runs");
+    assert_eq!(text(&out.stdout), "hello-from-the-guest\n", "curl {browser}: {}", text(&out.stderr));
+
     // Plain TCP, 2 MiB each way, with the half-close passed through: nc runs `cat`.
     let out = atoll.run(&["-s", "web", "run", "-d", "--", "nc", "-ll", "-p", "9000", "-e", "cat"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

@@ -21,19 +21,23 @@ pub(crate) async fn run(ctx: &Ctx, cmd: PortCommand) -> Result<u8> {
                     p.port.guest_port
                 );
             }
+            if let (Some(browser), false) = (&p.port.browser_url, ctx.out.json) {
+                eprintln!("in a browser on this host: {browser} (cookies of its own)");
+            }
             print(ctx, &p, &format!("{}\n", p.port.url))
         }
         PortCommand::Ls(a) => {
             let list = network::ports(&a.sandbox).await?;
             let mut t = String::new();
             if !list.ports.is_empty() {
-                let _ = writeln!(t, "{:<7} {:<22} URL", "GUEST", "HOST");
+                let _ = writeln!(t, "{:<7} {:<22} {:<28} BROWSER", "GUEST", "HOST", "URL");
             }
             // A parked sandbox's ports come back with it; until then nothing listens.
             let state = if list.parked { "  (parked: not listening)" } else { "" };
             for p in &list.ports {
                 let host = std::net::SocketAddr::new(p.bind, p.host_port).to_string();
-                let _ = writeln!(t, "{:<7} {:<22} {}{state}", p.guest_port, host, p.url);
+                let browser = p.browser_url.as_deref().unwrap_or("-");
+                let _ = writeln!(t, "{:<7} {:<22} {:<28} {browser}{state}", p.guest_port, host, p.url);
             }
             if list.parked && !list.ports.is_empty() && !ctx.out.json {
                 eprintln!(

@@ -92,7 +92,12 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     if !ctx.out.json {
         eprintln!("sandbox `{}` is running; try: atoll -s {} exec -- uname -a", info.name, info.name);
         for p in &ports {
-            eprintln!("guest port {} is published at {}", p.guest_port, p.url);
+            match &p.browser_url {
+                Some(b) => {
+                    eprintln!("guest port {} is published at {} (in a browser: {b})", p.guest_port, p.url)
+                }
+                None => eprintln!("guest port {} is published at {}", p.guest_port, p.url),
+            }
         }
     }
     let created = Created { info, ports };
@@ -145,7 +150,7 @@ pub(crate) async fn inspect(ctx: &Ctx, name: &str) -> Result<u8> {
         let _ = writeln!(t, "deny_out:  {}", n.deny_out.join(", "));
     }
     for p in &n.ports {
-        let _ = writeln!(t, "port:      {} -> {}", p.guest_port, p.url);
+        let _ = writeln!(t, "port:      {} -> {}", p.guest_port, p.browser_url.as_deref().unwrap_or(&p.url));
     }
     if let Some(e) = &n.audit_log_error {
         let _ = writeln!(t, "net log:   FAILING, egress refused until it can be written: {e}");

@@ -30,8 +30,10 @@ impl AtollMcp {
         description = "Get a URL on this machine (http://127.0.0.1:PORT) that reaches a TCP port \
             inside the sandbox, such as a dev server's; the port is published first if it is not \
             yet. HTTP, WebSocket and plain TCP all pass; a server listening only on the \
-            sandbox's 127.0.0.1 is reached too. `listening` says whether a server answers there \
-            now; if false, start it (sandbox_exec_background) and the same URL works.",
+            sandbox's 127.0.0.1 is reached too. `browser_url` (http://NAME.localhost:PORT) is the \
+            one to open in a browser: its cookies are its own. `listening` says whether a \
+            server answers there now; if false, start it (sandbox_exec_background) and the same \
+            URL works.",
         annotations(
             title = "Preview URL of a sandbox port",
             read_only_hint = false,

@@ -158,7 +158,7 @@ pub fn view(record: &Record) -> NetView {
         helper_pid,
         allow_out: texts(&config.policy.allow_out),
         deny_out: texts(&config.policy.deny_out),
-        ports: config.ports,
+        ports: config.ports.into_iter().map(|p| p.named(&record.name)).collect(),
         audit_log_error: None,
         audit_log_failed_writes: 0,
     }
@@ -214,7 +214,7 @@ pub async fn publish(name_or_id: &str, spec: PortSpec) -> Result<Publication, Ne
     let record = with_helper(name_or_id).await?;
     let port: PublishedPort = ask(&record, &Request::Publish { spec }).await?;
     let listening = listens(&record, port.guest_port).await;
-    Ok(Publication { port, listening })
+    Ok(Publication { port: port.named(&record.name), listening })
 }
 
 /// The publication of `guest_port`, publishing it on an ephemeral loopback port first if
@@ -230,7 +230,7 @@ pub async fn ensure_published(name_or_id: &str, guest_port: u16) -> Result<Publi
         }
     };
     let listening = listens(&record, guest_port).await;
-    Ok(Publication { port, listening })
+    Ok(Publication { port: port.named(&record.name), listening })
 }
 
 /// Stops publishing a guest port; connections through it are closed.
@@ -254,10 +254,15 @@ pub async fn ports(name_or_id: &str) -> Result<PortList, NetError> {
     let record = lookup(name_or_id)?;
     if record.parked {
         // Listed without waking it: they are published again when it comes back.
-        return Ok(PortList { ports: NetConfig::load(&record.paths.dir)?.ports, parked: true });
+        let ports = NetConfig::load(&record.paths.dir)?.ports;
+        return Ok(PortList {
+            ports: ports.into_iter().map(|p| p.named(&record.name)).collect(),
+            parked: true,
+        });
     }
     let record = with_helper(name_or_id).await?;
-    Ok(PortList { ports: ask(&record, &Request::Ports).await?, parked: false })
+    let ports: Vec<PublishedPort> = ask(&record, &Request::Ports).await?;
+    Ok(PortList { ports: ports.into_iter().map(|p| p.named(&record.name)).collect(), parked: false })
 }
 
 /// Whether a connection to `guest_port` on the guest's loopback succeeds now (the probe

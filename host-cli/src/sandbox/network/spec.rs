@@ -109,8 +109,15 @@ pub struct PublishedPort {
     pub bind: IpAddr,
     /// The host port.
     pub host_port: u16,
-    /// `http://ADDR:PORT`, for a browser.
+    /// `http://ADDR:PORT`, for scripts and tools.
     pub url: String,
+    /// `http://NAME.localhost:PORT`, for a browser on this host: browsers send
+    /// `*.localhost` to loopback, and cookies are kept per host name, not per port, so a
+    /// preview opened there shares no cookies with other sandboxes or other loopback
+    /// servers. Absent when the port is not on loopback or the sandbox's name is not a
+    /// DNS label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub browser_url: Option<String>,
 }
 
 impl PublishedPort {
@@ -124,8 +131,32 @@ impl PublishedPort {
             }
             _ => host,
         };
-        PublishedPort { guest_port, bind: host.ip(), host_port: host.port(), url: format!("http://{shown}") }
+        PublishedPort {
+            guest_port,
+            bind: host.ip(),
+            host_port: host.port(),
+            url: format!("http://{shown}"),
+            browser_url: None,
+        }
     }
+
+    /// The same, with the browser URL of sandbox `name` (see [`PublishedPort::browser_url`]).
+    pub fn named(mut self, name: &str) -> PublishedPort {
+        let loopback = self.bind.is_loopback() || self.bind.is_unspecified();
+        self.browser_url = (loopback && is_dns_label(name))
+            .then(|| format!("http://{}.localhost:{}", name.to_ascii_lowercase(), self.host_port));
+        self
+    }
+}
+
+/// True when `name` can stand as one label of a host name (letters, digits and inner
+/// hyphens, at most 63 bytes).
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
 #[cfg(test)]
@@ -167,5 +198,20 @@ mod tests {
         assert_eq!(PublishedPort::new(1, "0.0.0.0:4000".parse().unwrap()).url, "http://127.0.0.1:4000");
         assert_eq!(PublishedPort::new(1, "[::]:4000".parse().unwrap()).url, "http://[::1]:4000");
         assert_eq!(PublishedPort::new(1, "[::1]:4000".parse().unwrap()).url, "http://[::1]:4000");
+    }
+
+    #[test]
+    fn browsers_get_a_host_name_of_the_sandbox_own_on_loopback_only() {
+        let at =
+            |host: &str, name: &str| PublishedPort::new(80, host.parse().unwrap()).named(name).browser_url;
+        assert_eq!(at("127.0.0.1:4000", "brisk-seal").as_deref(), Some("http://brisk-seal.localhost:4000"));
+        assert_eq!(at("0.0.0.0:4000", "Dev1").as_deref(), Some("http://dev1.localhost:4000"));
+        assert_eq!(at("[::1]:4000", "dev").as_deref(), Some("http://dev.localhost:4000"));
+        // Not on loopback: another machine's browser would not send NAME.localhost here.
+        assert_eq!(at("192.168.1.5:4000", "dev"), None);
+        // Names that are not one DNS label get no host name.
+        for bad in ["my_box", "a.b", "-x", "x-", &"a".repeat(64)] {
+            assert_eq!(at("127.0.0.1:4000", bad), None, "{bad}");
+        }
     }
 }
