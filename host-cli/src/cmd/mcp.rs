@@ -38,7 +38,7 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
         .allow_mounts(allowed)
         .allow_private_egress(args.allow_private_egress.clone())
         .share(crate::mcp::access::Shared {
-            sandboxes: args.share_sandbox.clone(),
+            sandboxes: shared_ids(&args.share_sandbox)?,
             cli_sandboxes: args.share_cli_sandboxes,
         });
     if let Some(bind) = args.http {
@@ -85,4 +85,17 @@ fn token(args: &McpArgs) -> Result<Option<BearerToken>> {
         (None, Some(text)) => Some(BearerToken::new(&text, TOKEN_ENV)?),
         (None, None) => None,
     })
+}
+
+/// The exact ids of the sandboxes `--share-sandbox` names, resolved once, now: a sandbox
+/// made later under a shared name (after the shared one was removed, by a client that
+/// wants the others to use its sandbox) is not handed over with it.
+fn shared_ids(names: &[String]) -> Result<Vec<String>> {
+    names
+        .iter()
+        .map(|name| match crate::sandbox::get(name) {
+            Ok(info) => Ok(info.id),
+            Err(e) => Err(UsageError(format!("--share-sandbox {name}: {e}")).into()),
+        })
+        .collect()
 }

@@ -36,7 +36,8 @@ const SNAPSHOT_ARGUMENTS: [&str; 2] = ["snapshot", "from_snapshot"];
 /// What the operator handed over to MCP clients besides their own sandboxes.
 #[derive(Debug, Clone, Default)]
 pub struct Shared {
-    /// Sandboxes by name or id (`--share-sandbox`).
+    /// The exact ids of the sandboxes `--share-sandbox` named when the server started
+    /// (never a name: a sandbox made later under that name is not handed over).
     pub sandboxes: Vec<String>,
     /// Every sandbox the CLI created (`--share-cli-sandboxes`).
     pub cli_sandboxes: bool,
@@ -65,7 +66,7 @@ impl AtollMcp {
         }
         let shared = self.shared();
         info.created_by.as_deref() == Some(self.identity().as_str())
-            || shared.sandboxes.iter().any(|s| *s == info.name || *s == info.id)
+            || shared.sandboxes.contains(&info.id)
             || (shared.cli_sandboxes && info.created_by.is_none())
     }
 
