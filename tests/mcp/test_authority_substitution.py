@@ -95,18 +95,6 @@ async def test_a_shared_name_taken_over_by_another_client_is_not_handed_over(sta
     env = {"ATOLL_STATE_DIR": str(state_dir)}
     write_record(state_dir, "0aaa0001", "dev", None)
 
-    # A share of a sandbox there is not is refused at start, saying which.
-    run = subprocess.run(
-        [str(binary("atoll")), "mcp", "--share-sandbox", "nosuch"],
-        env={**os.environ, **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert run.returncode != 0, run
-    assert "--share-sandbox nosuch" in run.stderr and "no sandbox is called `nosuch`" in run.stderr, run.stderr
-
     async with mcp_session("--share-sandbox", "dev", env=env) as stdio:
         assert [s["id"] for s in (await call_ok(stdio, "sandbox_list"))["sandboxes"]] == ["0aaa0001"]
         # Another client (any one handed `dev` may kill it) removes the operator's `dev`
@@ -122,6 +110,18 @@ async def test_a_shared_name_taken_over_by_another_client_is_not_handed_over(sta
             assert "created by another MCP client over HTTP" in text, (tool, text)
         text = await call_err(stdio, "sandbox_exec", command="true", sandbox_id="0bbb0002")
         assert "created by another MCP client over HTTP" in text, text
+
+    # A share of a sandbox there is not is refused at start, saying which.
+    run = subprocess.run(
+        [str(binary("atoll")), "mcp", "--share-sandbox", "nosuch"],
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert run.returncode != 0, run
+    assert "--share-sandbox nosuch" in run.stderr and "no sandbox is called `nosuch`" in run.stderr, run.stderr
 
 
 async def test_a_sandbox_still_booting_is_not_restored(state_dir: Path) -> None:
