@@ -3,6 +3,8 @@ attacker sits, with the sandbox records and snapshot a real one would leave:
 
 - a client handed sandbox `dev` (`--share-sandbox dev`) removes it and makes its own
   `dev`: the others must not take it for the operator's and work in it;
+- a server pinned to `dev` uses a snapshot its identity took of an earlier sandbox
+  called `dev` (the user's, since removed);
 - a client restores its own snapshot into the first sandbox of a shape while that is
   still booting (`starting`), before it is saved as the template snapshot every later
   sandbox of that shape, of every client, starts from."""
@@ -63,8 +65,9 @@ def write_record(state_dir: Path, sid: str, name: str, created_by: str | None, *
     return d
 
 
-def write_snapshot(state_dir: Path, name: str, created_by: str) -> None:
-    """A named snapshot that reads as whole (`atoll snapshot ls` lists it)."""
+def write_snapshot(state_dir: Path, name: str, created_by: str, source: tuple[str, str] = ("5eed0001", "earlier")) -> None:
+    """A named snapshot that reads as whole (`atoll snapshot ls` lists it), taken of the
+    sandbox `source` (id, name)."""
     d = state_dir / ".snapshots" / name
     d.mkdir(parents=True)
     magic = b"QEVM\x00\x00\x00\x03"
@@ -74,8 +77,8 @@ def write_snapshot(state_dir: Path, name: str, created_by: str) -> None:
     meta = {
         "format": 3,
         "name": name,
-        "source_id": "5eed0001",
-        "source_name": "earlier",
+        "source_id": source[0],
+        "source_name": source[1],
         "template": "minimal",
         "template_fingerprint": "whatever",
         "memory_mib": 1,
@@ -146,3 +149,17 @@ async def test_a_sandbox_still_booting_is_not_restored(state_dir: Path) -> None:
     finally:
         qemu.kill()
         qemu.wait()
+
+
+async def test_a_pinned_server_uses_no_snapshot_of_an_earlier_sandbox_of_its_name(state_dir: Path) -> None:
+    env = {"ATOLL_STATE_DIR": str(state_dir)}
+    # The user's stdio server snapshotted its sandbox `dev` (0eee0005), since removed; the
+    # operator now pins a server to a new scratch sandbox that is also called `dev`.
+    write_record(state_dir, "0ddd0004", "dev", None)
+    write_snapshot(state_dir, "old-dev", "mcp:stdio", source=("0eee0005", "dev"))
+    write_snapshot(state_dir, "this-dev", "mcp:stdio", source=("0ddd0004", "dev"))
+    async with mcp_session(env={**env, "ATOLL_SANDBOX": "dev"}) as pinned:
+        listed = [s["name"] for s in (await call_ok(pinned, "sandbox_snapshot_list"))["snapshots"]]
+        assert listed == ["this-dev"], listed
+        text = await call_err(pinned, "sandbox_snapshot_restore", sandbox_id="dev", snapshot="old-dev")
+        assert "snapshot `old-dev` was not" in text and "only the snapshots taken of that very sandbox" in text, text
