@@ -163,3 +163,23 @@ async def test_a_pinned_server_uses_no_snapshot_of_an_earlier_sandbox_of_its_nam
         assert listed == ["this-dev"], listed
         text = await call_err(pinned, "sandbox_snapshot_restore", sandbox_id="dev", snapshot="old-dev")
         assert "snapshot `old-dev` was not" in text and "only the snapshots taken of that very sandbox" in text, text
+
+
+async def test_a_pinned_server_does_not_follow_its_name_to_another_sandbox(state_dir: Path) -> None:
+    env = {"ATOLL_STATE_DIR": str(state_dir)}
+    first = write_record(state_dir, "0fff0006", "dev", None)
+    async with mcp_session(env={**env, "ATOLL_SANDBOX": "dev"}) as pinned:
+        assert [s["id"] for s in (await call_ok(pinned, "sandbox_list"))["sandboxes"]] == ["0fff0006"]
+        # The pinned sandbox is removed (the pinned model's own sandbox_kill may do it), and
+        # another client makes a sandbox under its name ...
+        for f in first.iterdir():
+            f.unlink()
+        first.rmdir()
+        write_record(state_dir, "0abc0007", "dev", OTHER_HTTP_CLIENT)
+        # ... which the pinned server neither lists nor reaches, named or by default.
+        assert (await call_ok(pinned, "sandbox_list"))["sandboxes"] == []
+        for args in ({}, {"sandbox_id": "dev"}, {"sandbox_id": "0abc0007"}):
+            result = await pinned.call_tool("sandbox_info", args)
+            text = result.content[0].text if result.content else ""
+            assert result.is_error, (args, result.structured_content)
+            assert "0abc0007" not in text or "acts only on sandbox `0fff0006`" in text, (args, text)

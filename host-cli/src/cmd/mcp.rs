@@ -30,7 +30,8 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
             .map_err(|e| UsageError(format!("--allow-mount: {e}")))?;
         allowed.push(real);
     }
-    let pinned = Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?;
+    let pinned =
+        Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?.map(pin_by_id);
     if let Some(pinned) = &pinned {
         tracing::info!("atoll mcp: guest tools default to {pinned}");
     }
@@ -98,4 +99,17 @@ fn shared_ids(names: &[String]) -> Result<Vec<String>> {
             Err(e) => Err(UsageError(format!("--share-sandbox {name}: {e}")).into()),
         })
         .collect()
+}
+
+/// A sandbox pinned by name is pinned by its id when it exists now: a sandbox made later
+/// under that name (once the pinned one is removed, by any client) is not the pinned
+/// one. One that does not exist yet stays pinned by name.
+fn pin_by_id(pinned: Target) -> Target {
+    match pinned {
+        Target::Sandbox(name) => match crate::sandbox::get(&name) {
+            Ok(info) => Target::Sandbox(info.id),
+            Err(_) => Target::Sandbox(name),
+        },
+        agent => agent,
+    }
 }
