@@ -55,7 +55,8 @@ pub struct McpArgs {
     #[arg(long)]
     pub allow_all_secrets: bool,
     /// Hand sandbox NAME (repeatable) over to MCP clients: besides the sandboxes a client
-    /// created itself, MCP tools act only on those handed over.
+    /// created itself, MCP tools act only on those handed over. NAME is resolved to the
+    /// sandbox's id when the server starts: one made later under that name is not.
     #[arg(long, value_name = "NAME")]
     pub share_sandbox: Vec<String>,
     /// Hand every sandbox the CLI created over to MCP clients.

@@ -30,7 +30,8 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
             .map_err(|e| UsageError(format!("--allow-mount: {e}")))?;
         allowed.push(real);
     }
-    let pinned = Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?;
+    let pinned =
+        Target::from_flags(ctx.global.agent.as_deref(), ctx.global.sandbox.as_deref())?.map(pin_by_id);
     if let Some(pinned) = &pinned {
         tracing::info!("atoll mcp: guest tools default to {pinned}");
     }
@@ -43,7 +44,7 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
             crate::mcp::tools::secrets::SecretGrant::Named(args.secrets.clone())
         })
         .share(crate::mcp::access::Shared {
-            sandboxes: args.share_sandbox.clone(),
+            sandboxes: shared_ids(&args.share_sandbox)?,
             cli_sandboxes: args.share_cli_sandboxes,
         });
     if let Some(bind) = args.http {
@@ -90,4 +91,30 @@ fn token(args: &McpArgs) -> Result<Option<BearerToken>> {
         (None, Some(text)) => Some(BearerToken::new(&text, TOKEN_ENV)?),
         (None, None) => None,
     })
+}
+
+/// The exact ids of the sandboxes `--share-sandbox` names, resolved once, now: a sandbox
+/// made later under a shared name (after the shared one was removed, by a client that
+/// wants the others to use its sandbox) is not handed over with it.
+fn shared_ids(names: &[String]) -> Result<Vec<String>> {
+    names
+        .iter()
+        .map(|name| match crate::sandbox::get(name) {
+            Ok(info) => Ok(info.id),
+            Err(e) => Err(UsageError(format!("--share-sandbox {name}: {e}")).into()),
+        })
+        .collect()
+}
+
+/// A sandbox pinned by name is pinned by its id when it exists now: a sandbox made later
+/// under that name (once the pinned one is removed, by any client) is not the pinned
+/// one. One that does not exist yet stays pinned by name.
+fn pin_by_id(pinned: Target) -> Target {
+    match pinned {
+        Target::Sandbox(name) => match crate::sandbox::get(&name) {
+            Ok(info) => Target::Sandbox(info.id),
+            Err(_) => Target::Sandbox(name),
+        },
+        agent => agent,
+    }
 }

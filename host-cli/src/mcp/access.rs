@@ -36,7 +36,8 @@ const SNAPSHOT_ARGUMENTS: [&str; 2] = ["snapshot", "from_snapshot"];
 /// What the operator handed over to MCP clients besides their own sandboxes.
 #[derive(Debug, Clone, Default)]
 pub struct Shared {
-    /// Sandboxes by name or id (`--share-sandbox`).
+    /// The exact ids of the sandboxes `--share-sandbox` named when the server started
+    /// (never a name: a sandbox made later under that name is not handed over).
     pub sandboxes: Vec<String>,
     /// Every sandbox the CLI created (`--share-cli-sandboxes`).
     pub cli_sandboxes: bool,
@@ -65,7 +66,7 @@ impl AtollMcp {
         }
         let shared = self.shared();
         info.created_by.as_deref() == Some(self.identity().as_str())
-            || shared.sandboxes.iter().any(|s| *s == info.name || *s == info.id)
+            || shared.sandboxes.contains(&info.id)
             || (shared.cli_sandboxes && info.created_by.is_none())
     }
 
@@ -116,11 +117,13 @@ impl AtollMcp {
 
     /// Whether this client may use snapshot `snap`: one it made itself, or (with
     /// `--share-cli-sandboxes`) one the CLI made. A pinned server uses only the snapshots
-    /// it made of its own sandbox.
+    /// its identity made of the pinned sandbox itself, by id: not those of an earlier
+    /// sandbox that had its name.
     pub(crate) fn may_see_snapshot(&self, snap: &SnapshotInfo) -> bool {
         let made_here = snap.created_by.as_deref() == Some(self.identity().as_str());
         if let Some(Target::Sandbox(pin)) = self.pinned() {
-            return made_here && (snap.source_sandbox == *pin || snap.source_id == *pin);
+            let pinned_id = crate::sandbox::get(pin).ok().map(|info| info.id);
+            return made_here && pinned_id.is_some_and(|id| snap.source_id == id);
         }
         made_here || (self.shared().cli_sandboxes && snap.created_by.is_none())
     }
@@ -155,6 +158,9 @@ impl AtollMcp {
         };
         if self.may_see_snapshot(snap) {
             return Ok(());
+        }
+        if let Some(Target::Sandbox(pin)) = self.pinned() {
+            return Err(ToolError::PinnedSnapshot { name: name.to_owned(), pinned: pin.clone() });
         }
         Err(ToolError::SnapshotNotYours {
             name: name.to_owned(),

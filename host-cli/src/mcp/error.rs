@@ -199,6 +199,18 @@ pub enum ToolError {
         /// Who made it, in words.
         creator: &'static str,
     },
+    /// A server pinned to one sandbox named a snapshot not taken of that sandbox.
+    #[error(
+        "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \
+         ATOLL_SANDBOX) and uses only the snapshots taken of that very sandbox \
+         (sandbox_snapshot_list shows them); snapshot `{name}` was not"
+    )]
+    PinnedSnapshot {
+        /// The snapshot named.
+        name: String,
+        /// The sandbox the server is pinned to.
+        pinned: String,
+    },
     /// A server pinned to one sandbox asked about another.
     #[error(
         "this server acts only on sandbox `{pinned}` (the operator started it with --sandbox or \

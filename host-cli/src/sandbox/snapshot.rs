@@ -257,6 +257,12 @@ pub async fn restore(
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = state::find(&state, name_or_id)?;
+    // A create (or fork) still at work on it owns its VM: the first sandbox of a shape is
+    // saved as the template snapshot once booted, and a restore slipped in before that
+    // would make the snapshot's memory and disk every later sandbox's of that shape.
+    if !record.ready && !record.is_abandoned() {
+        return Err(SandboxError::Starting(record.name));
+    }
     let (snap, tpl) = open_named(&state, snap_name)?;
     if snap.meta.disk != record.paths.overlay.is_some() {
         return Err(SandboxError::Incompatible {
