@@ -5,6 +5,9 @@ attacker sits, with the sandbox records and snapshot a real one would leave:
   `dev`: the others must not take it for the operator's and work in it;
 - a server pinned to `dev` uses a snapshot its identity took of an earlier sandbox
   called `dev` (the user's, since removed);
+- a client forks or restores a snapshot whose egress rules open loopback (taken by the
+  operator, or under an `--allow-private-egress` grant since withdrawn): a sandbox of its
+  own would keep rules this server may not grant;
 - a client restores its own snapshot into the first sandbox of a shape while that is
   still booting (`starting`), before it is saved as the template snapshot every later
   sandbox of that shape, of every client, starts from."""
@@ -65,7 +68,13 @@ def write_record(state_dir: Path, sid: str, name: str, created_by: str | None, *
     return d
 
 
-def write_snapshot(state_dir: Path, name: str, created_by: str, source: tuple[str, str] = ("5eed0001", "earlier")) -> None:
+def write_snapshot(
+    state_dir: Path,
+    name: str,
+    created_by: str,
+    source: tuple[str, str] = ("5eed0001", "earlier"),
+    allow_out: list[str] | None = None,
+) -> None:
     """A named snapshot that reads as whole (`atoll snapshot ls` lists it), taken of the
     sandbox `source` (id, name)."""
     d = state_dir / ".snapshots" / name
@@ -91,6 +100,8 @@ def write_snapshot(state_dir: Path, name: str, created_by: str, source: tuple[st
         "disk": False,
         "created_by": created_by,
     }
+    if allow_out is not None:
+        meta["network"] = {"policy": {"allow_out": allow_out, "deny_out": []}, "open_flows": []}
     (d / "snapshot.json").write_text(json.dumps(meta))
 
 
@@ -183,3 +194,23 @@ async def test_a_pinned_server_does_not_follow_its_name_to_another_sandbox(state
             text = result.content[0].text if result.content else ""
             assert result.is_error, (args, result.structured_content)
             assert "0abc0007" not in text or "acts only on sandbox `0fff0006`" in text, (args, text)
+
+
+async def test_a_snapshot_whose_rules_open_loopback_is_neither_forked_nor_restored(state_dir: Path) -> None:
+    env = {"ATOLL_STATE_DIR": str(state_dir)}
+    write_record(state_dir, "0abc0008", "mine", "mcp:stdio")
+    # Taken under a grant of 127.0.0.0/8 (or by the operator), now held by this client.
+    write_snapshot(state_dir, "opens-loopback", "mcp:stdio", source=("0abc0008", "mine"), allow_out=["127.0.0.1:8765"])
+    before = sorted(p.name for p in state_dir.iterdir())
+    async with mcp_session(env=env) as stdio:
+        text = await call_err(stdio, "sandbox_create", from_snapshot="opens-loopback")
+        assert "127.0.0.1:8765" in text and "--allow-private-egress" in text, text
+        text = await call_err(stdio, "sandbox_snapshot_restore", sandbox_id="mine", snapshot="opens-loopback")
+        assert "127.0.0.1:8765" in text and "--allow-private-egress" in text, text
+    # Nothing was made.
+    assert sorted(p.name for p in state_dir.iterdir()) == before
+    # With the grant, the check passes and the call goes on (to the snapshot's own checks:
+    # this one's template fingerprint is made up, so it stops there, not at the rules).
+    async with mcp_session("--allow-private-egress", "127.0.0.0/8", env=env) as stdio:
+        text = await call_err(stdio, "sandbox_create", from_snapshot="opens-loopback")
+        assert "--allow-private-egress" not in text, text

@@ -212,6 +212,18 @@ pub fn remove(names: &[String]) -> Result<Vec<String>, SandboxError> {
     Ok(names.to_vec())
 }
 
+/// The allow rules a sandbox started from named snapshot `name` would run under (a fork
+/// or a restore takes the snapshot's egress policy), so that a face can check them
+/// against what its caller may open before anything starts.
+pub fn egress_allowed(name: &str) -> Result<Vec<atoll_net::policy::Rule>, SandboxError> {
+    let dir = snapfile::named_dir(&dirs::state_dir()?).join(name);
+    if !template::is_plain_name(name) || !dir.is_dir() {
+        return Err(snapfile::SnapFileError::NotFound(name.to_string()).into());
+    }
+    let snap = snapfile::open(&dir)?;
+    Ok(snap.meta.network.map(|n| n.policy.allow_out).unwrap_or_default())
+}
+
 /// Opens named snapshot `name` and checks that it can start here: its template is
 /// installed and unchanged.
 pub(super) fn open_named(state: &Path, name: &str) -> Result<(Snapshot, Template), SandboxError> {

@@ -331,6 +331,11 @@ impl AtollMcp {
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
+        // A fork runs under its snapshot's egress rules, which must be ones this server may
+        // grant now (a snapshot outlives the grant it was taken under).
+        if let Some(snap) = &opts.from_snapshot {
+            self.check_private_egress(&sandbox::snapshot::egress_allowed(snap)?)?;
+        }
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
         opts.storage.display = display;
         let mut info =

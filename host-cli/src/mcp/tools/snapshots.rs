@@ -161,6 +161,9 @@ impl AtollMcp {
         &self,
         Parameters(args): Parameters<SnapshotRestoreArgs>,
     ) -> Result<Json<SandboxView>, ToolError> {
+        // The restored sandbox runs under the snapshot's egress rules: they must be ones
+        // this server may grant now (a snapshot outlives the grant it was taken under).
+        self.check_private_egress(&snapshot::egress_allowed(&args.snapshot)?)?;
         Ok(Json(snapshot::restore(&args.sandbox_id, &args.snapshot, RESTORE_TIMEOUT).await?.into()))
     }
 
