@@ -227,7 +227,7 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     // Chromium's virtual time runs ahead of the network on a loaded machine: a load that
     // ends before the connection completes is tried again.
     let mut dom = String::new();
-    for _ in 0..5 {
+    for _ in 0..10 {
         dom = chromium(&lite);
         if dom.contains(">Connected to QEMU (") {
             break;

@@ -91,7 +91,7 @@ pub struct Desktop {
     pub record: Record,
     /// Its screen size, as created.
     pub size: Size,
-    /// Its directory (QEMU sees it at the same path).
+    /// Its `vm/` directory, the one QEMU sees (at the same path), where its VNC socket is.
     dir: PathBuf,
 }
 
@@ -105,7 +105,7 @@ impl Desktop {
         crate::sandbox::control::resolve(name_or_id).await?;
         let record = state::find(&state_dir, name_or_id).map_err(SandboxError::from)?;
         let size = screen_size(&record)?;
-        let dir = record.paths.dir.clone();
+        let dir = record.paths.vm.clone();
         Ok(Desktop { record, size, dir })
     }
 

@@ -71,13 +71,23 @@ impl Desktop {
         let mut qmp = self.qmp().await?;
         let arguments = serde_json::json!({ "filename": file.display().to_string() });
         let done = qmp.execute_with("screendump", arguments).await;
-        let bytes = std::fs::read(&file);
+        // QEMU's directory is QEMU's to write: the file is opened without following a
+        // link, and read only as far as the largest screen's PPM (a file grown without
+        // end, or a FIFO, cannot take the host's memory).
+        let bytes = crate::vmm::safe_fs::open_read(&file).and_then(|f| {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            f.take(MAX_PPM_BYTES).read_to_end(&mut bytes).map(|_| bytes)
+        });
         let _ = std::fs::remove_file(&file);
         done?;
         let bytes = bytes.map_err(|e| DesktopError::Screendump { why: e.to_string() })?;
         parse_ppm(&bytes).map_err(|why| DesktopError::Screendump { why })
     }
 }
+
+/// The largest PPM a screen atoll makes can give (3 bytes a pixel, and a header).
+const MAX_PPM_BYTES: u64 = super::size::MAX.width as u64 * super::size::MAX.height as u64 * 3 + 64;
 
 /// A binary PPM (`P6`, maxval 255), as QEMU writes it.
 pub fn parse_ppm(bytes: &[u8]) -> Result<Rgb, String> {

@@ -20,12 +20,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{Desktop, DesktopError};
 
-/// The VNC socket's name in the sandbox directory.
+/// The VNC socket's name in the sandbox's `vm/` directory (the one QEMU sees).
 pub const VNC_SOCKET: &str = "vnc.sock";
 /// Where Debian's `novnc` package puts the page.
 pub const NOVNC_DIR: &str = "/usr/share/novnc";
 
-/// QEMU's arguments for the VNC server of a sandbox in `dir`.
+/// QEMU's arguments for the VNC server of a sandbox whose `vm/` directory is `dir`.
 pub fn qemu_args(dir: &Path) -> Vec<String> {
     // QEMU's option syntax: a comma in a value is written twice.
     let path = dir.join(VNC_SOCKET).display().to_string().replace(',', ",,");
@@ -72,7 +72,7 @@ impl Desktop {
             )));
         }
         let vnc = self.dir.join(VNC_SOCKET);
-        if tokio::net::UnixStream::connect(&vnc).await.is_err() {
+        if crate::vmm::safe_fs::connect_unix(&vnc).await.is_err() {
             return Err(DesktopError::View(format!(
                 "sandbox `{}` has no VNC server at {} (made by an atoll from before the live view?); create it again",
                 self.record.name,
@@ -160,7 +160,7 @@ async fn websocket(
 
 /// Pumps one viewer's WebSocket to a new connection to QEMU's VNC server and back.
 async fn bridge(mut ws: WebSocket, shared: Shared) {
-    let Ok(vnc) = tokio::net::UnixStream::connect(&shared.vnc).await else {
+    let Ok(vnc) = crate::vmm::safe_fs::connect_unix(&shared.vnc).await else {
         let _ = ws.send(Message::Close(None)).await;
         return;
     };

@@ -161,7 +161,11 @@ fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> 
 /// exist (QEMU makes them with its own umask): only their owner, and root, connect.
 /// A socket that is missing or replaced by a link is left alone (and never followed).
 pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
-    for socket in [paths.qmp_socket.clone(), paths.vm.join(crate::vmm::agent_link::PORT_SOCKET)] {
+    for socket in [
+        paths.qmp_socket.clone(),
+        paths.vm.join(crate::vmm::agent_link::PORT_SOCKET),
+        paths.vm.join(crate::desktop::view::VNC_SOCKET),
+    ] {
         if let Err(e) = crate::vmm::safe_fs::set_mode(&socket, 0o600) {
             tracing::debug!("could not make {} 0600: {e}", socket.display());
         }

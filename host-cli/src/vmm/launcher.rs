@@ -242,7 +242,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     args.extend(super::storage::qemu_args(spec.storage));
     if let Some(size) = spec.storage.display.or(spec.template.display) {
         args.extend(crate::desktop::size::qemu_args(size));
-        args.extend(crate::desktop::view::qemu_args(&p.dir));
+        args.extend(crate::desktop::view::qemu_args(&p.vm));
     }
     if let Some(initrd) = &spec.template.initrd {
         args.extend(["-initrd".into(), initrd.display().to_string()]);

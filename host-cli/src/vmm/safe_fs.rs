@@ -14,9 +14,15 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-/// Opens `path` for reading, refusing a symbolic link.
+/// Opens `path` for reading, refusing a symbolic link and anything but a regular file
+/// (opened without blocking, so a FIFO planted there cannot hang the caller).
 pub fn open_read(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new().read(true).custom_flags(libc_nofollow()).open(path)
+    let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits().cast_signed()).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other(format!("{} is not a regular file", path.display())));
+    }
+    Ok(file)
 }
 
 /// Opens (creating, mode 0600) `path` to append, refusing a symbolic link.
@@ -195,6 +201,10 @@ mod tests {
         std::os::unix::fs::symlink(&victim, d.path().join("log")).unwrap();
         assert!(open_append(&d.path().join("log")).is_err(), "a link at a log is refused");
         assert!(open_read(&d.path().join("log")).is_err());
+        let other = tempfile::tempdir().unwrap();
+        let fifo = other.path().join("fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+        assert!(open_read(&fifo).is_err(), "a FIFO is refused, without blocking on it");
         std::fs::remove_file(&rec).unwrap();
         std::os::unix::fs::symlink(&victim, &rec).unwrap();
         write_atomic(&rec, b"{\"a\":1}").unwrap();
