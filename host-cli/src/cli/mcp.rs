@@ -46,6 +46,13 @@ pub struct McpArgs {
     /// every allow_out a client sends otherwise.
     #[arg(long, value_name = "CIDR", value_parser = parse_cidr)]
     pub allow_private_egress: Vec<ipnet::IpNet>,
+    /// Let `sandbox_template_create` pull images with your registry credentials (what
+    /// `skopeo` finds: $REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
+    /// ~/.docker/config.json). Every MCP client can then build a template from any image
+    /// you can pull, private ones too, and read its files. Without it, pulls over MCP are
+    /// anonymous: public images only.
+    #[arg(long)]
+    pub registry_credentials: bool,
     /// Let MCP tools bind the stored secret NAME (repeatable) to sandboxes (as a
     /// placeholder; no MCP tool ever sees or sets a value). Without it (or
     /// --allow-all-secrets) no secret can be bound over MCP.

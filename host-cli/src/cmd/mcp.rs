@@ -38,6 +38,7 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
     let server = AtollMcp::new(pinned, ctx.global.connect_timeout)
         .allow_mounts(allowed)
         .allow_private_egress(args.allow_private_egress.clone())
+        .allow_registry_credentials(args.registry_credentials)
         .allow_secrets(if args.allow_all_secrets {
             crate::mcp::tools::secrets::SecretGrant::All
         } else {

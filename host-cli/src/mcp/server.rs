@@ -55,6 +55,7 @@ pub struct AtollMcp {
     allowed_mounts: Arc<Vec<std::path::PathBuf>>,
     trust_roots: bool,
     private_egress: Arc<Vec<ipnet::IpNet>>,
+    registry_credentials: bool,
     secrets: Arc<crate::mcp::tools::secrets::SecretGrant>,
     shared: Arc<crate::mcp::access::Shared>,
     /// Who this session's calls come from (set at the first call over HTTP).
@@ -95,6 +96,7 @@ impl AtollMcp {
             allowed_mounts: Arc::default(),
             trust_roots: true,
             private_egress: Arc::default(),
+            registry_credentials: false,
             secrets: Arc::new(crate::mcp::tools::secrets::SecretGrant::Named(Vec::new())),
             shared: Arc::default(),
             identity: Arc::new(std::sync::OnceLock::from(STDIO_IDENTITY.to_owned())),
@@ -141,6 +143,24 @@ impl AtollMcp {
                 rule: found.rule.to_string(),
                 opens: found.reserved.to_string(),
             }),
+        }
+    }
+
+    /// Lets `sandbox_template_create` pull images with the operator's registry
+    /// credentials (`atoll mcp --registry-credentials`); without it every pull is
+    /// anonymous.
+    pub fn allow_registry_credentials(mut self, allow: bool) -> Self {
+        self.registry_credentials = allow;
+        self
+    }
+
+    /// The credentials an image pull made for a client may use: the operator's own
+    /// lookup when granted, else none.
+    pub(crate) fn registry_auth(&self) -> crate::template::image::RegistryAuth {
+        if self.registry_credentials {
+            crate::template::image::RegistryAuth::Lookup
+        } else {
+            crate::template::image::RegistryAuth::Anonymous
         }
     }
 

@@ -4,8 +4,10 @@
 //! save` tarball) into an OCI layout whose blobs live in one content-addressed cache,
 //! `<data>/images/blobs/sha256/`, shared by every build (`--dest-shared-blob-dir`), so
 //! a layer is downloaded once. skopeo picks linux/amd64 from a multi-platform index,
-//! reads credentials as docker does (`~/.docker/config.json`, or `--authfile`) and
-//! verifies what it downloads; the manifest, the config and every layer are checked
+//! reads credentials as docker does (`~/.docker/config.json`, or `--authfile`), or
+//! none at all for an anonymous pull ([`RegistryAuth::Anonymous`], what `atoll mcp`
+//! does unless the operator grants `--registry-credentials`), and verifies what it
+//! downloads; the manifest, the config and every layer are checked
 //! against their digests again here before they are used. [`super::layer`] applies the
 //! layers; the config's `Env`, `WorkingDir` and `User` become the template's
 //! [`CommandDefaults`].
@@ -40,6 +42,17 @@ pub enum ImageError {
          it (its images then arrive unauthenticated)"
     )]
     PlainHttp(String),
+    /// An anonymous pull was refused for want of credentials.
+    #[error(
+        "could not fetch `{reference}` anonymously: {stderr}\nthis server pulls images without registry \
+         credentials: use a public image, or ask the operator to start `atoll mcp --registry-credentials`"
+    )]
+    AnonymousRefused {
+        /// The reference.
+        reference: String,
+        /// skopeo's last stderr lines.
+        stderr: String,
+    },
     /// skopeo failed.
     #[error("could not fetch `{reference}`: {stderr}")]
     Fetch {
@@ -80,10 +93,23 @@ pub enum ImageError {
 pub struct FetchOptions {
     /// Allow a registry over plain HTTP or with an unverified certificate.
     pub insecure: bool,
-    /// A credentials file in `~/.docker/config.json` form; `None`: skopeo's own lookup
-    /// (`$REGISTRY_AUTH_FILE`, `$XDG_RUNTIME_DIR/containers/auth.json`,
-    /// `~/.docker/config.json`).
-    pub auth_file: Option<PathBuf>,
+    /// Which registry credentials the pull may use.
+    pub auth: RegistryAuth,
+}
+
+/// Which registry credentials a pull may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RegistryAuth {
+    /// skopeo's own lookup (`$REGISTRY_AUTH_FILE`, `$XDG_RUNTIME_DIR/containers/auth.json`,
+    /// `~/.docker/config.json`, and under sudo the invoking user's
+    /// `~/.docker/config.json`): the user's own pulls.
+    #[default]
+    Lookup,
+    /// This credentials file, in `~/.docker/config.json` form (`--registry-auth`).
+    File(PathBuf),
+    /// None: `--src-no-creds`, no file read, so only public images can be pulled. What
+    /// an MCP client gets unless the operator grants `atoll mcp --registry-credentials`.
+    Anonymous,
 }
 
 /// An image in the cache, ready to apply.
@@ -146,8 +172,18 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
     if opts.insecure && source.starts_with("docker://") {
         cmd.arg("--src-tls-verify=false");
     }
-    if let Some(auth) = opts.auth_file.clone().or_else(sudo_user_docker_config) {
-        cmd.arg("--src-authfile").arg(auth);
+    match &opts.auth {
+        RegistryAuth::Anonymous => {
+            cmd.arg("--src-no-creds");
+        }
+        RegistryAuth::File(file) => {
+            cmd.arg("--src-authfile").arg(file);
+        }
+        RegistryAuth::Lookup => {
+            if let Some(file) = sudo_user_docker_config() {
+                cmd.arg("--src-authfile").arg(file);
+            }
+        }
     }
     cmd.arg("--dest-shared-blob-dir").arg(&blobs);
     cmd.arg(&source);
@@ -165,8 +201,11 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
             return Err(ImageError::PlainHttp(reference.into()));
         }
         let lines: Vec<String> = text.lines().map(skopeo_message).collect();
-        let tail = lines[lines.len().saturating_sub(4)..].join("\n");
-        return Err(ImageError::Fetch { reference: reference.into(), stderr: escape_controls(&tail) });
+        let tail = escape_controls(&lines[lines.len().saturating_sub(4)..].join("\n"));
+        if opts.auth == RegistryAuth::Anonymous && wants_credentials(&tail) {
+            return Err(ImageError::AnonymousRefused { reference: reference.into(), stderr: tail });
+        }
+        return Err(ImageError::Fetch { reference: reference.into(), stderr: tail });
     }
     let fetched = read_layout(reference, layout.path(), &blobs)?;
     remember(&fetched);
@@ -423,6 +462,14 @@ fn sudo_user_docker_config() -> Option<PathBuf> {
         (fields.len() >= 6 && fields[0] == user).then(|| PathBuf::from(fields[5]))
     })?;
     Some(home.join(".docker/config.json")).filter(|p| p.is_file())
+}
+
+/// Whether skopeo's message says the registry wants credentials (a 401's
+/// "unauthorized" or "authentication required", or the "denied" some registries answer
+/// an anonymous pull of a private repository with).
+fn wants_credentials(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["unauthorized", "authentication required", "denied"].iter().any(|w| m.contains(w))
 }
 
 /// The `msg="..."` of a skopeo log line (`time=... level=fatal msg="..."`), else the line.

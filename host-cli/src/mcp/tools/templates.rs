@@ -4,7 +4,9 @@
 //!
 //! Over MCP a build reads nothing from the host: `image` must be a registry reference
 //! (`oci:DIR` and `docker-archive:FILE` are refused), and `dockerfile` is the file's
-//! text with an empty build context, so COPY and ADD have nothing to copy.
+//! text with an empty build context, so COPY and ADD have nothing to copy. Pulls are
+//! anonymous unless the operator started the server with `--registry-credentials`
+//! ([`AtollMcp::registry_auth`]): the operator's logins are not the client's.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
@@ -58,7 +60,8 @@ pub struct CreateTemplateArgs {
     pub from_sandbox: Option<String>,
     /// An OCI/Docker image from a registry (e.g. "python:3.12-slim",
     /// "ghcr.io/org/img:tag"); linux/amd64 is used. Its Env, WorkingDir and User become
-    /// the defaults of commands in the sandboxes.
+    /// the defaults of commands in the sandboxes. Pulled anonymously (public images)
+    /// unless the server was started with --registry-credentials.
     #[serde(default)]
     pub image: Option<String>,
     /// A Dockerfile's text: FROM (an image as above, or a disk template), RUN (in a build
@@ -207,7 +210,8 @@ impl AtollMcp {
         }
         let replaced = crate::template::list()?.iter().any(|t| t.name == args.name);
         let by = self.identity();
-        let build = build_template(&args.name, &dockerfile, &args, by);
+        let auth = self.registry_auth();
+        let build = build_template(&args.name, &dockerfile, &args, by, auth);
         let built = run_with_progress(&context, None, "building", build).await??;
         Ok(Json(CreatedTemplate {
             name: built.template.name.clone(),
@@ -254,6 +258,7 @@ async fn build_template(
     text: &str,
     args: &CreateTemplateArgs,
     by: String,
+    auth: crate::template::image::RegistryAuth,
 ) -> Result<crate::template::dockerfile::DockerfileBuilt, ToolError> {
     use crate::template::dockerfile::{self, DockerfileOptions};
     let work = tempfile::tempdir().map_err(|e| ToolError::BadBuild(format!("a temporary directory: {e}")))?;
@@ -271,7 +276,7 @@ async fn build_template(
         dockerfile: file,
         context,
         build_args: args.build_args.clone(),
-        fetch: crate::template::image::FetchOptions::default(),
+        fetch: crate::template::image::FetchOptions { insecure: false, auth },
         force: args.replace,
         size: None,
         memory_mib: 1024,
