@@ -25,7 +25,8 @@
 #   page), and with --with-test-tools chromium (tests/tests/vm_desktop.rs loads the view).
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
-#   openssl and python3, and docker-registry (the image tests' registry on loopback).
+#   openssl and python3, and docker-registry (the image tests' registry on loopback) with
+#   apache2-utils (htpasswd, for the registry that wants a password).
 #
 # Usage: rootfs/setup.sh [--with-debian] [--with-desktop] [--with-test-tools] [--with-vsock]
 # $DATA is $ATOLL_DATA_DIR, else $XDG_DATA_HOME/atoll, else ~/.local/share/atoll.
@@ -56,7 +57,7 @@ fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev skopeo"
-[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry"
+[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry apache2-utils"
 # The desktop's live view serves Debian's noVNC page; its test loads it in Chromium.
 [ "$with_desktop" = 1 ] && packages="$packages novnc"
 [ "$with_desktop" = 1 ] && [ "$test_tools" = 1 ] && packages="$packages chromium"

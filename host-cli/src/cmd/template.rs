@@ -68,7 +68,10 @@ async fn build(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         (None, Some(reference)) => {
             let fetch = template::image::FetchOptions {
                 insecure: a.insecure_registry,
-                auth: a.registry_auth.clone().map_or(template::image::RegistryAuth::Lookup, template::image::RegistryAuth::File),
+                auth: a
+                    .registry_auth
+                    .clone()
+                    .map_or(template::image::RegistryAuth::Lookup, template::image::RegistryAuth::File),
             };
             eprintln!("atoll: fetching image {reference}");
             let r = reference.clone();
@@ -132,7 +135,10 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         build_args: a.build_arg.iter().cloned().collect(),
         fetch: template::image::FetchOptions {
             insecure: a.insecure_registry,
-            auth: a.registry_auth.clone().map_or(template::image::RegistryAuth::Lookup, template::image::RegistryAuth::File),
+            auth: a
+                .registry_auth
+                .clone()
+                .map_or(template::image::RegistryAuth::Lookup, template::image::RegistryAuth::File),
         },
         force: a.force,
         size: a.size,
