@@ -6,7 +6,7 @@
 //! (`oci:DIR` and `docker-archive:FILE` are refused), and `dockerfile` is the file's
 //! text with an empty build context, so COPY and ADD have nothing to copy. Pulls are
 //! anonymous unless the operator started the server with `--registry-credentials`
-//! ([`AtollMcp::registry_auth`]): the operator's logins are not the client's.
+//! (`AtollMcp::registry_auth`): the operator's logins are not the client's.
 
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
