@@ -327,14 +327,7 @@ impl Layer<'_> {
         };
         match kind {
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                let fd = rustix::fs::openat(
-                    dir,
-                    name,
-                    OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::from_raw_mode(0o600),
-                )
-                .map_err(errno)?;
-                let mut file = File::from(fd);
+                let mut file = File::from(create_new(dir, name).map_err(errno)?);
                 std::io::copy(entry, &mut file).map_err(werr)?;
                 chown(file.as_fd()).map_err(errno)?;
                 rustix::fs::fchmod(&file, Mode::from_raw_mode(host_mode(0o600))).map_err(errno)?;
@@ -385,14 +378,7 @@ impl Layer<'_> {
                 if rootless && kind != tar::EntryType::Fifo {
                     // Only root makes device nodes: an empty file stands in for it, and
                     // the node is made in the ext4 image.
-                    let fd = rustix::fs::openat(
-                        dir,
-                        name,
-                        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::from_raw_mode(0o600),
-                    )
-                    .map_err(errno)?;
-                    drop(fd);
+                    drop(create_new(dir, name).map_err(errno)?);
                     let c = if kind == tar::EntryType::Char { 'c' } else { 'b' };
                     record(Some((c, major, minor)));
                     return Ok(());
@@ -413,6 +399,17 @@ impl Layer<'_> {
         }
         Ok(())
     }
+}
+
+/// Creates `name` in `dir` for writing, mode 0600: a new file only (nothing there, not a
+/// link followed).
+fn create_new(dir: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<rustix::fd::OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
 }
 
 fn owner_id(id: u64) -> Option<u32> {
