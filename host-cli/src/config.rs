@@ -153,7 +153,8 @@ mod tests {
 
     #[test]
     fn reads_quotas_and_refuses_unknown_keys_and_bad_values() {
-        let c = parse("[quotas]\nmax_sandboxes = 3\nmax_disk = \"50G\"\nmax_snapshot_disk = 1048576\n").unwrap();
+        let c =
+            parse("[quotas]\nmax_sandboxes = 3\nmax_disk = \"50G\"\nmax_snapshot_disk = 1048576\n").unwrap();
         assert_eq!(c.quotas.max_sandboxes, Some(3));
         assert_eq!(c.quotas.max_disk, Some(Size(50 << 30)));
         assert_eq!(c.quotas.max_snapshot_disk, Some(Size(1 << 20)));

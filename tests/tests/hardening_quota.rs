@@ -83,7 +83,10 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert_eq!(quota(&info, "max_vcpus")["source"], "machine default", "{info}");
     let out = run(&atoll, &config, &[("ATOLL_MAX_DISK", "7G")], &["-s", "d1", "info"]);
     let shown = text(&out.stdout);
-    assert!(shown.lines().any(|l| l.contains("max_disk") && l.contains("7 GiB") && l.contains("$ATOLL_MAX_DISK")), "{shown}");
+    assert!(
+        shown.lines().any(|l| l.contains("max_disk") && l.contains("7 GiB") && l.contains("$ATOLL_MAX_DISK")),
+        "{shown}"
+    );
 
     // Over the snapshot quota, snapshots and template saves are refused at once.
     let small = [("ATOLL_MAX_SNAPSHOT_DISK", "1M")];
@@ -102,7 +105,17 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
         &atoll,
         &config,
         &[],
-        &["-s", "d1", "exec", "--", "sh", "-c", "dd if=/dev/zero of=/fill bs=1M 2>&1; sync; df -m /"],
+        &[
+            "-s",
+            "d1",
+            "exec",
+            "--timeout",
+            "10m",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/fill bs=4M 2>&1; sync; df -m /",
+        ],
     );
     let said = text(&out.stdout) + &text(&out.stderr);
     assert!(said.contains("No space left on device"), "{said}");

@@ -50,7 +50,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
             super::quota::Ask { memory_mib: record.memory_mib, cpus: record.cpus, disk_bytes: 0 },
             Some(&record.id),
         )
-            .map_err(SandboxError::Quota)?;
+        .map_err(SandboxError::Quota)?;
     }
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;

@@ -93,7 +93,13 @@ impl Limits {
             Ok(Limit { value, source, key, env })
         };
         Ok(Limits {
-            sandboxes: pick("max_sandboxes", MAX_SANDBOXES_ENV, (host_mib / 256).max(4), q.max_sandboxes, true)?,
+            sandboxes: pick(
+                "max_sandboxes",
+                MAX_SANDBOXES_ENV,
+                (host_mib / 256).max(4),
+                q.max_sandboxes,
+                true,
+            )?,
             memory_mib: pick("max_memory_mib", MAX_MEMORY_ENV, host_mib, q.max_memory_mib, true)?,
             vcpus: pick("max_vcpus", MAX_VCPUS_ENV, (8 * cpus).max(32), q.max_vcpus, true)?,
             disk: pick("max_disk", MAX_DISK_ENV, fs / 4 * 3, q.max_disk.map(|s| s.0), false)?,
@@ -121,9 +127,9 @@ fn from_env(name: &str, whole: bool) -> Result<Option<u64>, String> {
             format!("${name} is `{v}`; give a whole number, or unset it for the machine's default")
         })
     } else {
-        crate::config::parse_size(&v)
-            .map(Some)
-            .map_err(|why| format!("${name}: {why}; give a size such as 50G, or unset it for the machine's default"))
+        crate::config::parse_size(&v).map(Some).map_err(|why| {
+            format!("${name}: {why}; give a size such as 50G, or unset it for the machine's default")
+        })
     }
 }
 

@@ -17,7 +17,8 @@ pub mod usage;
 use std::path::Path;
 
 pub use limits::{
-    Limit, Limits, MAX_DISK_ENV, MAX_MEMORY_ENV, MAX_SANDBOXES_ENV, MAX_SNAPSHOT_DISK_ENV, MAX_VCPUS_ENV, Source,
+    Limit, Limits, MAX_DISK_ENV, MAX_MEMORY_ENV, MAX_SANDBOXES_ENV, MAX_SNAPSHOT_DISK_ENV, MAX_VCPUS_ENV,
+    Source,
 };
 
 use crate::vmm::state::{self, Record};
@@ -100,7 +101,13 @@ pub fn report(state: &Path) -> Result<Vec<QuotaUse>, String> {
         .all()
         .into_iter()
         .zip(used)
-        .map(|(l, (used, unit))| QuotaUse { key: l.key, used, limit: l.value, unit, source: l.source.to_string() })
+        .map(|(l, (used, unit))| QuotaUse {
+            key: l.key,
+            used,
+            limit: l.value,
+            unit,
+            source: l.source.to_string(),
+        })
         .collect())
 }
 
@@ -229,7 +236,10 @@ mod tests {
         assert!(judge_disk(512 << 20, 512 << 20, &l.disk).is_ok(), "exactly at the limit is allowed");
         let err = judge_disk(512 << 20, (512 << 20) + 1, &l.disk).unwrap_err();
         assert!(err.starts_with("Disk quota reached: sandboxes hold 512 MiB"), "{err}");
-        assert!(err.contains("atoll kill") && err.contains("--disk") && err.contains("$ATOLL_MAX_DISK"), "{err}");
+        assert!(
+            err.contains("atoll kill") && err.contains("--disk") && err.contains("$ATOLL_MAX_DISK"),
+            "{err}"
+        );
         assert!(judge_snapshot(1 << 29, 1 << 29, &l.snapshot_disk).is_ok());
         let err = judge_snapshot(1 << 29, (1 << 29) + 1, &l.snapshot_disk).unwrap_err();
         assert!(err.starts_with("Snapshot quota reached"), "{err}");
