@@ -35,6 +35,7 @@ pub mod archive;
 pub mod cli;
 pub mod client;
 pub mod cmd;
+pub mod config;
 pub mod connect;
 pub mod desktop;
 pub mod jail;

@@ -9,10 +9,25 @@ use crate::output::{escape_controls, human_bytes};
 
 /// `atoll info`: the agent's version and its machine.
 pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
-    let client = ctx.client().await?;
+    let state = crate::vmm::dirs::state_dir()?;
+    let quotas = crate::sandbox::quota::report(&state).map_err(anyhow::Error::msg)?;
+    let client = match ctx.client().await {
+        Ok(c) => c,
+        Err(e) => {
+            // No sandbox to ask: the host's quotas are still worth showing.
+            if ctx.out.json {
+                ctx.out.json(&serde_json::json!({ "quotas": quotas }))?;
+            } else {
+                ctx.out.text(&quota_text(&quotas))?;
+            }
+            return Err(e);
+        }
+    };
     let i = client.info().await?;
     if ctx.out.json {
-        ctx.out.json(&i)?;
+        let mut doc = serde_json::to_value(&i)?;
+        doc["quotas"] = serde_json::to_value(&quotas)?;
+        ctx.out.json(&doc)?;
         return Ok(0);
     }
     let text = format!(
@@ -31,8 +46,22 @@ pub(super) async fn info(ctx: &Ctx) -> Result<u8> {
         i.time_unix_ms,
         crate::sandbox::jail_status(),
     );
-    ctx.out.text(&text)?;
+    ctx.out.text(&format!("{text}\n{}", quota_text(&quotas)))?;
     Ok(0)
+}
+
+/// The host quotas, one a line: use, limit, where the limit came from.
+fn quota_text(quotas: &[crate::sandbox::quota::QuotaUse]) -> String {
+    let mut text = String::from("quotas:   (in use / limit, where the limit is set)");
+    for q in quotas {
+        let (used, limit) = match q.unit {
+            "bytes" => (human_bytes(q.used), human_bytes(q.limit)),
+            "MiB" => (human_bytes(q.used << 20), human_bytes(q.limit << 20)),
+            _ => (q.used.to_string(), q.limit.to_string()),
+        };
+        text.push_str(&format!("\n  {:<18} {used} / {limit}  ({})", q.key, escape_controls(&q.source)));
+    }
+    text
 }
 
 /// `atoll completions SHELL`: a completion script on stdout.

@@ -162,7 +162,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
 
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
-    super::quota::check(&state_dir, opts.memory_mib, opts.cpus, None).map_err(SandboxError::Quota)?;
+    super::quota::check(&state_dir, quota_ask(opts, &template), None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
@@ -302,6 +302,14 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
         ));
     }
     Ok(())
+}
+
+/// What `opts` asks of the host quotas: its disk is the template's image, or `--disk`
+/// when larger (the overlay's size).
+fn quota_ask(opts: &CreateOptions, template: &template::Template) -> super::quota::Ask {
+    let image = template.rootfs.as_ref().map(|b| std::fs::metadata(b).map_or(0, |m| m.len()));
+    let disk_bytes = image.map_or(0, |i| i.max(opts.storage.disk_bytes.unwrap_or(0)));
+    super::quota::Ask { memory_mib: opts.memory_mib, cpus: opts.cpus, disk_bytes }
 }
 
 /// Guest memory a memory-backed root (`minimal`'s tmpfs) never takes: the kernel, the

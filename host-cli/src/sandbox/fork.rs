@@ -50,8 +50,9 @@ pub(super) async fn start(
     }
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
-    super::quota::check(&state_dir, snap.meta.memory_mib, snap.meta.cpus, None)
-        .map_err(SandboxError::Quota)?;
+    let disk_bytes = snap.disk().and_then(|d| super::quota::usage::qcow2_virtual_size(&d)).unwrap_or(0);
+    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes };
+    super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
     let machine = &snap.meta;

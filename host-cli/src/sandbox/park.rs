@@ -45,8 +45,12 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
 /// failure it stays parked, with nothing left running.
 pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
     if let Some(state) = record.paths.dir.parent() {
-        super::quota::check(state, record.memory_mib, record.cpus, Some(&record.id))
-            .map_err(SandboxError::Quota)?;
+        super::quota::check(
+            state,
+            super::quota::Ask { memory_mib: record.memory_mib, cpus: record.cpus, disk_bytes: 0 },
+            Some(&record.id),
+        )
+        .map_err(SandboxError::Quota)?;
     }
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;

@@ -145,6 +145,9 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
     if replaced {
         store::refuse_if_in_use(&opts.name)?;
     }
+    // The new image holds the template's and the sandbox's blocks: at most both.
+    let need = allocated(base) + allocated(overlay);
+    super::quota::check_snapshot(&state, need).map_err(SandboxError::Quota)?;
     let source_file: TemplateFile = std::fs::read_to_string(source_dir.join("template.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())

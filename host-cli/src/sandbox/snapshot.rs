@@ -86,6 +86,10 @@ pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<Snapshot
     let state = dirs::state_dir()?;
     let _lock = StateLock::acquire(&state)?;
     let mut record = live(&state, name_or_id)?;
+    // At most its memory and its disk as stored (what `save_into` stages room for).
+    let disk = record.paths.overlay.as_ref().and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
+    let need = (u64::from(record.memory_mib) << 20) + disk;
+    super::quota::check_snapshot(&state, need).map_err(SandboxError::Quota)?;
     if record.parked {
         // As any command aimed at a parked sandbox, this brings it back first.
         super::park::unpark(&mut record).await?;

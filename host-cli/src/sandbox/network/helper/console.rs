@@ -7,7 +7,8 @@
 //! where the file system cannot, the tail is written back over a truncated file (the
 //! few bytes QEMU appends meanwhile may be overwritten). The file is thus never larger
 //! than [`MAX_BYTES`] plus what a guest writes in [`EVERY`] (about 0.2 MB/s was measured
-//! under emulation).
+//! under emulation). QEMU's own `qemu.log` (its stderr, opened to append) is bounded the
+//! same way.
 
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};

@@ -97,7 +97,12 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
     let ctl = bind(&config::ctl_path(dir))?;
-    let console = tokio::spawn(console::bound(crate::vmm::state::Paths::in_dir(dir, false).console_log));
+    // QEMU's own log (its stderr, appended) is bounded the same way as the console:
+    // a guest that makes QEMU warn over and over cannot grow it without bound.
+    let paths = crate::vmm::state::Paths::in_dir(dir, false);
+    let console = tokio::spawn(async move {
+        tokio::join!(console::bound(paths.console_log), console::bound(paths.qemu_log));
+    });
     let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(HelperError::Signal)?;

@@ -1,0 +1,249 @@
+//! Quotas on what the sandboxes of one state directory may take together: how many run,
+//! their guest memory, their vCPUs and their disks; and on what snapshots and templates
+//! take. Defaults are sized from the machine; each can be set in the config file
+//! ([`crate::config`]) or with an environment variable ([`limits`]). A start over a
+//! quota (create, fork, template snapshot restore, unpark) or a snapshot or template
+//! save over the snapshot quota is refused at once, before anything is made, saying
+//! what to park, kill or remove; checked under the state lock, so two cannot both slip
+//! under.
+//!
+//! A parked sandbox holds no QEMU and counts for nothing in the running quotas; a
+//! paused one keeps its memory, so it counts. Every sandbox, running or not, counts
+//! for disk ([`usage`]).
+
+pub mod limits;
+pub mod usage;
+
+use std::path::Path;
+
+pub use limits::{
+    Limit, Limits, MAX_DISK_ENV, MAX_MEMORY_ENV, MAX_SANDBOXES_ENV, MAX_SNAPSHOT_DISK_ENV, MAX_VCPUS_ENV,
+    Source,
+};
+
+use crate::vmm::state::{self, Record};
+
+/// What a sandbox about to start asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    /// Guest memory, MiB.
+    pub memory_mib: u32,
+    /// vCPUs.
+    pub cpus: u32,
+    /// Its disk at full size, bytes (0: none, or it exists already).
+    pub disk_bytes: u64,
+}
+
+/// Refuses starting a sandbox asking `ask` next to those of `state` (leaving out
+/// `starting`, the sandbox being started, if it already has a record: its disk is
+/// there already and is not judged again), with a message that says what to do. Call
+/// under the state lock.
+pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<(), String> {
+    let limits = Limits::of_host(state)?;
+    let others: Vec<Record> =
+        state::load_all(state).into_iter().flatten().filter(|r| Some(r.id.as_str()) != starting).collect();
+    let running: Vec<&Record> = others.iter().filter(|r| r.qemu.is_some_and(|q| q.is_alive())).collect();
+    judge(&running, ask, &limits)?;
+    if starting.is_none() {
+        let held: u64 = others.iter().map(usage::sandbox_bytes).sum();
+        judge_disk(held, ask.disk_bytes, &limits.disk)?;
+    }
+    Ok(())
+}
+
+/// Refuses a snapshot or template save that may store up to `need` bytes, when
+/// snapshots and templates would pass their quota. Call under the state lock.
+pub fn check_snapshot(state: &Path, need: u64) -> Result<(), String> {
+    let limits = Limits::of_host(state)?;
+    judge_snapshot(snapshot_bytes(state)?, need, &limits.snapshot_disk)
+}
+
+/// What snapshots (named and of templates) and templates store.
+pub fn snapshot_bytes(state: &Path) -> Result<u64, String> {
+    let templates = crate::vmm::dirs::templates_dir().map_err(|e| e.to_string())?;
+    let named = crate::vmm::snapfile::named_dir(state);
+    Ok(usage::stored_bytes_of(&[&named, &templates]))
+}
+
+/// What the sandboxes of `state` hold on disk, counted as [`check`] does.
+pub fn sandbox_disk_bytes(state: &Path) -> u64 {
+    state::load_all(state).into_iter().flatten().map(|r| usage::sandbox_bytes(&r)).sum()
+}
+
+/// One quota as `atoll info` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QuotaUse {
+    /// Its config key.
+    pub key: &'static str,
+    /// In use now (sandboxes counted at their disks' full size).
+    pub used: u64,
+    /// The limit.
+    pub limit: u64,
+    /// `count`, `MiB` or `bytes`.
+    pub unit: &'static str,
+    /// Where the limit came from.
+    pub source: String,
+}
+
+/// Every quota with what is in use.
+pub fn report(state: &Path) -> Result<Vec<QuotaUse>, String> {
+    let limits = Limits::of_host(state)?;
+    let all: Vec<Record> = state::load_all(state).into_iter().flatten().collect();
+    let running: Vec<&Record> = all.iter().filter(|r| r.qemu.is_some_and(|q| q.is_alive())).collect();
+    let used = [
+        (running.len() as u64, "count"),
+        (running.iter().map(|r| u64::from(r.memory_mib)).sum(), "MiB"),
+        (running.iter().map(|r| u64::from(r.cpus)).sum(), "count"),
+        (all.iter().map(usage::sandbox_bytes).sum(), "bytes"),
+        (snapshot_bytes(state)?, "bytes"),
+    ];
+    Ok(limits
+        .all()
+        .into_iter()
+        .zip(used)
+        .map(|(l, (used, unit))| QuotaUse {
+            key: l.key,
+            used,
+            limit: l.value,
+            unit,
+            source: l.source.to_string(),
+        })
+        .collect())
+}
+
+const PARK_OR_KILL: &str =
+    "Park (`atoll park NAME`) or kill (`atoll kill NAME`) a sandbox (`atoll ls` lists them), or retry later";
+
+/// [`check`]'s running quotas on a known list of running sandboxes.
+fn judge(running: &[&Record], ask: Ask, limits: &Limits) -> Result<(), String> {
+    let what = PARK_OR_KILL;
+    let n = running.len() as u64;
+    let l = &limits.sandboxes;
+    if n + 1 > l.value {
+        return Err(format!(
+            "Sandbox quota reached: {n} sandboxes run, at most {} may ({}). {what}.",
+            l.value,
+            l.how_to_set()
+        ));
+    }
+    let mem: u64 = running.iter().map(|r| u64::from(r.memory_mib)).sum();
+    let l = &limits.memory_mib;
+    if mem + u64::from(ask.memory_mib) > l.value {
+        return Err(format!(
+            "Memory quota reached: running sandboxes hold {mem} MiB, this one asks {} MiB, at most {} MiB may be given out ({}). {what}, or ask for less with --memory.",
+            ask.memory_mib,
+            l.value,
+            l.how_to_set()
+        ));
+    }
+    let used: u64 = running.iter().map(|r| u64::from(r.cpus)).sum();
+    let l = &limits.vcpus;
+    if used + u64::from(ask.cpus) > l.value {
+        return Err(format!(
+            "vCPU quota reached: running sandboxes have {used} vCPUs, this one asks {}, at most {} may run ({}). {what}, or ask for fewer with --cpus.",
+            ask.cpus,
+            l.value,
+            l.how_to_set()
+        ));
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> u64 {
+    bytes.div_ceil(1 << 20)
+}
+
+/// The disk quota: sandboxes hold `held` bytes, a new one asks `ask`.
+fn judge_disk(held: u64, ask: u64, l: &Limit) -> Result<(), String> {
+    if held.saturating_add(ask) <= l.value {
+        return Ok(());
+    }
+    Err(format!(
+        "Disk quota reached: sandboxes hold {} MiB of disk (each disk at its full size), this one needs {} MiB, at most {} MiB may ({}). Kill a sandbox (`atoll kill NAME`; `atoll ls` lists them; parking keeps its disk), ask for less with --disk, or retry later.",
+        mib(held),
+        mib(ask),
+        mib(l.value),
+        l.how_to_set()
+    ))
+}
+
+/// The snapshot quota: snapshots and templates store `held` bytes, a save may add `need`.
+fn judge_snapshot(held: u64, need: u64, l: &Limit) -> Result<(), String> {
+    if held.saturating_add(need) <= l.value {
+        return Ok(());
+    }
+    Err(format!(
+        "Snapshot quota reached: snapshots and templates store {} MiB, this save may need up to {} MiB, at most {} MiB may be kept ({}). Remove a snapshot (`atoll snapshot rm NAME`; `atoll snapshot ls` lists them) or a template (`atoll template rm NAME`), or retry later.",
+        mib(held),
+        mib(need),
+        mib(l.value),
+        l.how_to_set()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vmm::state::{Allocation, Paths};
+
+    fn running(id: &str, memory_mib: u32, cpus: u32) -> Record {
+        let dir = std::path::PathBuf::from("/s").join(id);
+        let alloc = Allocation { id: id.into(), name: id.into(), dir: dir.clone() };
+        Record::starting(alloc, "minimal".into(), memory_mib, cpus, "tcg".into(), Paths::in_dir(&dir, false))
+    }
+
+    fn limit(value: u64, key: &'static str, env: &'static str) -> Limit {
+        Limit { value, source: Source::Default, key, env }
+    }
+
+    fn limits(sandboxes: u64, memory_mib: u64, vcpus: u64) -> Limits {
+        Limits {
+            sandboxes: limit(sandboxes, "max_sandboxes", MAX_SANDBOXES_ENV),
+            memory_mib: limit(memory_mib, "max_memory_mib", MAX_MEMORY_ENV),
+            vcpus: limit(vcpus, "max_vcpus", MAX_VCPUS_ENV),
+            disk: limit(1 << 30, "max_disk", MAX_DISK_ENV),
+            snapshot_disk: limit(1 << 30, "max_snapshot_disk", MAX_SNAPSHOT_DISK_ENV),
+        }
+    }
+
+    fn ask(memory_mib: u32, cpus: u32) -> Ask {
+        Ask { memory_mib, cpus, disk_bytes: 0 }
+    }
+
+    #[test]
+    fn each_quota_refuses_saying_what_to_do() {
+        let limits = limits(2, 1024, 3);
+        let a = running("a", 512, 1);
+        let one = [&a];
+        assert!(judge(&one, ask(512, 2), &limits).is_ok(), "exactly at every limit is allowed");
+        let (a, b) = (running("a", 256, 1), running("b", 256, 1));
+        let err = judge(&[&a, &b], ask(256, 1), &limits).unwrap_err();
+        assert!(err.starts_with("Sandbox quota reached: 2 sandboxes run, at most 2"), "{err}");
+        assert!(
+            err.contains("atoll park")
+                && err.contains("atoll kill")
+                && err.contains("$ATOLL_MAX_SANDBOXES or `max_sandboxes` in the config file")
+        );
+        let err = judge(&one, ask(513, 1), &limits).unwrap_err();
+        assert!(err.contains("Memory quota reached") && err.contains("--memory"), "{err}");
+        let err = judge(&one, ask(256, 3), &limits).unwrap_err();
+        assert!(err.contains("vCPU quota reached") && err.contains("--cpus"), "{err}");
+    }
+
+    #[test]
+    fn disk_and_snapshot_quotas_refuse_saying_what_to_do() {
+        let l = limits(1, 1, 1);
+        assert!(judge_disk(512 << 20, 512 << 20, &l.disk).is_ok(), "exactly at the limit is allowed");
+        let err = judge_disk(512 << 20, (512 << 20) + 1, &l.disk).unwrap_err();
+        assert!(err.starts_with("Disk quota reached: sandboxes hold 512 MiB"), "{err}");
+        assert!(
+            err.contains("atoll kill") && err.contains("--disk") && err.contains("$ATOLL_MAX_DISK"),
+            "{err}"
+        );
+        assert!(judge_snapshot(1 << 29, 1 << 29, &l.snapshot_disk).is_ok());
+        let err = judge_snapshot(1 << 29, (1 << 29) + 1, &l.snapshot_disk).unwrap_err();
+        assert!(err.starts_with("Snapshot quota reached"), "{err}");
+        assert!(err.contains("atoll snapshot rm") && err.contains("atoll template rm"), "{err}");
+        assert!(err.contains("`max_snapshot_disk` in the config file"), "{err}");
+    }
+}

@@ -1,0 +1,140 @@
+//! Disk and snapshot quotas, the config file that sets them, and a guest filling its own
+//! disk, on one booted `debian` sandbox through the `atoll` binary:
+//! - a config file with an unknown key or a bad value is refused, naming the key or the
+//!   line, and nothing is made;
+//! - with `max_disk = "6G"` in the config file one 4 GiB disk fits and a second create
+//!   is refused at once ("Disk quota reached", saying what to kill), leaving nothing;
+//! - `atoll info` shows each quota with its use and where it was set (the config file,
+//!   or the environment variable, which wins);
+//! - over the snapshot quota, `snapshot create` and `template save` are refused at once
+//!   ("Snapshot quota reached", saying what to remove), leaving nothing;
+//! - as root in the guest, writing the disk full ends in ENOSPC in the guest; the host
+//!   file behind it stays within the disk's size, and the sandbox still answers;
+//! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use atoll_tests::vm::{Atoll, HANG_GUARD, short_tempdir, text, wait_bounded};
+use serde_json::Value;
+
+/// Runs `atoll ARGS` with `ATOLL_CONFIG=config` and the extra environment `env`.
+fn run(atoll: &Atoll, config: &Path, env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    let mut cmd = atoll.command(args);
+    cmd.env("ATOLL_CONFIG", config);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).unwrap_or_else(|| panic!("atoll {args:?} hung"))
+}
+
+/// Like [`run`], asserting that it fails at once; returns stderr.
+fn refused(atoll: &Atoll, config: &Path, env: &[(&str, &str)], args: &[&str]) -> String {
+    let started = Instant::now();
+    let out = run(atoll, config, env, args);
+    assert!(!out.status.success(), "atoll {args:?} should be refused; printed {}", text(&out.stdout));
+    assert!(started.elapsed() < Duration::from_secs(20), "refused only after {:?}", started.elapsed());
+    text(&out.stderr)
+}
+
+fn quota<'a>(info: &'a Value, key: &str) -> &'a Value {
+    info["quotas"].as_array().unwrap().iter().find(|q| q["key"] == key).unwrap_or_else(|| panic!("{info}"))
+}
+
+#[test]
+fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
+    let atoll = Atoll::new();
+    let conf_dir = short_tempdir();
+    let config = conf_dir.path().join("config.toml");
+    let create = ["create", "--template", "debian", "--net", "none", "--timeout", "300s", "--name"];
+
+    // A config file atoll cannot use is refused, saying where, before anything is made.
+    std::fs::write(&config, "[quotas]\nmax_disks = \"6G\"\n").unwrap();
+    let err = refused(&atoll, &config, &[], &[&create[..], &["d1"]].concat());
+    assert!(err.contains("unknown field `max_disks`") && err.contains("line 2"), "{err}");
+    assert!(err.contains(&config.display().to_string()), "{err}");
+    std::fs::write(&config, "[quotas]\n\nmax_disk = \"six gigs\"\n").unwrap();
+    let err = refused(&atoll, &config, &[], &[&create[..], &["d1"]].concat());
+    assert!(err.contains("line 3") && err.contains("six gigs"), "{err}");
+    let missing = conf_dir.path().join("nope.toml");
+    let err = refused(&atoll, &missing, &[], &[&create[..], &["d1"]].concat());
+    assert!(err.contains("cannot read the config file") && err.contains("ATOLL_CONFIG"), "{err}");
+    assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox directory");
+
+    // One 4 GiB disk fits under 6G; a second does not.
+    std::fs::write(&config, "[quotas]\nmax_disk = \"6G\"\n").unwrap();
+    let out = run(&atoll, &config, &[], &[&create[..], &["d1"]].concat());
+    assert!(out.status.success(), "create d1: {}", text(&out.stderr));
+    let err = refused(&atoll, &config, &[], &[&create[..], &["d2"]].concat());
+    assert!(err.contains("Disk quota reached: sandboxes hold 4"), "{err}");
+    assert!(err.contains("atoll kill") && err.contains("--disk") && err.contains("max_disk"), "{err}");
+    assert_eq!(atoll.sandbox_dirs().len(), 1, "a refused create left a sandbox directory");
+
+    // `atoll info`: each quota, its use and its source; the environment wins.
+    let out = run(&atoll, &config, &[], &["-s", "d1", "--json", "info"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let disk = quota(&info, "max_disk");
+    assert_eq!(disk["limit"], 6u64 << 30, "{info}");
+    assert!(disk["used"].as_u64().unwrap() >= 4 << 30, "{info}");
+    assert_eq!(disk["source"], format!("config file {}", config.display()), "{info}");
+    assert_eq!(quota(&info, "max_sandboxes")["used"], 1, "{info}");
+    assert_eq!(quota(&info, "max_vcpus")["source"], "machine default", "{info}");
+    let out = run(&atoll, &config, &[("ATOLL_MAX_DISK", "7G")], &["-s", "d1", "info"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.lines().any(|l| l.contains("max_disk") && l.contains("7 GiB") && l.contains("$ATOLL_MAX_DISK")),
+        "{shown}"
+    );
+
+    // Over the snapshot quota, snapshots and template saves are refused at once.
+    let small = [("ATOLL_MAX_SNAPSHOT_DISK", "1M")];
+    let err = refused(&atoll, &config, &small, &["snapshot", "create", "d1", "--name", "s1"]);
+    assert!(err.contains("Snapshot quota reached") && err.contains("atoll snapshot rm"), "{err}");
+    let err = refused(&atoll, &config, &small, &["template", "save", "d1", "--name", "quota-t"]);
+    assert!(err.contains("Snapshot quota reached") && err.contains("atoll template rm"), "{err}");
+    let snaps = atoll.json(&["snapshot", "ls"]);
+    assert_eq!(snaps.as_array().map(Vec::len), Some(0), "{snaps}");
+    assert_eq!(atoll.state_of("d1").as_deref(), Some("running"), "the sandbox runs on");
+
+    // The guest, as root, writes its disk full: ENOSPC in the guest, the host file bounded.
+    let dir = &atoll.sandbox_dirs()[0];
+    let overlay = dir.join("vm").join("rootfs.qcow2");
+    let out = run(
+        &atoll,
+        &config,
+        &[],
+        &[
+            "-s",
+            "d1",
+            "exec",
+            "--timeout",
+            "10m",
+            "--",
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/fill bs=4M 2>&1; sync; df -m /",
+        ],
+    );
+    let said = text(&out.stdout) + &text(&out.stderr);
+    assert!(said.contains("No space left on device"), "{said}");
+    let stored = std::fs::metadata(&overlay).unwrap().blocks() * 512;
+    assert!(stored > 3 << 30, "the guest wrote only {stored} bytes: the fill did not happen");
+    assert!(stored <= (4 << 30) + (64 << 20), "the disk file grew to {stored} bytes past the disk's 4 GiB");
+    assert_eq!(atoll.sh("d1", "rm /fill && echo ok").trim(), "ok", "the sandbox still answers");
+
+    // qemu.log is cut back once over 1 MiB (as the console is), its end kept.
+    let log = dir.join("qemu.log");
+    let mut flood = vec![b'x'; 3 << 20];
+    flood.extend_from_slice(b"\nQEMU-LOG-END\n");
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(&flood).unwrap();
+    }
+    atoll_tests::vm::wait_until("qemu.log cut back", Duration::from_secs(20), || {
+        std::fs::metadata(&log).is_ok_and(|m| m.len() <= 1 << 20)
+    });
+    assert!(text(&std::fs::read(&log).unwrap()).trim_end().ends_with("QEMU-LOG-END"));
+}
