@@ -1,8 +1,10 @@
 //! Disk and snapshot quotas, the config file that sets them, and a guest filling its own
-//! disk, on one booted `debian` sandbox through the `atoll` binary:
+//! disk, on one booted sandbox through the `atoll` binary. Its template is a busybox
+//! tree with a 128 MiB disk, built by the test, so the guest fills its disk in seconds
+//! (a `debian` disk is 4 GiB: minutes under software emulation):
 //! - a config file with an unknown key or a bad value is refused, naming the key or the
 //!   line, and nothing is made;
-//! - with `max_disk = "6G"` in the config file one 4 GiB disk fits and a second create
+//! - with `max_disk = "250M"` in the config file one 128 MiB disk fits and a second create
 //!   is refused at once ("Disk quota reached", saying what to kill), leaving nothing;
 //! - `atoll info` shows each quota with its use and where it was set (the config file,
 //!   or the environment variable, which wins);
@@ -16,6 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use atoll_tests::data_dir;
 use atoll_tests::vm::{Atoll, HANG_GUARD, short_tempdir, text, wait_bounded};
 use serde_json::Value;
 
@@ -42,12 +45,47 @@ fn quota<'a>(info: &'a Value, key: &str) -> &'a Value {
     info["quotas"].as_array().unwrap().iter().find(|q| q["key"] == key).unwrap_or_else(|| panic!("{info}"))
 }
 
+/// The guest disk's size: small, so that writing it full takes seconds.
+const DISK: u64 = 128 << 20;
+
+/// A data directory with the usual kernel and one template, `small`: static busybox and
+/// the agent on a [`DISK`]-sized ext4 disk, with no template snapshot (a create boots it).
+fn small_template() -> tempfile::TempDir {
+    let kernel = data_dir().join("kernel/current");
+    assert!(kernel.join("vmlinux").is_file(), "no kernel at {}; run rootfs/setup.sh", kernel.display());
+    let data = short_tempdir();
+    std::fs::create_dir_all(data.path().join("kernel")).unwrap();
+    std::os::unix::fs::symlink(kernel.canonicalize().unwrap(), data.path().join("kernel/current")).unwrap();
+    let tree = short_tempdir();
+    let bin = tree.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("busybox-static is installed (rootfs/setup.sh)");
+    for applet in ["sh", "dd", "df", "sync", "rm", "echo", "cat", "ls"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).unwrap();
+    }
+    let out = Atoll::with_data_dir(data.path()).run(&[
+        "template",
+        "build",
+        "--from",
+        tree.path().to_str().unwrap(),
+        "--name",
+        "small",
+        "--size",
+        "128M",
+        "--no-snapshot",
+    ]);
+    assert!(out.status.success(), "template build: {}", text(&out.stderr));
+    data
+}
+
 #[test]
 fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
-    let atoll = Atoll::new();
+    let data = small_template();
+    let atoll = Atoll::with_data_dir(data.path());
     let conf_dir = short_tempdir();
     let config = conf_dir.path().join("config.toml");
-    let create = ["create", "--template", "debian", "--net", "none", "--timeout", "300s", "--name"];
+    let create = ["create", "--template", "small", "--net", "none", "--timeout", "300s", "--name"];
 
     // A config file atoll cannot use is refused, saying where, before anything is made.
     std::fs::write(&config, "[quotas]\nmax_disks = \"6G\"\n").unwrap();
@@ -62,12 +100,15 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert!(err.contains("cannot read the config file") && err.contains("ATOLL_CONFIG"), "{err}");
     assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox directory");
 
-    // One 4 GiB disk fits under 6G; a second does not.
-    std::fs::write(&config, "[quotas]\nmax_disk = \"6G\"\n").unwrap();
+    // One 128 MiB disk (plus its small files) fits under 250M; a second does not.
+    std::fs::write(&config, "[quotas]\nmax_disk = \"250M\"\n").unwrap();
     let out = run(&atoll, &config, &[], &[&create[..], &["d1"]].concat());
     assert!(out.status.success(), "create d1: {}", text(&out.stderr));
     let err = refused(&atoll, &config, &[], &[&create[..], &["d2"]].concat());
-    assert!(err.contains("Disk quota reached: sandboxes hold 4"), "{err}");
+    assert!(
+        err.contains("Disk quota reached: sandboxes hold") && err.contains("this one needs 128 MiB"),
+        "{err}"
+    );
     assert!(err.contains("atoll kill") && err.contains("--disk") && err.contains("max_disk"), "{err}");
     assert_eq!(atoll.sandbox_dirs().len(), 1, "a refused create left a sandbox directory");
 
@@ -76,8 +117,8 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
     let disk = quota(&info, "max_disk");
-    assert_eq!(disk["limit"], 6u64 << 30, "{info}");
-    assert!(disk["used"].as_u64().unwrap() >= 4 << 30, "{info}");
+    assert_eq!(disk["limit"], 250u64 << 20, "{info}");
+    assert!(disk["used"].as_u64().unwrap() >= DISK, "{info}");
     assert_eq!(disk["source"], format!("config file {}", config.display()), "{info}");
     assert_eq!(quota(&info, "max_sandboxes")["used"], 1, "{info}");
     assert_eq!(quota(&info, "max_vcpus")["source"], "machine default", "{info}");
@@ -110,7 +151,7 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
             "d1",
             "exec",
             "--timeout",
-            "10m",
+            "5m",
             "--",
             "sh",
             "-c",
@@ -120,8 +161,8 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     let said = text(&out.stdout) + &text(&out.stderr);
     assert!(said.contains("No space left on device"), "{said}");
     let stored = std::fs::metadata(&overlay).unwrap().blocks() * 512;
-    assert!(stored > 3 << 30, "the guest wrote only {stored} bytes: the fill did not happen");
-    assert!(stored <= (4 << 30) + (64 << 20), "the disk file grew to {stored} bytes past the disk's 4 GiB");
+    assert!(stored > DISK / 2, "the guest wrote only {stored} bytes: the fill did not happen");
+    assert!(stored <= DISK + (64 << 20), "the disk file grew to {stored} bytes past the disk's 128 MiB");
     assert_eq!(atoll.sh("d1", "rm /fill && echo ok").trim(), "ok", "the sandbox still answers");
 
     // qemu.log is cut back once over 1 MiB (as the console is), its end kept.

@@ -32,9 +32,8 @@ fn vm_a_command_the_oom_killer_ended_says_so_with_the_memory_and_the_fix() {
     assert!(err.contains("atoll create --memory"), "the message says how to give it more: {err}");
 
     // Captured, as JSON: the status says so and gives the guest's memory.
-    let out = atoll.run(
-        &[&["--json", "-s", "oom", "exec", "--capture", "--timeout", SLOW, "--"][..], &HOG].concat(),
-    );
+    let out = atoll
+        .run(&[&["--json", "-s", "oom", "exec", "--capture", "--timeout", SLOW, "--"][..], &HOG].concat());
     assert_eq!(out.status.code(), Some(137), "{}", text(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("--json prints JSON");
     let status = &json["status"];
