@@ -76,6 +76,13 @@ pub struct CreateArgs {
     /// restoring the template's snapshot.
     #[serde(default)]
     pub display: Option<String>,
+    /// Boot an OCI/Docker image from a registry instead of a template (e.g.
+    /// "python:3.12-slim", "ghcr.io/org/img:tag"; linux/amd64). Its template is built on
+    /// first use (minutes; progress is reported) and reused while the image's digest is
+    /// the same. Pulled anonymously (public images) unless the server was started with
+    /// --registry-credentials. Not with template or from_snapshot.
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 /// One host folder shared into a sandbox.
@@ -328,6 +335,10 @@ impl AtollMcp {
             .map(|d| d.parse::<crate::desktop::Size>())
             .transpose()
             .map_err(|e| ToolError::from(crate::desktop::DesktopError::BadRequest(e.to_string())))?;
+        let image = args.image.take().filter(|i| !i.is_empty());
+        if image.is_some() && (args.template.is_some() || args.from_snapshot.is_some()) {
+            return Err(ToolError::BadBuild("give image, or template, or from_snapshot, not several".into()));
+        }
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
@@ -338,6 +349,9 @@ impl AtollMcp {
         }
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
         opts.storage.display = display;
+        if let Some(image) = image {
+            opts.template = self.image_template(&image, &context).await?;
+        }
         let mut info =
             run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
         for (env, secret) in &secrets {

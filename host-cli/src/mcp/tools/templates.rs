@@ -228,11 +228,34 @@ impl AtollMcp {
     }
 }
 
+impl AtollMcp {
+    /// The template of registry image `image` for `sandbox_create {image}`: fetched under
+    /// this server's credential rule, built once per digest; the same call as `atoll
+    /// create --image` ([`crate::template::from_image::ensure`]).
+    pub(crate) async fn image_template(
+        &self,
+        image: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<String, ToolError> {
+        image_only(image)?;
+        let fetch = crate::template::image::FetchOptions { insecure: false, auth: self.registry_auth() };
+        let reference = image.to_owned();
+        let work = tokio::task::spawn_blocking(move || {
+            crate::template::from_image::ensure(&reference, &fetch, &|_| {})
+        });
+        let made = run_with_progress(context, None, "fetching the image and building its template", work)
+            .await?
+            .map_err(|e| ToolError::BadBuild(format!("the build stopped: {e}")))?
+            .map_err(|e| ToolError::BadBuild(e.to_string()))?;
+        Ok(made.template)
+    }
+}
+
 /// RUN output is not streamed over MCP (the call reports progress by time).
 fn no_progress(_: crate::template::dockerfile::Progress) {}
 
 /// `image` if it is a registry reference: over MCP nothing is read from the host.
-fn image_only(image: &str) -> Result<String, ToolError> {
+pub(crate) fn image_only(image: &str) -> Result<String, ToolError> {
     if ["oci:", "docker-archive:", "oci-archive:", "docker-daemon:"].iter().any(|p| image.starts_with(p)) {
         return Err(ToolError::BadBuild(format!(
             "`{image}` names files on the host; over MCP, image takes a registry reference such as python:3.12-slim"
