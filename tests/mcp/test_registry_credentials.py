@@ -206,6 +206,37 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
         finally:
             await session.call_tool("sandbox_kill", {"sandbox_id": "g"})
 
+        # A background build returns at once; sandbox_template_list shows it building,
+        # then ready, or failed with the reason (and nothing installed).
+        async def status_of(name: str) -> dict:
+            listed = await call_ok(session, "sandbox_template_list")
+            return next(t for t in listed["templates"] if t["name"] == name)
+
+        async def settled(name: str) -> dict:
+            for _ in range(600):
+                view = await status_of(name)
+                if view["status"] != "building":
+                    return view
+                await anyio.sleep(0.5)
+            raise AssertionError(f"{name} still building after 300 s")
+
+        nope = image.rsplit(":", 1)[0] + ":nope"
+        started = anyio.current_time()
+        made = await call_ok(session, "sandbox_template_create", name="bad-bg", image=nope, background=True)
+        assert made["status"] == "building" and anyio.current_time() - started < 10, made
+        view = await settled("bad-bg")
+        assert view["status"] == "failed" and "nope" in view["problem"], view
+        assert "manifest unknown" in view["problem"] or "not found" in view["problem"], view
+        assert not (data / "templates/bad-bg").exists()
+        text = await call_err(session, "sandbox_template_create", name="granted", image=image, background=True)
+        assert "already exists" in text, text
+        made = await call_ok(session, "sandbox_template_create", name="bg", image=image, background=True)
+        assert made["status"] == "building", made
+        assert (await status_of("bg"))["status"] in ("building", "ready")
+        view = await settled("bg")
+        assert view["status"] == "ready" and view["kind"] == "disk" and view["size_bytes"] > 0, view
+        assert "problem" not in view, view
+
         # sandbox_create {image}: the image's template is built (progress is reported
         # while it is fetched and built) and a sandbox boots from it.
         progress: list[tuple[float, str | None]] = []
