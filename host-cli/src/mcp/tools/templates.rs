@@ -299,8 +299,7 @@ impl AtollMcp {
             )));
         }
         let by = self.identity();
-        building::start(&args.name, Some(by.clone()))
-            .map_err(|e| ToolError::BadBuild(e.to_string()))?;
+        building::start(&args.name, Some(by.clone())).map_err(|e| ToolError::BadBuild(e.to_string()))?;
         let name = args.name.clone();
         tokio::spawn(async move {
             match build_template(&args.name, &dockerfile, &args, by, auth).await {
