@@ -232,3 +232,58 @@ fn vm_create_from_an_image_builds_once_and_refuses_bad_input_leaving_nothing() {
     assert!(!out.status.success() && err.contains("was not made by `atoll create --image`"), "{err}");
     assert!(a.sandbox_dirs().is_empty(), "no sandbox: {:?}", a.sandbox_dirs());
 }
+
+/// A tmpfs mounted over a directory for a test; unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn create_from_an_image_on_a_disk_that_fills_leaves_nothing() {
+    if !rustix::process::geteuid().is_root() {
+        // Making a small filesystem without root needs a loop device or FUSE; CI runs the
+        // suite as root.
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let data = scratch_data_dir();
+    let work = tempfile::tempdir().unwrap();
+    let a = Atoll::with_data_dir(data.path());
+    let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
+    let layout = work.path().join("layout");
+    let big: Vec<u8> = (0..6u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let entries = [
+        Entry::Dir("bin/"),
+        Entry::File("bin/busybox", &busybox, 0o755),
+        Entry::Dir("data/"),
+        Entry::File("data/big", &big, 0o644),
+    ];
+    oci_layout(&layout, "1", &[layer(&entries)], &["PATH=/bin"], "/", "");
+    // The templates directory (where the tree is staged and the disk image made) is a
+    // 4 MiB tmpfs: the 6 MiB file does not fit.
+    let templates = data.path().join("templates");
+    std::fs::create_dir_all(&templates).unwrap();
+    let mount = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&templates)
+        .output()
+        .unwrap();
+    assert!(mount.status.success(), "mount: {}", text(&mount.stderr));
+    let _disk = SmallDisk(templates.clone());
+    let out = a.run(&["create", "--image", &format!("oci:{}:1", layout.display())]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "built on a full disk");
+    eprintln!("atoll said: {err}");
+    assert!(
+        err.contains("No space left on device") || err.contains("no space"),
+        "says the disk is full: {err}"
+    );
+    assert_nothing_left(&a, data.path(), "a full disk");
+    let free = Command::new("df").args(["--output=used", "-B1"]).arg(&templates).output().unwrap();
+    let used: u64 = text(&free.stdout).lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(used < 64 << 10, "the tmpfs holds {used} bytes after the failed build");
+}
