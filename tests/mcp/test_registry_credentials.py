@@ -254,6 +254,8 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
         assert made["template"].startswith("image-") and len(made["template"]) == 22, made
         assert any(m and "fetching the image and building its template" in m for _, m in progress), progress
         assert any(m and m.startswith("booting") for _, m in progress), progress
+        values = [p for p, _ in progress]
+        assert values == sorted(values) and len(set(values)) == len(values), f"progress must increase: {progress}"
         try:
             out = await call_ok(session, "sandbox_exec", sandbox_id="direct", command="cat /private/secret")
             assert out["stdout"] == SECRET.decode(), out

@@ -255,7 +255,7 @@ fn create_from_an_image_on_a_disk_that_fills_leaves_nothing() {
     let a = Atoll::with_data_dir(data.path());
     let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
     let layout = work.path().join("layout");
-    let big: Vec<u8> = (0..6u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let big: Vec<u8> = (0..6u32 << 20).map(|i| i.wrapping_mul(2_654_435_761).to_le_bytes()[1]).collect();
     let entries = [
         Entry::Dir("bin/"),
         Entry::File("bin/busybox", &busybox, 0o755),

@@ -299,8 +299,9 @@ impl AtollMcp {
             \"none\"; allow_out and deny_out shape that (sandbox_update changes them later), \
             and every attempt is logged (sandbox_network_log). A template's first sandbox of a \
             given memory, cpus and network boots and saves a snapshot of it; later ones restore \
-            that snapshot instead (faster; started_from in the result says which). Remove \
-            it with sandbox_kill when done.",
+            that snapshot instead (faster; started_from in the result says which). image boots \
+            a registry image: its template is built the first time (minutes, with progress) \
+            and reused after. Remove it with sandbox_kill when done.",
         annotations(
             title = "Create a sandbox",
             read_only_hint = false,
@@ -349,11 +350,23 @@ impl AtollMcp {
         }
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
         opts.storage.display = display;
-        if let Some(image) = image {
-            opts.template = self.image_template(&image, &context).await?;
-        }
-        let mut info =
-            run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
+        let mut info = match image {
+            Some(image) => {
+                let since = std::time::Instant::now();
+                opts.template = self.image_template(&image, &context, since).await?;
+                crate::mcp::progress::run_phase(
+                    &context,
+                    Some(opts.timeout),
+                    "booting",
+                    since,
+                    sandbox::create(&opts),
+                )
+                .await??
+            }
+            None => {
+                run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??
+            }
+        };
         for (env, secret) in &secrets {
             if let Err(e) = self.attach_secret(&info.id, secret, Some(env)).await {
                 let _ = sandbox::remove(

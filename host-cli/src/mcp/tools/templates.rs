@@ -326,6 +326,7 @@ impl AtollMcp {
         &self,
         image: &str,
         context: &RequestContext<RoleServer>,
+        since: std::time::Instant,
     ) -> Result<String, ToolError> {
         image_only(image)?;
         let fetch = crate::template::image::FetchOptions { insecure: false, auth: self.registry_auth() };
@@ -333,7 +334,8 @@ impl AtollMcp {
         let work = tokio::task::spawn_blocking(move || {
             crate::template::from_image::ensure(&reference, &fetch, &|_| {})
         });
-        let made = run_with_progress(context, None, "fetching the image and building its template", work)
+        let phase = "fetching the image and building its template";
+        let made = crate::mcp::progress::run_phase(context, None, phase, since, work)
             .await?
             .map_err(|e| ToolError::BadBuild(format!("the build stopped: {e}")))?
             .map_err(|e| ToolError::BadBuild(e.to_string()))?;
