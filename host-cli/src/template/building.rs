@@ -84,17 +84,32 @@ fn write(record: &BuildRecord) -> Result<(), BuildingError> {
 /// Records that this process starts building `name` (already checked as a name);
 /// refused while a live build of that name runs.
 pub fn start(name: &str, by: Option<String>) -> Result<(), BuildingError> {
-    if list()?.iter().any(|r| r.name == name && r.state == BuildState::Building) {
-        return Err(BuildingError::Busy(name.to_owned()));
-    }
-    write(&BuildRecord {
+    let record = BuildRecord {
         name: name.to_owned(),
         state: BuildState::Building,
         reason: None,
         pid: std::process::id(),
         started_unix: now(),
         by,
-    })
+    };
+    if list()?.iter().any(|r| r.name == name) {
+        if list()?.iter().any(|r| r.name == name && r.state == BuildState::Building) {
+            return Err(BuildingError::Busy(name.to_owned()));
+        }
+        // A failed build's record: this build takes its place.
+        return write(&record);
+    }
+    // No record: claim the name with an exclusive create, so two starts at once do not
+    // both build.
+    let dir = dir()?;
+    let path = dir.join(format!("{name}.json"));
+    let claimed = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::OpenOptions::new().write(true).create_new(true).open(&path));
+    match claimed {
+        Ok(_) => write(&record),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(BuildingError::Busy(name.to_owned())),
+        Err(source) => Err(BuildingError::Write { path, source }),
+    }
 }
 
 /// Records that the build of `name` failed, and why.
