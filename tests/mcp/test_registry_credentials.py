@@ -5,9 +5,10 @@ credentials are put where skopeo's default lookup finds them for the server
 (REGISTRY_AUTH_FILE in its environment), as an operator's `docker login` would. Through
 the official MCP Python SDK, `sandbox_template_create {image}` and a Dockerfile FROM that
 image are refused with an authentication error naming --registry-credentials, and leave no
-template, no VM and nothing in the image cache; a server started with
-`--registry-credentials` builds the template (one build VM boots), and a sandbox of it
-reads the private file."""
+template, no VM and nothing in the image cache, and so is `sandbox_create {image}`; a
+server started with `--registry-credentials` builds the template (one build VM boots),
+and a sandbox of it reads the private file; `sandbox_create {image}` there builds the
+image's template (with progress notifications) and boots it."""
 
 from __future__ import annotations
 
@@ -181,6 +182,10 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
         assert "--registry-credentials" in text, text
         text = await call_err(session, "sandbox_template_create", name="stolen", dockerfile=f"FROM {image}\n")
         assert f"FROM {image}" in text and "anonymously" in text and "authentication required" in text, text
+        # sandbox_create {image} follows the same rule (the same fetch as atoll create --image).
+        text = await call_err(session, "sandbox_create", image=image, network="none")
+        assert "anonymously" in text and "authentication required" in text, text
+        assert "--registry-credentials" in text, text
         listed = await call_ok(session, "sandbox_template_list")
         assert sorted(t["name"] for t in listed["templates"]) == ["debian", "minimal"], listed
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
@@ -200,6 +205,62 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
             assert out["stdout"] == SECRET.decode(), out
         finally:
             await session.call_tool("sandbox_kill", {"sandbox_id": "g"})
+
+        # A background build returns at once; sandbox_template_list shows it building,
+        # then ready, or failed with the reason (and nothing installed).
+        async def status_of(name: str) -> dict:
+            listed = await call_ok(session, "sandbox_template_list")
+            return next(t for t in listed["templates"] if t["name"] == name)
+
+        async def settled(name: str) -> dict:
+            for _ in range(600):
+                view = await status_of(name)
+                if view["status"] != "building":
+                    return view
+                await anyio.sleep(0.5)
+            raise AssertionError(f"{name} still building after 300 s")
+
+        nope = image.rsplit(":", 1)[0] + ":nope"
+        started = anyio.current_time()
+        made = await call_ok(session, "sandbox_template_create", name="bad-bg", image=nope, background=True)
+        assert made["status"] == "building" and anyio.current_time() - started < 10, made
+        view = await settled("bad-bg")
+        assert view["status"] == "failed" and "nope" in view["problem"], view
+        assert "manifest unknown" in view["problem"] or "not found" in view["problem"], view
+        assert not (data / "templates/bad-bg").exists()
+        text = await call_err(session, "sandbox_template_create", name="granted", image=image, background=True)
+        assert "already exists" in text, text
+        made = await call_ok(session, "sandbox_template_create", name="bg", image=image, background=True)
+        assert made["status"] == "building", made
+        assert (await status_of("bg"))["status"] in ("building", "ready")
+        view = await settled("bg")
+        assert view["status"] == "ready" and view["kind"] == "disk" and view["size_bytes"] > 0, view
+        assert "problem" not in view, view
+
+        # sandbox_create {image}: the image's template is built (progress is reported
+        # while it is fetched and built) and a sandbox boots from it.
+        progress: list[tuple[float, str | None]] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, message))
+
+        result = await session.call_tool(
+            "sandbox_create",
+            {"image": image, "name": "direct", "network": "none", "boot_timeout_s": 300},
+            progress_callback=on_progress,
+        )
+        assert not result.is_error, result
+        made = result.structured_content
+        assert made["template"].startswith("image-") and len(made["template"]) == 22, made
+        assert any(m and "fetching the image and building its template" in m for _, m in progress), progress
+        assert any(m and m.startswith("booting") for _, m in progress), progress
+        values = [p for p, _ in progress]
+        assert values == sorted(values) and len(set(values)) == len(values), f"progress must increase: {progress}"
+        try:
+            out = await call_ok(session, "sandbox_exec", sandbox_id="direct", command="cat /private/secret")
+            assert out["stdout"] == SECRET.decode(), out
+        finally:
+            await session.call_tool("sandbox_kill", {"sandbox_id": "direct"})
     await anyio.to_thread.run_sync(
         lambda: wait_for(lambda: not processes_mentioning(str(state)), "the VMs' processes to end")
     )

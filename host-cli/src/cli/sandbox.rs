@@ -127,6 +127,20 @@ pub struct CreateArgs {
     /// (no template snapshot).
     #[arg(long, value_name = "WxH")]
     pub display: Option<crate::desktop::Size>,
+    /// Boot an OCI/Docker image instead of a template: a registry reference
+    /// (`python:3.12-slim`, `registry.example:5000/team/base:tag`, `NAME@sha256:...`),
+    /// `oci:DIR[:TAG]` or `docker-archive:FILE`. Its template (`image-<digest>`) is built
+    /// on first use and reused while the image's digest is the same.
+    #[arg(long, value_name = "REF", conflicts_with_all = ["template", "from"])]
+    pub image: Option<String>,
+    /// Allow the --image registry over plain HTTP or with an unverified certificate.
+    #[arg(long, requires = "image")]
+    pub insecure_registry: bool,
+    /// Registry credentials for --image in ~/.docker/config.json form; default: skopeo's
+    /// lookup ($REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json,
+    /// ~/.docker/config.json).
+    #[arg(long, value_name = "FILE", env = "ATOLL_REGISTRY_AUTH", requires = "image")]
+    pub registry_auth: Option<std::path::PathBuf>,
 }
 
 fn parse_mount(s: &str) -> Result<Mount, String> {

@@ -59,8 +59,14 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     let storage =
         crate::sandbox::mounts::Storage { mounts: args.mount, disk_bytes: args.disk, display: args.display };
     crate::sandbox::mounts::check(&storage.mounts).map_err(|e| UsageError(e.to_string()))?;
+    let template = match &args.image {
+        Some(reference) => {
+            image_template(reference, args.insecure_registry, args.registry_auth.clone()).await?
+        }
+        None => args.template,
+    };
     let opts = CreateOptions {
-        template: args.template,
+        template,
         name: args.name,
         memory_mib: args.memory,
         cpus: args.cpus,
@@ -102,6 +108,36 @@ async fn create(ctx: &Ctx, args: CreateArgs) -> Result<u8> {
     }
     let created = Created { info, ports };
     print(ctx, &created, &format!("{}\n", created.info.id))
+}
+
+/// `atoll create --image`: the image's template, fetched and built (or reused), said on
+/// stderr; Ctrl-C drops the wait (the build stages aside, so nothing half-made stays).
+async fn image_template(
+    reference: &str,
+    insecure: bool,
+    registry_auth: Option<std::path::PathBuf>,
+) -> Result<String> {
+    use crate::template::image::{FetchOptions, RegistryAuth};
+    let fetch =
+        FetchOptions { insecure, auth: registry_auth.map_or(RegistryAuth::Lookup, RegistryAuth::File) };
+    eprintln!("atoll: fetching image {}", crate::template::image::escape_controls(reference));
+    let r = reference.to_owned();
+    let work = tokio::task::spawn_blocking(move || {
+        crate::template::from_image::ensure(&r, &fetch, &|f| {
+            eprintln!("atoll: image {} is {}; preparing its template", f.reference, f.digest);
+        })
+    });
+    let made = tokio::select! {
+        r = work => r??,
+        _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
+    };
+    eprintln!(
+        "atoll: template `{}` {} for {}",
+        made.template,
+        if made.built { "built" } else { "reused" },
+        made.image
+    );
+    Ok(made.template)
 }
 
 /// What `atoll create --json` prints: the sandbox, and the ports `--publish` gave it.

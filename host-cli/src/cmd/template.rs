@@ -329,6 +329,16 @@ fn ls(ctx: &Ctx) -> Result<u8> {
             t.problem.as_deref().unwrap_or(&t.agent_version)
         );
     }
+    // Background builds (MCP) not installed yet: building, or failed and why.
+    for b in template::building::list()?.iter().filter(|b| !templates.iter().any(|t| t.name == b.name)) {
+        let state = match b.state {
+            template::building::BuildState::Building => "building".to_owned(),
+            template::building::BuildState::Failed => {
+                format!("failed: {}", template::image::escape_controls(b.reason.as_deref().unwrap_or("")))
+            }
+        };
+        let _ = writeln!(text, "{:<20} {:<8} {:<5} {:>10}  {state}", b.name, "-", "-", "-");
+    }
     ctx.out.text(&text)?;
     Ok(0)
 }

@@ -33,7 +33,38 @@ pub async fn run_with_progress<F: Future>(
     verb: &str,
     call: F,
 ) -> Result<F::Output, ToolError> {
+    run_ticking(context, total, verb, None, call).await
+}
+
+/// One phase of a call made of several (fetch and build, then boot): like
+/// [`run_with_progress`], but a notification names the phase as soon as it starts, and
+/// the progress counts fractional seconds since `since`, the call's start, so it keeps
+/// increasing from one phase to the next as the protocol requires.
+pub async fn run_phase<F: Future>(
+    context: &RequestContext<RoleServer>,
+    total: Option<Duration>,
+    verb: &str,
+    since: Instant,
+    call: F,
+) -> Result<F::Output, ToolError> {
+    run_ticking(context, total, verb, Some(since), call).await
+}
+
+async fn run_ticking<F: Future>(
+    context: &RequestContext<RoleServer>,
+    total: Option<Duration>,
+    verb: &str,
+    since: Option<Instant>,
+    call: F,
+) -> Result<F::Output, ToolError> {
     let token = context.meta.get_progress_token();
+    if let (Some(token), Some(since)) = (token.clone(), since) {
+        let param = ProgressNotificationParam::new(token, since.elapsed().as_secs_f64())
+            .with_message(format!("{verb}: started"));
+        if let Err(error) = context.peer.notify_progress(param).await {
+            tracing::debug!(%error, "could not send a progress notification");
+        }
+    }
     let started = Instant::now();
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -55,7 +86,8 @@ pub async fn run_with_progress<F: Future>(
             _ = ticks.tick(), if token.is_some() => {
                 let Some(token) = token.clone() else { continue };
                 let secs = started.elapsed().as_secs();
-                let mut param = ProgressNotificationParam::new(token, secs as f64)
+                let done = since.map_or(secs as f64, |since| since.elapsed().as_secs_f64());
+                let mut param = ProgressNotificationParam::new(token, done)
                     .with_message(format!("{verb} {secs} s"));
                 if let Some(total) = total {
                     param = param.with_total(total.as_secs_f64().ceil());

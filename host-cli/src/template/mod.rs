@@ -11,6 +11,9 @@
 //!   or as a systemd unit), `mkfs.ext4 -d`, and the atomic move into place.
 //! - [`image`]: `--image REF`, an OCI image fetched by skopeo into the content-addressed
 //!   cache; [`layer`] applies its layers (whiteouts, opaque directories, no escapes).
+//! - [`building`]: records of builds running in the background (MCP), shown by `ls`.
+//! - [`from_image`]: the template of an image for `atoll create --image` and MCP
+//!   `sandbox_create {image}`, one per manifest digest, built once and reused.
 //! - [`probe`]: whether a template's image holds a program (which interpreters
 //!   `sandbox_run_code` can find where), read from the image without booting it.
 //! - Saving a sandbox's disk as a template is a sandbox use-case
@@ -18,7 +21,9 @@
 //! - A template a sandbox uses ([`users`]) is neither removed nor replaced.
 
 pub mod bake;
+pub mod building;
 pub mod dockerfile;
+pub mod from_image;
 pub mod image;
 pub mod layer;
 pub mod owners;

@@ -120,19 +120,61 @@ pub(crate) struct Registry {
 impl Registry {
     /// Starts one.
     pub(crate) fn start() -> Registry {
+        Registry::start_with(None)
+    }
+
+    /// Starts one over TLS (a self-signed certificate made by openssl) that wants
+    /// `user`/`password` (an htpasswd file made by htpasswd).
+    pub(crate) fn start_private(user: &str, password: &str) -> Registry {
+        Registry::start_with(Some((user, password)))
+    }
+
+    fn start_with(login: Option<(&str, &str)>) -> Registry {
         let dir = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let config = dir.path().join("config.yml");
         let storage = dir.path().join("storage");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
-                storage.display()
-            ),
-        )
-        .unwrap();
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: 127.0.0.1:{port}\n",
+            storage.display()
+        );
+        if let Some((user, password)) = login {
+            let (cert, key, htpasswd) =
+                (dir.path().join("cert.pem"), dir.path().join("key.pem"), dir.path().join("htpasswd"));
+            let out = Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "rsa:2048",
+                    "-nodes",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=127.0.0.1",
+                ])
+                .args(["-addext", "subjectAltName=IP:127.0.0.1", "-keyout"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert)
+                .output()
+                .expect("openssl is installed");
+            assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+            let out = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output()
+                .expect("htpasswd (apache2-utils)");
+            assert!(out.status.success(), "htpasswd: {}", String::from_utf8_lossy(&out.stderr));
+            std::fs::write(&htpasswd, &out.stdout).unwrap();
+            yaml.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\nauth:\n  htpasswd:\n    realm: test\n    path: {}\n",
+                cert.display(),
+                key.display(),
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, yaml).unwrap();
         let child = Command::new("docker-registry")
             .arg("serve")
             .arg(&config)
@@ -145,6 +187,17 @@ impl Registry {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         });
         Registry { child, port, _dir: dir }
+    }
+
+    /// Where it keeps blobs: `<storage>/docker/registry/v2/blobs/sha256/<2 hex>/<hex>/data`.
+    pub(crate) fn blob_path(&self, digest: &str) -> std::path::PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+        self._dir
+            .path()
+            .join("storage/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
     }
 }
 

@@ -76,6 +76,13 @@ pub struct CreateArgs {
     /// restoring the template's snapshot.
     #[serde(default)]
     pub display: Option<String>,
+    /// Boot an OCI/Docker image from a registry instead of a template (e.g.
+    /// "python:3.12-slim", "ghcr.io/org/img:tag"; linux/amd64). Its template is built on
+    /// first use (minutes; progress is reported) and reused while the image's digest is
+    /// the same. Pulled anonymously (public images) unless the server was started with
+    /// --registry-credentials. Not with template or from_snapshot.
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 /// One host folder shared into a sandbox.
@@ -292,8 +299,9 @@ impl AtollMcp {
             \"none\"; allow_out and deny_out shape that (sandbox_update changes them later), \
             and every attempt is logged (sandbox_network_log). A template's first sandbox of a \
             given memory, cpus and network boots and saves a snapshot of it; later ones restore \
-            that snapshot instead (faster; started_from in the result says which). Remove \
-            it with sandbox_kill when done.",
+            that snapshot instead (faster; started_from in the result says which). image boots \
+            a registry image: its template is built the first time (minutes, with progress) \
+            and reused after. Remove it with sandbox_kill when done.",
         annotations(
             title = "Create a sandbox",
             read_only_hint = false,
@@ -328,6 +336,10 @@ impl AtollMcp {
             .map(|d| d.parse::<crate::desktop::Size>())
             .transpose()
             .map_err(|e| ToolError::from(crate::desktop::DesktopError::BadRequest(e.to_string())))?;
+        let image = args.image.take().filter(|i| !i.is_empty());
+        if image.is_some() && (args.template.is_some() || args.from_snapshot.is_some()) {
+            return Err(ToolError::BadBuild("give image, or template, or from_snapshot, not several".into()));
+        }
         let mut opts = args.options()?;
         opts.created_by = Some(self.identity());
         self.check_private_egress(&opts.policy.allow_out)?;
@@ -338,8 +350,23 @@ impl AtollMcp {
         }
         opts.storage = self.storage(mounts, disk, &context.peer).await?;
         opts.storage.display = display;
-        let mut info =
-            run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??;
+        let mut info = match image {
+            Some(image) => {
+                let since = std::time::Instant::now();
+                opts.template = self.image_template(&image, &context, since).await?;
+                crate::mcp::progress::run_phase(
+                    &context,
+                    Some(opts.timeout),
+                    "booting",
+                    since,
+                    sandbox::create(&opts),
+                )
+                .await??
+            }
+            None => {
+                run_with_progress(&context, Some(opts.timeout), "booting", sandbox::create(&opts)).await??
+            }
+        };
         for (env, secret) in &secrets {
             if let Err(e) = self.attach_secret(&info.id, secret, Some(env)).await {
                 let _ = sandbox::remove(

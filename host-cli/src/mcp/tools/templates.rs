@@ -38,9 +38,13 @@ pub struct TemplateView {
     /// The sandbox it was saved from, if it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub from_sandbox: Option<String>,
-    /// What is wrong with it, if it cannot be used.
+    /// What is wrong with it, if it cannot be used, or why its build failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// "ready" (sandbox_create can boot it), "building" (a background build runs; list
+    /// again later) or "failed" (the background build stopped; problem says why, and
+    /// nothing was installed).
+    pub status: String,
 }
 
 /// Result of `sandbox_template_list`.
@@ -51,7 +55,7 @@ pub struct TemplateList {
 }
 
 /// Arguments of `sandbox_template_create`.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTemplateArgs {
     /// The sandbox whose disk becomes the template, by id or name. Give exactly one of
@@ -85,6 +89,12 @@ pub struct CreateTemplateArgs {
     /// uses it; built-in templates and others' are never replaced). Default: false.
     #[serde(default)]
     pub replace: bool,
+    /// For image and dockerfile: return at once with status "building" and build in the
+    /// background; sandbox_template_list then shows "building", "ready" or "failed" with
+    /// the reason. Use it when tool calls time out before a build (minutes) ends.
+    /// Default: false (the call returns when the template is ready, reporting progress).
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Result of `sandbox_template_create`.
@@ -106,8 +116,11 @@ pub struct CreatedTemplate {
     pub run_steps: Option<usize>,
     /// Bytes its disk image occupies on the host.
     pub size_bytes: u64,
-    /// Whether a template of that name was replaced.
+    /// Whether a template of that name was (or, building, will be) replaced.
     pub replaced: bool,
+    /// "ready", or "building" for a background build (sandbox_template_list says when
+    /// it is ready, or why it failed).
+    pub status: String,
 }
 
 #[tool_router(router = templates_router, vis = "pub(crate)")]
@@ -129,17 +142,45 @@ impl AtollMcp {
         &self,
         Parameters(_args): Parameters<ListTemplatesArgs>,
     ) -> Result<Json<TemplateList>, ToolError> {
-        let templates = crate::template::list()?
+        use crate::template::building::{self, BuildState};
+        let builds: Vec<_> = building::list()
+            .map_err(crate::template::TemplateStoreError::from)?
+            .into_iter()
+            .filter(|b| self.may_use_template(b.by.as_deref()))
+            .collect();
+        let mut templates: Vec<TemplateView> = crate::template::list()?
             .into_iter()
             .filter(|t| self.may_use_template(t.saved_by.as_deref()))
-            .map(|t| TemplateView {
-                name: t.name,
-                kind: if t.disk { "disk" } else { "initramfs" }.to_owned(),
-                size_bytes: t.disk_usage_bytes,
-                from_sandbox: t.from_sandbox,
-                problem: t.problem,
+            .map(|t| {
+                let rebuilding = builds.iter().any(|b| b.name == t.name && b.state == BuildState::Building);
+                TemplateView {
+                    kind: if t.disk { "disk" } else { "initramfs" }.to_owned(),
+                    size_bytes: t.disk_usage_bytes,
+                    from_sandbox: t.from_sandbox,
+                    status: if rebuilding { "building" } else { "ready" }.to_owned(),
+                    problem: t.problem,
+                    name: t.name,
+                }
             })
             .collect();
+        for b in builds {
+            if templates.iter().any(|t| t.name == b.name) {
+                continue;
+            }
+            templates.push(TemplateView {
+                name: b.name,
+                kind: "disk".to_owned(),
+                size_bytes: 0,
+                from_sandbox: None,
+                problem: b.reason,
+                status: match b.state {
+                    BuildState::Building => "building",
+                    BuildState::Failed => "failed",
+                }
+                .to_owned(),
+            });
+        }
+        templates.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Json(TemplateList { templates }))
     }
 
@@ -151,7 +192,8 @@ impl AtollMcp {
             files are flushed and its VM frozen for the copy (seconds); only sandboxes of disk \
             templates (kind \"disk\" in sandbox_template_list, e.g. debian) can be saved. From a \
             registry image (image) or a Dockerfile's text (dockerfile, RUN steps run in a build VM): \
-            takes minutes; progress is reported. start and ready_cmd make every boot start the \
+            takes minutes; progress is reported, or pass background: true to return at once and \
+            watch sandbox_template_list (status building, ready or failed with the reason). start and ready_cmd make every boot start the \
             image's ENTRYPOINT+CMD and wait for the ready command. An existing name is refused \
             unless replace is true.",
         annotations(
@@ -169,6 +211,9 @@ impl AtollMcp {
     ) -> Result<Json<CreatedTemplate>, ToolError> {
         let dockerfile = match (&args.from_sandbox, &args.image, &args.dockerfile) {
             (Some(sandbox), None, None) => {
+                if args.background {
+                    return Err(ToolError::BadBuild("background goes with image or dockerfile".into()));
+                }
                 if args.start || args.ready_cmd.is_some() || !args.build_args.is_empty() {
                     return Err(ToolError::BadBuild(
                         "start, ready_cmd and build_args go with image or dockerfile, not from_sandbox"
@@ -186,6 +231,7 @@ impl AtollMcp {
                     run_steps: None,
                     size_bytes: saved.disk_usage_bytes,
                     replaced: saved.replaced,
+                    status: "ready".to_owned(),
                 }));
             }
             (None, Some(image), None) => {
@@ -211,8 +257,12 @@ impl AtollMcp {
         let replaced = crate::template::list()?.iter().any(|t| t.name == args.name);
         let by = self.identity();
         let auth = self.registry_auth();
+        if args.background {
+            return self.build_in_background(args, dockerfile, replaced, auth);
+        }
         let build = build_template(&args.name, &dockerfile, &args, by, auth);
         let built = run_with_progress(&context, None, "building", build).await??;
+        crate::template::building::forget(&built.template.name);
         Ok(Json(CreatedTemplate {
             name: built.template.name.clone(),
             from_sandbox: None,
@@ -224,7 +274,72 @@ impl AtollMcp {
                 .find(|t| t.name == built.template.name)
                 .map_or(0, |t| t.disk_usage_bytes),
             replaced,
+            status: "ready".to_owned(),
         }))
+    }
+}
+
+impl AtollMcp {
+    /// Starts building `args.name` from `dockerfile` in a task of its own and returns at
+    /// once; [`crate::template::building`] records how it stands for
+    /// `sandbox_template_list`. What can be refused now (the name, one that exists) is.
+    fn build_in_background(
+        &self,
+        args: CreateTemplateArgs,
+        dockerfile: String,
+        replaced: bool,
+        auth: crate::template::image::RegistryAuth,
+    ) -> Result<Json<CreatedTemplate>, ToolError> {
+        use crate::template::building;
+        crate::template::check_name(&args.name)?;
+        if replaced && !args.replace {
+            return Err(ToolError::BadBuild(format!(
+                "template `{}` already exists; pick another name, or pass replace: true",
+                args.name
+            )));
+        }
+        let by = self.identity();
+        building::start(&args.name, Some(by.clone())).map_err(|e| ToolError::BadBuild(e.to_string()))?;
+        let name = args.name.clone();
+        tokio::spawn(async move {
+            match build_template(&args.name, &dockerfile, &args, by, auth).await {
+                Ok(_) => building::forget(&args.name),
+                Err(e) => building::fail(&args.name, &e.to_string()),
+            }
+        });
+        Ok(Json(CreatedTemplate {
+            name,
+            from_sandbox: None,
+            from_template: None,
+            from_image: None,
+            run_steps: None,
+            size_bytes: 0,
+            replaced,
+            status: "building".to_owned(),
+        }))
+    }
+
+    /// The template of registry image `image` for `sandbox_create {image}`: fetched under
+    /// this server's credential rule, built once per digest; the same call as `atoll
+    /// create --image` ([`crate::template::from_image::ensure`]).
+    pub(crate) async fn image_template(
+        &self,
+        image: &str,
+        context: &RequestContext<RoleServer>,
+        since: std::time::Instant,
+    ) -> Result<String, ToolError> {
+        image_only(image)?;
+        let fetch = crate::template::image::FetchOptions { insecure: false, auth: self.registry_auth() };
+        let reference = image.to_owned();
+        let work = tokio::task::spawn_blocking(move || {
+            crate::template::from_image::ensure(&reference, &fetch, &|_| {})
+        });
+        let phase = "fetching the image and building its template";
+        let made = crate::mcp::progress::run_phase(context, None, phase, since, work)
+            .await?
+            .map_err(|e| ToolError::BadBuild(format!("the build stopped: {e}")))?
+            .map_err(|e| ToolError::BadBuild(e.to_string()))?;
+        Ok(made.template)
     }
 }
 
@@ -232,7 +347,7 @@ impl AtollMcp {
 fn no_progress(_: crate::template::dockerfile::Progress) {}
 
 /// `image` if it is a registry reference: over MCP nothing is read from the host.
-fn image_only(image: &str) -> Result<String, ToolError> {
+pub(crate) fn image_only(image: &str) -> Result<String, ToolError> {
     if ["oci:", "docker-archive:", "oci-archive:", "docker-daemon:"].iter().any(|p| image.starts_with(p)) {
         return Err(ToolError::BadBuild(format!(
             "`{image}` names files on the host; over MCP, image takes a registry reference such as python:3.12-slim"
