@@ -9,7 +9,7 @@
 //! (`open_tree`) made `nosuid,nodev,noexec` (`mount_setattr`, recursively), which bwrap's
 //! binds keep: nothing in a share can be run from QEMU's side, nor gain privileges.
 //! A detached copy cannot be bound, so the child that becomes bwrap attaches the copies
-//! under `/tmp` in a mount namespace of its own (slave to the host's, so nothing
+//! on an empty directory of the sandbox's in a mount namespace of its own (slave to the host's, so nothing
 //! propagates back) before bwrap starts ([`attach`]). An ordinary user cannot copy a
 //! mount: the share is then bound from its plain handle, `nosuid,nodev` only
 //! (docs/security.md, "Known holes").
@@ -80,9 +80,26 @@ impl Opened {
     }
 }
 
-/// Where the child attaches the trees (in its own mount namespace): bwrap needs `/tmp`
-/// itself, so it exists; bwrap then mounts its own tmpfs over it.
-pub const STAGE: &std::ffi::CStr = c"/tmp";
+/// The empty directory in the sandbox directory (out of QEMU's sight) the child
+/// attaches the trees on, stacked, in its own mount namespace: nothing bwrap reads
+/// lies under it.
+pub const STAGE: &str = "shares";
+
+/// Makes `dir/`[`STAGE`] (an empty real directory, not a link) and returns its path.
+pub fn stage(dir: &Path) -> Result<std::ffi::CString, ShareError> {
+    let path = dir.join(STAGE);
+    let err = |source| ShareError::Open { path: path.clone(), source };
+    match std::fs::create_dir(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(err(e)),
+    }
+    if !std::fs::symlink_metadata(&path).map_err(err)?.is_dir() {
+        return Err(err(std::io::Error::other("not a directory")));
+    }
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| err(std::io::Error::other(e)))
+}
 
 /// Opens every share of `storage` and every path bound inside one (`inner`, host paths
 /// as [`super::namespaces::binds`] lists them). `copy_mounts`: make `nosuid,nodev,noexec`
@@ -198,9 +215,9 @@ fn mount_copy(dir: &OwnedFd, path: &Path, read_only: bool) -> Result<OwnedFd, Sh
 }
 
 /// In the child about to exec bwrap: a mount namespace of its own, a slave of the
-/// host's, with each tree of `trees` attached (stacked) on [`STAGE`]. Only system
-/// calls on memory prepared before the fork: safe between fork and exec.
-pub fn attach(trees: &[RawFd]) -> std::io::Result<()> {
+/// host's, with each tree of `trees` attached (stacked) on `stage` ([`stage`]). Only
+/// system calls on memory prepared before the fork: safe between fork and exec.
+pub fn attach(trees: &[RawFd], stage: &std::ffi::CStr) -> std::io::Result<()> {
     if trees.is_empty() {
         return Ok(());
     }
@@ -214,7 +231,7 @@ pub fn attach(trees: &[RawFd]) -> std::io::Result<()> {
     for &t in trees {
         // SAFETY: the descriptor stays open in the child until exec.
         let t = unsafe { std::os::fd::BorrowedFd::borrow_raw(t) };
-        rustix::mount::move_mount(t, c"", rustix::fs::CWD, STAGE, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
+        rustix::mount::move_mount(t, c"", rustix::fs::CWD, stage, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
     }
     Ok(())
 }
