@@ -108,7 +108,7 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
     let atoll = Atoll::new();
     let mount = format!("{}:/work:rw", share.display());
     let (mut refused, mut served) = (Vec::new(), 0);
-    for i in 0..8 {
+    for i in 0..30 {
         let name = format!("r{i}");
         let out = atoll.run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
         if !out.status.success() {
@@ -123,14 +123,12 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
         assert!(!seen.contains("HOST-ROOT") && seen.contains("MARKER"), "the guest saw: {seen}");
         atoll.json(&["kill", &name]);
         served += 1;
-        if served == 2 {
-            break;
-        }
+        break;
     }
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
     assert!(swaps.load(Ordering::Relaxed) > 100, "the swapper hardly ran");
-    assert!(served + refused.len() > 0);
+    assert_eq!(served, 1, "no create got past the swaps in 30 tries: {refused:?}");
     eprintln!("served {served}, refused {}: {refused:?}", refused.len());
 }
 

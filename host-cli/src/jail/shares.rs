@@ -80,25 +80,32 @@ impl Opened {
     }
 }
 
-/// The empty directory in the sandbox directory (out of QEMU's sight) the child
-/// attaches the trees on, stacked, in its own mount namespace: nothing bwrap reads
-/// lies under it.
+/// The directory in the sandbox directory (out of QEMU's sight) whose empty
+/// subdirectories `0`, `1`, ... the child attaches the trees on, in its own mount
+/// namespace: nothing bwrap reads lies under them.
 pub const STAGE: &str = "shares";
 
-/// Makes `dir/`[`STAGE`] (an empty real directory, not a link) and returns its path.
-pub fn stage(dir: &Path) -> Result<std::ffi::CString, ShareError> {
-    let path = dir.join(STAGE);
-    let err = |source| ShareError::Open { path: path.clone(), source };
-    match std::fs::create_dir(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(err(e)),
-    }
-    if !std::fs::symlink_metadata(&path).map_err(err)?.is_dir() {
-        return Err(err(std::io::Error::other("not a directory")));
-    }
+/// Makes `dir/`[`STAGE`]`/0..count` (empty real directories, not links) and returns
+/// their paths.
+pub fn stage(dir: &Path, count: usize) -> Result<Vec<std::ffi::CString>, ShareError> {
     use std::os::unix::ffi::OsStrExt;
-    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| err(std::io::Error::other(e)))
+    let top = dir.join(STAGE);
+    let mut out = Vec::new();
+    for path in std::iter::once(top.clone()).chain((0..count).map(|i| top.join(i.to_string()))) {
+        let err = |source| ShareError::Open { path: path.clone(), source };
+        match std::fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(err(e)),
+        }
+        if !std::fs::symlink_metadata(&path).map_err(err)?.is_dir() {
+            return Err(err(std::io::Error::other("not a directory")));
+        }
+        if path != top {
+            out.push(std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| err(std::io::Error::other(e)))?);
+        }
+    }
+    Ok(out)
 }
 
 /// Opens every share of `storage` and every path bound inside one (`inner`, host paths
@@ -215,9 +222,9 @@ fn mount_copy(dir: &OwnedFd, path: &Path, read_only: bool) -> Result<OwnedFd, Sh
 }
 
 /// In the child about to exec bwrap: a mount namespace of its own, a slave of the
-/// host's, with each tree of `trees` attached (stacked) on `stage` ([`stage`]). Only
-/// system calls on memory prepared before the fork: safe between fork and exec.
-pub fn attach(trees: &[RawFd], stage: &std::ffi::CStr) -> std::io::Result<()> {
+/// host's, with each tree of `trees` attached on its directory of `stages` ([`stage`]).
+/// Only system calls on memory prepared before the fork: safe between fork and exec.
+pub fn attach(trees: &[RawFd], stages: &[std::ffi::CString]) -> std::io::Result<()> {
     if trees.is_empty() {
         return Ok(());
     }
@@ -228,10 +235,10 @@ pub fn attach(trees: &[RawFd], stage: &std::ffi::CStr) -> std::io::Result<()> {
         c"/",
         rustix::mount::MountPropagationFlags::DOWNSTREAM | rustix::mount::MountPropagationFlags::REC,
     )?;
-    for &t in trees {
+    for (&t, stage) in trees.iter().zip(stages) {
         // SAFETY: the descriptor stays open in the child until exec.
         let t = unsafe { std::os::fd::BorrowedFd::borrow_raw(t) };
-        rustix::mount::move_mount(t, c"", rustix::fs::CWD, stage, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
+        rustix::mount::move_mount(t, c"", rustix::fs::CWD, stage.as_c_str(), MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
     }
     Ok(())
 }
