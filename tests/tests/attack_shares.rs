@@ -26,7 +26,8 @@ fn sh(atoll: &Atoll, name: &str, script: &str) -> (i32, String, String) {
 fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
     let id = atoll.json(&["inspect", "a"])["id"].as_str().unwrap().to_string();
     let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(&id).join("sandbox.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(&id).join("sandbox.json")).unwrap())
+            .unwrap();
     let qemu = record["qemu"]["pid"].as_u64().expect("QEMU's pid is recorded");
     let mountinfo = std::fs::read_to_string(format!("/proc/{qemu}/mountinfo")).unwrap();
     let as_root = rustix::process::geteuid().is_root();
@@ -61,8 +62,18 @@ fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
                 .arg(&exe)
                 .output()
                 .unwrap();
-            assert!(!out.status.success(), "{} ran in QEMU's namespace: {}", exe.display(), text(&out.stdout));
-            assert!(text(&out.stderr).contains("Permission denied"), "{}: {}", exe.display(), text(&out.stderr));
+            assert!(
+                !out.status.success(),
+                "{} ran in QEMU's namespace: {}",
+                exe.display(),
+                text(&out.stdout)
+            );
+            assert!(
+                text(&out.stderr).contains("Permission denied"),
+                "{}: {}",
+                exe.display(),
+                text(&out.stderr)
+            );
         }
     }
     // The test can fail: the same files run from the host's own namespace.
@@ -110,15 +121,25 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
     let (mut refused, mut served) = (Vec::new(), 0);
     for i in 0..30 {
         let name = format!("r{i}");
-        let out = atoll.run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        let out =
+            atoll.run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
         if !out.status.success() {
             let err = text(&out.stderr);
-            let clear = ["symbolic link", "could not be opened", "does not exist", "owned by root", "directory", "cannot be read", "not canonical"];
+            let clear = [
+                "symbolic link",
+                "could not be opened",
+                "does not exist",
+                "owned by root",
+                "directory",
+                "cannot be read",
+                "not canonical",
+            ];
             assert!(clear.iter().any(|c| err.contains(c)), "a refusal that does not say why: {err}");
             refused.push(err);
             continue;
         }
-        let (code, seen, err) = sh(&atoll, &name, "ls /work; test -e /work/etc/passwd && echo HOST-ROOT; true");
+        let (code, seen, err) =
+            sh(&atoll, &name, "ls /work; test -e /work/etc/passwd && echo HOST-ROOT; true");
         assert_eq!(code, 0, "{err}");
         assert!(!seen.contains("HOST-ROOT") && seen.contains("MARKER"), "the guest saw: {seen}");
         atoll.json(&["kill", &name]);

@@ -173,7 +173,9 @@ impl HostDir {
     fn open(target: &Path) -> Result<HostDir> {
         let name = target
             .file_name()
-            .ok_or_else(|| UsageError(format!("{} names no file; give a file or folder name", target.display())))?
+            .ok_or_else(|| {
+                UsageError(format!("{} names no file; give a file or folder name", target.display()))
+            })?
             .to_os_string();
         let parent = parent_of(target);
         let flags = rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC;
@@ -185,7 +187,8 @@ impl HostDir {
         let records: Vec<_> = crate::vmm::dirs::state_dir()
             .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
             .unwrap_or_default();
-        crate::sandbox::mounts::refuse_staging_in_share(&real, &records).map_err(|e| UsageError(e.to_string()))?;
+        crate::sandbox::mounts::refuse_staging_in_share(&real, &records)
+            .map_err(|e| UsageError(e.to_string()))?;
         Ok(HostDir { dir, real, name, shown: target.to_path_buf() })
     }
 

@@ -37,7 +37,7 @@ pub enum ShareError {
         path: PathBuf,
     },
     /// The folder is gone or not a directory.
-    #[error("the shared folder {} could not be opened ({source}); nothing was started: check that it exists and is a directory", path.display())]
+    #[error("the shared folder {} could not be opened; nothing was started: check that it exists and is a directory", path.display())]
     Open {
         /// The folder.
         path: PathBuf,
@@ -46,7 +46,7 @@ pub enum ShareError {
         source: std::io::Error,
     },
     /// The private copy of its mount could not be made.
-    #[error("could not make a nosuid,nodev,noexec copy of the mount of {} ({source})", path.display())]
+    #[error("could not make a nosuid,nodev,noexec copy of the mount of {}", path.display())]
     Mount {
         /// The folder.
         path: PathBuf,
@@ -102,7 +102,10 @@ pub fn stage(dir: &Path, count: usize) -> Result<Vec<std::ffi::CString>, ShareEr
             return Err(err(std::io::Error::other("not a directory")));
         }
         if path != top {
-            out.push(std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|e| err(std::io::Error::other(e)))?);
+            out.push(
+                std::ffi::CString::new(path.as_os_str().as_bytes())
+                    .map_err(|e| err(std::io::Error::other(e)))?,
+            );
         }
     }
     Ok(out)
@@ -132,8 +135,10 @@ pub fn open(storage: &Storage, inner: &[&Path], copy_mounts: bool) -> Result<Ope
     }
     for path in inner {
         // The deepest share holding it.
-        let Some((root, fd)) =
-            roots.iter().filter(|(r, _)| path.starts_with(r) && path != r).max_by_key(|(r, _)| r.as_os_str().len())
+        let Some((root, fd)) = roots
+            .iter()
+            .filter(|(r, _)| path.starts_with(r) && path != r)
+            .max_by_key(|(r, _)| r.as_os_str().len())
         else {
             continue;
         };
@@ -168,6 +173,10 @@ fn open_dir(path: &Path) -> Result<OwnedFd, ShareError> {
     )
     .map_err(|e| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::XDEV => ShareError::Link { path: path.to_path_buf() },
+        // O_NOFOLLOW | O_DIRECTORY on a link says "not a directory".
+        rustix::io::Errno::NOTDIR if path.symlink_metadata().is_ok_and(|m| m.is_symlink()) => {
+            ShareError::Link { path: path.to_path_buf() }
+        }
         e => open_error(path, e),
     })
 }
@@ -238,7 +247,13 @@ pub fn attach(trees: &[RawFd], stages: &[std::ffi::CString]) -> std::io::Result<
     for (&t, stage) in trees.iter().zip(stages) {
         // SAFETY: the descriptor stays open in the child until exec.
         let t = unsafe { std::os::fd::BorrowedFd::borrow_raw(t) };
-        rustix::mount::move_mount(t, c"", rustix::fs::CWD, stage.as_c_str(), MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
+        rustix::mount::move_mount(
+            t,
+            c"",
+            rustix::fs::CWD,
+            stage.as_c_str(),
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+        )?;
     }
     Ok(())
 }
