@@ -86,9 +86,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     if restore {
         qemu_args = crate::vmm::migrate::restore_args(qemu_args);
     }
-    let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
-    let (info_read, info_write) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
+    // The shares first: a folder that cannot be opened safely leaves nothing made.
     let binds = namespaces::binds(spec);
     let inner: Vec<&Path> = binds
         .iter()
@@ -98,6 +96,9 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let root = rustix::process::geteuid().is_root();
     let opened = shares::open(spec.storage, &inner, root)?;
     let run_as = user::for_qemu(spec.storage, |p| shares::owner(&opened, p))?;
+    let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
+    let (info_read, info_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
     if let Some(run_as) = run_as {
         grant_files(spec, run_as)?;
     }
