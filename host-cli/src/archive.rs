@@ -146,7 +146,7 @@ pub fn zip_dir(dir: &Path, out: File) -> Result<(File, ArchiveStats), ArchiveErr
 
 /// The process's umask, read without changing it (`umask(2)` would set it, racing other
 /// threads); 022 where /proc does not say.
-fn current_umask() -> u32 {
+pub fn current_umask() -> u32 {
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()

@@ -8,7 +8,7 @@
 //! `core.filemode` and symlinks keep working in the guest). The default share refuses
 //! writes.
 
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use atoll_tests::vm::{Atoll, text};
@@ -17,6 +17,140 @@ use atoll_tests::vm::{Atoll, text};
 fn sh(atoll: &Atoll, name: &str, script: &str) -> (i32, String, String) {
     let out = atoll.run(&["-s", name, "exec", "--timeout", "5m", "--sh", script]);
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+/// The host side of each share is a `nosuid,nodev,noexec` mount in QEMU's namespace
+/// (as root; an ordinary user cannot copy a mount, and gets `nosuid,nodev`): from
+/// QEMU's mount namespace, as root even, the executable and the setuid program in each
+/// share do not run.
+fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
+    let id = atoll.json(&["inspect", "a"])["id"].as_str().unwrap().to_string();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(&id).join("sandbox.json")).unwrap())
+            .unwrap();
+    let qemu = record["qemu"]["pid"].as_u64().expect("QEMU's pid is recorded");
+    let mountinfo = std::fs::read_to_string(format!("/proc/{qemu}/mountinfo")).unwrap();
+    let as_root = rustix::process::geteuid().is_root();
+    // What QEMU's side must not run: a host executable and a setuid program in each
+    // share (removed again below: the host walk after the attacks expects none).
+    for d in shares {
+        std::fs::copy("/usr/bin/id", d.join("host-exe")).unwrap();
+        std::fs::copy("/usr/bin/id", d.join("host-suid")).unwrap();
+        std::fs::set_permissions(d.join("host-exe"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(d.join("host-suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    }
+    for share in shares {
+        let point = share.display().to_string();
+        let options = mountinfo
+            .lines()
+            .rfind(|l| l.split(' ').nth(4) == Some(point.as_str()))
+            .unwrap_or_else(|| panic!("{point} is not a mount point in QEMU's namespace:\n{mountinfo}"))
+            .split(' ')
+            .nth(5)
+            .unwrap()
+            .to_string();
+        let has = |o: &str| options.split(',').any(|x| x == o);
+        assert!(has("nosuid") && has("nodev"), "{point} in QEMU's namespace: {options}");
+        if !as_root {
+            continue;
+        }
+        assert!(has("noexec"), "{point} in QEMU's namespace: {options}");
+        for file in ["host-exe", "host-suid"] {
+            let exe = share.join(file);
+            let out = std::process::Command::new("nsenter")
+                .args(["--target", &qemu.to_string(), "--mount", "--"])
+                .arg(&exe)
+                .output()
+                .unwrap();
+            assert!(
+                !out.status.success(),
+                "{} ran in QEMU's namespace: {}",
+                exe.display(),
+                text(&out.stdout)
+            );
+            assert!(
+                text(&out.stderr).contains("Permission denied"),
+                "{}: {}",
+                exe.display(),
+                text(&out.stderr)
+            );
+        }
+    }
+    // The test can fail: the same files run from the host's own namespace.
+    if as_root {
+        assert!(std::process::Command::new(shares[0].join("host-exe")).output().unwrap().status.success());
+    }
+    for d in shares {
+        std::fs::remove_file(d.join("host-exe")).unwrap();
+        std::fs::remove_file(d.join("host-suid")).unwrap();
+    }
+}
+
+/// A link to `/` swapped in for a shared folder, again and again while sandboxes are
+/// created, by a background thread (as another guest that can write the share's parent
+/// would): each create either fails saying what is wrong with the folder, or its guest
+/// sees the folder; never the host's root. The share is opened once, without following
+/// links, and QEMU's namespace binds that open directory.
+#[test]
+fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_root() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let host = tempfile::tempdir().unwrap();
+    let (share, parked) = (host.path().join("share"), host.path().join("parked"));
+    std::fs::create_dir(&share).unwrap();
+    std::fs::write(share.join("MARKER"), "the real share\n").unwrap();
+    atoll_tests::vm::own_as_ordinary_user(&share);
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (share, parked, stop, swaps) = (share.clone(), parked.clone(), stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::rename(&share, &parked).unwrap();
+                std::os::unix::fs::symlink("/", &share).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                std::fs::remove_file(&share).unwrap();
+                std::fs::rename(&parked, &share).unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(3));
+            }
+        })
+    };
+    let atoll = Atoll::new();
+    let mount = format!("{}:/work:rw", share.display());
+    let (mut refused, mut served) = (Vec::new(), 0);
+    for i in 0..30 {
+        let name = format!("r{i}");
+        let out =
+            atoll.run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        if !out.status.success() {
+            let err = text(&out.stderr);
+            let clear = [
+                "symbolic link",
+                "could not be opened",
+                "does not exist",
+                "owned by root",
+                "directory",
+                "cannot be read",
+                "not canonical",
+            ];
+            assert!(clear.iter().any(|c| err.contains(c)), "a refusal that does not say why: {err}");
+            refused.push(err);
+            continue;
+        }
+        let (code, seen, err) =
+            sh(&atoll, &name, "ls /work; test -e /work/etc/passwd && echo HOST-ROOT; true");
+        assert_eq!(code, 0, "{err}");
+        assert!(!seen.contains("HOST-ROOT") && seen.contains("MARKER"), "the guest saw: {seen}");
+        atoll.json(&["kill", &name]);
+        served += 1;
+        break;
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(swaps.load(Ordering::Relaxed) > 100, "the swapper hardly ran");
+    assert_eq!(served, 1, "no create got past the swaps in 30 tries: {refused:?}");
+    eprintln!("served {served}, refused {}: {refused:?}", refused.len());
 }
 
 /// Every entry under `dir` (and `dir` itself): (path, mode, uid, file type).
@@ -51,6 +185,7 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     atoll.create_with("a", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro]);
     let info = atoll.json(&["inspect", "a"]);
     assert_eq!(info["mounts"][1]["read_only"], true, "a share without :rw is read-only: {info}");
+    qemu_side_cannot_run_share_files(&atoll, &[&share, &ro]);
 
     // The attacks, each of which succeeds as far as the guest can tell.
     let attack = "set -e

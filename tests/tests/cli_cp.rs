@@ -189,6 +189,17 @@ fn copies_out_of_a_guest_are_capped_and_modes_masked() {
     ok(&atoll(&agent.address(), &["cp", &src, s(&dst)]));
     let mode = std::fs::metadata(dst.join("f0")).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode & 0o7002, 0, "setuid or world-writable from the guest's mode: {mode:o}");
+    // One file, streamed rather than zipped, passes through the umask too.
+    let one = host.path().join("one");
+    let out = std::process::Command::new("sh")
+        .args(["-c", "umask 027 && exec \"$@\"", "sh"])
+        .arg(atoll_tests::workspace_bin("atoll"))
+        .args(["--agent", &agent.address(), "cp", &format!(":{}", s(&guest.join("f0"))), s(&one)])
+        .output()
+        .unwrap();
+    ok(&out);
+    let mode = std::fs::metadata(&one).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o750, "the guest's 4777 under umask 027: {mode:o}");
 }
 
 /// A copy out of a guest is not staged inside a folder a sandbox shares read-write (its
@@ -228,6 +239,21 @@ fn copies_out_are_not_staged_in_a_read_write_share() {
         assert_eq!(code(&out), 2, "{}", stderr(&out));
         assert!(stderr(&out).contains("which sandbox `sharer` shares read-write"), "{}", stderr(&out));
     }
+    // Through a host link into the share, and `download -o` into it: refused the same.
+    let link = host.path().join("link");
+    std::os::unix::fs::symlink(&rw, &link).unwrap();
+    let out = cp(&link.join("out.txt"));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("which sandbox `sharer` shares read-write"), "{}", stderr(&out));
+    let zip_dir = agent.dir.path().join("zipme");
+    std::fs::create_dir(&zip_dir).unwrap();
+    std::fs::write(zip_dir.join("a"), "a").unwrap();
+    let out = atoll_cmd(&agent.address(), &["download", s(&zip_dir), "-o", s(&rw.join("z.zip"))])
+        .env("ATOLL_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("which sandbox `sharer` shares read-write"), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&rw).unwrap().count(), 1, "nothing staged in the share");
     ok(&cp(&ro.join("out.txt")));
     assert_eq!(std::fs::read_to_string(ro.join("out.txt")).unwrap(), "from the guest\n");

@@ -118,6 +118,19 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     let (gid, groups) = (status_field(qemu, "Gid"), status_field(qemu, "Groups"));
     assert!(gid.split_whitespace().all(|g| g != "0"), "QEMU's gids: {gid}");
     assert!(groups.split_whitespace().all(|g| g != "0"), "QEMU's groups: {groups}");
+    if as_root {
+        // Exactly `atoll` (and /dev/kvm's group under KVM): nothing of the caller's.
+        let etc_group = std::fs::read_to_string("/etc/group").unwrap();
+        let atoll_gid = etc_group.lines().find_map(|l| l.strip_prefix("atoll:x:")).expect("the atoll group");
+        let atoll_gid = atoll_gid.split(':').next().unwrap().to_string();
+        let kvm_gid = std::fs::metadata("/dev/kvm").map(|m| m.gid().to_string()).ok();
+        let held: Vec<&str> = groups.split_whitespace().collect();
+        assert!(held.contains(&atoll_gid.as_str()), "QEMU's groups: {groups}");
+        assert!(
+            held.iter().all(|g| *g == atoll_gid || Some(*g) == kvm_gid.as_deref()),
+            "QEMU holds supplementary groups beyond atoll's: {groups}"
+        );
+    }
     assert_eq!(status_field(qemu, "CapEff"), "0000000000000000");
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 

@@ -154,6 +154,55 @@ fn host_target(src: &str, dst: &Path) -> PathBuf {
     }
 }
 
+/// The host folder a copy from a guest lands in, opened once (links the user gave are
+/// followed then, never again): checked on that handle not to lie in a folder a sandbox
+/// shares read-write, and written through it (`/proc/self/fd/N`), so a link swapped in
+/// for a component of its path afterwards changes nothing.
+struct HostDir {
+    dir: std::os::fd::OwnedFd,
+    /// Where it really is, as opened.
+    real: PathBuf,
+    /// The target's name in it.
+    name: std::ffi::OsString,
+    /// The target as the user gave it, for messages.
+    shown: PathBuf,
+}
+
+impl HostDir {
+    /// Opens the folder of `target`, refusing one in a read-write share.
+    fn open(target: &Path) -> Result<HostDir> {
+        let name = target
+            .file_name()
+            .ok_or_else(|| {
+                UsageError(format!("{} names no file; give a file or folder name", target.display()))
+            })?
+            .to_os_string();
+        let parent = parent_of(target);
+        let flags = rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC;
+        let dir = rustix::fs::open(parent, flags, rustix::fs::Mode::empty())
+            .map_err(std::io::Error::from)
+            .with_context(|| format!("cannot open the folder {}", parent.display()))?;
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir)))
+            .with_context(|| format!("cannot open the folder {}", parent.display()))?;
+        let records: Vec<_> = crate::vmm::dirs::state_dir()
+            .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
+            .unwrap_or_default();
+        crate::sandbox::mounts::refuse_staging_in_share(&real, &records)
+            .map_err(|e| UsageError(e.to_string()))?;
+        Ok(HostDir { dir, real, name, shown: target.to_path_buf() })
+    }
+
+    /// The folder, through its handle.
+    fn via(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.dir)))
+    }
+
+    /// The target, through the folder's handle.
+    fn target(&self) -> PathBuf {
+        self.via().join(&self.name)
+    }
+}
+
 fn parent_of(path: &Path) -> &Path {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -173,12 +222,9 @@ async fn download_any(
     let entry = client.stat(src).await?;
     let target = host_target(src, dst);
     let to = target.display().to_string();
-    // Files and folders are staged beside the target, then renamed into place.
-    let records: Vec<_> = crate::vmm::dirs::state_dir()
-        .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
-        .unwrap_or_default();
-    crate::sandbox::mounts::refuse_staging_in_share(parent_of(&target), &records)
-        .map_err(|e| UsageError(e.to_string()))?;
+    // Files and folders are staged beside the target, then renamed into place, in the
+    // folder opened once and checked here.
+    let parent = HostDir::open(&target)?;
     if entry.kind == FileKind::Dir {
         if target.exists() {
             return Err(UsageError(format!(
@@ -186,7 +232,7 @@ async fn download_any(
             ))
             .into());
         }
-        let stats = download_dir(ctx, client, src, &target, sync, limits).await?;
+        let stats = download_dir(ctx, client, src, &parent, sync, limits).await?;
         return Ok(Copied {
             from: format!(":{src}"),
             to,
@@ -196,9 +242,8 @@ async fn download_any(
             skipped: vec![],
         });
     }
-    let parent = parent_of(&target).to_path_buf();
-    let tmp = tempfile::NamedTempFile::new_in(&parent)
-        .with_context(|| format!("cannot create a file in {}", parent.display()))?;
+    let tmp = tempfile::NamedTempFile::new_in(parent.via())
+        .with_context(|| format!("cannot create a file in {}", parent.real.display()))?;
     let mut read = client.read_file(src, ReadOpts::default()).await?;
     let bar = ctx.out.progress(Some(read.file_size), "download");
     let mut out = FileSink::new(tmp.reopen()?);
@@ -213,11 +258,12 @@ async fn download_any(
     let finished = if sync { out.finish_synced().await } else { out.finish().await.map(drop) };
     finished.with_context(|| format!("cannot write {to}"))?;
     bar.finish_and_clear();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(entry.mode & 0o777))?;
-    tmp.persist(&target).with_context(|| format!("cannot write {to}"))?;
+    let mode = entry.mode & 0o777 & !archive::current_umask();
+    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
+    tmp.persist(parent.target()).with_context(|| format!("cannot write {to}"))?;
     if sync {
-        let parent = parent_of(&target).to_path_buf();
-        tokio::task::spawn_blocking(move || std::fs::File::open(&parent)?.sync_all())
+        let dir = parent.via();
+        tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
             .await?
             .with_context(|| format!("cannot sync the directory of {to}"))?;
     }
@@ -229,7 +275,7 @@ async fn download_dir(
     ctx: &Ctx,
     client: &Client,
     src: &str,
-    target: &Path,
+    parent: &HostDir,
     sync: bool,
     limits: archive::UnpackLimits,
 ) -> Result<ArchiveStats> {
@@ -239,25 +285,25 @@ async fn download_dir(
     bar.finish_and_clear();
     let (summary, zip) = got?;
     report_skipped(&summary);
-    let target = target.to_path_buf();
-    let staging_parent = parent_of(&target).to_path_buf();
+    let (target, shown) = (parent.target(), parent.shown.clone());
+    let (staging_parent, real) = (parent.via(), parent.real.clone());
     tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
         let staging = tempfile::Builder::new()
             .prefix(".atoll-cp-")
             .tempdir_in(&staging_parent)
-            .with_context(|| format!("cannot create a directory in {}", staging_parent.display()))?;
+            .with_context(|| format!("cannot create a directory in {}", real.display()))?;
         let mut zip = zip;
         std::io::Seek::rewind(&mut zip)?;
         let stats = archive::unzip_into(zip, staging.path(), limits)?;
         // Renamed first and only then kept, so a failed rename still removes the staging
         // directory.
         std::fs::rename(staging.path(), &target)
-            .with_context(|| format!("cannot create {}", target.display()))?;
+            .with_context(|| format!("cannot create {}", shown.display()))?;
         let _ = staging.keep();
         if sync {
             std::fs::File::open(&target)
                 .and_then(|dir| rustix::fs::syncfs(&dir).map_err(std::io::Error::from))
-                .with_context(|| format!("cannot sync {}", target.display()))?;
+                .with_context(|| format!("cannot sync {}", shown.display()))?;
         }
         Ok(stats)
     })
@@ -319,7 +365,8 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
         summary
     } else {
         let out = &args.output;
-        let tmp = tempfile::NamedTempFile::new_in(parent_of(out))
+        let parent = HostDir::open(out)?;
+        let tmp = tempfile::NamedTempFile::new_in(parent.via())
             .with_context(|| format!("cannot create {}", out.display()))?;
         let bar = ctx.out.progress(None, "download");
         let got = download_zip(&client, &args.dir, args.max_bytes, tmp.reopen()?, &bar).await;
@@ -328,7 +375,7 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
         tokio::task::spawn_blocking(move || file.sync_all())
             .await?
             .with_context(|| format!("cannot write {}", out.display()))?;
-        tmp.persist(out).with_context(|| format!("cannot write {}", out.display()))?;
+        tmp.persist(parent.target()).with_context(|| format!("cannot write {}", out.display()))?;
         summary
     };
     report_skipped(&summary);

@@ -18,6 +18,7 @@
 pub mod cgroup;
 pub mod env;
 pub mod namespaces;
+pub mod shares;
 pub mod user;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -59,6 +60,9 @@ pub enum JailError {
     /// The sandbox's cgroup could not be made.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),
+    /// A shared folder could not be opened safely.
+    #[error(transparent)]
+    Share(#[from] shares::ShareError),
 }
 
 /// A jailed QEMU: the `bwrap` process that watches it (it ends when QEMU ends, with
@@ -82,20 +86,34 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     if restore {
         qemu_args = crate::vmm::migrate::restore_args(qemu_args);
     }
+    // The shares first: a folder that cannot be opened safely leaves nothing made.
+    let binds = namespaces::binds(spec);
+    let inner: Vec<&Path> = binds
+        .iter()
+        .map(|b| b.path.as_path())
+        .filter(|p| spec.storage.mounts.iter().any(|m| p.starts_with(&m.host) && *p != m.host))
+        .collect();
+    let root = rustix::process::geteuid().is_root();
+    let opened = shares::open(spec.storage, &inner, root)?;
+    let run_as = user::for_qemu(spec.storage, |p| shares::owner(&opened, p))?;
     let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
     let (info_read, info_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
-    let run_as = user::for_qemu(spec.storage)?;
     if let Some(run_as) = run_as {
         grant_files(spec, run_as)?;
     }
-    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as);
+    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as, &opened);
     args.push(qemu.display().to_string());
     args.extend(qemu_args);
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let log = &spec.paths.qemu_log;
-    let child = spawn(&bwrap, &args, log, env::qemu(), Some(&info_write), procs)?;
+    let mut keep = opened.raw_fds();
+    keep.push(info_write.as_raw_fd());
+    let trees = opened.raw_trees();
+    let stages = if trees.is_empty() { Vec::new() } else { shares::stage(&spec.paths.dir, trees.len())? };
+    let child = spawn(&bwrap, &args, log, env::qemu(), &keep, (&trees, &stages), procs)?;
     drop(info_write);
+    drop(opened);
     let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
@@ -175,7 +193,7 @@ pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
 /// Starts the network helper (`exe args`) detached with the scrubbed environment. It
 /// needs the host's network, so it keeps the host's namespaces.
 pub fn start_helper(exe: &Path, args: &[String], log: &Path) -> Result<tokio::process::Child, JailError> {
-    spawn(exe, args, log, env::helper(), None, Vec::new())
+    spawn(exe, args, log, env::helper(), &[], (&[], &[]), Vec::new())
 }
 
 /// bwrap's `--info-fd` report: `{"child-pid": N, ...}` once the sandbox runs.
@@ -211,15 +229,17 @@ fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
 }
 
 /// Starts `program args` in a new session with stdin closed, stdout and stderr
-/// appended to `log`, exactly the environment `env`, `keep` (a descriptor the child
-/// inherits) left open across exec, and the child moved into the cgroups whose
-/// `cgroup.procs` are `procs` before it runs anything.
+/// appended to `log`, exactly the environment `env`, `keep` (descriptors the child
+/// inherits) left open across exec, the mount copies `trees` attached on `stages` in a
+/// mount namespace of its own ([`shares::attach`]), and the child moved into the cgroups
+/// whose `cgroup.procs` are `procs` before it runs anything.
 fn spawn(
     program: &Path,
     args: &[String],
     log: &Path,
     env: Vec<(String, String)>,
-    keep: Option<&OwnedFd>,
+    keep: &[i32],
+    (trees, stages): (&[i32], &[std::ffi::CString]),
     procs: Vec<OwnedFd>,
 ) -> Result<tokio::process::Child, JailError> {
     let open_log = || {
@@ -228,10 +248,13 @@ fn spawn(
     };
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
-    let keep = keep.map(AsRawFd::as_raw_fd);
+    let keep = keep.to_vec();
+    let trees = trees.to_vec();
+    let stages = stages.to_vec();
     let proc_fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: only async-signal-safe calls run between fork and exec (setsid, fcntl,
-    // write on descriptors opened before the fork); nothing allocates or takes a lock.
+    // write, unshare, mount, move_mount on descriptors and strings made before the
+    // fork); nothing allocates or takes a lock.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid().map_err(std::io::Error::from)?;
@@ -240,10 +263,11 @@ fn spawn(
                 let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
                 rustix::io::write(fd, b"0").map_err(std::io::Error::from)?;
             }
-            if let Some(fd) = keep {
+            for &fd in &keep {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
             }
+            shares::attach(&trees, &stages)?;
             Ok(())
         });
     }

@@ -147,7 +147,14 @@ fn submodules(share: &Path, repo: &Path, depth: usize, out: &mut Vec<Bind>) {
 
 /// bwrap's arguments for QEMU of `spec`, up to (not including) the program; bwrap
 /// writes QEMU's pid as JSON to `info_fd`.
-pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::RunAs>) -> Vec<String> {
+/// What lies in a shared folder is bound from its handle in `opened` (left out when it
+/// has none: it was gone or a link when the shares were opened).
+pub fn bwrap_args(
+    spec: &VmSpec<'_>,
+    info_fd: i32,
+    run_as: Option<super::user::RunAs>,
+    opened: &super::shares::Opened,
+) -> Vec<String> {
     let mut a: Vec<String> = [
         "--unshare-pid",
         "--unshare-ipc",
@@ -176,7 +183,9 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::R
     }
     a.extend(["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"].map(String::from));
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
-    let binds = binds(spec);
+    let in_share = |p: &Path| spec.storage.mounts.iter().any(|m| p.starts_with(&m.host));
+    let mut binds = binds(spec);
+    binds.retain(|b| !in_share(&b.path) || opened.fds.contains_key(&b.path));
     // Every directory on the way to a bind, made searchable by anyone: bwrap would make
     // them 0700, which only root could pass.
     let mut ancestors: Vec<&Path> = binds.iter().flat_map(|b| b.path.ancestors().skip(1)).collect();
@@ -187,12 +196,18 @@ pub fn bwrap_args(spec: &VmSpec<'_>, info_fd: i32, run_as: Option<super::user::R
         a.extend(["--perms".into(), "0755".into(), "--dir".into(), dir.display().to_string()]);
     }
     for b in &binds {
+        let path = b.path.display().to_string();
+        if let Some(fd) = opened.fds.get(&b.path) {
+            use std::os::fd::AsRawFd;
+            let flag = if b.access == Access::Read { "--ro-bind-fd" } else { "--bind-fd" };
+            a.extend([flag.into(), fd.as_raw_fd().to_string(), path]);
+            continue;
+        }
         let flag = match b.access {
             Access::Read => "--ro-bind",
             Access::Write => "--bind",
             Access::Device => "--dev-bind",
         };
-        let path = b.path.display().to_string();
         a.extend([flag.into(), path.clone(), path]);
     }
     a.extend(["--info-fd".into(), info_fd.to_string()]);
@@ -311,7 +326,7 @@ mod tests {
         );
         let paths: std::collections::HashSet<_> = b.iter().map(|x| &x.path).collect();
         assert_eq!(paths.len(), b.len(), "each path bound once");
-        let args = bwrap_args(&spec, 7, None);
+        let args = bwrap_args(&spec, 7, None, &crate::jail::shares::Opened::default());
         assert!(!args.iter().any(|a| a == "--die-with-parent"), "a sandbox outlives its command");
         assert!(args.windows(2).any(|w| w[0] == "--info-fd" && w[1] == "7"));
         assert!(args.iter().any(|a| a == "--unshare-net") && args.iter().any(|a| a == "--as-pid-1"));

@@ -14,7 +14,6 @@
 //! unprivileged QEMU: such a sandbox is refused, saying what to change
 //! ([`UserError::RootShare`], [`UserError::SeveralOwners`]).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::vmm::storage::Storage;
@@ -72,7 +71,11 @@ pub struct RunAs {
 
 /// Who QEMU of a sandbox with `storage` runs as: `None` when atoll is not root (QEMU
 /// keeps the user's uid); an error when no unprivileged identity can serve its shares.
-pub fn for_qemu(storage: &Storage) -> Result<Option<RunAs>, UserError> {
+/// `owner`: a share's (uid, gid), read from the handle it was opened as.
+pub fn for_qemu(
+    storage: &Storage,
+    owner: impl Fn(&Path) -> Option<(u32, u32)>,
+) -> Result<Option<RunAs>, UserError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
@@ -82,9 +85,7 @@ pub fn for_qemu(storage: &Storage) -> Result<Option<RunAs>, UserError> {
             .mounts
             .iter()
             .filter(|m| m.read_only == read_only)
-            .filter_map(|m| {
-                std::fs::metadata(&m.host).ok().map(|meta| (m.host.clone(), meta.uid(), meta.gid()))
-            })
+            .filter_map(|m| owner(&m.host).map(|(uid, gid)| (m.host.clone(), uid, gid)))
             .collect()
     };
     let rw = owners(false);

@@ -286,7 +286,8 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
     }
     super::mounts::check(&opts.storage.mounts)?;
     // Shares no unprivileged QEMU can serve are refused before anything is made.
-    crate::jail::user::for_qemu(&opts.storage).map_err(crate::jail::JailError::from)?;
+    crate::jail::user::for_qemu(&opts.storage, crate::jail::shares::path_owner)
+        .map_err(crate::jail::JailError::from)?;
     if let Some(bytes) = opts.storage.disk_bytes
         && !(super::mounts::MIN_DISK_BYTES..=super::mounts::MAX_DISK_BYTES).contains(&bytes)
     {
