@@ -203,11 +203,17 @@ impl Vm {
 
     /// Runs `sh -c script` in the guest and returns (exit code, stdout).
     async fn sh(&self, script: &str) -> (i32, String) {
+        self.sh_within(script, 0).await
+    }
+
+    /// [`Vm::sh`] with the agent's timeout for the command (0: its default, 60 s).
+    async fn sh_within(&self, script: &str, timeout_ms: u32) -> (i32, String) {
         let resp = self
             .client()
             .await
             .exec(pb::ExecRequest {
                 command: Some(pb::Command { shell: script.into(), ..Default::default() }),
+                timeout_ms,
                 ..Default::default()
             })
             .await
@@ -402,6 +408,8 @@ async fn vm_debian_runs_python3_node_and_the_coding_tools_offline() {
 async fn coding_tools_work_offline(vm: &Vm) {
     let (code, out) = vm.sh("ls /sys/class/net").await;
     assert_eq!((code, out.trim()), (0, "lo"), "the VM has a network device");
+    // Under TCG on a loaded machine a venv (ensurepip) or a compile takes minutes.
+    const SLOW_MS: u32 = 540_000;
     let must = |what: &str, (code, out): (i32, String)| {
         assert_eq!(
             code, 0,
@@ -412,15 +420,15 @@ async fn coding_tools_work_offline(vm: &Vm) {
     let git = "cd /root && git init -q -b main repo && cd repo && git config user.email a@example.test \
                && git config user.name agent && echo hi > f && git add f && git commit -q -m first 2>&1 \
                && git log --format=%s && git rev-list --count HEAD";
-    assert_eq!(must("git", vm.sh(git).await).trim(), "first\n1");
+    assert_eq!(must("git", vm.sh_within(git, SLOW_MS).await).trim(), "first\n1");
     let venv = "python3 -m venv /root/venv 2>&1 && /root/venv/bin/pip --version 2>&1 \
                 && /root/venv/bin/python -c 'import sys; print(sys.prefix)'";
-    let out = must("python3 -m venv", vm.sh(venv).await);
+    let out = must("python3 -m venv", vm.sh_within(venv, SLOW_MS).await);
     assert!(
         out.starts_with("pip ") && out.contains("/root/venv/lib/python3") && out.ends_with("/root/venv\n"),
         "{out}"
     );
-    let out = must("npm", vm.sh("npm --version 2>&1").await);
+    let out = must("npm", vm.sh_within("npm --version 2>&1", SLOW_MS).await);
     assert!(
         out.trim().split('.').count() == 3 && out.trim().split('.').all(|p| p.parse::<u32>().is_ok()),
         "npm --version: {out}"
@@ -430,7 +438,7 @@ async fn coding_tools_work_offline(vm: &Vm) {
 int main(void) { printf("hello from cc %d\n", 6 * 7); return 0; }
 EOF
 cc -O2 -o /root/hello /root/hello.c 2>&1 && /root/hello && make --version | head -n1"#;
-    let out = must("cc", vm.sh(c).await);
+    let out = must("cc", vm.sh_within(c, SLOW_MS).await);
     assert!(out.starts_with("hello from cc 42\nGNU Make 4"), "{out}");
     let out = must(
         "curl",
