@@ -229,7 +229,14 @@ fn vm_secrets_git_clone_over_https_with_the_placeholder_in_the_url() {
     };
     // The secret's host, verified against the sandbox CA (GIT_SSL_CAINFO): cloned.
     let got = clone("allowed.test", "ok", true);
-    assert!(got.ends_with("exit=0"), "clone from the secret's host: {got}");
+    if !got.ends_with("exit=0") {
+        // Which certificate the guest was shown, for the failure message.
+        let diag = atoll.sh(
+            "git",
+            "echo | openssl s_client -connect allowed.test:443 -servername allowed.test 2>&1 | grep -E 's:|i:|Verif'",
+        );
+        panic!("clone from the secret's host: {got}\nthe chain the guest sees: {diag}");
+    }
     let got = atoll.sh("git", "cat /root/ok/README && git -C /root/ok log --format=%s");
     assert_eq!(got.trim(), "cloned through the secret swap\nthe one commit");
     let url = atoll.sh("git", "git -C /root/ok remote get-url origin");
