@@ -11,8 +11,9 @@
 #      target (they share most of their dependencies, so those compile once); the agent is
 #      copied to $DATA/bin/atoll-agent, the command is left in target/ for the quickstart
 #   4. the kernel (rootfs/fetch-kernel.sh) and the `minimal` template
-#   5. with --with-debian (or ATOLL_WITH_DEBIAN=1): the `debian` template, rebuilt only
-#      when the agent changed (about a minute)
+#   5. with --with-debian (or ATOLL_WITH_DEBIAN=1): the `debian` template (git, curl,
+#      python3 with pip and venv, nodejs with npm, gcc and make), rebuilt only when the
+#      agent or rootfs/build-debian.sh is newer than its image (4-8 minutes)
 #   6. the snapshots of those templates, which a plain `atoll create` restores instead of
 #      booting (`atoll template snapshot`, a few seconds each), made by the `atoll` on PATH
 #      (or $ATOLL_BIN) in the state directory it uses; skipped when there is no `atoll` yet
@@ -25,7 +26,7 @@
 #   page), and with --with-test-tools chromium (tests/tests/vm_desktop.rs loads the view).
 #   With --with-test-tools, also what the test suite uses beyond that: strace, and for
 #   the network tests' outside world (tests/src/netns.rs) iproute2, dnsmasq-base,
-#   openssl and python3, and docker-registry (the image tests' registry on loopback) with
+#   openssl and python3, git (the repository vm_secrets.rs serves over HTTPS), and docker-registry (the image tests' registry on loopback) with
 #   apache2-utils (htpasswd, for the registry that wants a password).
 #
 # Usage: rootfs/setup.sh [--with-debian] [--with-desktop] [--with-test-tools] [--with-vsock]
@@ -57,7 +58,7 @@ fi
 
 # 1. Packages (installed only when missing, so a ready machine needs no network).
 packages="qemu-system-x86 qemu-utils bubblewrap util-linux busybox-static cpio e2fsprogs debootstrap musl-tools xz-utils binutils ca-certificates curl gcc libc6-dev skopeo"
-[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 docker-registry apache2-utils"
+[ "$test_tools" = 1 ] && packages="$packages strace iproute2 dnsmasq-base openssl python3 git docker-registry apache2-utils"
 # The desktop's live view serves Debian's noVNC page; its test loads it in Chromium.
 [ "$with_desktop" = 1 ] && packages="$packages novnc"
 [ "$with_desktop" = 1 ] && [ "$test_tools" = 1 ] && packages="$packages chromium"
@@ -113,7 +114,7 @@ fi
 "$ATOLL_ROOTFS_DIR/fetch-kernel.sh"
 "$ATOLL_ROOTFS_DIR/build-minimal.sh"
 
-# 5. The debian template, when asked, if missing or older than the agent.
+# 5. The debian template, when asked, if missing or older than the agent or its script.
 if [ "$with_debian" = 1 ]; then
     image="$data/templates/debian/rootfs.ext4"
     if [ ! -f "$image" ] || [ "$agent" -nt "$image" ] || [ "$ATOLL_ROOTFS_DIR/build-debian.sh" -nt "$image" ]; then

@@ -6,7 +6,10 @@ certificate for every test name), a TCP echo on :7. Each HTTP(S) reply names wha
 server saw, so a test can tell which name reached it:
     "hello from <server address> host=<Host header> sni=<TLS SNI or ->"
 GET /auth-digest adds the sha256 of the Authorization header; GET /headers adds every request header (and echoes Authorization in the response
-header X-Echo-Authorization). GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
+header X-Echo-Authorization). GET /git/PATH serves the files under <cert's dir>/git (git's
+dumb HTTP protocol, for bare repositories after `git update-server-info`), only to Basic
+auth `x-access-token:TOKEN` where TOKEN is the content of <cert's dir>/git-token (401
+otherwise, or when there is no such file). GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
 and answers "received N bytes". Prints "ready" once every
 socket listens; exits when stdin closes (its parent, the test, is gone).
 """
@@ -22,6 +25,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
+        if self.path.startswith("/git/"):
+            return self.serve_git()
         if self.path.startswith("/bytes/"):
             return self.send_bytes(int(self.path[len("/bytes/"):]))
         sni = getattr(self.connection, "sni", None) or "-"
@@ -44,6 +49,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # Sent back in a response header too: the swap must scrub it.
             self.send_header("X-Echo-Authorization", auth)
         self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def serve_git(self):
+        import base64
+        import os
+        import urllib.parse
+
+        base = os.path.dirname(os.path.abspath(sys.argv[1]))
+        try:
+            with open(os.path.join(base, "git-token")) as f:
+                token = f.read().strip()
+        except OSError:
+            token = ""
+        want = "Basic " + base64.b64encode(("x-access-token:" + token).encode()).decode()
+        if not token or self.headers.get("Authorization", "") != want:
+            return self.reply(401, b"authentication required\n", [("WWW-Authenticate", 'Basic realm="git"')])
+        root = os.path.realpath(os.path.join(base, "git"))
+        rel = urllib.parse.unquote(self.path[len("/git/"):].split("?", 1)[0])
+        path = os.path.realpath(os.path.join(root, rel))
+        if not path.startswith(root + os.sep) or not os.path.isfile(path):
+            return self.reply(404, b"not found\n", [])
+        with open(path, "rb") as f:
+            self.reply(200, f.read(), [])
+
+    def reply(self, code, body, headers):
+        self.send_response(code)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Type", "text/plain" if code != 200 else "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -203,11 +203,17 @@ impl Vm {
 
     /// Runs `sh -c script` in the guest and returns (exit code, stdout).
     async fn sh(&self, script: &str) -> (i32, String) {
+        self.sh_within(script, 0).await
+    }
+
+    /// [`Vm::sh`] with the agent's timeout for the command (0: its default, 60 s).
+    async fn sh_within(&self, script: &str, timeout_ms: u32) -> (i32, String) {
         let resp = self
             .client()
             .await
             .exec(pb::ExecRequest {
                 command: Some(pb::Command { shell: script.into(), ..Default::default() }),
+                timeout_ms,
                 ..Default::default()
             })
             .await
@@ -380,7 +386,7 @@ fn debian_template() -> Option<Template> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn vm_debian_runs_python3_and_node() {
+async fn vm_debian_runs_python3_node_and_the_coding_tools_offline() {
     let Some(t) = debian_template() else { return };
     let vm = Vm::boot(&t, "").await;
     let (code, out) = vm.sh("python3 -c 'import sys, os; print(sys.version_info[0], os.getpid() > 1)'").await;
@@ -392,6 +398,58 @@ async fn vm_debian_runs_python3_and_node() {
     let (code, out) = vm.sh("echo persisted > /root/f && cat /root/f && cat /etc/debian_version").await;
     assert_eq!(code, 0);
     assert!(out.starts_with("persisted\n12"), "{out}");
+    coding_tools_work_offline(&vm).await;
+}
+
+/// What coding agents reach for first (#33), each made to do its job, in a VM without
+/// a network device (so nothing is fetched): a commit, a venv with its pip, npm, a C
+/// program compiled and run, curl. A template built before these tools were added
+/// fails here, naming the tool.
+async fn coding_tools_work_offline(vm: &Vm) {
+    let (code, out) = vm.sh("ls /sys/class/net").await;
+    assert_eq!((code, out.trim()), (0, "lo"), "the VM has a network device");
+    // Under TCG on a loaded machine a venv (ensurepip) or a compile takes minutes.
+    const SLOW_MS: u32 = 540_000;
+    let must = |what: &str, (code, out): (i32, String)| {
+        assert_eq!(
+            code, 0,
+            "{what} failed (a debian template built before it was added? run rootfs/setup.sh --with-debian): {out}"
+        );
+        out
+    };
+    let git = "cd /root && git init -q -b main repo && cd repo && git config user.email a@example.test \
+               && git config user.name agent && echo hi > f && git add f && git commit -q -m first 2>&1 \
+               && git log --format=%s && git rev-list --count HEAD";
+    assert_eq!(must("git", vm.sh_within(git, SLOW_MS).await).trim(), "first\n1");
+    let venv = "python3 -m venv /root/venv 2>&1 && /root/venv/bin/pip --version 2>&1 \
+                && /root/venv/bin/python -c 'import sys; print(sys.prefix)'";
+    let out = must("python3 -m venv", vm.sh_within(venv, SLOW_MS).await);
+    assert!(
+        out.starts_with("pip ") && out.contains("/root/venv/lib/python3") && out.ends_with("/root/venv\n"),
+        "{out}"
+    );
+    let out = must("npm", vm.sh_within("npm --version 2>&1", SLOW_MS).await);
+    assert!(
+        out.trim().split('.').count() == 3 && out.trim().split('.').all(|p| p.parse::<u32>().is_ok()),
+        "npm --version: {out}"
+    );
+    let c = r#"cat > /root/hello.c <<'EOF'
+#include <stdio.h>
+int main(void) { printf("hello from cc %d\n", 6 * 7); return 0; }
+EOF
+cc -O2 -o /root/hello /root/hello.c 2>&1 && /root/hello && make --version | head -n1"#;
+    let out = must("cc", vm.sh_within(c, SLOW_MS).await);
+    assert!(out.starts_with("hello from cc 42\nGNU Make 4"), "{out}");
+    let out = must(
+        "curl",
+        vm.sh("curl --version 2>&1 | head -n1 && curl -sS file:///etc/debian_version 2>&1").await,
+    );
+    assert!(out.starts_with("curl 7.") && out.contains("\n12."), "{out}");
+    let out = must(
+        "ca-certificates",
+        vm.sh("grep -c 'BEGIN CERTIFICATE' /etc/ssl/certs/ca-certificates.crt").await,
+    );
+    assert!(out.trim().parse::<u32>().is_ok_and(|n| n > 100), "ca-certificates.crt holds {out} certificates");
 }
 
 /// A data directory of its own whose `kernel/current` is the real one, so building a

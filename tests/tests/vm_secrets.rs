@@ -166,3 +166,97 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!private.exists(), "kill left {}", private.display());
 }
+
+/// Runs `cmd` on the host, asserting success.
+fn host(cmd: &mut std::process::Command) {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}: {}", text(&out.stderr));
+}
+
+/// `git clone` over HTTPS with the token in the URL (Basic auth, as GitHub takes it) in a
+/// debian sandbox: the world's HTTPS hosts serve a bare repository (git's dumb HTTP
+/// protocol) only to `x-access-token:VALUE`. The clone from the secret's host works
+/// because the network helper swaps the placeholder inside `Authorization: Basic`; the
+/// same clone from another host, which receives the placeholder, is refused; the clone
+/// keeps only the placeholder in its config.
+#[test]
+fn vm_secrets_git_clone_over_https_with_the_placeholder_in_the_url() {
+    let world = World::create();
+    // The repository, made on the host: one commit, packed, with the dumb-protocol files.
+    let bare = world.dir().join("git/repo.git");
+    let work = world.dir().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("README"), "cloned through the secret swap\n").unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let mut cmd = std::process::Command::new("git");
+        cmd.arg("-C").arg(dir).args(["-c", "user.email=t@example.test", "-c", "user.name=test"]).args(args);
+        host(&mut cmd);
+    };
+    git(&work, &["init", "-q", "-b", "main"]);
+    git(&work, &["add", "README"]);
+    git(&work, &["commit", "-q", "-m", "the one commit"]);
+    host(std::process::Command::new("git").args(["clone", "-q", "--bare"]).arg(&work).arg(&bare));
+    git(&bare, &["repack", "-a", "-d", "-q"]);
+    git(&bare, &["update-server-info"]);
+    std::fs::write(world.dir().join("git-token"), VALUE).unwrap();
+
+    let atoll = Atoll::in_netns(world.client.name());
+    set(&atoll, &world, "gh", VALUE, "allowed.test");
+    let mut create = atoll.command(&[
+        "create",
+        "--name",
+        "git",
+        "--timeout",
+        "600s",
+        "--template",
+        "debian",
+        "--secret",
+        "GH_TOKEN=gh",
+    ]);
+    let out = create.env("ATOLL_SECRETS_CA_FILE", world.cert()).output().unwrap();
+    assert!(out.status.success(), "create: {}", text(&out.stderr));
+    let placeholder = atoll.sh("git", "printf %s \"$GH_TOKEN\"");
+    assert!(placeholder.starts_with("atoll-secret-gh-"), "{placeholder}");
+
+    let clone = |host: &str, dir: &str, verify: bool| {
+        let script = format!(
+            "cd /root && GIT_TERMINAL_PROMPT=0 git -c http.sslVerify={verify} clone -q \
+             \"https://x-access-token:$GH_TOKEN@{host}/git/repo.git\" {dir} 2>&1; echo \"exit=$?\""
+        );
+        let out = atoll.run(&["-s", "git", "exec", "--timeout", "300s", "--", "sh", "-c", &script]);
+        assert!(out.status.success(), "{script}: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    // The secret's host, verified against the sandbox CA (GIT_SSL_CAINFO): cloned.
+    let got = clone("allowed.test", "ok", true);
+    if !got.ends_with("exit=0") {
+        // Which certificate the guest was shown, for the failure message.
+        let diag = atoll.sh(
+            "git",
+            "echo | openssl s_client -connect allowed.test:443 -servername allowed.test 2>&1 | grep -E 's:|i:|Verif'",
+        );
+        panic!("clone from the secret's host: {got}\nthe chain the guest sees: {diag}");
+    }
+    let got = atoll.sh("git", "cat /root/ok/README && git -C /root/ok log --format=%s");
+    assert_eq!(got.trim(), "cloned through the secret swap\nthe one commit");
+    let url = atoll.sh("git", "git -C /root/ok remote get-url origin");
+    assert!(url.contains(&placeholder) && !url.contains(VALUE), "the clone's remote URL: {url}");
+    // Another allowed host gets the placeholder, which its server refuses.
+    let got = clone("other.test", "refused", false);
+    assert!(
+        got.contains("Authentication failed") && !got.ends_with("exit=0"),
+        "clone from another host: {got}"
+    );
+    assert_eq!(atoll.sh("git", "test -e /root/refused/README; echo $?").trim(), "1");
+
+    let log = text(&atoll.run(&["net", "log", "git"]).stdout);
+    assert!(log.contains("secret=gh"), "{log}");
+    let out = std::process::Command::new("grep")
+        .args(["-rlaF", VALUE])
+        .args(atoll.sandbox_dirs())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "the value is in a sandbox file: {}", text(&out.stdout));
+    let out = atoll.run(&["kill", "git"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
