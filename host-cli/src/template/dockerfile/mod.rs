@@ -6,8 +6,10 @@
 //! template is used as it is); one build VM boots from it (`vm.rs`) and runs every RUN
 //! (as `/bin/sh -c`, with the ENV, ARG, WORKDIR and USER in force, its output streamed)
 //! and COPY/ADD (through the agent's UploadDir) in order. Nothing of the build runs on
-//! the host. At the end the VM's disk is saved as the template
-//! ([`crate::sandbox::save_template`]), with the final ENV/WORKDIR/USER as its command
+//! the host. After each RUN, COPY, ADD and WORKDIR the disk is kept in the step cache
+//! ([`cache`]), and a rebuild starts from the latest cached step (an unchanged file
+//! boots nothing). The last step's disk becomes the template (or the VM's disk is saved,
+//! [`crate::sandbox::save_template`]), with the final ENV/WORKDIR/USER as its command
 //! defaults and ENTRYPOINT, CMD, LABEL and EXPOSE in `image.json` beside
 //! `template.json` ([`ImageConfig`]). The VM and the base template are removed whether
 //! the build succeeds or not; a failing step leaves no template.
