@@ -37,7 +37,7 @@ use crate::vmm::dirs;
 /// Bumped when what a key covers or an entry holds changes.
 const VERSION: &[u8] = b"atoll-dockerfile-step-cache-1";
 /// The chunk the image digest hashes (zero chunks are skipped).
-const CHUNK: u64 = 1 << 16;
+const CHUNK: usize = 1 << 16;
 /// The largest `entry.json` read.
 const MAX_ENTRY_JSON: u64 = 4096;
 
@@ -255,7 +255,8 @@ pub fn disk_digest(path: &Path) -> io::Result<String> {
     let len = f.metadata()?.len();
     let mut h = Sha256::new();
     h.update(len.to_le_bytes());
-    let mut buf = vec![0u8; CHUNK as usize];
+    let mut buf = vec![0u8; CHUNK];
+    let chunk = CHUNK as u64;
     let mut next = 0u64;
     while next < len {
         let data = match seek(&f, At::Data(next)) {
@@ -264,16 +265,16 @@ pub fn disk_digest(path: &Path) -> io::Result<String> {
             Err(e) => return Err(e.into()),
         };
         let hole = seek(&f, At::Hole(data))?.min(len);
-        let mut off = (data - data % CHUNK).max(next);
+        let mut off = (data - data % chunk).max(next);
         while off < hole {
             f.seek(SeekFrom::Start(off))?;
-            let want = CHUNK.min(len - off) as usize;
+            let want = usize::try_from(len - off).map_or(CHUNK, |left| left.min(CHUNK));
             f.read_exact(&mut buf[..want])?;
             if buf[..want].iter().any(|&b| b != 0) {
                 h.update(off.to_le_bytes());
                 h.update(&buf[..want]);
             }
-            off += CHUNK;
+            off += chunk;
         }
         next = off;
     }
