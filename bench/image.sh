@@ -74,7 +74,7 @@ first_exec() { # build args... ; prints build+create+first-exec seconds, and cre
     "$atoll" template build "$@" --name "$name" --no-snapshot --force >/dev/null 2>"$work/err" || { cat "$work/err" >&2; exit 1; }
     t1=$(now)
     "$atoll" create --name "$name-vm" --template "$name" --timeout 300s >/dev/null
-    "$atoll" -s "$name-vm" --connect-timeout 60s exec -- true
+    "$atoll" -s "$name-vm" --connect-timeout 60s exec -- echo ok >/dev/null
     t2=$(now)
     "$atoll" kill -f "$name-vm" >/dev/null
     echo "$(secs "$t0" "$t2") $(secs "$t1" "$t2")"
