@@ -47,10 +47,8 @@ fn leftovers(data: &Path, a: &Atoll) -> (Vec<String>, Vec<std::path::PathBuf>) {
     (entries_of(&data.join("templates")), a.sandbox_dirs())
 }
 
-#[test]
-fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
-    let data = scratch_data_dir();
-    let work = tempfile::tempdir().unwrap();
+/// A busybox image with a zstd second layer, pushed to a registry on loopback.
+fn busybox_image(work: &Path) -> (Registry, String) {
     let busybox = std::fs::read("/bin/busybox").expect("busybox-static is installed (rootfs/setup.sh)");
     let mut base = vec![Entry::Dir("bin/"), Entry::File("bin/busybox", &busybox, 0o755)];
     for a in ["sh", "cat", "ls", "pwd", "id", "mkdir", "chown", "stat", "echo", "sync", "sleep", "test"] {
@@ -61,7 +59,7 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
         Entry::File("etc/passwd", b"root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n", 0o644),
         Entry::File("etc/group", b"root:x:0:\napp:x:1000:\n", 0o644),
     ]);
-    let layout = work.path().join("layout");
+    let layout = work.join("layout");
     // The second layer is zstd-compressed, as `tar+zstd` layers are.
     let zstd = zstd_layer(&[Entry::Dir("etc/"), Entry::File("etc/from-zstd", b"zstd layer\n", 0o644)]);
     oci_layout(&layout, "1", &[layer(&base), zstd], &["PATH=/bin", "FROM_IMAGE=yes"], "/", "");
@@ -74,6 +72,14 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
         .output()
         .expect("skopeo is installed (rootfs/setup.sh)");
     assert!(push.status.success(), "skopeo push: {}", text(&push.stderr));
+    (registry, image)
+}
+
+#[test]
+fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
+    let data = scratch_data_dir();
+    let work = tempfile::tempdir().unwrap();
+    let (registry, image) = busybox_image(work.path());
 
     // The context: files, a directory, a tar ADD unpacks, and a secret outside it.
     let ctx = work.path().join("ctx");
@@ -203,4 +209,167 @@ fn vm_template_from_a_dockerfile_runs_every_step_in_a_build_vm() {
     let out = a.run(&["-s", "df", "exec", "--user", "root", "--", "cat", "/opt/bundle/inner/data.txt"]);
     assert_eq!(text(&out.stdout), "unpacked", "{}", text(&out.stderr));
     assert_eq!(a.sh("df", "test ! -e /partial && ls /srv/app"), "hello.txt\nmade\ntree\nuid-root\n");
+}
+
+/// Files in the ext4 image of template `name`, read on the host (no boot): a copy of
+/// the image has its journal replayed (`e2fsck -E journal_only`, as a mount would), then
+/// debugfs reads each path.
+fn read_in(data: &Path, name: &str, paths: &[&str]) -> Vec<String> {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = tmp.path().join("rootfs.ext4");
+    let src = data.join("templates").join(name).join("rootfs.ext4");
+    assert!(Command::new("cp").arg("--sparse=always").arg(&src).arg(&image).status().unwrap().success());
+    let fsck = Command::new("e2fsck").args(["-E", "journal_only", "-y"]).arg(&image).output().unwrap();
+    assert!(fsck.status.code().is_some_and(|c| c <= 1), "e2fsck: {}", text(&fsck.stderr));
+    paths
+        .iter()
+        .map(|path| {
+            let out =
+                Command::new("debugfs").arg("-R").arg(format!("cat {path}")).arg(&image).output().unwrap();
+            assert!(out.status.success(), "debugfs: {}", text(&out.stderr));
+            let got = text(&out.stdout);
+            assert!(!got.is_empty(), "{path} is empty or missing: {}", text(&out.stderr));
+            got
+        })
+        .collect()
+}
+
+/// The `atoll: step N/T ...` lines of a build's stderr, and whether each was cached.
+fn step_lines(stderr: &str) -> Vec<(String, bool)> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("atoll: step "))
+        .map(|l| (l.to_owned(), l.ends_with(" (cached)")))
+        .collect()
+}
+
+const CACHED: &str = "ARG BASE
+FROM ${BASE}
+WORKDIR /w
+COPY data.txt ./
+RUN cat /proc/sys/kernel/random/uuid > stamp1; cat data.txt > b
+RUN cat /proc/sys/kernel/random/uuid > stamp2; echo middle-1 > c
+RUN cat /proc/sys/kernel/random/uuid > stamp3; cat b c > d
+ENV DONE=yes
+";
+
+/// The step cache: a cold build; an unchanged rebuild takes every step from the cache
+/// and boots nothing; a changed RUN in the middle reruns it and what follows; a changed
+/// COPY source reruns from the COPY; a corrupt entry is detected, removed and never
+/// used; `--no-cache` runs everything; `atoll image prune` empties it. Files are read
+/// from the templates' images on the host (debugfs), so only the build VMs boot.
+#[test]
+fn vm_dockerfile_steps_are_cached_by_content_and_inputs() {
+    let data = scratch_data_dir();
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, image) = busybox_image(work.path());
+    let ctx = work.path().join("ctx");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(ctx.join("data.txt"), "data v1\n").unwrap();
+    let df = ctx.join("Dockerfile");
+    std::fs::write(&df, CACHED).unwrap();
+    let a = Atoll::with_data_dir(data.path());
+    let base_arg = format!("BASE={image}");
+    let go = |extra: &[&str]| {
+        let mut args = vec![
+            "--dockerfile",
+            df.to_str().unwrap(),
+            "--name",
+            "c",
+            "--force",
+            "--no-snapshot",
+            "--insecure-registry",
+        ];
+        args.extend_from_slice(&["--build-arg", &base_arg]);
+        args.extend_from_slice(extra);
+        let out = build(&a, &args);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "build: {err}");
+        let built: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(leftovers(data.path(), &a), (vec!["c".to_owned()], vec![]), "no base, no VM left: {err}");
+        (built, err)
+    };
+    // The three RUNs' stamps, and /w/d.
+    let files = || {
+        let mut f = read_in(data.path(), "c", &["/w/stamp1", "/w/stamp2", "/w/stamp3", "/w/d"]);
+        let d = f.pop().unwrap();
+        (f, d)
+    };
+    let cached_flags = |err: &str| step_lines(err).into_iter().map(|(_, c)| c).collect::<Vec<_>>();
+
+    // Cold.
+    let (built, err) = go(&[]);
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(3), Some(0)), "{err}");
+    assert_eq!(cached_flags(&err), [false; 8], "{err}");
+    let (first, d) = files();
+    assert_eq!(d, "data v1\nmiddle-1\n");
+    let rootfs = data.path().join("templates/c/rootfs.ext4");
+    let kept = work.path().join("first.ext4");
+    assert!(Command::new("cp").arg("--sparse=always").arg(&rootfs).arg(&kept).status().unwrap().success());
+
+    // Unchanged: every step cached, no VM booted, the same image byte for byte.
+    let (built, err) = go(&[]);
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(0), Some(8)), "{err}");
+    assert_eq!(cached_flags(&err), [true; 8], "{err}");
+    assert!(!err.contains("booting the build VM") && !err.contains("baking"), "{err}");
+    assert_eq!(built["template"]["defaults"]["env"]["DONE"], "yes", "{built}");
+    assert_eq!(built["template"]["defaults"]["cwd"], "/w", "{built}");
+    let same = Command::new("cmp").arg(&kept).arg(&rootfs).output().unwrap();
+    assert!(same.status.success(), "the rebuilt image differs: {}", text(&same.stdout));
+    assert_eq!(files().0, first);
+
+    // The middle RUN changed: it and the last one rerun, the rest comes from the cache.
+    std::fs::write(&df, CACHED.replace("middle-1", "middle-2")).unwrap();
+    let (built, err) = go(&[]);
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(2), Some(5)), "{err}");
+    assert_eq!(cached_flags(&err), [true, true, true, true, true, false, false, false], "{err}");
+    let (second, d) = files();
+    assert_eq!(second[0], first[0]);
+    assert!(second[1] != first[1] && second[2] != first[2], "{second:?} {first:?}");
+    assert_eq!(d, "data v1\nmiddle-2\n");
+
+    // A COPY source's content changed: the COPY and everything after rerun.
+    std::fs::write(ctx.join("data.txt"), "data v2\n").unwrap();
+    let (built, err) = go(&[]);
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(3), Some(3)), "{err}");
+    assert_eq!(cached_flags(&err), [true, true, true, false, false, false, false, false], "{err}");
+    let (third, d) = files();
+    assert!(third.iter().zip(&second).all(|(t, s)| t != s), "{third:?} {second:?}");
+    assert_eq!(d, "data v2\nmiddle-2\n");
+
+    // The newest entry (the last RUN's) corrupted in a byte ext4 never reads: detected,
+    // removed, the step runs again from the entry before it.
+    let steps_dir = data.path().join("images/steps");
+    let newest = std::fs::read_dir(&steps_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .max_by_key(|p| std::fs::metadata(p.join("entry.json")).unwrap().modified().unwrap())
+        .unwrap();
+    let entries = entries_of(&steps_dir).len();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(newest.join("rootfs.ext4")).unwrap();
+        f.write_all_at(b"corrupt", 100).unwrap();
+    }
+    let (built, err) = go(&[]);
+    assert!(err.contains("is corrupt") && err.contains("step 7 (line 7)"), "{err}");
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(1), Some(6)), "{err}");
+    let (fourth, d) = files();
+    assert_eq!(d, "data v2\nmiddle-2\n");
+    assert_eq!(fourth[..2], third[..2]);
+    assert_ne!(fourth[2], third[2], "the corrupt entry was not used");
+    assert_eq!(entries_of(&steps_dir).len(), entries, "the entry was made again");
+
+    // --no-cache: every step runs.
+    let (built, err) = go(&["--no-cache"]);
+    assert_eq!((built["run_steps"].as_u64(), built["cached_steps"].as_u64()), (Some(3), Some(0)), "{err}");
+    assert_eq!(cached_flags(&err), [false; 8], "{err}");
+    let (fifth, d) = files();
+    assert_eq!(d, "data v2\nmiddle-2\n");
+    assert!(fifth.iter().zip(&fourth).all(|(f, s)| f != s), "{fifth:?} {fourth:?}");
+
+    // Pruned with the image cache.
+    let pruned = a.run(&["image", "prune"]);
+    assert!(pruned.status.success(), "{}", text(&pruned.stderr));
+    assert!(!steps_dir.exists());
 }

@@ -113,6 +113,9 @@ pub struct BuildArgs {
     /// `--build-arg NAME=VALUE` for an ARG of the Dockerfile (repeatable).
     #[arg(long, value_name = "NAME=VALUE", requires = "dockerfile", value_parser = parse_build_arg)]
     pub build_arg: Vec<(String, String)>,
+    /// Use no cached Dockerfile step: run every step (their results are cached again).
+    #[arg(long, requires = "dockerfile")]
+    pub no_cache: bool,
     /// Memory of the Dockerfile build VM, in MiB.
     #[arg(long, value_name = "MiB", default_value_t = 1024, requires = "dockerfile")]
     pub build_memory: u32,

@@ -144,14 +144,16 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         size: a.size,
         memory_mib: a.build_memory,
         by: None,
+        no_cache: a.no_cache,
     };
     let progress = |p: Progress| {
         let mut err = std::io::stderr().lock();
         let _ = match p {
-            Progress::Step { index, total, line, text } => writeln!(
+            Progress::Step { index, total, line, text, cached } => writeln!(
                 err,
-                "atoll: step {index}/{total} (line {line}): {}",
-                template::image::escape_controls(&text)
+                "atoll: step {index}/{total} (line {line}): {}{}",
+                template::image::escape_controls(&text),
+                if cached { " (cached)" } else { "" }
             ),
             Progress::Output { bytes, .. } => err.write_all(&bytes),
             Progress::Note(n) => writeln!(err, "atoll: {}", template::image::escape_controls(&n)),
@@ -168,11 +170,13 @@ async fn build_dockerfile(ctx: &Ctx, a: BuildArgs) -> Result<u8> {
         built.image = image;
     }
     let mut text = format!(
-        "template `{name}` built from {} at {} ({} RUN step{})\nboot it with: atoll create --template {name}",
+        "template `{name}` built from {} at {} ({} RUN step{} ran, {} step{} from the cache)\nboot it with: atoll create --template {name}",
         a.dockerfile.as_deref().map(|p| p.display().to_string()).unwrap_or_default(),
         built.path.display(),
         built.run_steps,
         if built.run_steps == 1 { "" } else { "s" },
+        built.cached_steps,
+        if built.cached_steps == 1 { "" } else { "s" },
     );
     let snapshot = if a.no_snapshot { None } else { snapshot_after_build(&name).await };
     if let Some(made) = &snapshot {

@@ -290,12 +290,20 @@ pub fn cached() -> Result<CacheListing, ImageError> {
     Ok(CacheListing { images, total_bytes })
 }
 
-/// Empties the cache (templates never need it: their image holds the files); returns
-/// the bytes freed. Do not run it while a build is fetching.
+/// Empties the cache, the Dockerfile step cache with it (templates never need them:
+/// their image holds the files); returns the bytes freed. Do not run it while a build is fetching.
 pub fn prune() -> Result<u64, ImageError> {
-    let freed = cached()?.total_bytes;
     let root = dirs::data_dir()?.join("images");
-    for sub in ["blobs", "refs", "tmp"] {
+    // With the Dockerfile step cache (`images/steps`, see `dockerfile::cache`).
+    let steps: u64 = walkdir::WalkDir::new(root.join("steps"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+        .sum();
+    let freed = cached()?.total_bytes + steps;
+    for sub in ["blobs", "refs", "tmp", "steps"] {
         let path = root.join(sub);
         match std::fs::remove_dir_all(&path) {
             Ok(()) => {}

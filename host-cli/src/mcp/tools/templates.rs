@@ -396,6 +396,7 @@ async fn build_template(
         size: None,
         memory_mib: 1024,
         by: Some(by),
+        no_cache: false,
     };
     let mut built = dockerfile::build(&opts, &no_progress).await?;
     if args.start || args.ready_cmd.is_some() {

@@ -177,7 +177,7 @@ pub fn guest_path(workdir: &str, dest: &str) -> String {
 
 /// Calls `f(relative name, real path, is_dir)` for everything under `dir`, following
 /// symlinks that stay inside the context and refusing those that do not.
-fn walk(
+pub(super) fn walk(
     context: &Path,
     dir: &Path,
     name: &str,

@@ -6,12 +6,15 @@
 //! template is used as it is); one build VM boots from it (`vm.rs`) and runs every RUN
 //! (as `/bin/sh -c`, with the ENV, ARG, WORKDIR and USER in force, its output streamed)
 //! and COPY/ADD (through the agent's UploadDir) in order. Nothing of the build runs on
-//! the host. At the end the VM's disk is saved as the template
-//! ([`crate::sandbox::save_template`]), with the final ENV/WORKDIR/USER as its command
+//! the host. After each RUN, COPY, ADD and WORKDIR the disk is kept in the step cache
+//! ([`cache`]), and a rebuild starts from the latest cached step (an unchanged file
+//! boots nothing). The last step's disk becomes the template (or the VM's disk is saved,
+//! [`crate::sandbox::save_template`]), with the final ENV/WORKDIR/USER as its command
 //! defaults and ENTRYPOINT, CMD, LABEL and EXPOSE in `image.json` beside
 //! `template.json` ([`ImageConfig`]). The VM and the base template are removed whether
 //! the build succeeds or not; a failing step leaves no template.
 
+pub mod cache;
 pub mod context;
 pub mod parse;
 mod vm;
@@ -50,6 +53,8 @@ pub struct DockerfileOptions {
     pub memory_mib: u32,
     /// Which MCP identity builds it (`None`: the CLI).
     pub by: Option<String>,
+    /// Use no cached step (`--no-cache`); the steps' results are still cached.
+    pub no_cache: bool,
 }
 
 /// What a build reports as it goes (owned, so a build's future stays `Send`).
@@ -65,6 +70,8 @@ pub enum Progress {
         line: usize,
         /// Its text.
         text: String,
+        /// Its result came from the step cache (nothing ran).
+        cached: bool,
     },
     /// Output of a RUN.
     Output {
@@ -115,6 +122,8 @@ pub struct DockerfileBuilt {
     pub image: ImageConfig,
     /// How many RUN steps ran.
     pub run_steps: usize,
+    /// How many steps were taken from the step cache.
+    pub cached_steps: usize,
 }
 
 /// Why a Dockerfile build failed (nothing was left behind).
@@ -272,15 +281,74 @@ pub async fn build(
             _ => None,
         })
         .expect("parse requires a FROM");
-    let base = vm::Base::prepare(opts, &reference, progress).await?;
-    let mut state = State::from_defaults(base.defaults.clone().unwrap_or_default());
-    state.image = base.config.clone();
+    let origin = vm::Origin::resolve(opts, &reference, progress).await?;
+    let mut state = State::from_defaults(origin.defaults.clone().unwrap_or_default());
+    state.image = origin.config.clone();
+    let keys = {
+        let (origin_key, steps, context, state) =
+            (origin.key.clone(), steps.clone(), context.clone(), state.clone());
+        tokio::task::spawn_blocking(move || step_keys(&origin_key, &steps, &context, state))
+            .await
+            .map_err(|e| DockerfileError::Vm(e.to_string()))??
+    };
+    let checkpoints: Vec<usize> =
+        (0..steps.len()).filter(|&i| cache::checkpoint(&steps[i].instruction)).collect();
+    let dest = dirs::templates_dir()?.join(&opts.name);
+    // The latest step whose result is cached and sound; `None` as its base: it is the
+    // last step that changes the disk, and its result is already the template.
+    let mut resume: Option<(usize, Option<vm::Base>)> = None;
+    for &i in checkpoints.iter().rev().filter(|_| !opts.no_cache) {
+        let Some(entry) = cache::lookup(&keys[i]) else { continue };
+        let installed = if Some(&i) == checkpoints.last() {
+            cache::install(&entry, &dest).map(|()| None)
+        } else {
+            vm::Base::cached(&entry, &origin).map(Some)
+        };
+        match installed {
+            Ok(base) => {
+                resume = Some((i, base));
+                break;
+            }
+            Err(cache::CacheError::Io(e)) => return Err(DockerfileError::Save(e)),
+            Err(e) => progress(Progress::Note(format!("step {} (line {}): {e}", i + 1, steps[i].line))),
+        }
+    }
+    let total = steps.len();
+    let report = |i: usize, cached: bool| {
+        let s = &steps[i];
+        progress(Progress::Step { index: i + 1, total, line: s.line, text: s.text.clone(), cached });
+    };
+    let from = (origin.from_template.clone(), origin.from_image.clone());
+    let (skip, base) = match resume {
+        Some((_, None)) => {
+            // Every step that changes the disk is cached: no VM.
+            for (i, s) in steps.iter().enumerate() {
+                report(i, true);
+                state.apply(&s.instruction);
+            }
+            return finish(opts, from, state, total);
+        }
+        Some((i, Some(base))) => (i + 1, base),
+        None => (0, origin.base(opts, progress).await?),
+    };
+    for (i, s) in steps[..skip].iter().enumerate() {
+        report(i, true);
+        state.apply(&s.instruction);
+    }
     let session = vm::Session::start(&base, opts, progress).await;
     let result = match session {
         Ok(mut session) => {
-            let r = run_steps(&mut session, &steps, &context, &mut state, progress).await;
+            let run = Run { steps: &steps, keys: &keys, context: &context, opts, report: &report, progress };
+            let r = run_steps(&mut session, &run, skip, &mut state).await;
             let r = match r {
-                Ok(()) => session.save(opts).await,
+                Ok(Some(entry)) => match cache::install(&entry, &dest) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        progress(Progress::Note(format!("{e}; saving the build VM's disk instead")));
+                        session.save(opts).await
+                    }
+                },
+                Ok(None) => session.save(opts).await,
                 Err(e) => Err(e),
             };
             session.stop().await;
@@ -288,13 +356,40 @@ pub async fn build(
         }
         Err(e) => Err(e),
     };
-    let from = (base.from_template.clone(), base.from_image.clone());
     drop(base);
     result?;
-    finish(opts, from, state)
+    finish(opts, from, state, skip)
+}
+
+/// Every step's cache key ([`cache`]).
+fn step_keys(
+    origin: &str,
+    steps: &[Step],
+    context: &Path,
+    mut state: State,
+) -> Result<Vec<String>, DockerfileError> {
+    let mut keys = Vec::with_capacity(steps.len());
+    let mut parent = origin.to_owned();
+    for s in steps {
+        let sources =
+            match &s.instruction {
+                Instruction::Copy { sources, .. } => {
+                    Some(cache::sources_digest(context, sources).map_err(|source| {
+                        DockerfileError::Source { line: s.line, text: s.text.clone(), source }
+                    })?)
+                }
+                _ => None,
+            };
+        let in_force = format!("{:?}", (&state.env, &state.args, &state.workdir, &state.user));
+        parent = cache::step_key(&parent, &s.instruction, &in_force, sources.as_deref());
+        keys.push(parent.clone());
+        state.apply(&s.instruction);
+    }
+    Ok(keys)
 }
 
 /// ENV, ARG, WORKDIR, USER and the rest as the steps so far left them.
+#[derive(Clone)]
 struct State {
     env: BTreeMap<String, String>,
     args: BTreeMap<String, String>,
@@ -315,19 +410,64 @@ impl State {
             runs: 0,
         }
     }
+
+    /// What `i` changes besides the disk.
+    fn apply(&mut self, i: &Instruction) {
+        match i {
+            Instruction::From(_) | Instruction::Run(_) | Instruction::Copy { .. } => {}
+            Instruction::Env(pairs) => self.env.extend(pairs.iter().cloned()),
+            Instruction::Arg(name, value) => {
+                if let Some(v) = value {
+                    self.args.insert(name.clone(), v.clone());
+                }
+            }
+            Instruction::Workdir(dir) => {
+                self.workdir = Some(context::guest_path(self.workdir.as_deref().unwrap_or("/"), dir));
+            }
+            Instruction::User(user) => {
+                self.user = user.split(':').next().filter(|u| !u.is_empty()).map(str::to_owned);
+            }
+            Instruction::Entrypoint(c) => {
+                self.image.entrypoint = Some(c.argv());
+                // As docker does: a new ENTRYPOINT drops the CMD inherited so far.
+                self.image.cmd = None;
+            }
+            Instruction::Cmd(c) => self.image.cmd = Some(c.argv()),
+            Instruction::Label(pairs) => self.image.labels.extend(pairs.iter().cloned()),
+            Instruction::Expose(ports) => {
+                for p in ports {
+                    let p = if p.contains('/') { p.clone() } else { format!("{p}/tcp") };
+                    if !self.image.exposed_ports.contains(&p) {
+                        self.image.exposed_ports.push(p);
+                    }
+                }
+            }
+        }
+    }
 }
 
+/// What [`run_steps`] works from.
+struct Run<'a> {
+    steps: &'a [Step],
+    keys: &'a [String],
+    context: &'a Path,
+    opts: &'a DockerfileOptions,
+    report: &'a (dyn Fn(usize, bool) + Send + Sync),
+    progress: &'a (dyn Fn(Progress) + Send + Sync),
+}
+
+/// Runs the steps from `skip` on in the build VM, caching the disk after each that
+/// changes it; the cache entry holding the final disk, if the last one was kept.
 async fn run_steps(
     session: &mut vm::Session,
-    steps: &[Step],
-    context: &Path,
+    run: &Run<'_>,
+    skip: usize,
     state: &mut State,
-    progress: &(dyn Fn(Progress) + Send + Sync),
-) -> Result<(), DockerfileError> {
-    let total = steps.len();
-    for (i, step) in steps.iter().enumerate() {
-        let index = i + 1;
-        progress(Progress::Step { index, total, line: step.line, text: step.text.clone() });
+) -> Result<Option<PathBuf>, DockerfileError> {
+    let progress = run.progress;
+    let mut last_entry = None;
+    for (index, step) in run.steps.iter().enumerate().skip(skip).map(|(i, s)| (i + 1, s)) {
+        (run.report)(index - 1, false);
         let failed = |why: String| DockerfileError::StepFailed {
             index,
             line: step.line,
@@ -335,7 +475,6 @@ async fn run_steps(
             why,
         };
         match &step.instruction {
-            Instruction::From(_) => {}
             Instruction::Run(cmd) => {
                 let mut env = state.env.clone();
                 for (k, v) in &state.args {
@@ -370,7 +509,7 @@ async fn run_steps(
             }
             Instruction::Copy { sources, dest, add } => {
                 let workdir = state.workdir.clone().unwrap_or_else(|| "/".into());
-                let (ctx, sources, dest, add) = (context.to_owned(), sources.clone(), dest.clone(), *add);
+                let (ctx, sources, dest, add) = (run.context.to_owned(), sources.clone(), dest.clone(), *add);
                 let uploads =
                     tokio::task::spawn_blocking(move || context::pack(&ctx, &sources, &dest, &workdir, add))
                         .await
@@ -384,38 +523,38 @@ async fn run_steps(
                     session.upload(u).await.map_err(failed)?;
                 }
             }
-            Instruction::Env(pairs) => state.env.extend(pairs.iter().cloned()),
-            Instruction::Arg(name, value) => {
-                if let Some(v) = value {
-                    state.args.insert(name.clone(), v.clone());
-                }
-            }
             Instruction::Workdir(dir) => {
                 let dir = context::guest_path(state.workdir.as_deref().unwrap_or("/"), dir);
                 session.mkdir(&dir).await.map_err(failed)?;
-                state.workdir = Some(dir);
             }
-            Instruction::User(user) => {
-                state.user = user.split(':').next().filter(|u| !u.is_empty()).map(str::to_owned);
-            }
-            Instruction::Entrypoint(c) => {
-                state.image.entrypoint = Some(c.argv());
-                // As docker does: a new ENTRYPOINT drops the CMD inherited so far.
-                state.image.cmd = None;
-            }
-            Instruction::Cmd(c) => state.image.cmd = Some(c.argv()),
-            Instruction::Label(pairs) => state.image.labels.extend(pairs.iter().cloned()),
-            Instruction::Expose(ports) => {
-                for p in ports {
-                    let p = if p.contains('/') { p.clone() } else { format!("{p}/tcp") };
-                    if !state.image.exposed_ports.contains(&p) {
-                        state.image.exposed_ports.push(p);
-                    }
-                }
-            }
+            _ => {}
+        }
+        state.apply(&step.instruction);
+        if cache::checkpoint(&step.instruction) {
+            last_entry = keep(session, run, index - 1).await;
         }
     }
-    Ok(())
+    Ok(last_entry)
+}
+
+/// Saves the build VM's disk as the cache entry of step `i`; the entry, or `None` (and
+/// a note) when it could not be kept: the build goes on without it.
+async fn keep(session: &vm::Session, run: &Run<'_>, i: usize) -> Option<PathBuf> {
+    let note = |e: String| (run.progress)(Progress::Note(format!("step {} was not cached: {e}", i + 1)));
+    let saved = match session.save_step(run.opts).await {
+        Ok(p) => p,
+        Err(e) => {
+            note(e);
+            return None;
+        }
+    };
+    match cache::store(&run.keys[i], &saved) {
+        Ok(()) => cache::lookup(&run.keys[i]),
+        Err(e) => {
+            note(e.to_string());
+            None
+        }
+    }
 }
 
 /// Writes the final defaults into the saved template's `template.json`, and
@@ -424,6 +563,7 @@ fn finish(
     opts: &DockerfileOptions,
     (from_template, from_image): (Option<String>, Option<String>),
     state: State,
+    cached_steps: usize,
 ) -> Result<DockerfileBuilt, DockerfileError> {
     let dir = dirs::templates_dir()?.join(&opts.name);
     let write = || -> Result<TemplateFile, std::io::Error> {
@@ -445,9 +585,13 @@ fn finish(
         Ok(file)
     };
     match write() {
-        Ok(template) => {
-            Ok(DockerfileBuilt { path: dir, template, image: state.image, run_steps: state.runs })
-        }
+        Ok(template) => Ok(DockerfileBuilt {
+            path: dir,
+            template,
+            image: state.image,
+            run_steps: state.runs,
+            cached_steps,
+        }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&dir);
             Err(DockerfileError::Save(format!("could not write {}: {e}", dir.display())))

@@ -18,13 +18,11 @@ const DEFAULT_SIZE: u64 = 4 << 30;
 /// How long the build VM gets to boot.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The template the build VM boots: an installed one, or one baked from the FROM image
-/// for this build (removed after it).
-pub(super) struct Base {
-    /// Its name.
-    pub template: String,
-    /// Baked for this build.
-    temporary: bool,
+/// What FROM names, resolved (an image fetched into the blob cache) but not yet baked.
+pub(super) struct Origin {
+    reference: String,
+    /// The fetched image; `None`: an installed template.
+    fetched: Option<Box<store::image::Fetched>>,
     /// Its command defaults (the image's Env, WorkingDir, User).
     pub defaults: Option<CommandDefaults>,
     /// The installed template it is, if it is one.
@@ -33,27 +31,33 @@ pub(super) struct Base {
     pub from_image: Option<String>,
     /// Its ENTRYPOINT, CMD, LABELs and EXPOSEd ports, which the Dockerfile inherits.
     pub config: super::ImageConfig,
+    /// Its step-cache key ([`super::cache`]).
+    pub key: String,
 }
 
-impl Base {
-    pub(super) async fn prepare(
+impl Origin {
+    pub(super) async fn resolve(
         opts: &DockerfileOptions,
         reference: &str,
         progress: &(dyn Fn(Progress) + Send + Sync),
-    ) -> Result<Base, DockerfileError> {
+    ) -> Result<Origin, DockerfileError> {
         let templates = dirs::templates_dir()?;
+        let mut key = super::cache::Key::new("base");
+        key.field(opts.by.as_deref().unwrap_or("").as_bytes());
         if store::check_name(reference).is_ok() && templates.join(reference).join("template.json").is_file() {
             let text = std::fs::read_to_string(templates.join(reference).join("template.json"))
                 .map_err(|e| DockerfileError::Vm(format!("template `{reference}`: {e}")))?;
             let file: TemplateFile = serde_json::from_str(&text)
                 .map_err(|e| DockerfileError::Vm(format!("template `{reference}`: {e}")))?;
-            if file.rootfs.is_none() {
+            let Some(rootfs) = &file.rootfs else {
                 return Err(DockerfileError::NoDisk(reference.into()));
-            }
+            };
             progress(Progress::Note(format!("FROM the installed template `{reference}`")));
-            return Ok(Base {
-                template: reference.into(),
-                temporary: false,
+            key.field(b"template").field(reference.as_bytes()).field(text.as_bytes());
+            key.file_stamp(&templates.join(reference).join(rootfs));
+            return Ok(Origin {
+                reference: reference.into(),
+                fetched: None,
                 defaults: file.defaults,
                 from_template: Some(reference.into()),
                 from_image: file.from_image,
@@ -62,6 +66,7 @@ impl Base {
                     ready_cmd: None,
                     ..super::image_config(reference).unwrap_or_default()
                 },
+                key: key.finish(),
             });
         }
         progress(Progress::Note(format!("fetching image {reference}")));
@@ -70,28 +75,80 @@ impl Base {
             .await
             .map_err(|e| DockerfileError::Vm(e.to_string()))?
             .map_err(|source| DockerfileError::Fetch { reference: reference.into(), source })?;
-        let name = temp_name();
-        progress(Progress::Note(format!("baking {reference} ({}) as the build's base", fetched.digest)));
-        let base = Base {
-            template: name.clone(),
-            temporary: true,
+        // What the bake puts in the image besides the layers: the agent; and beside it:
+        // the kernel.
+        key.field(b"image").field(fetched.digest.as_bytes());
+        key.field(&opts.size.unwrap_or(DEFAULT_SIZE).to_le_bytes());
+        if let Ok(agent) = store::agent_binary() {
+            key.file_stamp(&agent);
+        }
+        let kernel = dirs::data_dir()?.join("kernel/current");
+        key.file_stamp(&kernel.join("vmlinux")).file_stamp(&kernel.join("initrd.cpio"));
+        Ok(Origin {
+            reference: reference.into(),
             defaults: Some(fetched.defaults.clone()),
             from_template: None,
             from_image: Some(format!("{}@{}", fetched.reference, fetched.digest)),
             config: fetched.config.clone(),
+            fetched: Some(Box::new(fetched)),
+            key: key.finish(),
+        })
+    }
+
+    /// The template to boot: the installed one, or the image baked for this build.
+    pub(super) async fn base(
+        &self,
+        opts: &DockerfileOptions,
+        progress: &(dyn Fn(Progress) + Send + Sync),
+    ) -> Result<Base, DockerfileError> {
+        let Some(fetched) = &self.fetched else {
+            return Ok(Base {
+                template: self.reference.clone(),
+                temporary: false,
+                defaults: self.defaults.clone(),
+            });
         };
+        let name = temp_name("build-base");
+        progress(Progress::Note(format!(
+            "baking {} ({}) as the build's base",
+            self.reference, fetched.digest
+        )));
+        let base = Base { template: name.clone(), temporary: true, defaults: self.defaults.clone() };
         let build = BuildOptions {
             name,
-            source: Source::Image(Box::new(fetched)),
+            source: Source::Image(fetched.clone()),
             init: InitKind::Agent,
             size: Some(opts.size.unwrap_or(DEFAULT_SIZE)),
             force: false,
         };
+        let reference = self.reference.clone();
         tokio::task::spawn_blocking(move || store::build(&build))
             .await
             .map_err(|e| DockerfileError::Vm(e.to_string()))?
-            .map_err(|source| DockerfileError::Bake { reference: reference.into(), source })?;
+            .map_err(|source| DockerfileError::Bake { reference, source })?;
         Ok(base)
+    }
+}
+
+/// The template the build VM boots: an installed one, or one made for this build (from
+/// the FROM image or a cached step), removed after it.
+pub(super) struct Base {
+    /// Its name.
+    pub template: String,
+    /// Made for this build.
+    temporary: bool,
+    /// Its command defaults (the image's Env, WorkingDir, User).
+    pub defaults: Option<CommandDefaults>,
+}
+
+impl Base {
+    /// The cached step `entry` installed as a template for this build.
+    pub(super) fn cached(entry: &std::path::Path, from: &Origin) -> Result<Base, super::cache::CacheError> {
+        let name = temp_name("build-base");
+        let dest =
+            dirs::templates_dir().map_err(|e| super::cache::CacheError::Io(e.to_string()))?.join(&name);
+        super::cache::install(entry, &dest)?;
+        Ok(Base { template: name, temporary: true, defaults: from.defaults.clone() })
     }
 }
 
@@ -107,11 +164,11 @@ impl Drop for Base {
     }
 }
 
-/// A name for a base template no other build uses.
-fn temp_name() -> String {
+/// A template name no other build uses.
+fn temp_name(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("build-base-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The build VM; dropped without [`Session::stop`] (a cancelled build), it is killed
@@ -277,6 +334,19 @@ impl Session {
             .await
             .map(|_| ())
             .map_err(|e| DockerfileError::Save(e.to_string()))
+    }
+
+    /// Saves the VM's disk as a template directory for the step cache; its path.
+    pub(super) async fn save_step(&self, opts: &DockerfileOptions) -> Result<std::path::PathBuf, String> {
+        let save = crate::sandbox::save_template::SaveOptions {
+            name: temp_name("build-step"),
+            replace: false,
+            by: opts.by.clone(),
+        };
+        crate::sandbox::save_template::save_template(&self.vm.name, &save)
+            .await
+            .map(|s| s.path)
+            .map_err(|e| e.to_string())
     }
 
     /// Removes the VM.
