@@ -55,17 +55,19 @@ def server_env(env: dict[str, str] | None) -> dict[str, str]:
 
 
 @contextmanager
-def http_server(*args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None) -> Iterator[HttpServer]:
-    """`atoll mcp --http BIND ARGS`; port 0 lets the server pick a free port, which it
-    prints, and with no token given it makes one in its state directory (a private one
-    unless `env` names one), also printed. Always stopped (SIGTERM, then SIGKILL) on the
-    way out."""
+def http_server(
+    *args: str, bind: str = "127.0.0.1:0", env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> Iterator[HttpServer]:
+    """`atoll mcp --http BIND ARGS` (run through `prefix`, e.g. `ip netns exec NS`); port
+    0 lets the server pick a free port, which it prints, and with no token given it makes
+    one in its state directory (a private one unless `env` names one), also printed.
+    Always stopped (SIGTERM, then SIGKILL) on the way out."""
     log = Path(tempfile.mkstemp(prefix="atoll-mcp-http-", suffix=".log")[1])
     env = dict(env or {})
     env.setdefault("ATOLL_STATE_DIR", tempfile.mkdtemp(prefix="atoll-mcp-st-"))
     with open(log, "wb") as sink:
         process = subprocess.Popen(
-            [str(binary("atoll")), "mcp", "--http", bind, *args],
+            [*prefix, str(binary("atoll")), "mcp", "--http", bind, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=sink,

@@ -4,28 +4,32 @@ grants one with `atoll mcp --secret NAME`; secret_list shows only granted ones a
 value; sandbox_create {secrets} binds, sandbox_info lists bindings, the guest holds a
 placeholder and the world's HTTPS host receives the value (seen through a digest, so the
 value never reaches the guest or the MCP output); a secret not granted is refused before
-anything boots; detach takes effect on the next request. No tool sets a value."""
+anything boots; detach takes effect on the next request. No tool sets a value. Runs over
+stdio, and over Streamable HTTP in run.sh's second pass (the server in the netns, the
+SDK's client connecting from a thread moved into it)."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import subprocess
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterator
 
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from conftest import binary, call_err, call_ok, data_dir
+from conftest import TRANSPORT, binary, call_err, call_ok, data_dir
 from test_network import world  # noqa: F401  (the netns world fixture)
 
 pytestmark = pytest.mark.anyio
 
 VALUE = "ghp_MCP_REAL_VALUE_93be1f"
 OTHER_VALUE = "sk_MCP_OTHER_VALUE_5a0c2d"
+CLONE_NEWNET = 0x40000000
 
 FETCH = (
     "import os, ssl, sys, urllib.request\n"
@@ -53,10 +57,41 @@ def secret_set(state_dir: Path, name: str, value: str, host: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+@contextmanager
+def thread_in_netns(netns: str) -> Iterator[None]:
+    """This thread (the event loop's) in the network namespace `netns`, so the sockets it
+    opens reach a server listening on the namespace's loopback; back on the way out."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/var/run/netns/{netns}", os.O_RDONLY)
+    try:
+        if libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {netns}")
+        try:
+            yield
+        finally:
+            if libc.setns(own, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back")
+    finally:
+        os.close(target)
+        os.close(own)
+
+
 @asynccontextmanager
 async def session_in(netns: str, state_dir: Path, cert: str, *args: str) -> AsyncIterator[ClientSession]:
+    """`atoll mcp ARGS` inside `netns` (so its sandboxes' helpers reach the world), over
+    stdio, or over Streamable HTTP when ATOLL_MCP_TEST_TRANSPORT=http."""
     env = {k: v for k, v in os.environ.items() if k not in ("ATOLL_AGENT", "ATOLL_SANDBOX")}
     env.update({"ATOLL_STATE_DIR": str(state_dir), "RUST_LOG": "warn", "ATOLL_SECRETS_CA_FILE": cert})
+    if TRANSPORT == "http":
+        from http_server import http_server, session_client
+
+        prefix = ("ip", "netns", "exec", netns)
+        with http_server(*args, env=env, prefix=prefix) as server, thread_in_netns(netns):
+            assert server.token, "the HTTP server made no token"
+            async with session_client(server.url, server.token) as session:
+                yield session
+        return
     params = StdioServerParameters(
         command="ip", args=["netns", "exec", netns, str(binary("atoll")), "mcp", *args], env=env
     )

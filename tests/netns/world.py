@@ -10,7 +10,9 @@ header X-Echo-Authorization). GET /git/PATH serves the files under <cert's dir>/
 dumb HTTP protocol, for bare repositories after `git update-server-info`), only to Basic
 auth `x-access-token:TOKEN` where TOKEN is the content of <cert's dir>/git-token (401
 otherwise, or when there is no such file). GET /bytes/N streams N bytes (for throughput benchmarks); POST /count reads the body
-and answers "received N bytes". Prints "ready" once every
+and answers "received N bytes". GET /ws with `Upgrade: websocket` is a WebSocket
+(RFC 6455) echo: its first message is "auth-sha256=<sha256 of the handshake's
+Authorization>", then each message comes back as it was sent. Prints "ready" once every
 socket listens; exits when stdin closes (its parent, the test, is gone).
 """
 import http.server
@@ -25,6 +27,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            return self.websocket()
         if self.path.startswith("/git/"):
             return self.serve_git()
         if self.path.startswith("/bytes/"):
@@ -109,6 +113,48 @@ class Handler(http.server.BaseHTTPRequestHandler):
             k = min(n, len(chunk))
             self.wfile.write(chunk[:k])
             n -= k
+
+    def websocket(self):
+        import base64
+        import hashlib
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        magic = key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(magic.encode()).digest()).decode())
+        self.end_headers()
+        self.close_connection = True
+        auth = hashlib.sha256(self.headers.get("Authorization", "").encode()).hexdigest()
+        self.ws_send(0x81, ("auth-sha256=" + auth).encode())
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                return
+            n = head[1] & 0x7F
+            if n == 126:
+                n = int.from_bytes(self.rfile.read(2), "big")
+            elif n == 127:
+                n = int.from_bytes(self.rfile.read(8), "big")
+            mask = self.rfile.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(self.rfile.read(n)))
+            opcode = head[0] & 0x0F
+            if opcode == 0x8:
+                return self.ws_send(0x88, data[:2])
+            if opcode == 0x9:
+                self.ws_send(0x8A, data)
+            elif opcode != 0xA:
+                self.ws_send(head[0], data)
+
+    def ws_send(self, first, data):
+        n = len(data)
+        if n < 126:
+            head = bytes([first, n])
+        elif n < 65536:
+            head = bytes([first, 126]) + n.to_bytes(2, "big")
+        else:
+            head = bytes([first, 127]) + n.to_bytes(8, "big")
+        self.wfile.write(head + data)
 
     def log_message(self, *args):
         pass

@@ -44,15 +44,12 @@ fn has(text: &str, name: &str, value: &str) -> bool {
     })
 }
 
-#[test]
-fn a_placeholder_becomes_the_value_only_for_its_host() {
-    let bindings = Arc::new(Bindings::default());
-    bindings.0.lock().unwrap().push(gh(VALUE));
+/// The engine swapping `bindings`, with a new sandbox CA (`sandbox-ca.pem` in the
+/// returned directory) and the world's CA trusted upstream.
+fn swap_rig(bindings: Arc<Bindings>) -> (Rig, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let ca_path = dir.path().join("sandbox-ca.pem");
     let (cert, key) = atoll_net::secrets::ca::new_ca("test").unwrap();
-    std::fs::write(&ca_path, &cert).unwrap();
-    let source = bindings.clone();
+    std::fs::write(dir.path().join("sandbox-ca.pem"), &cert).unwrap();
     let policy = Policy::from_lists(
         &["allowed.test", "shared.test", "other.test", "impostor.allowed.test"],
         &["0.0.0.0/0", "::/0"],
@@ -61,11 +58,46 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     let rig = Rig::start_with_secrets(policy, move |world| {
         let upstream = atoll_net::secrets::upstream::client_config(&[world.cert().as_path()]).unwrap();
         Secrets {
-            source,
+            source: bindings,
             ca: Arc::new(atoll_net::secrets::ca::LeafIssuer::from_pem(&cert, &key).unwrap()),
             upstream: Arc::new(upstream),
         }
     });
+    (rig, dir)
+}
+
+/// sha256 of `text`, hex (what the world's WebSocket reports of the Authorization it got).
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Node's WebSocket client (undici): opens URL with `Authorization: Bearer TOKEN`,
+/// prints the server's first message, sends a short text and a 300 KB message and
+/// checks each comes back, then closes.
+const WS_CLIENT: &str = r#"
+const [url, token] = process.argv.slice(1);
+const big = 'y'.repeat(300000);
+const got = [];
+const timer = setTimeout(() => { console.log('TIMEOUT', got.length); process.exit(2); }, 30000);
+const ws = new WebSocket(url, { headers: { authorization: 'Bearer ' + token } });
+ws.onopen = () => console.log('open');
+ws.onmessage = (m) => {
+  got.push(String(m.data));
+  if (got.length === 1) { console.log(got[0]); ws.send('ping-1'); }
+  else if (got.length === 2) { console.log('echo', got[1]); ws.send(big); }
+  else { console.log('big-echo', got[2].length, got[2] === big); ws.close(1000, 'done'); }
+};
+ws.onerror = (e) => console.log('FAIL', e.message || e);
+ws.onclose = (e) => { console.log('closed', e.code); clearTimeout(timer); };
+"#;
+
+#[test]
+fn a_placeholder_becomes_the_value_only_for_its_host() {
+    let bindings = Arc::new(Bindings::default());
+    bindings.0.lock().unwrap().push(gh(VALUE));
+    let (rig, dir) = swap_rig(bindings.clone());
+    let ca_path = dir.path().join("sandbox-ca.pem");
     let sandbox_ca = ca_path.to_str().unwrap();
     let world_ca = rig.world.cert();
     let world_ca = world_ca.to_str().unwrap();
@@ -157,4 +189,46 @@ fn a_placeholder_becomes_the_value_only_for_its_host() {
     assert_eq!(warned.secret, None);
     let log = std::fs::read_to_string(&rig.log).unwrap();
     assert!(!log.contains(VALUE) && !log.contains(ROTATED), "a value is in the audit log:\n{log}");
+}
+
+#[test]
+fn a_websocket_upgrade_gets_the_value_and_is_relayed_both_ways() {
+    let bindings = Arc::new(Bindings::default());
+    bindings.0.lock().unwrap().push(gh(VALUE));
+    let (rig, dir) = swap_rig(bindings);
+    let ca = format!("NODE_EXTRA_CA_CERTS={}", dir.path().join("sandbox-ca.pem").display());
+    let ws = |url: &str| {
+        let out =
+            rig.run("env", &[&ca, "node", "--experimental-websocket", "-e", WS_CLIENT, url, PLACEHOLDER]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    // Through the swap: the handshake carried the value (the server reports its hash,
+    // never the value), then messages both ways, a large one too, and a clean close.
+    let got = ws("wss://allowed.test/ws");
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "open",
+            &format!("auth-sha256={}", sha256_hex(&format!("Bearer {VALUE}"))),
+            "echo ping-1",
+            "big-echo 300000 true",
+            "closed 1000"
+        ],
+        "{got}"
+    );
+    rig.wait_record("the swapped handshake", |r| r.secret.as_deref() == Some("gh"));
+
+    // The placeholder to a host the secret does not name arrives unchanged (the world's
+    // certificate: this connection is not intercepted).
+    let world_ca = format!("NODE_EXTRA_CA_CERTS={}", rig.world.cert().display());
+    let out = rig.run(
+        "env",
+        &[&world_ca, "node", "--experimental-websocket", "-e", WS_CLIENT, "wss://other.test/ws", PLACEHOLDER],
+    );
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert!(got.contains(&format!("auth-sha256={}", sha256_hex(&format!("Bearer {PLACEHOLDER}")))), "{got}");
+    let log = std::fs::read_to_string(&rig.log).unwrap();
+    assert!(!log.contains(VALUE), "the value is in the audit log:\n{log}");
 }

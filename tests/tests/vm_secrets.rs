@@ -260,3 +260,136 @@ fn vm_secrets_git_clone_over_https_with_the_placeholder_in_the_url() {
     let out = atoll.run(&["kill", "git"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// `atoll ARGS` with the world's CA trusted upstream (a command that starts a network
+/// helper: create, fork, resume).
+fn with_world_ca(atoll: &Atoll, world: &World, args: &[&str]) -> String {
+    let out = atoll.command(args).env("ATOLL_SECRETS_CA_FILE", world.cert()).output().unwrap();
+    assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Fork, park and snapshot (docs/secrets.md, "Lifecycle"): the source keeps its
+/// bindings through a snapshot and a park; a fork (`create --from`) starts with none,
+/// so a placeholder it inherited in its memory and files goes out unchanged, until an
+/// `attach` in the fork binds it anew (a new placeholder, the fork's own CA); a detach in
+/// the fork leaves the source as it was; no value in any file atoll keeps outside the
+/// secret store (sandbox directories, the snapshot, the parked state, logs).
+#[test]
+fn vm_secrets_fork_starts_unbound_and_no_value_in_snapshot_or_park() {
+    let world = World::create();
+    let atoll = Atoll::in_netns(world.client.name());
+    set(&atoll, &world, "gh", VALUE, "allowed.test");
+    let script = world.dir().join("fetch.py");
+    std::fs::write(&script, FETCH).unwrap();
+    with_world_ca(
+        &atoll,
+        &world,
+        &[
+            "--json",
+            "create",
+            "--name",
+            "sec",
+            "--timeout",
+            "900s",
+            "--template",
+            "debian",
+            "--secret",
+            "GH_TOKEN=gh",
+        ],
+    );
+    let out = atoll.run(&["-s", "sec", "write", "/fetch.py", "--from", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let placeholder = atoll.sh("sec", "printf %s \"$GH_TOKEN\" | tee /root/placeholder");
+    assert!(placeholder.starts_with("atoll-secret-gh-"), "{placeholder}");
+    // `/auth-digest`: the host answers with a digest of what it got, so the value never
+    // comes back into the guest's memory (a body is not scrubbed).
+    let swapped = digest(&format!("Bearer {VALUE}"));
+    let unswapped = digest(&format!("Bearer {placeholder}"));
+    let url = "https://allowed.test/auth-digest";
+    assert!(fetch(&atoll, url, "GH_TOKEN", false).contains(&swapped));
+
+    // A snapshot, then a park and resume: the source keeps its binding.
+    let out = atoll.run(&["snapshot", "create", "sec", "--name", "snap"]);
+    assert!(out.status.success(), "snapshot: {}", text(&out.stderr));
+    let out = atoll.run(&["pause", "sec", "--to-disk"]);
+    assert!(out.status.success(), "park: {}", text(&out.stderr));
+    let parked = grep_state(&atoll);
+    assert!(parked.is_empty(), "a value is in a file while parked: {parked}");
+    with_world_ca(&atoll, &world, &["resume", "sec"]);
+    assert!(fetch(&atoll, url, "GH_TOKEN", false).contains(&swapped));
+
+    // The fork: no bindings, no variable in new commands, the inherited placeholder
+    // (a file from its source) goes out unchanged on a connection not intercepted.
+    with_world_ca(
+        &atoll,
+        &world,
+        &["--json", "create", "--from", "snap", "--name", "fork", "--timeout", "900s"],
+    );
+    let info = atoll.json(&["info", "fork"]);
+    assert_eq!(info.get("secrets").and_then(|s| s.as_array()).map_or(0, Vec::len), 0, "{info}");
+    assert_eq!(atoll.sh("fork", "printf %s \"${GH_TOKEN-unset}\""), "unset");
+    assert_eq!(atoll.sh("fork", "cat /root/placeholder"), placeholder);
+    let out = atoll.run(&[
+        "-s",
+        "fork",
+        "exec",
+        "--sh",
+        "GH_TOKEN=$(cat /root/placeholder) python3 /fetch.py https://allowed.test/auth-digest GH_TOKEN x",
+    ]);
+    let got = text(&out.stdout);
+    assert!(got.contains(&unswapped), "{got}");
+    // Attached in the fork: a new placeholder, swapped (the fork's CA verified by Python).
+    let bound = atoll.json(&["secret", "attach", "fork", "gh", "--env", "GH_TOKEN"]);
+    let fork_placeholder = bound["placeholder"].as_str().unwrap().to_string();
+    assert_ne!(fork_placeholder, placeholder);
+    let got = atoll.run(&["-s", "fork", "exec", "--", "python3", "/fetch.py", url, "GH_TOKEN"]);
+    assert!(text(&got.stdout).contains(&swapped), "fork after attach: {}", text(&got.stdout));
+    // The source's placeholder means nothing in the fork, even now.
+    let out = atoll.run(&[
+        "-s",
+        "fork",
+        "exec",
+        "--sh",
+        "GH_TOKEN=$(cat /root/placeholder) python3 /fetch.py https://allowed.test/auth-digest GH_TOKEN",
+    ]);
+    let got = text(&out.stdout);
+    assert!(got.contains(&unswapped), "{got}");
+    // Detach in the fork: the source is unaffected.
+    atoll.json(&["secret", "detach", "fork", "gh"]);
+    assert!(fetch(&atoll, url, "GH_TOKEN", false).contains(&swapped));
+
+    let found = grep_state(&atoll);
+    assert!(found.is_empty(), "a value is in a file atoll keeps: {found}");
+    for name in ["fork", "sec"] {
+        let out = atoll.run(&["kill", name]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+}
+
+/// Files under the state directory holding VALUE, outside the secret store (`.secrets`,
+/// where the value is kept): sandbox directories, snapshots, parked state, logs.
+fn grep_state(atoll: &Atoll) -> String {
+    let out = std::process::Command::new("grep")
+        .args(["-rlaF", "--exclude-dir=.secrets", "-e", VALUE])
+        .arg(atoll.state_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.code().is_some_and(|c| c <= 1), "grep: {}", text(&out.stderr));
+    // The search finds the value where it is (the store), so an empty answer means something.
+    let store = std::process::Command::new("grep")
+        .args(["-rlaF", "-e", VALUE])
+        .arg(atoll.state_dir().join(".secrets"))
+        .output()
+        .unwrap();
+    assert!(store.status.success(), "the search does not find the value in the store");
+    text(&out.stdout)
+}
+
+/// `auth-sha256=<hex>`: what the world's `/auth-digest` answers for an Authorization.
+fn digest(authorization: &str) -> String {
+    use sha2::Digest;
+    let hex: String =
+        sha2::Sha256::digest(authorization.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("auth-sha256={hex}")
+}

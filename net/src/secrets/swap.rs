@@ -1,5 +1,6 @@
 //! One intercepted connection: TLS toward the guest with the sandbox CA's leaf for the
-//! SNI, HTTP/1.1 requests read with hyper, each rewritten ([`super::headers`]) and sent
+//! SNI, HTTP/1.1 or HTTP/2 requests read with hyper (an HTTP/1.1 upgrade, such as a
+//! WebSocket handshake, relayed once the server switches protocols), each rewritten ([`super::headers`]) and sent
 //! over one verified TLS connection to the real server at the address the guest asked
 //! for; each request that met a placeholder is a `request` line in the audit log.
 
@@ -88,7 +89,10 @@ pub(crate) async fn intercept(
             .serve_connection(TokioIo::new(tls), service)
             .await
     } else {
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await
+        hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(tls), service)
+            .with_upgrades()
+            .await
     };
     if let Err(e) = served {
         record.error = Some(format!("HTTP from the sandbox: {e}"));
@@ -157,7 +161,12 @@ impl Conn {
                 .collect();
             line.warning = Some(words.join("; "));
         }
-        let response = match self.send(req).await {
+        let upgrade = wants_upgrade(&req).then(|| hyper::upgrade::on(&mut req));
+        let sent = match upgrade {
+            Some(guest_side) => self.send_upgrade(req, guest_side).await,
+            None => self.send(req).await,
+        };
+        let response = match sent {
             Ok(mut response) => {
                 headers::scrub_response(response.headers_mut(), &bound);
                 if h2 {
@@ -192,6 +201,29 @@ impl Conn {
         sender.send_request(req).await.map_err(|e| format!("the request to {} failed: {e}", self.sni))
     }
 
+    /// Sends an upgrade request (`Upgrade: websocket`) on a connection of its own; when
+    /// the server switches protocols (101), the two upgraded connections are relayed
+    /// byte for byte, both ways, until either side closes.
+    async fn send_upgrade(
+        &self,
+        req: Request<Incoming>,
+        guest_side: hyper::upgrade::OnUpgrade,
+    ) -> Result<Response<Incoming>, String> {
+        let mut sender = self.connect().await?;
+        sender.ready().await.map_err(|e| format!("the connection to {} failed: {e}", self.sni))?;
+        let mut response =
+            sender.send_request(req).await.map_err(|e| format!("the request to {} failed: {e}", self.sni))?;
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            let server_side = hyper::upgrade::on(&mut response);
+            tokio::spawn(async move {
+                let (Ok(guest), Ok(server)) = tokio::join!(guest_side, server_side) else { return };
+                let _ =
+                    tokio::io::copy_bidirectional(&mut TokioIo::new(guest), &mut TokioIo::new(server)).await;
+            });
+        }
+        Ok(response)
+    }
+
     async fn connect(&self) -> Result<SendRequest<Incoming>, String> {
         let tcp = tokio::time::timeout(
             crate::egress::CONNECT_TIMEOUT,
@@ -204,7 +236,7 @@ impl Conn {
         let name = rustls_pki_types::ServerName::try_from(self.sni.clone())
             .map_err(|e| format!("`{}` is not a server name: {e}", self.sni))?;
         let tls = tokio_rustls::TlsConnector::from(self.secrets.upstream.clone())
-            .connect(name, tcp)
+            .connect(name, super::quickack::QuickAck(tcp))
             .await
             .map_err(|e| {
                 format!("the server at {} did not prove it is {} (nothing was sent): {e}", self.dst, self.sni)
@@ -212,8 +244,9 @@ impl Conn {
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
             .await
             .map_err(|e| format!("HTTP to {} failed: {e}", self.sni))?;
+        // With upgrades: a connection that switched protocols hands its I/O to the relay.
         tokio::spawn(async move {
-            let _ = conn.await;
+            let _ = conn.with_upgrades().await;
         });
         Ok(sender)
     }
@@ -233,6 +266,18 @@ fn to_http1(req: &mut Request<Incoming>, host: &str) {
         *req.uri_mut() = uri;
     }
     *req.version_mut() = http::Version::HTTP_11;
+}
+
+/// An HTTP/1.1 request asking to switch protocols (`Connection: upgrade` and
+/// `Upgrade`, as a WebSocket handshake does). HTTP/2's extended CONNECT is not carried.
+fn wants_upgrade(req: &Request<Incoming>) -> bool {
+    let connection_upgrade =
+        req.headers().get_all(http::header::CONNECTION).iter().any(|v| {
+            v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+        });
+    req.version() == http::Version::HTTP_11
+        && connection_upgrade
+        && req.headers().contains_key(http::header::UPGRADE)
 }
 
 /// The request's Host (or authority), lower case, without port.
