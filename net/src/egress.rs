@@ -341,6 +341,7 @@ async fn splice(
                 Ok(0) => break,
                 Ok(n) => {
                     received += n as u64;
+                    crate::quickack::ack_now(out_read.as_ref());
                     if writer.write(buf.split().freeze()).await.is_err() {
                         break;
                     }

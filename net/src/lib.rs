@@ -28,6 +28,7 @@ mod hostaddr;
 pub mod log;
 pub mod peek;
 pub mod policy;
+mod quickack;
 pub mod secrets;
 mod shared;
 pub mod stack;

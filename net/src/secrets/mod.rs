@@ -12,7 +12,6 @@
 pub mod ca;
 mod guest_io;
 pub mod headers;
-mod quickack;
 pub(crate) mod swap;
 pub mod upstream;
 

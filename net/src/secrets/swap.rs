@@ -236,7 +236,7 @@ impl Conn {
         let name = rustls_pki_types::ServerName::try_from(self.sni.clone())
             .map_err(|e| format!("`{}` is not a server name: {e}", self.sni))?;
         let tls = tokio_rustls::TlsConnector::from(self.secrets.upstream.clone())
-            .connect(name, super::quickack::QuickAck(tcp))
+            .connect(name, crate::quickack::QuickAck(tcp))
             .await
             .map_err(|e| {
                 format!("the server at {} did not prove it is {} (nothing was sent): {e}", self.dst, self.sni)

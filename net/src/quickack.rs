@@ -1,11 +1,12 @@
-//! The upstream TCP socket with `TCP_QUICKACK` set again after each read. Without it, a
-//! server that writes a response's head and body separately with Nagle on (Python's
-//! `http.server`, among others) waits for the ACK of the head, which Linux delays by up to
-//! 40 ms on a kept-alive connection: measured as 40 ms more per request through the swap
-//! than passed through (BENCHMARKS.md). Linux clears the flag by itself, hence each read.
+//! `TCP_QUICKACK` on a host-side TCP socket, set again after each read (Linux clears the
+//! flag by itself). Without it, a server that writes a response's head and body
+//! separately with Nagle on (Python's `http.server`, among others) waits for the ACK of
+//! the head, which Linux delays by up to 40 ms on a kept-alive connection: measured as
+//! 40 ms more per request (BENCHMARKS.md). Used by the secrets swap's upstream
+//! connection ([`QuickAck`]) and the egress relay ([`ack_now`]).
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -16,19 +17,10 @@ use tokio::net::TcpStream;
 #[derive(Debug)]
 pub(crate) struct QuickAck(pub(crate) TcpStream);
 
-fn quickack(stream: &TcpStream) {
-    let on: libc::c_int = 1;
-    // SAFETY: a valid socket descriptor owned by `stream`, and a pointer to a c_int of
-    // the size given; a failure only loses the optimisation.
-    let _ = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_QUICKACK,
-            (&raw const on).cast(),
-            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
-        )
-    };
+/// Asks the kernel to acknowledge what `socket` received at once; a failure only loses
+/// the optimisation.
+pub(crate) fn ack_now(socket: impl AsFd) {
+    let _ = rustix::net::sockopt::set_tcp_quickack(socket, true);
 }
 
 impl AsyncRead for QuickAck {
@@ -40,7 +32,7 @@ impl AsyncRead for QuickAck {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.0).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            quickack(&self.0);
+            ack_now(&self.0);
         }
         polled
     }
