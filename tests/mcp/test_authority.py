@@ -296,6 +296,79 @@ async def test_a_template_another_client_saved_is_neither_listed_nor_booted(stat
         names = [t["name"] for t in (await call_ok(stdio, "sandbox_template_list"))["templates"]]
         assert names == ["minimal", "ours"], names
         text = await call_err(stdio, "sandbox_create", template="theirs", boot_timeout_s=5)
-        assert "template `theirs` was saved by another MCP client" in text, text
+        assert "template `theirs` is not open to this MCP client" in text, text
         assert (await call_ok(stdio, "sandbox_list"))["sandboxes"] == [], "a sandbox of another client's template was made"
+    assert not any(p for p in state_dir.iterdir() if not p.name.startswith(".")), list(state_dir.iterdir())
+
+
+async def test_templates_a_client_may_not_replace_build_from_or_name(state_dir: Path, tmp_path: Path) -> None:
+    """The template holes an attacker review found, attacked over MCP and refused before
+    any VM boots: a Dockerfile build with replace: true may not overwrite a built-in or
+    another client's template; neither a registry image's template (made by `atoll create
+    --image`, reachable over MCP only through sandbox_create {image}, which fetches the
+    image under the client's registry rules) nor a build's temporary base is listed,
+    booted or built FROM, nor is another client's template; a FROM that ARGs, a default
+    or a continuation line turn into a host-file transport is refused on the FROM the
+    parser made; and the names atoll keeps for itself (`image-`, `build-base-`,
+    `build-step-`) are not a client's to take. The client is stdio; "theirs" was saved by
+    an HTTP client."""
+    source = data_dir() / "templates" / "minimal"
+    if not (source / "template.json").exists():
+        pytest.skip("the `minimal` template is not built (rootfs/build-minimal.sh)")
+    data = tmp_path / "data"
+    image_template = "image-0123456789abcdef"
+    made = (("minimal", None), ("theirs", "mcp:http:0123456789abcdef"), ("ours", "mcp:stdio"),
+            (image_template, None), ("build-base-1-0", None))
+    for name, saved_by in made:
+        target = data / "templates" / name
+        target.mkdir(parents=True)
+        for f in source.iterdir():
+            (target / f.name).symlink_to(f)
+        meta = json.loads((source / "template.json").read_text())
+        meta.pop("saved_by", None)
+        if saved_by:
+            meta["saved_by"] = saved_by
+        (target / "template.json").unlink()
+        (target / "template.json").write_text(json.dumps(meta))
+    (data / "templates" / image_template / "from-image").write_text("sha256:0123456789abcdef" + "0" * 48)
+    before = {n: (data / "templates" / n / "template.json").read_text() for n, _ in made}
+    env = {"ATOLL_STATE_DIR": str(state_dir), "ATOLL_DATA_DIR": str(data)}
+    async with mcp_session(env=env) as stdio:
+        # 1. replace: true on a built-in or another client's template, whatever the FROM.
+        for name in ("minimal", "theirs"):
+            for base in ("ours", "minimal", "busybox"):
+                text = await call_err(stdio, "sandbox_template_create", name=name, replace=True,
+                                      dockerfile=f"FROM {base}\nRUN true\n")
+                assert f"template `{name}` was not saved by this MCP client" in text, (name, base, text)
+        # 2. An image's template and a build's temporary are neither listed nor booted.
+        names = [t["name"] for t in (await call_ok(stdio, "sandbox_template_list"))["templates"]]
+        assert names == ["minimal", "ours"], names
+        for name in (image_template, "build-base-1-0", "theirs"):
+            text = await call_err(stdio, "sandbox_create", template=name, boot_timeout_s=5)
+            assert f"template `{name}` is not open to this MCP client" in text, (name, text)
+        # 2, 3. Nor built FROM (another client's template, an image's, a temporary).
+        for base in (image_template, "build-base-1-0", "theirs"):
+            text = await call_err(stdio, "sandbox_template_create", name="attack",
+                                  dockerfile=f"FROM {base}\nRUN true\n")
+            assert f"FROM {base}: over MCP, FROM takes a registry image, an installed template" in text, (base, text)
+        # 4. Host-file transports the raw text hides: a default, a build arg, a continuation.
+        for dockerfile, build_args, seen in (
+            ("FROM ${X:-oci:/etc}\nRUN true\n", {}, "oci:/etc"),
+            ("ARG B=busybox\nFROM $B\nRUN true\n", {"B": "docker-archive:/etc/passwd"}, "docker-archive:/etc/passwd"),
+            ("FROM \\\n  oci-archive:/etc/passwd\nRUN true\n", {}, "oci-archive:/etc/passwd"),
+        ):
+            text = await call_err(stdio, "sandbox_template_create", name="attack", dockerfile=dockerfile,
+                                  build_args=build_args)
+            assert f"FROM {seen}: over MCP, FROM takes a registry image" in text, (dockerfile, text)
+            assert "not host files" in text, text
+        # 5. The names atoll keeps for itself.
+        for name in ("image-0000000000000000", "build-base-9-9", "build-step-9-9"):
+            # (from_sandbox meets the same check, after its sandbox is resolved.)
+            for how in ({"image": "busybox"}, {"dockerfile": "FROM ours\nRUN true\n"}):
+                text = await call_err(stdio, "sandbox_template_create", name=name, **how)
+                assert f"template name `{name}`: names beginning `image-`" in text, (name, how, text)
+        assert (await call_ok(stdio, "sandbox_list"))["sandboxes"] == [], "a sandbox was made"
+    after = {n: (data / "templates" / n / "template.json").read_text() for n, _ in made}
+    assert after == before, "a template changed"
+    assert sorted(p.name for p in (data / "templates").iterdir()) == sorted(n for n, _ in made)
     assert not any(p for p in state_dir.iterdir() if not p.name.startswith(".")), list(state_dir.iterdir())

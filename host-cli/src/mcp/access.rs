@@ -11,7 +11,9 @@
 //! snapshots record who made them, and a client uses only its own (plus the CLI's with
 //! `--share-cli-sandboxes`). `sandbox_list`, `sandbox_snapshot_list` and
 //! `sandbox_get_metrics` show only what the client may act on. A `template` another MCP
-//! client saved is neither listed nor booted (it holds that client's disk).
+//! client saved is neither listed nor booted (it holds that client's disk), nor is an
+//! image's template (`sandbox_create {image}` reaches it, fetching first) or a build's
+//! temporary base ([`crate::template::mcp_access`]).
 
 use rmcp::RoleServer;
 use rmcp::model::CallToolRequestParams;
@@ -140,7 +142,9 @@ impl AtollMcp {
     fn check_template(&self, name: &str) -> Result<(), ToolError> {
         let all = crate::template::list()?;
         match all.iter().find(|t| t.name == name) {
-            Some(t) if !self.may_use_template(t.saved_by.as_deref()) => {
+            Some(t)
+                if !crate::template::mcp_access::may_use(name, t.saved_by.as_deref(), &self.identity()) =>
+            {
                 Err(ToolError::TemplateNotYours { name: name.to_owned() })
             }
             _ => Ok(()),

@@ -180,8 +180,10 @@ pub enum ToolError {
     },
     /// A template another MCP client saved.
     #[error(
-        "template `{name}` was saved by another MCP client; MCP clients boot only the operator's \
-         templates and their own (sandbox_template_list shows them)"
+        "template `{name}` is not open to this MCP client: another MCP client saved it, or it is a \
+         registry image's template (boot the image with sandbox_create {{image}}, which fetches it), or a \
+         build's temporary; MCP clients boot only the operator's templates and their own \
+         (sandbox_template_list shows them)"
     )]
     TemplateNotYours {
         /// Its name.

@@ -206,7 +206,7 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
 }
 
 /// Refuses MCP identity `by` a template `name` that exists and that it did not save.
-fn refuse_foreign_replace(name: &str, by: &str) -> Result<(), SaveTemplateError> {
+pub(crate) fn refuse_foreign_replace(name: &str, by: &str) -> Result<(), SaveTemplateError> {
     let templates = dirs::templates_dir().map_err(SandboxError::from)?;
     let file = templates.join(name).join("template.json");
     let Ok(text) = std::fs::read_to_string(&file) else { return Ok(()) };

@@ -150,7 +150,9 @@ impl AtollMcp {
             .collect();
         let mut templates: Vec<TemplateView> = crate::template::list()?
             .into_iter()
-            .filter(|t| self.may_use_template(t.saved_by.as_deref()))
+            .filter(|t| {
+                crate::template::mcp_access::may_use(&t.name, t.saved_by.as_deref(), &self.identity())
+            })
             .map(|t| {
                 let rebuilding = builds.iter().any(|b| b.name == t.name && b.state == BuildState::Building);
                 TemplateView {
@@ -209,6 +211,14 @@ impl AtollMcp {
         Parameters(args): Parameters<CreateTemplateArgs>,
         context: RequestContext<RoleServer>,
     ) -> Result<Json<CreatedTemplate>, ToolError> {
+        if crate::template::mcp_access::is_reserved(&args.name) {
+            return Err(ToolError::BadBuild(format!(
+                "template name `{}`: names beginning {} are atoll's own (an image's template, a build's \
+                 temporaries); pick another name",
+                args.name,
+                crate::template::mcp_access::RESERVED_PREFIXES.map(|p| format!("`{p}`")).join(", ")
+            )));
+        }
         let dockerfile = match (&args.from_sandbox, &args.image, &args.dockerfile) {
             (Some(sandbox), None, None) => {
                 if args.background {

@@ -184,6 +184,9 @@ pub enum DockerfileError {
     /// The build VM could not start or be reached.
     #[error("the build VM: {0}")]
     Vm(String),
+    /// Over MCP: the build would replace, or start FROM, a template this client may not.
+    #[error("{0}")]
+    NotYours(String),
     /// A RUN failed.
     #[error("step {index} (Dockerfile line {line}) `{text}` failed: {how}; nothing was built")]
     RunFailed {
@@ -265,7 +268,17 @@ pub fn prepare(opts: &DockerfileOptions) -> Result<(PathBuf, Vec<Step>), Dockerf
     if dest.join("template.json").is_file() && !opts.force {
         return Err(DockerfileError::AlreadyExists(opts.name.clone()));
     }
+    refuse_foreign_replace(opts)?;
     Ok((context, steps))
+}
+
+/// Over MCP (`opts.by`), refuses to replace a template this client did not save (a
+/// built-in, the operator's, another client's); checked before the build and again
+/// right before a cached result is installed onto it.
+fn refuse_foreign_replace(opts: &DockerfileOptions) -> Result<(), DockerfileError> {
+    let Some(by) = &opts.by else { return Ok(()) };
+    crate::sandbox::save_template::refuse_foreign_replace(&opts.name, by)
+        .map_err(|e| DockerfileError::NotYours(e.to_string()))
 }
 
 /// Builds template `opts.name` from its Dockerfile; see the module docs.
@@ -300,6 +313,7 @@ pub async fn build(
     for &i in checkpoints.iter().rev().filter(|_| !opts.no_cache) {
         let Some(entry) = cache::lookup(&keys[i]) else { continue };
         let installed = if Some(&i) == checkpoints.last() {
+            refuse_foreign_replace(opts)?;
             cache::install(&entry, &dest).map(|()| None)
         } else {
             vm::Base::cached(&entry, &origin).map(Some)
@@ -340,7 +354,7 @@ pub async fn build(
         Ok(mut session) => {
             let run = Run { steps: &steps, keys: &keys, context: &context, opts, report: &report, progress };
             let r = run_steps(&mut session, &run, skip, &mut state).await;
-            let r = match r {
+            let r = match r.and_then(|entry| refuse_foreign_replace(opts).map(|()| entry)) {
                 Ok(Some(entry)) => match cache::install(&entry, &dest) {
                     Ok(()) => Ok(()),
                     Err(e) => {

@@ -49,6 +49,15 @@ impl Origin {
                 .map_err(|e| DockerfileError::Vm(format!("template `{reference}`: {e}")))?;
             let file: TemplateFile = serde_json::from_str(&text)
                 .map_err(|e| DockerfileError::Vm(format!("template `{reference}`: {e}")))?;
+            if let Some(by) = &opts.by
+                && !store::mcp_access::may_use(reference, file.saved_by.as_deref(), by)
+            {
+                return Err(DockerfileError::NotYours(format!(
+                    "FROM {reference}: over MCP, FROM takes a registry image, an installed template of \
+                     the operator's or one this client saved; not another client's template, a build's \
+                     temporary, or an image's template (name the image itself instead)"
+                )));
+            }
             let Some(rootfs) = &file.rootfs else {
                 return Err(DockerfileError::NoDisk(reference.into()));
             };
@@ -68,6 +77,16 @@ impl Origin {
                 },
                 key: key.finish(),
             });
+        }
+        // Over MCP the image comes from a registry: never a transport that reads host
+        // files (checked here, on the FROM the parser made with ARGs substituted).
+        if opts.by.is_some()
+            && !store::image::transport_reference(reference).is_ok_and(|t| t.starts_with("docker://"))
+        {
+            return Err(DockerfileError::NotYours(format!(
+                "FROM {reference}: over MCP, FROM takes a registry image (such as python:3.12-slim) or an \
+                 installed template, not host files"
+            )));
         }
         progress(Progress::Note(format!("fetching image {reference}")));
         let (r, fetch) = (reference.to_owned(), opts.fetch.clone());
