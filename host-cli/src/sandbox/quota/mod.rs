@@ -260,7 +260,9 @@ mod tests {
         let err = judge_snapshot(1 << 29, (1 << 29) + 1, &l.snapshot_disk).unwrap_err();
         assert!(err.starts_with("Snapshot quota reached"), "{err}");
         assert!(
-            err.contains("atoll snapshot rm") && err.contains("atoll template rm") && err.contains("atoll image prune"),
+            err.contains("atoll snapshot rm")
+                && err.contains("atoll template rm")
+                && err.contains("atoll image prune"),
             "{err}"
         );
         assert!(err.contains("`max_snapshot_disk` in the config file"), "{err}");

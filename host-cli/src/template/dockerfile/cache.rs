@@ -19,7 +19,9 @@
 //! whole entry or none. It is verified each time it is used: the image is copied out
 //! (sparse, a reflink where the filesystem has them) and the copy's digest compared;
 //! a mismatch removes the entry and the build goes on from an earlier one, never
-//! from it. `atoll image prune` removes every entry.
+//! from it. `atoll image prune` removes every entry. The entries count in the snapshot
+//! quota ([`crate::sandbox::quota::snapshot_bytes`]): an entry is kept, and one is
+//! installed as a template, only within it.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
