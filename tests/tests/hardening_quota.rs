@@ -12,7 +12,9 @@
 //!   ("Snapshot quota reached", saying what to remove), leaving nothing;
 //! - as root in the guest, writing the disk full ends in ENOSPC in the guest; the host
 //!   file behind it stays within the disk's size, and the sandbox still answers;
-//! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB.
+//! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB;
+//! - (no VM) the Dockerfile step cache and the image blob cache count in the snapshot
+//!   quota, and a template build over it is refused at once, leaving nothing.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
