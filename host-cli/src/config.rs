@@ -8,7 +8,7 @@
 //! max_memory_mib = 16384
 //! max_vcpus = 32
 //! max_disk = "200G"          # sandboxes' disks, at their full size
-//! max_snapshot_disk = "50G"  # snapshots and templates, as stored
+//! max_snapshot_disk = "50G"  # snapshots, templates, the image and step caches, as stored
 //! ```
 //!
 //! An unknown key is refused with its name, a bad value with its line; environment
@@ -42,7 +42,9 @@ pub struct QuotaConfig {
     pub max_vcpus: Option<u64>,
     /// Sandboxes' disks at their full size.
     pub max_disk: Option<Size>,
-    /// Snapshots and templates as stored.
+    /// What is stored in named snapshots, templates (with their snapshots and staged
+    /// builds), the Dockerfile step cache (`images/steps`) and the image blob cache
+    /// (`images/blobs`), each file once.
     pub max_snapshot_disk: Option<Size>,
 }
 

@@ -12,7 +12,9 @@
 //!   ("Snapshot quota reached", saying what to remove), leaving nothing;
 //! - as root in the guest, writing the disk full ends in ENOSPC in the guest; the host
 //!   file behind it stays within the disk's size, and the sandbox still answers;
-//! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB.
+//! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB;
+//! - (no VM) the Dockerfile step cache and the image blob cache count in the snapshot
+//!   quota, and a template build over it is refused at once, leaving nothing.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -178,4 +180,67 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
         std::fs::metadata(&log).is_ok_and(|m| m.len() <= 1 << 20)
     });
     assert!(text(&std::fs::read(&log).unwrap()).trim_end().ends_with("QEMU-LOG-END"));
+}
+
+/// The snapshot quota counts the image caches and holds for template builds, with no
+/// VM: the Dockerfile step cache (`images/steps`) and the image blob cache
+/// (`images/blobs`) are counted in `atoll info`, and a template build over the quota is
+/// refused at once, saying what to remove, leaving no template and no staging behind.
+#[test]
+fn hardening_quota_template_builds_and_the_image_caches_count() {
+    let data = small_template();
+    let atoll = Atoll::with_data_dir(data.path());
+    let conf_dir = short_tempdir();
+    let config = conf_dir.path().join("config.toml");
+    std::fs::write(&config, "").unwrap();
+    let snapshot_used = || {
+        // With no sandbox to ask, `info` still prints the host's quotas (and exits 2).
+        let out = run(&atoll, &config, &[], &["--json", "info"]);
+        let info: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+        quota(&info, "max_snapshot_disk")["used"].as_u64().unwrap()
+    };
+
+    // What a client fills the caches with counts, each cache byte for byte.
+    let before = snapshot_used();
+    let fill = |rel: &str| {
+        let path = data.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, vec![7u8; 8 << 20]).unwrap();
+    };
+    fill("images/steps/0123abcd/rootfs.ext4");
+    let with_steps = snapshot_used();
+    assert!(with_steps >= before + (8 << 20), "the step cache is not counted: {before} -> {with_steps}");
+    fill("images/blobs/sha256/0123abcd");
+    let with_blobs = snapshot_used();
+    assert!(
+        with_blobs >= with_steps + (8 << 20),
+        "the blob cache is not counted: {with_steps} -> {with_blobs}"
+    );
+
+    // Over the quota (the caches alone pass 10M), a template build is refused at once.
+    let tree = short_tempdir();
+    std::fs::create_dir_all(tree.path().join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", tree.path().join("bin/busybox")).unwrap();
+    let build =
+        ["template", "build", "--from", tree.path().to_str().unwrap(), "--name", "over", "--no-snapshot"];
+    let err = refused(&atoll, &config, &[("ATOLL_MAX_SNAPSHOT_DISK", "10M")], &build);
+    assert!(err.contains("Snapshot quota reached"), "{err}");
+    assert!(
+        err.contains("atoll template rm")
+            && err.contains("atoll image prune")
+            && err.contains("ATOLL_MAX_SNAPSHOT_DISK"),
+        "{err}"
+    );
+    let left: Vec<String> = std::fs::read_dir(data.path().join("templates"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("over"))
+        .collect();
+    assert!(left.is_empty(), "a refused build left {left:?}");
+
+    // Under a quota that fits, the same build goes through (the refusal was the quota's).
+    let out = run(&atoll, &config, &[("ATOLL_MAX_SNAPSHOT_DISK", "10G")], &build);
+    assert!(out.status.success(), "template build: {}", text(&out.stderr));
+    assert!(data.path().join("templates/over/template.json").is_file());
 }

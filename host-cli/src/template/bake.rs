@@ -98,6 +98,9 @@ pub enum BakeError {
     /// A template of that name exists.
     #[error("template `{0}` already exists; pick another --name, or pass --force to replace it")]
     AlreadyExists(String),
+    /// The snapshot quota is reached (the message says what to remove).
+    #[error("{0}")]
+    Quota(String),
     /// `--from` cannot be read.
     #[error("cannot read {}; check the --from path", path.display())]
     SourceUnreadable {
@@ -219,6 +222,8 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
         return Err(BakeError::AlreadyExists(opts.name.clone()));
     }
 
+    // Refused at once when the snapshot quota is reached already.
+    drop(crate::sandbox::quota::check_snapshot_locked(0).map_err(BakeError::Quota)?);
     let stage = Staging::new(templates.join(format!(".{}.build-{}", opts.name, std::process::id())))?;
     let root = stage.path.join("root");
     let mut owners = rootless.then(super::layer::Owners::new);
@@ -273,6 +278,9 @@ pub fn build(opts: &BuildOptions) -> Result<Built, BakeError> {
     let json = serde_json::to_string_pretty(&template).expect("a TemplateFile always serializes");
     write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644)?;
     let image_bytes = size;
+    // The staged template is counted now (it is beside the templates): committed under
+    // the lock only within the snapshot quota.
+    let _lock = crate::sandbox::quota::check_snapshot_locked(0).map_err(BakeError::Quota)?;
     stage.commit(&dest)?;
     Ok(Built { path: dest, template, image_bytes })
 }

@@ -8,7 +8,7 @@
 //! exited mid-build) is shown as failed. A failed record stays until a build of that
 //! name starts again or the template is made; [`forget`] drops it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -72,10 +72,13 @@ fn now() -> u64 {
 }
 
 fn write(record: &BuildRecord) -> Result<(), BuildingError> {
-    let dir = dir()?;
+    write_in(&dir()?, record)
+}
+
+fn write_in(dir: &Path, record: &BuildRecord) -> Result<(), BuildingError> {
     let path = dir.join(format!("{}.json", record.name));
     let tmp = dir.join(format!(".{}.{}.tmp", record.name, std::process::id()));
-    std::fs::create_dir_all(&dir)
+    std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&tmp, serde_json::to_vec_pretty(record).unwrap_or_default()))
         .and_then(|()| std::fs::rename(&tmp, &path))
         .map_err(|source| BuildingError::Write { path, source })
@@ -92,24 +95,32 @@ pub fn start(name: &str, by: Option<String>) -> Result<(), BuildingError> {
         started_unix: now(),
         by,
     };
-    if list()?.iter().any(|r| r.name == name) {
-        if list()?.iter().any(|r| r.name == name && r.state == BuildState::Building) {
-            return Err(BuildingError::Busy(name.to_owned()));
-        }
-        // A failed build's record: this build takes its place.
-        return write(&record);
+    claim(&dir()?, &record)
+}
+
+/// Writes `record` in `dir` unless a live build of its name is recorded there. Every
+/// claim holds an exclusive lock on `dir/.lock` from its look to its write, so two
+/// claims of one name (none recorded, or a failed build recorded) give one winner.
+fn claim(dir: &Path, record: &BuildRecord) -> Result<(), BuildingError> {
+    let lock_path = dir.join(".lock");
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BuildingError::Write { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(err(dir))?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(err(&lock_path))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| err(&lock_path)(std::io::Error::from(e)))?;
+    // A failed build's record (or none): this build takes its place.
+    if list_in(dir).iter().any(|r| r.name == record.name && r.state == BuildState::Building) {
+        return Err(BuildingError::Busy(record.name.clone()));
     }
-    // No record: claim the name with an exclusive create, so two starts at once do not
-    // both build.
-    let dir = dir()?;
-    let path = dir.join(format!("{name}.json"));
-    let claimed = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::OpenOptions::new().write(true).create_new(true).open(&path));
-    match claimed {
-        Ok(_) => write(&record),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(BuildingError::Busy(name.to_owned())),
-        Err(source) => Err(BuildingError::Write { path, source }),
-    }
+    write_in(dir, record)
 }
 
 /// Records that the build of `name` failed, and why.
@@ -137,8 +148,11 @@ fn read(name: &str) -> Result<BuildRecord, std::io::Error> {
 
 /// The builds recorded, by name; a `building` one whose process is gone is `failed`.
 pub fn list() -> Result<Vec<BuildRecord>, dirs::DirsError> {
-    let dir = dir()?;
-    let mut out: Vec<BuildRecord> = std::fs::read_dir(&dir)
+    Ok(list_in(&dir()?))
+}
+
+fn list_in(dir: &Path) -> Vec<BuildRecord> {
+    let mut out: Vec<BuildRecord> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -154,9 +168,67 @@ pub fn list() -> Result<Vec<BuildRecord>, dirs::DirsError> {
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    out
 }
 
 fn alive(pid: u32) -> bool {
     pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(name: &str, state: BuildState) -> BuildRecord {
+        BuildRecord {
+            name: name.into(),
+            state,
+            reason: None,
+            pid: std::process::id(),
+            started_unix: now(),
+            by: None,
+        }
+    }
+
+    #[test]
+    fn two_claims_over_a_failed_record_give_one_winner() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join(".builds");
+        for round in 0..20 {
+            let name = format!("t{round}");
+            if round % 2 == 0 {
+                // A failed build of that name is recorded.
+                write_in(&dir, &record(&name, BuildState::Failed)).unwrap();
+            }
+            let barrier = std::sync::Barrier::new(2);
+            let wins: usize = std::thread::scope(|s| {
+                let claims: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            claim(&dir, &record(&name, BuildState::Building))
+                        })
+                    })
+                    .collect();
+                claims
+                    .into_iter()
+                    .map(|c| match c.join().unwrap() {
+                        Ok(()) => 1,
+                        Err(BuildingError::Busy(n)) => {
+                            assert_eq!(n, name);
+                            0
+                        }
+                        Err(e) => panic!("{e}"),
+                    })
+                    .sum()
+            });
+            assert_eq!(wins, 1, "round {round}: exactly one claim wins");
+            let now = list_in(&dir);
+            let r = now.iter().find(|r| r.name == name).unwrap();
+            assert_eq!(r.state, BuildState::Building);
+        }
+        // A claim after a failed one takes its place.
+        write_in(&dir, &record("f", BuildState::Failed)).unwrap();
+        claim(&dir, &record("f", BuildState::Building)).unwrap();
+    }
 }

@@ -52,17 +52,32 @@ pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<(), Strin
 }
 
 /// Refuses a snapshot or template save that may store up to `need` bytes, when
-/// snapshots and templates would pass their quota. Call under the state lock.
+/// what [`snapshot_bytes`] counts would pass the snapshot quota. Call under the state
+/// lock.
 pub fn check_snapshot(state: &Path, need: u64) -> Result<(), String> {
     let limits = Limits::of_host(state)?;
     judge_snapshot(snapshot_bytes(state)?, need, &limits.snapshot_disk)
 }
 
-/// What snapshots (named and of templates) and templates store.
+/// [`check_snapshot`] for a caller that does not hold the state lock (a template
+/// build): takes the lock, checks, and returns the lock, so that what is stored next is
+/// stored before another check can pass.
+pub fn check_snapshot_locked(need: u64) -> Result<state::StateLock, String> {
+    let state = crate::vmm::dirs::state_dir().map_err(|e| e.to_string())?;
+    let lock = state::StateLock::acquire(&state).map_err(|e| e.to_string())?;
+    check_snapshot(&state, need)?;
+    Ok(lock)
+}
+
+/// What the snapshot quota counts, as stored (each file once): named snapshots,
+/// templates with their snapshots (and builds staged beside them), the Dockerfile step
+/// cache (`images/steps`) and the image blob cache (`images/blobs`).
 pub fn snapshot_bytes(state: &Path) -> Result<u64, String> {
     let templates = crate::vmm::dirs::templates_dir().map_err(|e| e.to_string())?;
+    let data = crate::vmm::dirs::data_dir().map_err(|e| e.to_string())?;
+    let (steps, blobs) = (data.join("images/steps"), data.join("images/blobs"));
     let named = crate::vmm::snapfile::named_dir(state);
-    Ok(usage::stored_bytes_of(&[&named, &templates]))
+    Ok(usage::stored_bytes_of(&[&named, &templates, &steps, &blobs]))
 }
 
 /// What the sandboxes of `state` hold on disk, counted as [`check`] does.
@@ -167,13 +182,14 @@ fn judge_disk(held: u64, ask: u64, l: &Limit) -> Result<(), String> {
     ))
 }
 
-/// The snapshot quota: snapshots and templates store `held` bytes, a save may add `need`.
+/// The snapshot quota: what [`snapshot_bytes`] counts is `held` bytes, a save may add
+/// `need`.
 fn judge_snapshot(held: u64, need: u64, l: &Limit) -> Result<(), String> {
     if held.saturating_add(need) <= l.value {
         return Ok(());
     }
     Err(format!(
-        "Snapshot quota reached: snapshots and templates store {} MiB, this save may need up to {} MiB, at most {} MiB may be kept ({}). Remove a snapshot (`atoll snapshot rm NAME`; `atoll snapshot ls` lists them) or a template (`atoll template rm NAME`), or retry later.",
+        "Snapshot quota reached: snapshots, templates and the image caches store {} MiB, this save may need up to {} MiB, at most {} MiB may be kept ({}). Remove a snapshot (`atoll snapshot rm NAME`; `atoll snapshot ls` lists them) or a template (`atoll template rm NAME`), empty the image and Dockerfile step caches (`atoll image prune`), or retry later.",
         mib(held),
         mib(need),
         mib(l.value),
@@ -243,7 +259,12 @@ mod tests {
         assert!(judge_snapshot(1 << 29, 1 << 29, &l.snapshot_disk).is_ok());
         let err = judge_snapshot(1 << 29, (1 << 29) + 1, &l.snapshot_disk).unwrap_err();
         assert!(err.starts_with("Snapshot quota reached"), "{err}");
-        assert!(err.contains("atoll snapshot rm") && err.contains("atoll template rm"), "{err}");
+        assert!(
+            err.contains("atoll snapshot rm")
+                && err.contains("atoll template rm")
+                && err.contains("atoll image prune"),
+            "{err}"
+        );
         assert!(err.contains("`max_snapshot_disk` in the config file"), "{err}");
     }
 }

@@ -19,7 +19,9 @@
 //! whole entry or none. It is verified each time it is used: the image is copied out
 //! (sparse, a reflink where the filesystem has them) and the copy's digest compared;
 //! a mismatch removes the entry and the build goes on from an earlier one, never
-//! from it. `atoll image prune` removes every entry.
+//! from it. `atoll image prune` removes every entry. The entries count in the snapshot
+//! quota ([`crate::sandbox::quota::snapshot_bytes`]): an entry is kept, and one is
+//! installed as a template, only within it.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -166,6 +168,9 @@ pub(super) fn store(key: &str, saved: &Path) -> Result<(), CacheError> {
         bake::write_file(&saved.join("entry.json"), &json, 0o644)
             .map_err(|e| CacheError::Io(e.to_string()))?;
         let dest = root.join(key);
+        // `saved` (a template directory) is counted already: what is stored now must be
+        // within the snapshot quota, and stays so while the entry moves under the lock.
+        let _lock = crate::sandbox::quota::check_snapshot_locked(0).map_err(CacheError::Io)?;
         // An entry already there (another build's, or a corrupt one) is replaced.
         let _ = std::fs::remove_dir_all(&dest);
         std::fs::rename(saved, &dest).map_err(|e| CacheError::Io(format!("{}: {e}", dest.display())))
@@ -216,6 +221,10 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
         }
         bake::link_or_copy(&entry.join(rel), &stage.path.join(rel)).map_err(|e| io(&e))?;
     }
+    // The copy may take the entry's blocks again (no reflinks): refused at once when
+    // that would pass the snapshot quota.
+    let need = std::fs::metadata(entry.join("rootfs.ext4")).map_or(0, |m| m.blocks() * 512);
+    drop(crate::sandbox::quota::check_snapshot_locked(need).map_err(CacheError::Io)?);
     let image = stage.path.join("rootfs.ext4");
     let cp = std::process::Command::new("cp")
         .args(["--sparse=always", "--reflink=auto", "--"])
@@ -237,6 +246,9 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     file.name = name;
     let json = serde_json::to_string_pretty(&file).map_err(|e| io(&e))?;
     bake::write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644).map_err(|e| io(&e))?;
+    // The staged copy is counted now (it is beside the templates): checked again, and
+    // committed under the lock, so two installs cannot both slip under the quota.
+    let _lock = crate::sandbox::quota::check_snapshot_locked(0).map_err(CacheError::Io)?;
     stage.commit(dest).map_err(|e| io(&e))
 }
 
