@@ -1,5 +1,9 @@
-//! The sandbox CA into the guest: `/etc/atoll/secrets-ca.pem`, the system store
-//! (`update-ca-certificates` where there is one) and `/etc/atoll/ca-bundle.pem` (the
+//! The sandbox CA into the guest: `/etc/atoll/secrets-ca.pem`, the system store (where
+//! there is a Debian-style one: what `update-ca-certificates` does for one added
+//! certificate, done directly: the copy in /usr/local/share/ca-certificates, its link
+//! and hash link in /etc/ssl/certs, appended to ca-certificates.crt; the script itself
+//! forks a few processes per certificate and took 205 s in a TCG debian guest on a
+//! loaded machine, past [`INSTALL_TIMEOUT`]) and `/etc/atoll/ca-bundle.pem` (the
 //! system roots plus the CA), which the TLS variables of [`super::binding::env_defaults`]
 //! name. Run as root over the agent, before a binding is written.
 
@@ -18,9 +22,14 @@ pub(super) async fn install_ca(record: &crate::vmm::state::Record, cert: &str) -
 umask 022
 mkdir -p /etc/atoll
 cat > {GUEST_CA}.new && mv {GUEST_CA}.new {GUEST_CA}
-if [ -d /usr/local/share/ca-certificates ] && command -v update-ca-certificates >/dev/null 2>&1; then
+if [ -d /usr/local/share/ca-certificates ] && [ -d /etc/ssl/certs ]; then
   cp {GUEST_CA} /usr/local/share/ca-certificates/atoll-secrets-ca.crt
-  update-ca-certificates >/dev/null 2>&1 || true
+  ln -sf /usr/local/share/ca-certificates/atoll-secrets-ca.crt /etc/ssl/certs/atoll-secrets-ca.pem
+  if command -v openssl >/dev/null 2>&1; then
+    h="$(openssl x509 -subject_hash -noout -in {GUEST_CA})" && ln -sf atoll-secrets-ca.pem "/etc/ssl/certs/$h.0"
+  fi
+  b=/etc/ssl/certs/ca-certificates.crt
+  if [ -f "$b" ] && ! grep -qxF "$(sed -n 2p {GUEST_CA})" "$b"; then cat {GUEST_CA} >> "$b"; fi
 fi
 sys=
 for f in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt /etc/ssl/cert.pem; do

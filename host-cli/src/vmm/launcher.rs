@@ -54,7 +54,22 @@ impl Accel {
             Accel::Tcg => "tcg",
         }
     }
+
+    /// The `-accel` value. TCG's translation cache is capped at [`TCG_TB_MIB`]: QEMU 7.2
+    /// defaults it to 1 GiB, filled as the guest runs new code, which outgrows the
+    /// sandbox cgroup's headroom (`jail::cgroup::OVERHEAD_MIB`): a 512 MiB debian guest
+    /// running `update-ca-certificates` had its QEMU killed by the cgroup at 1 GiB
+    /// anonymous memory.
+    pub fn qemu_arg(self) -> String {
+        match self {
+            Accel::Kvm => "kvm".into(),
+            Accel::Tcg => format!("tcg,tb-size={TCG_TB_MIB}"),
+        }
+    }
 }
+
+/// The TCG translation cache, in MiB (see [`Accel::qemu_arg`]).
+pub const TCG_TB_MIB: u32 = 128;
 
 /// Picks KVM only when a hardware KVM module is loaded and `/dev/kvm` opens; otherwise
 /// TCG. `$ATOLL_ACCEL=tcg|kvm` overrides the probe. Some hosts have a `/dev/kvm` (for
@@ -184,7 +199,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-machine".into(),
         "q35".into(),
         "-accel".into(),
-        spec.accel.as_str().into(),
+        spec.accel.qemu_arg(),
         "-smp".into(),
         spec.cpus.to_string(),
         "-m".into(),
