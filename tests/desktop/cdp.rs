@@ -85,11 +85,14 @@ impl Browser {
         let mut resp = String::new();
         s.read_to_string(&mut resp).map_err(|e| format!("read /json/version: {e}"))?;
         let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-        let version: Value = serde_json::from_str(body).map_err(|e| format!("/json/version {resp:?}: {e}"))?;
-        let ws_url = version["webSocketDebuggerUrl"].as_str().ok_or(format!("no webSocketDebuggerUrl: {version}"))?;
+        let version: Value =
+            serde_json::from_str(body).map_err(|e| format!("/json/version {resp:?}: {e}"))?;
+        let ws_url =
+            version["webSocketDebuggerUrl"].as_str().ok_or(format!("no webSocketDebuggerUrl: {version}"))?;
         let stream = TcpStream::connect(addr).map_err(|e| e.to_string())?;
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let (ws, _) = tungstenite::client(ws_url, stream).map_err(|e| format!("the DevTools WebSocket: {e}"))?;
+        let (ws, _) =
+            tungstenite::client(ws_url, stream).map_err(|e| format!("the DevTools WebSocket: {e}"))?;
         let mut browser = Browser { child: None, _profile: None, ws, next: 0, session: None };
         let targets = browser.call("Target.getTargets", json!({}));
         let page = targets["targetInfos"]
@@ -99,7 +102,8 @@ impl Browser {
             .find(|t| t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with(url_prefix)))
             .ok_or(format!("no page at {url_prefix}: {targets}"))?
             .clone();
-        let attached = browser.call("Target.attachToTarget", json!({ "targetId": page["targetId"], "flatten": true }));
+        let attached =
+            browser.call("Target.attachToTarget", json!({ "targetId": page["targetId"], "flatten": true }));
         browser.session = Some(attached["sessionId"].as_str().unwrap().to_string());
         Ok(browser)
     }

@@ -129,10 +129,8 @@ pub enum BrowserCommand {
     /// Open an http(s) URL in a new window of the desktop's Chromium (started if it does
     /// not run, with its DevTools endpoint relayed to guest port 9223: publish that port
     /// with `atoll port publish SANDBOX 9223` to drive the browser from the host over CDP).
-    #[command(
-        after_help = "Examples:\n  atoll browser open desk https://example.com/\n  \
-                      atoll browser open desk http://127.0.0.1:8000/"
-    )]
+    #[command(after_help = "Examples:\n  atoll browser open desk https://example.com/\n  \
+                      atoll browser open desk http://127.0.0.1:8000/")]
     Open {
         /// The desktop sandbox (name, id or unique id prefix).
         #[arg(value_name = "SANDBOX")]

@@ -125,7 +125,12 @@ impl Desktop {
             start_chromium(&client).await?;
         }
         let job = client.start_job(&chromium(&["--new-window", url])).await.map_err(|e| agent(&e))?;
-        Ok(Opened { url: url.to_string(), job: job.id, cdp_port: CDP_PORT, cdp_forward_port: CDP_FORWARD_PORT })
+        Ok(Opened {
+            url: url.to_string(),
+            job: job.id,
+            cdp_port: CDP_PORT,
+            cdp_forward_port: CDP_FORWARD_PORT,
+        })
     }
 }
 
@@ -211,6 +216,8 @@ mod tests {
             let e = check_url(bad).unwrap_err().to_string();
             assert!(e.contains(words), "{bad}: {e}");
         }
-        assert!(check_url(&format!("http://h/{}", "a".repeat(9000))).unwrap_err().to_string().contains("longer"));
+        assert!(
+            check_url(&format!("http://h/{}", "a".repeat(9000))).unwrap_err().to_string().contains("longer")
+        );
     }
 }
