@@ -81,12 +81,25 @@ impl Browser {
         use std::io::{Read, Write};
         let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(s, "GET /json/version HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
-        let mut resp = String::new();
-        s.read_to_string(&mut resp).map_err(|e| format!("read /json/version: {e}"))?;
-        let body = resp.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+        write!(s, "GET /json/version HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        // Chromium keeps the connection open: read the head, then Content-Length bytes.
+        let mut resp = Vec::new();
+        let mut byte = [0u8; 1];
+        while !resp.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).map_err(|e| format!("read /json/version: {e}"))?;
+            resp.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&resp).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or(format!("/json/version without a Content-Length: {head:?}"))?;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).map_err(|e| format!("read /json/version: {e}"))?;
+        let body = String::from_utf8_lossy(&body);
         let version: Value =
-            serde_json::from_str(body).map_err(|e| format!("/json/version {resp:?}: {e}"))?;
+            serde_json::from_str(&body).map_err(|e| format!("/json/version {body:?}: {e}"))?;
         let ws_url =
             version["webSocketDebuggerUrl"].as_str().ok_or(format!("no webSocketDebuggerUrl: {version}"))?;
         let stream = TcpStream::connect(addr).map_err(|e| e.to_string())?;

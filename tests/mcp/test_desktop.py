@@ -4,7 +4,8 @@ sandbox_create: computer_screenshot returns PNG image content of the size it say
 button of a Tk program the test starts (tests/desktop/app.py), with coordinates given in
 a half-size screenshot's pixels and mapped back; cursor_position answers in the same
 scaled pixels; typing and keys reach a field; browser_open shows a page served in the
-guest in the guest's Chromium (its green in the screenshot); bad actions, a URL that is
+guest in the guest's Chromium (its green in the screenshot), and Playwright on the host
+drives that browser over CDP through the published relay port; bad actions, a URL that is
 not http(s) and a sandbox without a screen are tool errors that say what to do."""
 
 from __future__ import annotations
@@ -35,8 +36,24 @@ def png_size(block) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-def green_pixels(block) -> int:
-    """How many pixels of a PNG image content block are pure green (decoded with the
+def playwright_turns_blue(endpoint: str) -> str:
+    """Playwright's connect_over_cdp to the guest's Chromium at `endpoint` (no browser of
+    its own is downloaded or started): finds the guest's page, turns it blue, returns its
+    title."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(endpoint, timeout=120_000)
+        pages = [page for context in browser.contexts for page in context.pages]
+        page = next(page for page in pages if page.url == "http://127.0.0.1:8000/")
+        title = page.title()
+        page.evaluate("document.body.style.background = '#0000ff'")
+        browser.close()
+        return title
+
+
+def colour_pixels(block, rgb: bytes) -> int:
+    """How many pixels of a PNG image content block are exactly `rgb` (decoded with the
     standard library: zlib and the PNG filters)."""
     import zlib
 
@@ -72,7 +89,7 @@ def green_pixels(block) -> int:
                 p = a + b - c
                 pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
                 line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
-        count += sum(1 for x in range(0, stride, 3) if line[x : x + 3] == b"\x00\xff\x00")
+        count += sum(1 for x in range(0, stride, 3) if line[x : x + 3] == rgb)
         prev = line
     return count
 
@@ -92,6 +109,7 @@ async def guest_file_until(session, sid: str, path: str, done) -> str:
             await anyio.sleep(0.3)
 
 
+@pytest.mark.timeout(900)  # a desktop boot and Chromium's first start, under TCG
 async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
     if not (data_dir() / "templates" / "desktop" / "template.json").exists():
         hint = "the `desktop` template is not built (rootfs/setup.sh --with-desktop)"
@@ -187,7 +205,8 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
             await sh(
                 session,
                 sid,
-                "mkdir -p /tmp/site && echo \"<body style='margin:0;background:#00ff00;height:100vh'>\" "
+                "mkdir -p /tmp/site && echo \"<title>atoll page</title>"
+                "<body style='margin:0;background:#00ff00;height:100vh'>\" "
                 "> /tmp/site/index.html",
             )
             await call_ok(
@@ -207,7 +226,19 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
             with anyio.fail_after(300):
                 while True:
                     shot = await session.call_tool("computer_screenshot", {"sandbox_id": sid, "scale": 640})
-                    if green_pixels(shot.content[0]) > 50_000:
+                    if colour_pixels(shot.content[0], b"\x00\xff\x00") > 50_000:
+                        break
+                    await anyio.sleep(2)
+
+            # Playwright on the host drives that browser over CDP through the published
+            # relay port (guest 9223): the page's title, and a change seen on the screen.
+            preview = await call_ok(session, "sandbox_preview_url", sandbox_id=sid, port=9223)
+            title = await anyio.to_thread.run_sync(playwright_turns_blue, preview["url"])
+            assert title == "atoll page", title
+            with anyio.fail_after(120):
+                while True:
+                    shot = await session.call_tool("computer_screenshot", {"sandbox_id": sid, "scale": 640})
+                    if colour_pixels(shot.content[0], b"\x00\x00\xff") > 50_000:
                         break
                     await anyio.sleep(2)
 
