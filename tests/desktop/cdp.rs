@@ -2,7 +2,9 @@
 //! Chromium on the host, driven over its DevTools WebSocket (tungstenite) as an
 //! automation client would (Playwright and Puppeteer speak the same protocol). It
 //! loads a page, waits on the page's own state (no virtual time: the page's network
-//! runs in real time), clicks with real input events and takes screenshots.
+//! runs in real time), clicks with real input events and takes screenshots. It also
+//! attaches to a browser someone else runs, by its DevTools HTTP endpoint, as
+//! Playwright's `connect_over_cdp` does (the guest's Chromium through a published port).
 
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -13,10 +15,11 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
 
-/// One headless Chromium with one page, ended on drop.
+/// One headless Chromium with one page, ended on drop; or a page of a browser someone
+/// else runs ([`Browser::attach`]), left running.
 pub(crate) struct Browser {
-    child: Child,
-    _profile: tempfile::TempDir,
+    child: Option<Child>,
+    _profile: Option<tempfile::TempDir>,
     ws: WebSocket<TcpStream>,
     next: u64,
     session: Option<String>,
@@ -61,7 +64,7 @@ impl Browser {
         stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
         let url = format!("ws://127.0.0.1:{port}{path}");
         let (ws, _) = tungstenite::client(url.as_str(), stream).expect("the DevTools WebSocket");
-        let mut browser = Browser { child, _profile: profile, ws, next: 0, session: None };
+        let mut browser = Browser { child: Some(child), _profile: Some(profile), ws, next: 0, session: None };
         // A page of our own, attached in flat mode: its commands carry its session id.
         let target = browser.call("Target.createTarget", json!({ "url": "about:blank" }));
         let attached =
@@ -69,6 +72,53 @@ impl Browser {
         browser.session = Some(attached["sessionId"].as_str().unwrap().to_string());
         browser.call("Page.enable", json!({}));
         browser
+    }
+
+    /// Attaches to the page whose URL starts with `url_prefix` in the browser whose
+    /// DevTools HTTP endpoint is `addr` (host:port): `GET /json/version` names its browser
+    /// WebSocket, as for Playwright's `connect_over_cdp`.
+    pub(crate) fn attach(addr: &str, url_prefix: &str) -> Result<Browser, String> {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(s, "GET /json/version HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+        // Chromium keeps the connection open: read the head, then Content-Length bytes.
+        let mut resp = Vec::new();
+        let mut byte = [0u8; 1];
+        while !resp.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte).map_err(|e| format!("read /json/version: {e}"))?;
+            resp.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&resp).to_ascii_lowercase();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or(format!("/json/version without a Content-Length: {head:?}"))?;
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).map_err(|e| format!("read /json/version: {e}"))?;
+        let body = String::from_utf8_lossy(&body);
+        let version: Value =
+            serde_json::from_str(&body).map_err(|e| format!("/json/version {body:?}: {e}"))?;
+        let ws_url =
+            version["webSocketDebuggerUrl"].as_str().ok_or(format!("no webSocketDebuggerUrl: {version}"))?;
+        let stream = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let (ws, _) =
+            tungstenite::client(ws_url, stream).map_err(|e| format!("the DevTools WebSocket: {e}"))?;
+        let mut browser = Browser { child: None, _profile: None, ws, next: 0, session: None };
+        let targets = browser.call("Target.getTargets", json!({}));
+        let page = targets["targetInfos"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "page" && t["url"].as_str().is_some_and(|u| u.starts_with(url_prefix)))
+            .ok_or(format!("no page at {url_prefix}: {targets}"))?
+            .clone();
+        let attached =
+            browser.call("Target.attachToTarget", json!({ "targetId": page["targetId"], "flatten": true }));
+        browser.session = Some(attached["sessionId"].as_str().unwrap().to_string());
+        Ok(browser)
     }
 
     /// Sends one command and returns its result (events in between are skipped).
@@ -142,7 +192,9 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

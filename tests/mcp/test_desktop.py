@@ -3,8 +3,10 @@ sandbox_create: computer_screenshot returns PNG image content of the size it say
 (scaled when asked); computer_action with the computer-use action names clicks the
 button of a Tk program the test starts (tests/desktop/app.py), with coordinates given in
 a half-size screenshot's pixels and mapped back; cursor_position answers in the same
-scaled pixels; typing and keys reach a field; bad actions and a sandbox without a screen
-are tool errors that say what to do."""
+scaled pixels; typing and keys reach a field; browser_open shows a page served in the
+guest in the guest's Chromium (its green in the screenshot), and Playwright on the host
+drives that browser over CDP through the published relay port; bad actions, a URL that is
+not http(s) and a sandbox without a screen are tool errors that say what to do."""
 
 from __future__ import annotations
 
@@ -34,6 +36,64 @@ def png_size(block) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+def playwright_turns_blue(endpoint: str) -> str:
+    """Playwright's connect_over_cdp to the guest's Chromium at `endpoint` (no browser of
+    its own is downloaded or started): finds the guest's page, turns it blue, returns its
+    title."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(endpoint, timeout=120_000)
+        pages = [page for context in browser.contexts for page in context.pages]
+        page = next(page for page in pages if page.url == "http://127.0.0.1:8000/")
+        title = page.title()
+        page.evaluate("document.body.style.background = '#0000ff'")
+        browser.close()
+        return title
+
+
+def colour_pixels(block, rgb: bytes) -> int:
+    """How many pixels of a PNG image content block are exactly `rgb` (decoded with the
+    standard library: zlib and the PNG filters)."""
+    import zlib
+
+    data = base64.b64decode(block.data)
+    width, height = struct.unpack(">II", data[16:24])
+    depth, colour = data[24], data[25]
+    assert (depth, colour) == (8, 2), (depth, colour)
+    pos, idat = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * 3
+    prev = bytearray(stride)
+    count = 0
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - 3] if i >= 3 else 0
+            b = prev[i]
+            c = prev[i - 3] if i >= 3 else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif f == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        count += sum(1 for x in range(0, stride, 3) if line[x : x + 3] == rgb)
+        prev = line
+    return count
+
+
 async def sh(session, sid: str, command: str) -> str:
     out = await call_ok(session, "sandbox_exec", command=command, sandbox_id=sid, timeout_ms=60000)
     assert out["exit_code"] == 0, out
@@ -49,6 +109,7 @@ async def guest_file_until(session, sid: str, path: str, done) -> str:
             await anyio.sleep(0.3)
 
 
+@pytest.mark.timeout(900)  # a desktop boot and Chromium's first start, under TCG
 async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
     if not (data_dir() / "templates" / "desktop" / "template.json").exists():
         hint = "the `desktop` template is not built (rootfs/setup.sh --with-desktop)"
@@ -139,11 +200,55 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
                 urllib.request.urlopen(page.replace(token, token[::-1]), timeout=10)
             assert refused.value.code == 404
 
+            # The desktop's browser: a page served in the guest, opened with browser_open,
+            # is on the screen (Chromium's first start under TCG takes a minute or two).
+            await sh(
+                session,
+                sid,
+                "mkdir -p /tmp/site && echo \"<title>atoll page</title>"
+                "<body style='margin:0;background:#00ff00;height:100vh'>\" "
+                "> /tmp/site/index.html",
+            )
+            await call_ok(
+                session,
+                "sandbox_exec_background",
+                sandbox_id=sid,
+                command="python3 -m http.server 8000 --bind 127.0.0.1 --directory /tmp/site",
+            )
+            for url, words in [
+                ("file:///etc/passwd", "only http:// and https://"),
+                ("javascript:alert(1)", "only http:// and https://"),
+            ]:
+                text = await call_err(session, "browser_open", sandbox_id=sid, url=url)
+                assert words in text, (url, text)
+            opened = await call_ok(session, "browser_open", sandbox_id=sid, url="http://127.0.0.1:8000/")
+            assert opened["url"] == "http://127.0.0.1:8000/" and opened["cdp_forward_port"] == 9223, opened
+            with anyio.fail_after(300):
+                while True:
+                    shot = await session.call_tool("computer_screenshot", {"sandbox_id": sid, "scale": 640})
+                    if colour_pixels(shot.content[0], b"\x00\xff\x00") > 50_000:
+                        break
+                    await anyio.sleep(2)
+
+            # Playwright on the host drives that browser over CDP through the published
+            # relay port (guest 9223): the page's title, and a change seen on the screen.
+            preview = await call_ok(session, "sandbox_preview_url", sandbox_id=sid, port=9223)
+            title = await anyio.to_thread.run_sync(playwright_turns_blue, preview["url"])
+            assert title == "atoll page", title
+            with anyio.fail_after(120):
+                while True:
+                    shot = await session.call_tool("computer_screenshot", {"sandbox_id": sid, "scale": 640})
+                    if colour_pixels(shot.content[0], b"\x00\x00\xff") > 50_000:
+                        break
+                    await anyio.sleep(2)
+
             # A sandbox without a screen.
             plain = await call_ok(session, "sandbox_create", name="mcpplain", boot_timeout_s=300)
             text = await call_err(session, "computer_screenshot", sandbox_id=plain["id"])
             assert "sandbox `mcpplain` has no screen" in text and "--template desktop" in text, text
             text = await call_err(session, "computer_action", sandbox_id=plain["id"], action="screenshot")
+            assert "has no screen" in text, text
+            text = await call_err(session, "browser_open", sandbox_id=plain["id"], url="http://127.0.0.1/")
             assert "has no screen" in text, text
         finally:
             await session.call_tool("sandbox_kill", {"sandbox_id": sid})

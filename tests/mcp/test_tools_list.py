@@ -46,6 +46,7 @@ EXPECTED = {
     "computer_screenshot": (True, False, True, False, set()),
     "computer_action": (False, True, False, True, {"action"}),
     "computer_stream_url": (False, False, False, False, set()),
+    "browser_open": (False, False, False, True, {"url"}),
 }
 LIFECYCLE = {
     "sandbox_create",

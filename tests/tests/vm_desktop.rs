@@ -8,7 +8,9 @@
 //! clear message and exit code 2 or 1, and sends nothing. The live view is loaded in
 //! headless Chromium driven over the DevTools protocol (tests/desktop/cdp.rs): it shows
 //! the desktop, a click in it reaches the program, and a view-only view refuses input
-//! even when its page is told to send it.
+//! even when its page is told to send it. `atoll browser open` shows a page served in
+//! the guest in the guest's Chromium; its DevTools, relayed by the guest's forwarder to a
+//! published port, reads the page's title from the host and changes the page.
 
 use std::time::Duration;
 
@@ -226,6 +228,11 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     assert!(e.contains("scale width 5000 is out of range"), "{e}");
     assert_eq!(atoll.sh("desk", "cat /tmp/entries"), "Hello, World! ~{42}|Hello, World! ~{42}");
 
+    // The desktop's browser (`atoll browser open`): a page served in the guest on
+    // 127.0.0.1 opens in the guest's Chromium, on the screen, and is driven over CDP from
+    // the host; the browser is closed again, so the program is on top for what follows.
+    browser_opens_a_page_and_is_driven_over_cdp(&atoll, "desk");
+
     // The live view: noVNC in Debian's headless Chromium connects to this desktop; a
     // wrong token gets nothing.
     let (mut view, url) = start_view(&atoll, "desk", &[]);
@@ -298,6 +305,18 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     let e = atoll.fails(&["create", "--name", "x", "--template", "desktop", "--display", "10x10"]);
     assert!(e.contains("out of range; give 640x480 to 2560x1600"), "{e}");
 
+    // `atoll browser open` refuses what is not http(s), and a sandbox without a screen.
+    for (name, url, code, words) in [
+        ("desk", "file:///etc/passwd", 2, "only http:// and https://"),
+        ("desk", "javascript:alert(1)", 2, "only http:// and https://"),
+        ("desk", "http://a b/", 2, "no spaces"),
+        ("plain", "http://127.0.0.1:8000/", 1, "sandbox `plain` has no screen"),
+    ] {
+        let out = atoll.run(&["browser", "open", name, url]);
+        assert_eq!(out.status.code(), Some(code), "{url}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(words), "{url}: {}", text(&out.stderr));
+    }
+
     // The second desktop restores the template snapshot the first saved, desktop and all.
     let second = atoll.create_with("desk2", &["--template", "desktop", "--memory", "1024"]);
     assert_eq!(second["started_from"], "template snapshot", "{second}");
@@ -314,4 +333,72 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
         });
     }
     assert!(std::net::TcpStream::connect(&addr).is_err(), "the view still listens on {addr}");
+}
+
+/// The guest's page: all green, titled.
+const PAGE: &str = "<html><head><title>atoll browser page</title></head>\
+                    <body style='margin:0;background:#00ff00;height:100vh'></body></html>";
+
+/// How many pixels of `shot` are pure green.
+fn green_pixels(shot: &(u32, u32, Vec<u8>)) -> usize {
+    shot.2.chunks_exact(3).filter(|p| *p == [0, 255, 0]).count()
+}
+
+/// `atoll browser open` on a page served in the guest, seen in the screenshot; then its
+/// DevTools endpoint through the guest's forwarder and a published port, from the host.
+fn browser_opens_a_page_and_is_driven_over_cdp(atoll: &Atoll, name: &str) {
+    atoll.sh(name, &format!("mkdir -p /tmp/site && cat > /tmp/site/index.html <<'EOF'\n{PAGE}\nEOF"));
+    let served = atoll.run(&[
+        "-s",
+        name,
+        "run",
+        "-d",
+        "--",
+        "python3",
+        "-m",
+        "http.server",
+        "8000",
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        "/tmp/site",
+    ]);
+    assert!(served.status.success(), "{}", text(&served.stderr));
+    let before = green_pixels(&screenshot(atoll, name, &[]));
+    let opened = atoll.json(&["browser", "open", name, "http://127.0.0.1:8000/"]);
+    assert_eq!(opened["url"], "http://127.0.0.1:8000/", "{opened}");
+    assert_eq!(opened["cdp_forward_port"], 9223, "{opened}");
+    // Chromium's first start under TCG takes a while.
+    let mut seen = 0;
+    wait_until("the page's green on the screen", Duration::from_secs(300), || {
+        seen = green_pixels(&screenshot(atoll, name, &[]));
+        seen > 200_000
+    });
+    assert!(before < 1000, "green before the page opened: {before}");
+
+    // CDP from the host: publish the forwarder's port; /json/version names the browser's
+    // WebSocket (what Playwright's connect_over_cdp reads); the page's title comes back.
+    let published = atoll.json(&["port", "publish", name, "9223"]);
+    let addr = published["url"].as_str().unwrap().trim_start_matches("http://").to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut page = loop {
+        match cdp::Browser::attach(&addr, "http://127.0.0.1:8000/") {
+            Ok(page) => break page,
+            Err(e) if std::time::Instant::now() > deadline => panic!("the browser's DevTools at {addr}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_secs(1)),
+        }
+    };
+    assert_eq!(page.eval("document.title"), "atoll browser page");
+    // Driven from the host: the page turns blue on the guest's screen.
+    page.eval("document.body.style.background = '#0000ff'");
+    wait_until("the page turned blue on the screen", Duration::from_secs(60), || {
+        let shot = screenshot(atoll, name, &[]);
+        shot.2.chunks_exact(3).filter(|p| *p == [0, 0, 255]).count() > 200_000
+    });
+    drop(page);
+    atoll.sh(name, "pkill -x chromium; i=0; while pgrep -x chromium >/dev/null && [ $i -lt 300 ]; do i=$((i+1)); sleep 0.1; done");
+    wait_until("the browser's window gone", Duration::from_secs(60), || {
+        let shot = screenshot(atoll, name, &[]);
+        shot.2.chunks_exact(3).filter(|p| *p == [0, 0, 255]).count() < 200_000
+    });
 }

@@ -1,4 +1,5 @@
-//! The arguments of computer use: `atoll screenshot` and `atoll input`.
+//! The arguments of computer use: `atoll screenshot`, `atoll input`, `atoll desktop`
+//! and `atoll browser`.
 
 use std::path::PathBuf;
 
@@ -120,4 +121,21 @@ pub struct ViewArgs {
     /// Watch only: the viewer's keys, clicks and clipboard never reach the guest.
     #[arg(long)]
     pub view_only: bool,
+}
+
+/// `atoll browser`.
+#[derive(Debug, Subcommand)]
+pub enum BrowserCommand {
+    /// Open an http(s) URL in a new window of the desktop's Chromium (started if it does
+    /// not run, with its DevTools endpoint relayed to guest port 9223: publish that port
+    /// with `atoll port publish SANDBOX 9223` to drive the browser from the host over CDP).
+    #[command(after_help = "Examples:\n  atoll browser open desk https://example.com/\n  \
+                      atoll browser open desk http://127.0.0.1:8000/")]
+    Open {
+        /// The desktop sandbox (name, id or unique id prefix).
+        #[arg(value_name = "SANDBOX")]
+        name: String,
+        /// The URL (http:// or https:// only).
+        url: String,
+    },
 }

@@ -28,7 +28,7 @@ mod secret;
 mod snapshot;
 mod template;
 
-pub use desktop::{InputAction, InputArgs, ScreenshotArgs, ViewArgs};
+pub use desktop::{BrowserCommand, InputAction, InputArgs, ScreenshotArgs, ViewArgs};
 pub use guest::{
     CatArgs, CommandArgs, CpArgs, DownloadArgs, ExecArgs, JobCommand, JobIdArg, JobKillArgs, JobLogsArgs,
     JobWaitArgs, LsArgs, MkdirArgs, MvArgs, PathArg, ProcessArgs, RmArgs, RunArgs, ShellArgs, WriteArgs,
@@ -239,6 +239,9 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     /// this command is stopped.
     #[command(after_help = "Examples:\n  atoll desktop desk\n  atoll desktop desk --view-only")]
     Desktop(ViewArgs),
+    /// The desktop sandbox's browser (Chromium, on its screen, as its user).
+    #[command(subcommand)]
+    Browser(BrowserCommand),
 }
 
 /// `atoll info`.

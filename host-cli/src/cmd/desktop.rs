@@ -1,4 +1,4 @@
-//! `atoll screenshot` and `atoll input`: thin callers of [`crate::desktop`]. A request
+//! `atoll screenshot`, `atoll input`, `atoll desktop` and `atoll browser`: thin callers of [`crate::desktop`]. A request
 //! the desktop refuses before sending anything (off-screen point, unknown key, text
 //! the layout cannot type) exits 2, as a usage error.
 
@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::error::UsageError;
 use super::{Ctx, print};
-use crate::cli::{InputAction, InputArgs, ScreenshotArgs, ViewArgs};
+use crate::cli::{BrowserCommand, InputAction, InputArgs, ScreenshotArgs, ViewArgs};
 use crate::desktop::input::Wheel;
 use crate::desktop::{Desktop, DesktopError};
 
@@ -101,4 +101,15 @@ pub(crate) async fn view(ctx: &Ctx, args: ViewArgs) -> Result<u8> {
     }
     serve.await;
     Ok(0)
+}
+
+/// `atoll browser open`: prints the URL opened once the browser's job started.
+pub(crate) async fn browser(ctx: &Ctx, cmd: BrowserCommand) -> Result<u8> {
+    let BrowserCommand::Open { name, url } = cmd;
+    // A URL the browser will not be given is refused before the sandbox is touched.
+    crate::desktop::browser::check_url(&url).map_err(usage)?;
+    let desktop = Desktop::open(&name).await.map_err(usage)?;
+    let opened = desktop.open_url(&url).await.map_err(usage)?;
+    let value = serde_json::to_value(&opened)?;
+    print(ctx, &value, &opened.url)
 }

@@ -120,6 +120,7 @@ pub async fn run(cli: Cli) -> Result<u8> {
         Command::Screenshot(args) => desktop::screenshot(&ctx, args).await,
         Command::Input(args) => desktop::input(&ctx, args).await,
         Command::Desktop(args) => desktop::view(&ctx, args).await,
+        Command::Browser(cmd) => desktop::browser(&ctx, cmd).await,
     }
 }
 

@@ -6,9 +6,10 @@
 //! keyboard and tablet fed by QMP `input-send-event` ([`input`]). Nothing in the guest
 //! serves them: the `desktop` template only runs an X server on that display.
 //! Only the cursor position is asked of the guest (`xdotool`), since QEMU does not
-//! know where the guest drew it.
+//! know where the guest drew it; the browser ([`browser`]) runs in the guest.
 
 pub mod actions;
+pub mod browser;
 pub mod input;
 pub mod keys;
 pub mod rfb;
@@ -74,6 +75,14 @@ pub enum DesktopError {
     /// The live view could not start.
     #[error("{0}")]
     View(String),
+    /// The guest's agent could not start a program (the browser...).
+    #[error("{what} failed through the guest's agent: {why}")]
+    Agent {
+        /// What was asked.
+        what: &'static str,
+        /// What failed.
+        why: String,
+    },
     /// The guest's X server does not answer (asked for the cursor).
     #[error(
         "the desktop's X server does not answer ({why}); the guest's session log is /run/atoll-desktop.log"

@@ -1,4 +1,4 @@
-//! `computer_screenshot` and `computer_action`: computer use of a desktop sandbox in the
+//! `computer_screenshot`, `computer_action`, `computer_stream_url` and `browser_open`: computer use of a desktop sandbox in the
 //! shapes models are trained on (Anthropic's computer-use action names), one call each
 //! into [`crate::desktop`]. Screenshots come back as MCP image content (PNG) with their
 //! size and scale as structured content.
@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::desktop::actions::{self, Action};
+use crate::desktop::browser::Opened;
 use crate::desktop::screen::Screenshot;
 use crate::desktop::{Desktop, DesktopError};
 use crate::mcp::error::ToolError;
@@ -86,6 +87,17 @@ pub struct StreamOutput {
     pub url: String,
     /// Whether the viewer only watches.
     pub view_only: bool,
+}
+
+/// Arguments of `browser_open`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BrowserOpenArgs {
+    /// The desktop sandbox, by id or name. Default: the sandbox this server was started with.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
+    /// The page to open: an http:// or https:// URL.
+    pub url: String,
 }
 
 /// What `computer_action` did.
@@ -192,6 +204,33 @@ impl AtollMcp {
         let (view, serve) = desktop.view(args.view_only).await?;
         tokio::spawn(serve);
         result(&StreamOutput { url: view.url, view_only: args.view_only }, Vec::new())
+    }
+
+    /// Open a page in a desktop sandbox's browser.
+    #[tool(
+        name = "browser_open",
+        description = "Open an http:// or https:// URL in a new window of a desktop sandbox's \
+            Chromium (on its screen, as its user; started if it does not run). Returns once the \
+            browser was started; take a screenshot to see the page. Chromium's DevTools (CDP) \
+            listens on the guest's 127.0.0.1:9222, relayed on guest port 9223: publish 9223 \
+            (sandbox_preview_url) to drive it from the host.",
+        output_schema = schema_for_output::<Opened>(),
+        annotations(
+            title = "Open a page in a desktop sandbox's browser",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = false,
+            open_world_hint = true
+        )
+    )]
+    async fn browser_open(
+        &self,
+        Parameters(args): Parameters<BrowserOpenArgs>,
+    ) -> Result<CallToolResult, ToolError> {
+        crate::desktop::browser::check_url(&args.url)?;
+        let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
+        let opened = desktop.open_url(&args.url).await?;
+        result(&opened, Vec::new())
     }
 
     /// One mouse or keyboard action on a desktop sandbox.

@@ -18,7 +18,8 @@
 //! - [`metrics`] holds `sandbox_get_metrics`.
 //! - [`secrets`] holds `secret_list`, `sandbox_attach_secret` and
 //!   `sandbox_detach_secret` (no tool sets or reads a value).
-//! - [`computer`] holds `computer_screenshot`, `computer_action` and `computer_stream_url`.
+//! - [`computer`] holds `computer_screenshot`, `computer_action`, `computer_stream_url`
+//!   and `browser_open`.
 
 pub mod archive;
 pub mod computer;
