@@ -8,6 +8,23 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Every QEMU and network helper a test started must be gone when its step ends: a test's
+# clean-up kills its sandboxes, but one killed at its time limit runs none, and a VM left
+# running would slow every later test on a 2-core machine. Those present before the run
+# (the user's own sandboxes) are left alone; new ones are listed, killed, and fail the run.
+vm_pids() { pgrep -f 'qemu-system|atoll net-helper --dir' | sort || true; }
+before_vms=$(vm_pids)
+sweep_vms() {
+  local left pid
+  left=$(comm -13 <(printf '%s\n' "$before_vms") <(vm_pids) | grep . || true)
+  [ -z "$left" ] && return 0
+  printf '\n==> left running by the tests (killed now):\n' >&2
+  for pid in $left; do ps -o pid=,etime=,args= -p "$pid" >&2 || true; done
+  kill $left 2>/dev/null || true
+  return 1
+}
+trap 'sweep_vms || true' EXIT
+
 step "set-up (packages and strace, musl target, static agent and atoll, vhost-device-vsock for vm_images, kernel, minimal, debian and desktop templates, novnc and chromium for the desktop tests)"
 # The tests use state directories of their own, not the default one setup.sh would make
 # template snapshots in (the quickstart below makes its own).
@@ -31,7 +48,8 @@ step "build"
 cargo build --workspace
 
 step "Rust tests (agent, CLI, VMs)"
-cargo nextest run --workspace --no-fail-fast
+cargo nextest run --workspace --no-fail-fast || { sweep_vms || true; exit 1; }
+sweep_vms || { echo "the Rust tests passed but left the VMs above running" >&2; exit 1; }
 
 step "quickstart (installs the atoll just built into ~/.cargo/bin, boots a VM, finds atoll in a new login shell)"
 ATOLL_QUICKSTART_BIN="$PWD/target/debug/atoll" scripts/quickstart.sh
@@ -44,3 +62,5 @@ tests/clients/run.sh
 
 step "MCP tests (official TypeScript MCP SDK as the client, MCP Inspector CLI --strict)"
 tests/mcp-ts/run.sh
+
+sweep_vms || { echo "the tests passed but left the VMs above running" >&2; exit 1; }
