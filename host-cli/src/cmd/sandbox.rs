@@ -129,7 +129,10 @@ async fn image_template(
     });
     let made = tokio::select! {
         r = work => r??,
-        _ = tokio::signal::ctrl_c() => return Err(SandboxError::Interrupted.into()),
+        _ = tokio::signal::ctrl_c() => {
+            crate::template::leftovers::remove_own();
+            return Err(SandboxError::Interrupted.into());
+        }
     };
     eprintln!(
         "atoll: template `{}` {} for {}",

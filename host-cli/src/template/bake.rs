@@ -293,6 +293,9 @@ pub(crate) struct Staging {
 
 impl Staging {
     pub(crate) fn new(path: PathBuf) -> Result<Staging, BakeError> {
+        if let Some(parent) = path.parent() {
+            super::leftovers::sweep(parent);
+        }
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).map_err(|source| BakeError::Write { path: path.clone(), source })?;
         Ok(Staging { path, committed: false })
@@ -516,7 +519,7 @@ fn require_tool(tool: &'static str, package: &'static str) -> Result<(), BakeErr
 
 /// Runs a host tool; a failure carries the last lines of its stderr.
 fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<(), BakeError> {
-    let out = cmd
+    let out = super::leftovers::dies_with_atoll(cmd)
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| BakeError::ToolFailed { tool, stderr: e.to_string() })?;

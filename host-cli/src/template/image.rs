@@ -165,9 +165,12 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
     std::fs::create_dir_all(&blobs).map_err(cache_err(&blobs))?;
     let tmp = blobs.parent().expect("blobs has a parent").join("tmp");
     std::fs::create_dir_all(&tmp).map_err(cache_err(&tmp))?;
-    let layout = tempfile::Builder::new().prefix("layout-").tempdir_in(&tmp).map_err(cache_err(&tmp))?;
+    super::leftovers::sweep(&tmp);
+    let prefix = format!("layout-{}-", std::process::id());
+    let layout = tempfile::Builder::new().prefix(&prefix).tempdir_in(&tmp).map_err(cache_err(&tmp))?;
 
     let mut cmd = Command::new("skopeo");
+    super::leftovers::dies_with_atoll(&mut cmd);
     cmd.args(["--override-arch", "amd64", "--override-os", "linux", "copy", "--quiet"]);
     if opts.insecure && source.starts_with("docker://") {
         cmd.arg("--src-tls-verify=false");

@@ -26,6 +26,7 @@ pub mod dockerfile;
 pub mod from_image;
 pub mod image;
 pub mod layer;
+pub mod leftovers;
 pub mod mcp_access;
 pub mod owners;
 pub mod probe;

@@ -226,7 +226,7 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     let need = std::fs::metadata(entry.join("rootfs.ext4")).map_or(0, |m| m.blocks() * 512);
     drop(crate::sandbox::quota::check_snapshot_locked(need).map_err(CacheError::Io)?);
     let image = stage.path.join("rootfs.ext4");
-    let cp = std::process::Command::new("cp")
+    let cp = crate::template::leftovers::dies_with_atoll(&mut std::process::Command::new("cp"))
         .args(["--sparse=always", "--reflink=auto", "--"])
         .arg(entry.join("rootfs.ext4"))
         .arg(&image)
