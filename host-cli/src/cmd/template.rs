@@ -310,12 +310,38 @@ async fn save(ctx: &Ctx, a: SaveArgs) -> Result<u8> {
 }
 
 fn ls(ctx: &Ctx) -> Result<u8> {
+    use template::building::BuildState;
     let templates = template::list()?;
+    // Background builds (MCP) not installed yet: building, or failed and why. A build
+    // replacing an installed template shows as that template's status.
+    let builds = template::building::list()?;
+    let status = |name: &str| match builds.iter().find(|b| b.name == name) {
+        Some(b) if b.state == BuildState::Building => "building",
+        _ => "ready",
+    };
+    let pending: Vec<_> = builds.iter().filter(|b| !templates.iter().any(|t| t.name == b.name)).collect();
+    let state_of = |b: &template::building::BuildRecord| match b.state {
+        BuildState::Building => "building",
+        BuildState::Failed => "failed",
+    };
     if ctx.out.json {
-        ctx.out.json(&templates)?;
+        let mut all = Vec::with_capacity(templates.len() + pending.len());
+        for t in &templates {
+            let mut v = serde_json::to_value(t)?;
+            v["status"] = status(&t.name).into();
+            all.push(v);
+        }
+        for b in &pending {
+            let mut v = serde_json::json!({ "name": b.name, "status": state_of(b) });
+            if let Some(reason) = &b.reason {
+                v["reason"] = reason.as_str().into();
+            }
+            all.push(v);
+        }
+        ctx.out.json(&all)?;
         return Ok(0);
     }
-    if templates.is_empty() {
+    if templates.is_empty() && pending.is_empty() {
         eprintln!("atoll: no templates installed; build `minimal` with rootfs/setup.sh");
         return Ok(0);
     }
@@ -323,21 +349,21 @@ fn ls(ctx: &Ctx) -> Result<u8> {
     for t in &templates {
         let init = t.init.map_or("?", init_name);
         let disk = if t.disk { "ext4" } else { "-" };
+        let agent = t.problem.as_deref().unwrap_or(&t.agent_version);
+        let rebuilding = if status(&t.name) == "building" { " (rebuilding)" } else { "" };
         let _ = writeln!(
             text,
-            "{:<20} {:<8} {:<5} {:>10}  {}",
+            "{:<20} {:<8} {:<5} {:>10}  {agent}{rebuilding}",
             t.name,
             init,
             disk,
             human_bytes(t.disk_usage_bytes),
-            t.problem.as_deref().unwrap_or(&t.agent_version)
         );
     }
-    // Background builds (MCP) not installed yet: building, or failed and why.
-    for b in template::building::list()?.iter().filter(|b| !templates.iter().any(|t| t.name == b.name)) {
+    for b in pending {
         let state = match b.state {
-            template::building::BuildState::Building => "building".to_owned(),
-            template::building::BuildState::Failed => {
+            BuildState::Building => "building".to_owned(),
+            BuildState::Failed => {
                 format!("failed: {}", template::image::escape_controls(b.reason.as_deref().unwrap_or("")))
             }
         };
