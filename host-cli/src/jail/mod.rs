@@ -11,13 +11,19 @@
 //! - [`cgroup`]: a cgroup per sandbox (memory, pids, CPU weight), v2 or v1.
 //! - [`user`]: who QEMU runs as (never root when atoll is: the shares' owner or the
 //!   `atoll` system user), and the few files handed to it.
+//! - [`helper`]: the network helper's view of the host, built by `bwrap` too: its own
+//!   mount, PID, IPC and UTS namespaces (the host's network), no capabilities, no
+//!   supplementary groups, only its own sandbox's files.
+//! - [`seccomp`]: the deny-list filter the network helper installs on itself.
 //!
 //! QEMU also runs under its own seccomp filter ([`SECCOMP`]); saves and loads hand it
 //! descriptors over QMP (`vmm::migrate`), so it never needs to spawn or open them.
 
 pub mod cgroup;
 pub mod env;
+pub mod helper;
 pub mod namespaces;
+pub mod seccomp;
 pub mod shares;
 pub mod user;
 
@@ -52,6 +58,14 @@ pub enum JailError {
         /// What happened.
         why: String,
         /// The end of QEMU's log (bwrap writes its own errors there too).
+        log: String,
+    },
+    /// bwrap did not say which pid the network helper has.
+    #[error("the jail (bwrap) did not start the network helper: {why}; its log says: {log}")]
+    HelperNoPid {
+        /// What happened.
+        why: String,
+        /// The end of the helper's log (bwrap writes its own errors there too).
         log: String,
     },
     /// QEMU's user could not be set up.
@@ -190,10 +204,55 @@ pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
     }
 }
 
-/// Starts the network helper (`exe args`) detached with the scrubbed environment. It
-/// needs the host's network, so it keeps the host's namespaces.
-pub fn start_helper(exe: &Path, args: &[String], log: &Path) -> Result<tokio::process::Child, JailError> {
-    spawn(exe, args, log, env::helper(), &[], (&[], &[]), Vec::new())
+/// A jailed network helper: the `bwrap` process that watches it (it ends when the
+/// helper ends, with its status), and the helper's own pid, which the sandbox records
+/// and `atoll kill` signals.
+#[derive(Debug)]
+pub struct JailedHelper {
+    /// The watching bwrap.
+    pub child: tokio::process::Child,
+    /// The helper itself.
+    pub helper: ProcRef,
+}
+
+impl JailedHelper {
+    /// The helper's pid.
+    pub fn id(&self) -> Option<u32> {
+        Some(self.helper.pid)
+    }
+
+    /// Waits until the helper has ended (and its watcher with it).
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// The helper's status if it has ended.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+}
+
+/// Starts the network helper (`exe args`) of the sandbox in `dir` in its jail
+/// ([`helper`]), detached, with the scrubbed environment, stdout and stderr appended
+/// to `log`.
+pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
+    let bwrap = find_in_path(BWRAP)?;
+    let (info_read, info_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
+    let secrets = helper::secrets(dir);
+    let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), info_write.as_raw_fd());
+    bwrap_args.push(exe.display().to_string());
+    bwrap_args.extend(args.iter().cloned());
+    let keep = [info_write.as_raw_fd()];
+    let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, (&[], &[]), Vec::new())?;
+    drop(info_write);
+    // bwrap reports within milliseconds; the callers start the helper synchronously.
+    let pid = read_child_pid(info_read).map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
+    let helper = ProcRef::of(pid).ok_or_else(|| JailError::HelperNoPid {
+        why: format!("the network helper (pid {pid}) ended at once"),
+        log: launcher::tail(log, 5),
+    })?;
+    Ok(JailedHelper { child, helper })
 }
 
 /// bwrap's `--info-fd` report: `{"child-pid": N, ...}` once the sandbox runs.

@@ -45,21 +45,21 @@ pub fn spawn(
     dir: &Path,
     network: NetworkMode,
     policy: &atoll_net::policy::Policy,
-) -> Result<tokio::process::Child, HelperStartError> {
+) -> Result<crate::jail::JailedHelper, HelperStartError> {
     spawn_with(dir, &NetConfig { network, policy: policy.clone(), ..NetConfig::default() })
 }
 
 /// Writes `config` as `net.json` (its ports are published afterwards, through the
-/// helper) and starts `atoll net-helper` for the sandbox in `dir`.
-pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<tokio::process::Child, HelperStartError> {
+/// helper) and starts `atoll net-helper` for the sandbox in `dir`, in its jail.
+pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedHelper, HelperStartError> {
     NetConfig { ports: Vec::new(), ..config.clone() }.save(dir)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
-    Ok(crate::jail::start_helper(&exe, &args, &config::helper_log_path(dir))?)
+    Ok(crate::jail::start_helper(&exe, &args, dir, &config::helper_log_path(dir))?)
 }
 
 /// Waits until the helper's control socket exists.
-pub async fn wait_ready(child: &mut tokio::process::Child, dir: &Path) -> Result<(), HelperStartError> {
+pub async fn wait_ready(child: &mut crate::jail::JailedHelper, dir: &Path) -> Result<(), HelperStartError> {
     let deadline = Instant::now() + READY_WAIT;
     let ctl = config::ctl_path(dir);
     let failed = |why: String| HelperStartError::NotReady {
@@ -81,10 +81,12 @@ pub async fn wait_ready(child: &mut tokio::process::Child, dir: &Path) -> Result
 }
 
 /// Stops the helper: SIGTERM (it removes its sockets), SIGKILL after a grace, or at
-/// once with `force`.
+/// once with `force`; its jail's watcher follows it.
 pub async fn stop(helper: Option<ProcRef>, force: bool) {
     if let Some(p) = helper {
+        let monitor = crate::jail::monitor_of(&p);
         if force { p.kill().await } else { p.terminate(STOP_GRACE).await }
+        crate::jail::end_monitor(monitor).await;
     }
 }
 

@@ -60,6 +60,9 @@ pub enum HelperError {
     /// The secrets swap could not be set up (its CA, the trust for real servers).
     #[error(transparent)]
     Secrets(#[from] crate::secrets::SecretError),
+    /// The seccomp filter could not be installed.
+    #[error(transparent)]
+    Seccomp(#[from] crate::jail::seccomp::SeccompError),
     /// The network engine could not start.
     #[error(transparent)]
     Engine(#[from] atoll_net::EngineError),
@@ -68,6 +71,8 @@ pub enum HelperError {
 /// Runs the helper for the sandbox in `args.dir` until SIGTERM or SIGINT; removes its
 /// sockets on the way out.
 pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
+    // First: nothing the helper does needs what the filter denies.
+    crate::jail::seccomp::install()?;
     let dir = args.dir.as_path();
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();

@@ -1,0 +1,198 @@
+//! The network helper's seccomp filter, a deny-list it installs on itself (every thread,
+//! `SECCOMP_FILTER_FLAG_TSYNC`) as it starts, with `PR_SET_NO_NEW_PRIVS`. Firecracker's
+//! `seccompiler` compiles it.
+//!
+//! A deny-list, not an allow-list: the helper is tokio, rustls, hickory and the atoll-net
+//! stack, whose exact system calls change with each of their releases; an allow-list
+//! that misses one kills the sandbox's network at some rare path. What is denied is what
+//! a helper taken over by a hostile guest would use to leave its jail or reach the
+//! kernel's less-travelled parts: running programs, debugging other processes, mounts
+//! and namespaces, changing its ids or capabilities, loading kernels, modules or BPF,
+//! the kernel keyring, and more ([`DENIED`]). Denied calls fail with `EPERM`
+//! (`clone3`, whose flags a filter cannot read, with `ENOSYS`, so the C library falls
+//! back to `clone`, whose namespace flags are denied). x32 system calls (numbers with
+//! bit 30 set), which would name the same calls by other numbers, are all denied.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+};
+
+/// Why the filter could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("could not install the network helper's seccomp filter: {0}")]
+pub struct SeccompError(String);
+
+/// The calls the helper never makes, denied with `EPERM`.
+pub const DENIED: &[(&str, i64)] = &[
+    ("execve", libc::SYS_execve),
+    ("execveat", libc::SYS_execveat),
+    ("ptrace", libc::SYS_ptrace),
+    ("process_vm_readv", libc::SYS_process_vm_readv),
+    ("process_vm_writev", libc::SYS_process_vm_writev),
+    ("mount", libc::SYS_mount),
+    ("umount2", libc::SYS_umount2),
+    ("pivot_root", libc::SYS_pivot_root),
+    ("chroot", libc::SYS_chroot),
+    ("open_tree", libc::SYS_open_tree),
+    ("move_mount", libc::SYS_move_mount),
+    ("fsopen", libc::SYS_fsopen),
+    ("fsconfig", libc::SYS_fsconfig),
+    ("fsmount", libc::SYS_fsmount),
+    ("fspick", libc::SYS_fspick),
+    ("mount_setattr", libc::SYS_mount_setattr),
+    ("unshare", libc::SYS_unshare),
+    ("setns", libc::SYS_setns),
+    ("setuid", libc::SYS_setuid),
+    ("setgid", libc::SYS_setgid),
+    ("setreuid", libc::SYS_setreuid),
+    ("setregid", libc::SYS_setregid),
+    ("setresuid", libc::SYS_setresuid),
+    ("setresgid", libc::SYS_setresgid),
+    ("setfsuid", libc::SYS_setfsuid),
+    ("setfsgid", libc::SYS_setfsgid),
+    ("setgroups", libc::SYS_setgroups),
+    ("capset", libc::SYS_capset),
+    ("kexec_load", libc::SYS_kexec_load),
+    ("kexec_file_load", libc::SYS_kexec_file_load),
+    ("init_module", libc::SYS_init_module),
+    ("finit_module", libc::SYS_finit_module),
+    ("delete_module", libc::SYS_delete_module),
+    ("bpf", libc::SYS_bpf),
+    ("perf_event_open", libc::SYS_perf_event_open),
+    ("userfaultfd", libc::SYS_userfaultfd),
+    ("keyctl", libc::SYS_keyctl),
+    ("add_key", libc::SYS_add_key),
+    ("request_key", libc::SYS_request_key),
+    ("open_by_handle_at", libc::SYS_open_by_handle_at),
+    ("name_to_handle_at", libc::SYS_name_to_handle_at),
+    ("io_uring_setup", libc::SYS_io_uring_setup),
+    ("fanotify_init", libc::SYS_fanotify_init),
+    ("reboot", libc::SYS_reboot),
+    ("swapon", libc::SYS_swapon),
+    ("swapoff", libc::SYS_swapoff),
+    ("acct", libc::SYS_acct),
+    ("quotactl", libc::SYS_quotactl),
+    ("syslog", libc::SYS_syslog),
+    ("settimeofday", libc::SYS_settimeofday),
+    ("clock_settime", libc::SYS_clock_settime),
+    ("clock_adjtime", libc::SYS_clock_adjtime),
+    ("adjtimex", libc::SYS_adjtimex),
+    ("sethostname", libc::SYS_sethostname),
+    ("setdomainname", libc::SYS_setdomainname),
+    ("iopl", libc::SYS_iopl),
+    ("ioperm", libc::SYS_ioperm),
+    ("personality", libc::SYS_personality),
+    ("vhangup", libc::SYS_vhangup),
+    ("uselib", libc::SYS_uselib),
+    ("lookup_dcookie", libc::SYS_lookup_dcookie),
+];
+
+/// The namespace flags `clone` may not be given.
+const NEW_NAMESPACES: &[u64] = &[
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+];
+
+/// x32 system calls have this bit set in their number.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// The compiled filter.
+pub fn program() -> Result<BpfProgram, SeccompError> {
+    let err = |e: &dyn std::fmt::Display| SeccompError(e.to_string());
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| err(&e))?;
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    // An empty rule list matches the call whatever its arguments.
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&(_, nr)| (nr, Vec::new())).collect();
+    let clone_rules = NEW_NAMESPACES
+        .iter()
+        .map(|&flag| {
+            let cond = SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(flag), flag)
+                .map_err(|e| err(&e))?;
+            SeccompRule::new(vec![cond]).map_err(|e| err(&e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_clone, clone_rules);
+    let denied = SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch).map_err(|e| err(&e))?;
+    let mut prog: BpfProgram = denied.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
+    // clone3 (its flags are in memory a filter cannot read) gets ENOSYS, not EPERM.
+    let enosys = seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::ENOSYS as u32 };
+    let eperm_ret = seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 };
+    // Before the compiled program (classic BPF jumps are relative, so it is unchanged):
+    // A = nr; nr >= x32 bit: EPERM; nr == clone3: ENOSYS.
+    let head = [
+        seccompiler::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 }, // ld [0] (nr)
+        seccompiler::sock_filter { code: 0x35, jt: 2, jf: 0, k: X32_SYSCALL_BIT }, // jge x32 -> eperm
+        seccompiler::sock_filter { code: 0x15, jt: 2, jf: 0, k: libc::SYS_clone3 as u32 }, // jeq clone3 -> enosys
+        seccompiler::sock_filter { code: 0x05, jt: 0, jf: 0, k: 2 }, // ja past both returns
+        eperm_ret,
+        enosys,
+    ];
+    prog.splice(0..0, head);
+    Ok(prog)
+}
+
+/// Installs the filter on every thread of this process (and sets no-new-privs).
+pub fn install() -> Result<(), SeccompError> {
+    let prog = program()?;
+    seccompiler::apply_filter_all_threads(&prog).map_err(|e| SeccompError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The filter compiles; in a child process, it denies what it lists and allows the
+    /// rest (a process that ran it cannot start programs or make namespaces).
+    #[test]
+    fn denies_exec_and_namespaces_allows_the_rest() {
+        let prog = program().unwrap();
+        assert!(prog.len() > DENIED.len());
+        // SAFETY: the child only makes raw system calls and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = (|| {
+                if install().is_err() {
+                    return 10;
+                }
+                // SAFETY: raw system calls with valid (or null) arguments.
+                unsafe {
+                    let path = c"/bin/true".as_ptr();
+                    let argv = [path, std::ptr::null()];
+                    if libc::execve(path, argv.as_ptr(), std::ptr::null()) != -1
+                        || *libc::__errno_location() != libc::EPERM
+                    {
+                        return 11;
+                    }
+                    if libc::unshare(libc::CLONE_NEWUSER) != -1 || libc::setuid(0) != -1 {
+                        return 12;
+                    }
+                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || *libc::__errno_location() != libc::ENOSYS {
+                        return 13;
+                    }
+                    if libc::syscall(libc::SYS_getpid | i64::from(X32_SYSCALL_BIT)) != -1 {
+                        return 14;
+                    }
+                    if libc::getpid() <= 0 || libc::syscall(libc::SYS_getppid) <= 0 {
+                        return 15;
+                    }
+                }
+                0
+            })();
+            // SAFETY: ends the forked child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "status {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the check that failed (10..15)");
+    }
+}
