@@ -282,6 +282,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
         assert_eq!(atoll.sandbox_dirs().len(), before, "a refused create left a sandbox directory");
     }
 
+    helper_is_jailed(&atoll, &id, helper);
     console_flood_stays_bounded(&atoll, &id);
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
     quotas_refuse_at_once(&atoll);
@@ -312,6 +313,76 @@ fn as_qemu(pid: u64, script: &str) -> (Option<i32>, String, String) {
     }
     let out = cmd.args(["/bin/sh", "-c", script]).output().expect("nsenter");
     (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The network helper's jail, from the host and from a compromised helper's seat (its
+/// mount namespace, its identity, no capabilities): its seccomp filter (mode 2), no new
+/// privileges, no capabilities, no supplementary groups when atoll is root, mount, PID,
+/// IPC and UTS namespaces of its own (the host's network, which it serves), and a view
+/// holding its own sandbox's files but nothing of `/root` or `/home` (beyond the way to
+/// the atoll program), no other sandbox's directory, no other sandbox's private secrets
+/// directory, and nothing it can write outside its own.
+fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
+    assert_eq!(status_field(helper, "Seccomp"), "2", "the helper runs without its seccomp filter");
+    assert_eq!(status_field(helper, "NoNewPrivs"), "1");
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(status_field(helper, cap), "0000000000000000", "the helper's {cap}");
+    }
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(status_field(helper, "Groups"), "", "the helper keeps root's supplementary groups");
+    }
+    for ns in ["mnt", "pid", "ipc", "uts"] {
+        let theirs = std::fs::read_link(format!("/proc/{helper}/ns/{ns}")).unwrap();
+        let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
+        assert_ne!(theirs, ours, "the helper shares the host's {ns} namespace");
+    }
+    let net = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_eq!(net(&helper.to_string()), net("self"), "the helper must keep the host's network");
+    assert!(status_field(helper, "NSpid").ends_with("\t1"), "{}", status_field(helper, "NSpid"));
+
+    // Decoys planted now, beside its own: another sandbox, and its CA key.
+    let state = atoll.state_dir();
+    let store = state.join(".secrets");
+    assert!(store.is_dir(), "the secrets store was not made before the helper started");
+    std::fs::create_dir_all(state.join("decoy")).unwrap();
+    std::fs::write(state.join("decoy/sandbox.json"), "{}").unwrap();
+    std::fs::create_dir_all(store.join("sandboxes/decoy")).unwrap();
+    std::fs::write(store.join("sandboxes/decoy/ca.key"), "decoy key").unwrap();
+    let exe = std::fs::read_link(format!("/proc/{helper}/exe")).unwrap();
+    let (s, dir) = (state.display(), state.join(id));
+    let script = format!(
+        "for p in /root /home; do [ -e $p ] && echo \"SEES $p: $(ls -A $p | tr '\\n' ' ')\"; done
+         [ -r {dir}/net.json ] && [ -S {dir}/agent.sock ] && echo SEES-OWN
+         [ -e {s}/decoy ] && echo SEES-OTHER-SANDBOX
+         [ -e {s}/.secrets/sandboxes/decoy ] && echo SEES-OTHER-CA
+         [ -d {s}/.secrets/sandboxes/{id} ] && echo SEES-OWN-SECRETS
+         for f in /usr/pwned {s}/.secrets/pwned; do touch $f 2>/dev/null && echo WROTE $f; done
+         echo STATE: $(ls -A {s})",
+        dir = dir.display()
+    );
+    let (code, out, err) = as_qemu(helper, &script);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("SEES-OWN\n") && out.contains("SEES-OWN-SECRETS"), "{out}{err}");
+    for wall in ["SEES-OTHER-SANDBOX", "SEES-OTHER-CA", "WROTE"] {
+        assert!(!out.contains(wall), "{wall}: {out}{err}");
+    }
+    for top in ["/root", "/home"] {
+        match exe.strip_prefix(top).ok().and_then(|rest| rest.components().next()) {
+            // Only the way to the program.
+            Some(next) => assert!(
+                out.contains(&format!("SEES {top}: {} \n", next.as_os_str().to_string_lossy())),
+                "{out}"
+            ),
+            None => assert!(!out.contains(&format!("SEES {top}")), "the helper sees {top}: {out}"),
+        }
+    }
+    let listed = out.lines().find_map(|l| l.strip_prefix("STATE:")).unwrap_or_default();
+    let mut listed: Vec<&str> = listed.split_whitespace().collect();
+    listed.sort_unstable();
+    assert_eq!(listed, [".secrets", id], "the helper's view of the state directory");
+    assert!(!Path::new("/usr/pwned").exists() && !store.join("pwned").exists());
+    std::fs::remove_dir_all(state.join("decoy")).unwrap();
+    std::fs::remove_dir_all(store.join("sandboxes/decoy")).unwrap();
 }
 
 fn sha256(path: &Path) -> String {

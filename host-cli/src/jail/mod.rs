@@ -136,7 +136,49 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         why: format!("QEMU (pid {pid}) ended at once"),
         log: launcher::tail(log, 5),
     })?;
+    if root {
+        tokio::spawn(own_agent_port(spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET)));
+    }
     Ok(JailedQemu { child, qemu })
+}
+
+/// How long QEMU may take to make its agent port (under TCG, on a busy host).
+const AGENT_PORT_WAIT: Duration = Duration::from_secs(60);
+
+/// When atoll is root, the network helper runs as uid 0 without capabilities, so it can
+/// connect only to sockets whose mode lets root's uid write them; QEMU (another user)
+/// makes `vm/agent.port` with its own umask. Once it exists, it is handed to root, 0600:
+/// the helper connects, and QEMU, which listens on it, needs no access to the file. A
+/// link in its place is refused, never followed.
+async fn own_agent_port(port: std::path::PathBuf) {
+    let deadline = Instant::now() + AGENT_PORT_WAIT;
+    loop {
+        match own_socket(&port) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => {
+                tracing::warn!("could not hand {} to the network helper: {e}", port.display());
+                return;
+            }
+        }
+    }
+}
+
+/// Makes the socket `path` root's, 0600 (a link or any other file is refused).
+fn own_socket(path: &Path) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a socket"));
+    }
+    let (uid, gid) = (rustix::fs::Uid::ROOT, rustix::fs::Gid::ROOT);
+    rustix::fs::chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
+    // chmod through the descriptor's /proc link acts on what it names (not a link).
+    rustix::fs::chmod(format!("/proc/self/fd/{}", fd.as_raw_fd()), Mode::from_raw_mode(0o600))?;
+    Ok(())
 }
 
 /// The `bwrap` watching a jailed QEMU (its parent, which ends once QEMU has), while
@@ -247,7 +289,8 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, (&[], &[]), Vec::new())?;
     drop(info_write);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
-    let pid = read_child_pid(info_read).map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
+    let pid = read_child_pid(info_read)
+        .map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
     let helper = ProcRef::of(pid).ok_or_else(|| JailError::HelperNoPid {
         why: format!("the network helper (pid {pid}) ended at once"),
         log: launcher::tail(log, 5),

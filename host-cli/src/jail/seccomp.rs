@@ -123,7 +123,8 @@ pub fn program() -> Result<BpfProgram, SeccompError> {
     let mut prog: BpfProgram = denied.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
     // clone3 (its flags are in memory a filter cannot read) gets ENOSYS, not EPERM.
     let enosys = seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::ENOSYS as u32 };
-    let eperm_ret = seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 };
+    let eperm_ret =
+        seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 };
     // Before the compiled program (classic BPF jumps are relative, so it is unchanged):
     // A = nr; nr >= x32 bit: EPERM; nr == clone3: ENOSYS.
     let head = [
@@ -174,7 +175,9 @@ mod tests {
                     if libc::unshare(libc::CLONE_NEWUSER) != -1 || libc::setuid(0) != -1 {
                         return 12;
                     }
-                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1 || *libc::__errno_location() != libc::ENOSYS {
+                    if libc::syscall(libc::SYS_clone3, 0, 0) != -1
+                        || *libc::__errno_location() != libc::ENOSYS
+                    {
                         return 13;
                     }
                     if libc::syscall(libc::SYS_getpid | i64::from(X32_SYSCALL_BIT)) != -1 {

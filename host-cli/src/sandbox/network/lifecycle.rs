@@ -85,7 +85,11 @@ pub async fn wait_ready(child: &mut crate::jail::JailedHelper, dir: &Path) -> Re
 pub async fn stop(helper: Option<ProcRef>, force: bool) {
     if let Some(p) = helper {
         let monitor = crate::jail::monitor_of(&p);
-        if force { p.kill().await } else { p.terminate(STOP_GRACE).await }
+        if force {
+            p.kill().await
+        } else {
+            p.terminate(STOP_GRACE).await
+        }
         crate::jail::end_monitor(monitor).await;
     }
 }
