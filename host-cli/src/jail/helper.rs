@@ -1,7 +1,10 @@
-//! The network helper's view of the host, as `bwrap` builds it: new mount, PID, IPC, UTS
-//! and cgroup namespaces (not the network's: it makes the guest's connections and
-//! listens on published ports on the host's network), no capabilities, no supplementary
-//! groups, no new privileges, and a root holding only
+//! The network helper's view of the host, as `bwrap` builds it: new mount, IPC, UTS and
+//! cgroup namespaces (not the network's: it makes the guest's connections and listens
+//! on published ports on the host's network; not the PID namespace's: a connection to a
+//! published port of a paused sandbox resumes its QEMU, which it must be able to name),
+//! no capabilities (as root, `CAP_KILL` alone, for that SIGCONT, which its seccomp
+//! filter keeps to SIGCONT), no supplementary groups, no new privileges, and a root
+//! holding only
 //!
 //! - the system's programs and libraries (`/usr`, read-only), `/etc/ld.so.cache`, the
 //!   host's resolver and CA files (`/etc/resolv.conf`, `/etc/hosts`, `/etc/ssl`,
@@ -13,9 +16,9 @@
 //!   on each use) with every sandbox's private directory hidden but its own
 //!   (read-write: its CA is made there).
 //!
-//! Like QEMU, it is PID 1 of its namespace (`--as-pid-1`), the pid bwrap reports and
-//! the sandbox records, so `atoll kill` signals the helper itself; it then removes its
-//! sockets. It installs its own seccomp filter as it starts ([`super::seccomp`]).
+//! The helper's pid is the one bwrap reports and the sandbox records, so `atoll kill`
+//! signals the helper itself; it then removes its sockets. It installs its own seccomp
+//! filter as it starts ([`super::seccomp`]).
 
 use std::path::{Path, PathBuf};
 
@@ -50,11 +53,9 @@ pub struct Secrets {
 pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, info_fd: i32) -> Vec<String> {
     let s = |p: &Path| p.display().to_string();
     let mut a: Vec<String> = [
-        "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
-        "--as-pid-1",
         "--hostname",
         "atoll-net",
         "--ro-bind",
@@ -91,19 +92,24 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, info_fd: i3
             a.extend(["--tmpfs".into(), s(all)]);
         }
         a.extend(["--bind".into(), s(&private), s(&private)]);
+        // The lock every atoll takes before changing a record (a connection to a
+        // published port of a paused sandbox resumes it from the helper).
+        a.extend(["--bind-try".into(), s(&state.join(".lock")), s(&state.join(".lock"))]);
     }
     a.extend(["--bind".into(), s(dir), s(dir)]);
     a.extend(["--ro-bind".into(), s(exe), s(exe)]);
     a.extend(["--info-fd".into(), info_fd.to_string()]);
     if root {
         // setpriv (util-linux, in /usr) drops root's supplementary groups, then every
-        // capability: bwrap's --cap-drop would leave it unable to.
+        // capability but CAP_KILL: bwrap's --cap-drop would leave it unable to. The
+        // helper resumes its paused QEMU (SIGCONT), another user's process; its seccomp
+        // filter lets it send no other signal.
         a.extend(
             [
                 "setpriv",
                 "--clear-groups",
                 "--bounding-set",
-                "-all",
+                "-all,+kill",
                 "--inh-caps",
                 "-all",
                 "--no-new-privs",
@@ -132,12 +138,12 @@ mod tests {
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
         assert!(has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
         assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
-        assert!(has(&["--info-fd", "9"]) && has(&["--as-pid-1"]));
+        assert!(has(&["--info-fd", "9"]));
         assert!(has(&["--ro-bind", "/s/.secrets", "/s/.secrets"]));
         assert!(has(&["--tmpfs", "/s/.secrets/sandboxes"]), "other sandboxes' CA keys are hidden");
         assert!(has(&["--bind", "/s/.secrets/sandboxes/abc", "/s/.secrets/sandboxes/abc"]));
         assert!(has(&["--perms", "0700", "--dir", "/s"]));
-        assert!(has(&["--unshare-pid"]) && has(&["--unshare-ipc"]) && !has(&["--unshare-net"]));
+        assert!(has(&["--unshare-ipc"]) && has(&["--unshare-uts"]) && !has(&["--unshare-net"]));
         assert!(!a.iter().any(|x| x == "/home" || x == "/root" || x == "/s/sandboxes"));
         assert!(!a.iter().any(|x| x == "--die-with-parent"), "a sandbox outlives its command");
     }

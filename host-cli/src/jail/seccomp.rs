@@ -10,8 +10,10 @@
 //! and namespaces, changing its ids or capabilities, loading kernels, modules or BPF,
 //! the kernel keyring, and more ([`DENIED`]). Denied calls fail with `EPERM`
 //! (`clone3`, whose flags a filter cannot read, with `ENOSYS`, so the C library falls
-//! back to `clone`, whose namespace flags are denied). x32 system calls (numbers with
-//! bit 30 set), which would name the same calls by other numbers, are all denied.
+//! back to `clone`, whose namespace flags are denied). Signals: only SIGCONT (and 0)
+//! may be sent, so the `CAP_KILL` a root helper keeps to resume its paused QEMU
+//! (`jail::helper`) cannot stop or kill anything. x32 system calls (numbers with bit
+//! 30 set), which would name the same calls by other numbers, are all denied.
 
 use std::collections::BTreeMap;
 
@@ -100,6 +102,17 @@ const NEW_NAMESPACES: &[u64] = &[
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+/// The calls that send a signal, with the index of their signal argument: the helper
+/// sends none but SIGCONT (a paused QEMU resumed) and 0 (is it alive?).
+const SIGNALS: &[(i64, u8)] = &[
+    (libc::SYS_kill, 1),
+    (libc::SYS_tkill, 1),
+    (libc::SYS_tgkill, 2),
+    (libc::SYS_pidfd_send_signal, 1),
+    (libc::SYS_rt_sigqueueinfo, 1),
+    (libc::SYS_rt_tgsigqueueinfo, 2),
+];
+
 /// x32 system calls have this bit set in their number.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
@@ -119,6 +132,13 @@ pub fn program() -> Result<BpfProgram, SeccompError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    for &(nr, arg) in SIGNALS {
+        let ne = |v: u64| {
+            SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v).map_err(|e| err(&e))
+        };
+        let rule = SeccompRule::new(vec![ne(0)?, ne(libc::SIGCONT as u64)?]).map_err(|e| err(&e))?;
+        rules.insert(nr, vec![rule]);
+    }
     let denied = SeccompFilter::new(rules, SeccompAction::Allow, eperm, arch).map_err(|e| err(&e))?;
     let mut prog: BpfProgram = denied.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
     // clone3 (its flags are in memory a filter cannot read) gets ENOSYS, not EPERM.
@@ -150,7 +170,8 @@ mod tests {
     use super::*;
 
     /// The filter compiles; in a child process, it denies what it lists and allows the
-    /// rest (a process that ran it cannot start programs or make namespaces).
+    /// rest (a process that ran it cannot start programs, make namespaces, or send a
+    /// signal other than SIGCONT: here, kill itself).
     #[test]
     fn denies_exec_and_namespaces_allows_the_rest() {
         let prog = program().unwrap();
@@ -186,6 +207,14 @@ mod tests {
                     if libc::getpid() <= 0 || libc::syscall(libc::SYS_getppid) <= 0 {
                         return 15;
                     }
+                    // On itself: if one went through, the child dies and the test fails.
+                    let me = libc::getpid();
+                    if libc::kill(me, libc::SIGKILL) != -1 || libc::kill(me, libc::SIGTERM) != -1 {
+                        return 16;
+                    }
+                    if libc::kill(libc::getppid(), 0) != 0 || libc::kill(me, libc::SIGCONT) != 0 {
+                        return 17;
+                    }
                 }
                 0
             })();
@@ -196,6 +225,6 @@ mod tests {
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "status {status}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "the check that failed (10..15)");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the check that failed (10..17)");
     }
 }
