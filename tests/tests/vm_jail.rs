@@ -385,7 +385,7 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     let listed = out.lines().find_map(|l| l.strip_prefix("STATE:")).unwrap_or_default();
     let mut listed: Vec<&str> = listed.split_whitespace().collect();
     listed.sort_unstable();
-    assert_eq!(listed, [".secrets", id], "the helper's view of the state directory");
+    assert_eq!(listed, [".lock", ".secrets", id], "the helper's view of the state directory");
     assert!(!Path::new("/usr/pwned").exists() && !store.join("pwned").exists());
     std::fs::remove_dir_all(state.join("decoy")).unwrap();
     std::fs::remove_dir_all(store.join("sandboxes/decoy")).unwrap();
