@@ -86,12 +86,12 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, info_fd: i3
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
     if let Some(Secrets { state, store, private }) = secrets {
         // The state directory as atoll checks it: private (0700), the helper's own.
-        a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(&state)]);
-        a.extend(["--ro-bind".into(), s(&store), s(&store)]);
+        a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(state)]);
+        a.extend(["--ro-bind".into(), s(store), s(store)]);
         if let Some(all) = private.parent() {
             a.extend(["--tmpfs".into(), s(all)]);
         }
-        a.extend(["--bind".into(), s(&private), s(&private)]);
+        a.extend(["--bind".into(), s(private), s(private)]);
         // The lock every atoll takes before changing a record (a connection to a
         // published port of a paused sandbox resumes it from the helper).
         a.extend(["--bind-try".into(), s(&state.join(".lock")), s(&state.join(".lock"))]);

@@ -120,7 +120,9 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         // A port an earlier QEMU of this sandbox made was handed to root
         // ([`own_agent_port`]): the new QEMU could not replace it in the sticky `vm/`.
         let port = spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET);
-        if std::fs::symlink_metadata(&port).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type())) {
+        if std::fs::symlink_metadata(&port)
+            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
+        {
             let _ = std::fs::remove_file(&port);
         }
     }

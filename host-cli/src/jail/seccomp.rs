@@ -147,10 +147,11 @@ pub fn program() -> Result<BpfProgram, SeccompError> {
         seccompiler::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0x0005_0000 | libc::EPERM as u32 };
     // Before the compiled program (classic BPF jumps are relative, so it is unchanged):
     // A = nr; nr >= x32 bit: EPERM; nr == clone3: ENOSYS.
+    let clone3 = u32::try_from(libc::SYS_clone3).map_err(|e| err(&e))?;
     let head = [
         seccompiler::sock_filter { code: 0x20, jt: 0, jf: 0, k: 0 }, // ld [0] (nr)
         seccompiler::sock_filter { code: 0x35, jt: 2, jf: 0, k: X32_SYSCALL_BIT }, // jge x32 -> eperm
-        seccompiler::sock_filter { code: 0x15, jt: 2, jf: 0, k: libc::SYS_clone3 as u32 }, // jeq clone3 -> enosys
+        seccompiler::sock_filter { code: 0x15, jt: 2, jf: 0, k: clone3 }, // jeq clone3 -> enosys
         seccompiler::sock_filter { code: 0x05, jt: 0, jf: 0, k: 2 }, // ja past both returns
         eperm_ret,
         enosys,
