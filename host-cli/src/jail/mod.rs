@@ -395,5 +395,10 @@ pub fn describe() -> String {
         Ok(_) => "own mount/pid/ipc/uts/net namespaces (bwrap), no capabilities",
         Err(_) => "bwrap missing: QEMU cannot start (install bubblewrap)",
     };
-    format!("seccomp ({SECCOMP}); {ns}; {}", cgroup::describe())
+    let helper = if rustix::process::geteuid().is_root() {
+        "network helper: own mount/ipc/uts namespaces (bwrap), seccomp deny-list, no capability but CAP_KILL (SIGCONT only)"
+    } else {
+        "network helper: own mount/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities"
+    };
+    format!("seccomp ({SECCOMP}); {ns}; {}; {helper}", cgroup::describe())
 }
