@@ -25,6 +25,7 @@ CMD ["sleep", "1000"]
 """
 
 
+@pytest.mark.timeout(600)  # five failing builds, then three of debian under TCG (one cached)
 async def test_template_from_a_dockerfile_and_bad_builds(dirs) -> None:  # noqa: F811
     need_vm()
     state, data = dirs
