@@ -6,7 +6,7 @@
 //! template just built) ends with its exit code, naming the step, leaving no template,
 //! no base and no VM. The base image's second layer is zstd-compressed. Three boots and
 //! a template snapshot in all: two build VMs, the snapshot (after the ready check) and
-//! the check restoring it.
+//! the check restoring it. The step cache is also driven over the snapshot quota.
 
 mod image_util;
 
