@@ -11,40 +11,47 @@ const CONFIG_FILE: &str =
 /// Host quotas for this command: each overrides its environment variable and its key
 /// in the config file.
 #[derive(Debug, Clone, Default, Args)]
-#[command(next_help_heading = "Host quotas (this command only; override $ATOLL_MAX_* and the config file)")]
 pub struct QuotaFlags {
     /// Sandboxes running at once (a whole number). Else $ATOLL_MAX_SANDBOXES, else
     /// `max_sandboxes` in the config file.
-    #[arg(long, global = true, value_name = "N", value_parser = parse_count)]
+    #[arg(long, global = true, hide = true, value_name = "N", value_parser = parse_count)]
     pub max_sandboxes: Option<u64>,
     /// Guest memory of all running sandboxes together, in MiB (a whole number: 16384 is
     /// 16 GiB). Else $ATOLL_MAX_MEMORY_MIB, else `max_memory_mib` in the config file.
-    #[arg(long, global = true, value_name = "MIB", value_parser = parse_count)]
+    #[arg(long, global = true, hide = true, value_name = "MIB", value_parser = parse_count)]
     pub max_memory_mib: Option<u64>,
     /// vCPUs of all running sandboxes together (a whole number). Else $ATOLL_MAX_VCPUS,
     /// else `max_vcpus` in the config file.
-    #[arg(long, global = true, value_name = "N", value_parser = parse_count)]
+    #[arg(long, global = true, hide = true, value_name = "N", value_parser = parse_count)]
     pub max_vcpus: Option<u64>,
     /// Sandboxes' disks together, each at its full size: a size such as 200G (K, M, G,
     /// T: powers of 1024; plain digits are bytes). Else $ATOLL_MAX_DISK, else `max_disk`
     /// in the config file.
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, hide = true, value_name = "SIZE", value_parser = parse_size)]
     pub max_disk: Option<u64>,
     /// Snapshots, templates and the image and Dockerfile step caches together, as
     /// stored: a size such as 50G. Else $ATOLL_MAX_SNAPSHOT_DISK, else
     /// `max_snapshot_disk` in the config file.
-    #[arg(long, global = true, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, global = true, hide = true, value_name = "SIZE", value_parser = parse_size)]
     pub max_snapshot_disk: Option<u64>,
 }
 
-/// What --help says about quotas after the examples.
+/// What --help says about quotas after the examples (the flags themselves are hidden
+/// from every command's option list, where they would drown its own options).
 pub(super) fn help(before: &str) -> String {
     format!(
-        "{before}\n\nHost quotas: unset, each is sized from the machine; a config file ({CONFIG_FILE}) sets them \
-         under [quotas] (max_sandboxes, max_memory_mib, max_vcpus, max_disk = \"200G\", \
-         max_snapshot_disk = \"50G\"); $ATOLL_MAX_SANDBOXES, $ATOLL_MAX_MEMORY_MIB, $ATOLL_MAX_VCPUS, \
-         $ATOLL_MAX_DISK and $ATOLL_MAX_SNAPSHOT_DISK override the file; --max-* flags override both. \
-         `atoll info` shows each limit and where it was set."
+        "{before}\n\nHost quotas (global flags, before or after the subcommand; for `atoll mcp`, every tool \
+         call it serves):\n  \
+         --max-sandboxes N          sandboxes running at once\n  \
+         --max-memory-mib MIB       guest memory of running sandboxes together (16384 is 16 GiB)\n  \
+         --max-vcpus N              vCPUs of running sandboxes together\n  \
+         --max-disk SIZE            sandboxes' disks together, each at full size (e.g. 200G)\n  \
+         --max-snapshot-disk SIZE   snapshots, templates, image and step caches, as stored (e.g. 50G)\n\
+         SIZE takes K, M, G, T (powers of 1024; plain digits are bytes). Unset, each is sized from the \
+         machine. A config file ({CONFIG_FILE}) sets them under [quotas] (max_sandboxes, max_memory_mib, \
+         max_vcpus, max_disk = \"200G\", max_snapshot_disk = \"50G\"); $ATOLL_MAX_SANDBOXES, \
+         $ATOLL_MAX_MEMORY_MIB, $ATOLL_MAX_VCPUS, $ATOLL_MAX_DISK and $ATOLL_MAX_SNAPSHOT_DISK override the \
+         file; the flags override both. `atoll info` shows each limit and where it was set."
     )
 }
 
