@@ -10,9 +10,16 @@
 //! binds keep: nothing in a share can be run from QEMU's side, nor gain privileges.
 //! A detached copy cannot be bound, so the child that becomes bwrap attaches the copies
 //! on an empty directory of the sandbox's in a mount namespace of its own (slave to the host's, so nothing
-//! propagates back) before bwrap starts ([`attach`]). An ordinary user cannot copy a
-//! mount: the share is then bound from its plain handle, `nosuid,nodev` only
-//! (docs/security.md, "Known holes").
+//! propagates back) before bwrap starts ([`Attach`]).
+//!
+//! An ordinary user cannot copy a mount of the host's mount namespace. The child that
+//! becomes bwrap then makes a user namespace of its own (its uid and gid mapped to
+//! themselves) and a mount namespace owned by it, where it may: it opens each share's
+//! path again there (no links), checks that it is the very directory of the handle
+//! (device and inode), and mounts a `nosuid,nodev,noexec` copy of it over that path.
+//! bwrap, started in that namespace, resolves each handle to its path and binds what
+//! it finds there (checking device and inode itself), so the share and everything bound
+//! inside it (`.git`, ...) carry `noexec` in QEMU's namespace as they do under root.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -211,6 +218,127 @@ fn mount_copy(dir: &OwnedFd, path: &Path, read_only: bool) -> Result<OwnedFd, Sh
     if read_only {
         set |= MOUNT_ATTR_RDONLY;
     }
+    set_attr(&tree, set).map_err(err)?;
+    Ok(tree)
+}
+
+/// What the child about to exec bwrap does to its mount namespace, made before the fork
+/// ([`Attach::prepare`]) so that [`Attach::apply`] allocates nothing.
+#[derive(Debug, Default, Clone)]
+pub struct Attach {
+    /// Root: the detached copies and the directories ([`stage`]) they are attached on.
+    trees: Vec<RawFd>,
+    stages: Vec<std::ffi::CString>,
+    /// An ordinary user: the user namespace's maps and each share's (handle, path).
+    user: Option<UserNs>,
+}
+
+#[derive(Debug, Clone)]
+struct UserNs {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    shares: Vec<(RawFd, std::ffi::CString)>,
+}
+
+impl Attach {
+    /// The plan for `opened` (the shares of `storage`): the root's detached copies,
+    /// staged under `dir`, or, for an ordinary user with shares, the user namespace
+    /// and the shares' paths. Nothing to do when there is no share.
+    pub fn prepare(opened: &Opened, storage: &Storage, dir: &Path) -> Result<Attach, ShareError> {
+        use std::os::unix::ffi::OsStrExt;
+        if !opened.trees.is_empty() {
+            let trees = opened.raw_trees();
+            let stages = stage(dir, trees.len())?;
+            return Ok(Attach { trees, stages, user: None });
+        }
+        let mut shares = Vec::new();
+        for m in &storage.mounts {
+            let Some(fd) = opened.fds.get(&m.host) else { continue };
+            if shares.iter().any(|(f, _)| *f == fd.as_raw_fd()) {
+                continue;
+            }
+            let path = std::ffi::CString::new(m.host.as_os_str().as_bytes())
+                .map_err(|e| ShareError::Open { path: m.host.clone(), source: std::io::Error::other(e) })?;
+            shares.push((fd.as_raw_fd(), path));
+        }
+        if shares.is_empty() || rustix::process::geteuid().is_root() {
+            return Ok(Attach::default());
+        }
+        let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        Ok(Attach {
+            user: Some(UserNs {
+                uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+                gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+                shares,
+            }),
+            ..Attach::default()
+        })
+    }
+
+    /// In the child about to exec bwrap. Only system calls on memory prepared before
+    /// the fork: safe between fork and exec.
+    pub fn apply(&self) -> std::io::Result<()> {
+        if let Some(user) = &self.user {
+            return noexec_in_user_ns(user);
+        }
+        attach(&self.trees, &self.stages)
+    }
+}
+
+/// An ordinary user's child: its own user namespace (uid and gid mapped to themselves)
+/// and mount namespace (a slave of the host's), with a `nosuid,nodev,noexec` copy of
+/// each share mounted over the share's path, once that path is seen to be the handle's
+/// directory.
+fn noexec_in_user_ns(user: &UserNs) -> std::io::Result<()> {
+    use rustix::thread::UnshareFlags;
+    // SAFETY: new user and mount namespaces for this single-threaded child only.
+    unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUSER | UnshareFlags::NEWNS)? };
+    for (file, text) in [
+        (c"/proc/self/setgroups", &b"deny"[..]),
+        (c"/proc/self/uid_map", &user.uid_map[..]),
+        (c"/proc/self/gid_map", &user.gid_map[..]),
+    ] {
+        let f = rustix::fs::open(file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+        rustix::io::write(&f, text)?;
+    }
+    rustix::mount::mount_change(
+        c"/",
+        rustix::mount::MountPropagationFlags::DOWNSTREAM | rustix::mount::MountPropagationFlags::REC,
+    )?;
+    for (fd, path) in &user.shares {
+        // SAFETY: the descriptor stays open in the child until exec.
+        let held = unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) };
+        let here = rustix::fs::openat2(
+            rustix::fs::CWD,
+            path.as_c_str(),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        let (a, b) = (rustix::fs::fstat(held)?, rustix::fs::fstat(&here)?);
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+            // Another directory was swapped in since the share was opened.
+            return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+        }
+        let flags = OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH
+            | OpenTreeFlags::AT_RECURSIVE;
+        let tree = rustix::mount::open_tree(&here, c"", flags)?;
+        set_attr(&tree, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+        rustix::mount::move_mount(
+            &tree,
+            c"",
+            &here,
+            c"",
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+        )?;
+    }
+    Ok(())
+}
+
+/// `mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE)` adding `set` (clearing nothing).
+fn set_attr(tree: &OwnedFd, set: u64) -> std::io::Result<()> {
     let attr = MountAttr { attr_set: set, attr_clr: 0, propagation: 0, userns_fd: 0 };
     // SAFETY: `attr` is a valid `struct mount_attr` of the size passed; the path is an
     // empty C string; the descriptor is open.
@@ -225,15 +353,15 @@ fn mount_copy(dir: &OwnedFd, path: &Path, read_only: bool) -> Result<OwnedFd, Sh
         )
     };
     if r != 0 {
-        return Err(err(std::io::Error::last_os_error()));
+        return Err(std::io::Error::last_os_error());
     }
-    Ok(tree)
+    Ok(())
 }
 
 /// In the child about to exec bwrap: a mount namespace of its own, a slave of the
 /// host's, with each tree of `trees` attached on its directory of `stages` ([`stage`]).
 /// Only system calls on memory prepared before the fork: safe between fork and exec.
-pub fn attach(trees: &[RawFd], stages: &[std::ffi::CString]) -> std::io::Result<()> {
+fn attach(trees: &[RawFd], stages: &[std::ffi::CString]) -> std::io::Result<()> {
     if trees.is_empty() {
         return Ok(());
     }

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# What QEMU's jail (host-cli/src/jail/: bwrap namespaces, seccomp, setpriv to an
+# unprivileged user, a cgroup per sandbox, shares opened once and bound from their
+# handles, save and load over fd: migration) costs, against the host command as it was
+# just before the jail landed, in the same run. There is no switch to turn the jail off,
+# so the old command is built from git:
+#
+#   base = the parent of the first commit that added host-cli/src/jail/mod.rs
+#   (override with BASE=<commit>), exported with `git archive` into
+#   target/jail-base/src/ and built there with its own target directory
+#   (target/jail-base/target, kept between runs: only the first run compiles it all).
+#
+# Both commands boot the same kernel and templates (ATOLL_DATA_DIR or the default data
+# directory; the guest agent and its protocol are the same on both sides) and each gets a
+# state directory of its own (template snapshots live there). Per round, old and new
+# alternate (old first on odd rounds, new first on even ones):
+#   - cold `atoll create` until the first exec answers (ATOLL_TEMPLATE_SNAPSHOT=off);
+#   - `atoll create` restored from the template snapshot until the first exec answers
+#     (checked: `started_from` is "template snapshot");
+#   - an exec round trip: `atoll -s NAME exec -- true`, E times on one running sandbox
+#     per side (the median call).
+# Prints one markdown row per figure: median (min-max) of each side and new/old.
+#
+# Usage: bench/jail.sh            R=5 rounds, E=10 execs per side per round
+#        R=3 E=5 bench/jail.sh    fewer
+#        PROFILE=release bench/jail.sh   both commands built in release (default: debug)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+rounds="${R:-5}"
+execs="${E:-10}"
+profile="${PROFILE:-debug}"
+case "$profile" in
+    debug) flag=() ;;
+    release) flag=(--release) ;;
+    *) echo "bench/jail.sh: PROFILE must be debug or release, not '$profile'" >&2; exit 2 ;;
+esac
+
+first_jail=$(git log --format=%H --diff-filter=A -- host-cli/src/jail/mod.rs | tail -n1)
+if [[ -z "$first_jail" && -z "${BASE:-}" ]]; then
+    echo "bench/jail.sh: no commit adds host-cli/src/jail/mod.rs in this history; set BASE=<commit>" >&2
+    exit 2
+fi
+base=$(git rev-parse --verify "${BASE:-$first_jail^}^{commit}")
+cache="$repo/target/jail-base"
+# One path for every base (cargo's fingerprints of the workspace crates hold it), with the
+# commit it holds written beside it.
+src="$cache/src"
+if [[ "$(cat "$cache/src.commit" 2>/dev/null)" != "$base" ]]; then
+    rm -rf "$src" "$cache/src.commit" && mkdir -p "$src"
+    git archive "$base" | tar -x -C "$src"
+    echo "$base" >"$cache/src.commit"
+fi
+echo "bench/jail.sh: building the old command ($(git log -1 --format='%h %s' "$base" | cut -c1-70))" >&2
+(cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo build --quiet "${flag[@]}" -p atoll)
+echo "bench/jail.sh: building the new command ($(git log -1 --format='%h' HEAD), work tree as it is)" >&2
+cargo build --quiet "${flag[@]}" -p atoll
+old_bin="$cache/target/$profile/atoll"
+new_bin="$repo/target/$profile/atoll"
+
+declare -A bin state
+bin[old]="$old_bin"
+bin[new]="$new_bin"
+state[old]="$(mktemp -d /tmp/atoll-jb-old-XXXX)"
+state[new]="$(mktemp -d /tmp/atoll-jb-new-XXXX)"
+chmod 700 "${state[old]}" "${state[new]}"
+cleanup() {
+    for s in old new; do
+        ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" kill --all --force >/dev/null 2>&1 || true
+        rm -rf "${state[$s]}"
+    done
+}
+trap cleanup EXIT
+
+run() { local s="$1"; shift; ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" "$@"; }
+now() { date +%s.%N; }
+# Side $1 creates sandbox $2 (extra create arguments follow; environment from the caller)
+# and runs one exec; prints seconds.
+timed_create() {
+    local s="$1" name="$2" t0 t1
+    shift 2
+    t0=$(now)
+    run "$s" create --name "$name" "$@" >/dev/null
+    run "$s" -s "$name" exec -- true
+    t1=$(now)
+    echo "$t1 - $t0" | bc
+}
+# Side $1: $execs exec round trips on sandbox `keep`; prints each call's seconds.
+exec_calls() {
+    local s="$1" i t0 t1
+    for i in $(seq 1 "$execs"); do
+        t0=$(now)
+        run "$s" -s keep exec -- true
+        t1=$(now)
+        echo "$t1 - $t0" | bc
+    done
+}
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {m=v[int((NR+1)/2)]; printf "%.3f %.3f %.3f\n", m, v[1], v[NR]}'; }
+
+# Each side: `keep` (its first create boots and saves the template snapshot; not timed)
+# stays up for the exec round trips.
+for s in old new; do
+    run "$s" create --name keep >/dev/null
+    run "$s" -s keep exec -- true
+done
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A cold warm calls
+for r in $(seq 1 "$rounds"); do
+    if ((r % 2)); then order=(old new); else order=(new old); fi
+    for s in "${order[@]}"; do
+        cold[$s]+=" $(ATOLL_TEMPLATE_SNAPSHOT=off timed_create "$s" "cold$r")"
+        run "$s" kill "cold$r" >/dev/null
+    done
+    for s in "${order[@]}"; do
+        warm[$s]+=" $(timed_create "$s" "warm$r")"
+        from=$(run "$s" --json inspect "warm$r" | sed -n 's/.*"started_from": *"\([^"]*\)".*/\1/p')
+        [[ "$from" == "template snapshot" ]] || { echo "bench/jail.sh: $s warm$r started from '$from'" >&2; exit 1; }
+        run "$s" kill "warm$r" >/dev/null
+    done
+    for s in "${order[@]}"; do
+        calls[$s]+=" $(exec_calls "$s" | tr '\n' ' ')"
+    done
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+row() {
+    local what="$1" o n ol oh nl nh
+    # shellcheck disable=SC2086
+    read -r o ol oh <<<"$(median $2)"
+    # shellcheck disable=SC2086
+    read -r n nl nh <<<"$(median $3)"
+    printf '| %s | %.3f s (%.3f-%.3f) | %.3f s (%.3f-%.3f) | %.3fx |\n' "$what" "$o" "$ol" "$oh" "$n" "$nl" "$nh" \
+        "$(echo "$n / $o" | bc -l)"
+}
+echo "old: ${base:0:7} (before the jail); new: $(git log -1 --format=%h HEAD)$(git diff --quiet HEAD -- host-cli || echo '+changes'); $profile builds"
+echo "$rounds rounds, $execs execs per side per round; $(nproc) CPUs; load average at start $load_start, at end $load_end"
+echo
+echo "| | before the jail | with the jail | new/old |"
+echo "|---|---|---|---|"
+row "cold \`atoll create\` until the first exec answers" "${cold[old]}" "${cold[new]}"
+row "\`atoll create\` from the template snapshot until the first exec answers" "${warm[old]}" "${warm[new]}"
+row "exec round trip (\`atoll exec -- true\`, one call)" "${calls[old]}" "${calls[new]}"
