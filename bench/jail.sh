@@ -56,6 +56,7 @@ echo "bench/jail.sh: building the old command ($(git log -1 --format='%h %s' "$b
 (cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo build --quiet "${flag[@]}" -p atoll)
 echo "bench/jail.sh: building the new command ($(git log -1 --format='%h' HEAD), work tree as it is)" >&2
 cargo build --quiet "${flag[@]}" -p atoll
+new_label="$(git log -1 --format=%h HEAD)$(git diff --quiet HEAD -- host-cli net proto || echo '+uncommitted changes')"
 old_bin="$cache/target/$profile/atoll"
 new_bin="$repo/target/$profile/atoll"
 
@@ -65,11 +66,14 @@ bin[new]="$new_bin"
 state[old]="$(mktemp -d /tmp/atoll-jb-old-XXXX)"
 state[new]="$(mktemp -d /tmp/atoll-jb-new-XXXX)"
 chmod 700 "${state[old]}" "${state[new]}"
+work="$(mktemp -d /tmp/atoll-jb-XXXX)"
+log="$work/create.log"
 cleanup() {
     for s in old new; do
         ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" kill --all --force >/dev/null 2>&1 || true
         rm -rf "${state[$s]}"
     done
+    rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -77,14 +81,21 @@ run() { local s="$1"; shift; ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" "$@"; }
 now() { date +%s.%N; }
 # Side $1 creates sandbox $2 (extra create arguments follow; environment from the caller)
 # and runs one exec; prints seconds.
+# The create runs with -vv (both sides log the same steps); its log is kept in $log.
 timed_create() {
     local s="$1" name="$2" t0 t1
     shift 2
     t0=$(now)
-    run "$s" create --name "$name" "$@" >/dev/null
+    run "$s" -vv create --name "$name" "$@" >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
     run "$s" -s "$name" exec -- true
     t1=$(now)
     echo "$t1 - $t0" | bc
+}
+# The restore's steps in $log ("restore: WHAT at N ms"), as "WHAT<TAB>ms since the step
+# before" lines appended to $work/steps.$1.
+steps() {
+    sed -n 's/.*restore: \(.*\) at \([0-9.]*\) ms$/\1\t\2/p' "$log" |
+        awk -F'\t' '{printf "%s\t%.1f\n", $1, $2 - prev; prev = $2}' >>"$work/steps.$1"
 }
 # Side $1: $execs exec round trips on sandbox `keep`; prints each call's seconds.
 exec_calls() {
@@ -101,7 +112,7 @@ median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {m=v[int((NR+1)/2)
 # Each side: `keep` (its first create boots and saves the template snapshot; not timed)
 # stays up for the exec round trips.
 for s in old new; do
-    run "$s" create --name keep >/dev/null
+    run "$s" create --name keep >/dev/null 2>"$log" || { cat "$log" >&2; exit 1; }
     run "$s" -s keep exec -- true
 done
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -114,6 +125,7 @@ for r in $(seq 1 "$rounds"); do
     done
     for s in "${order[@]}"; do
         warm[$s]+=" $(timed_create "$s" "warm$r")"
+        steps "$s"
         from=$(run "$s" --json inspect "warm$r" | sed -n 's/.*"started_from": *"\([^"]*\)".*/\1/p')
         [[ "$from" == "template snapshot" ]] || { echo "bench/jail.sh: $s warm$r started from '$from'" >&2; exit 1; }
         run "$s" kill "warm$r" >/dev/null
@@ -133,7 +145,7 @@ row() {
     printf '| %s | %.3f s (%.3f-%.3f) | %.3f s (%.3f-%.3f) | %.3fx |\n' "$what" "$o" "$ol" "$oh" "$n" "$nl" "$nh" \
         "$(echo "$n / $o" | bc -l)"
 }
-echo "old: ${base:0:7} (before the jail); new: $(git log -1 --format=%h HEAD)$(git diff --quiet HEAD -- host-cli || echo '+changes'); $profile builds"
+echo "old: ${base:0:7} (before the jail); new: $new_label; $profile builds"
 echo "$rounds rounds, $execs execs per side per round; $(nproc) CPUs; load average at start $load_start, at end $load_end"
 echo
 echo "| | before the jail | with the jail | new/old |"
@@ -141,3 +153,22 @@ echo "|---|---|---|---|"
 row "cold \`atoll create\` until the first exec answers" "${cold[old]}" "${cold[new]}"
 row "\`atoll create\` from the template snapshot until the first exec answers" "${warm[old]}" "${warm[new]}"
 row "exec round trip (\`atoll exec -- true\`, one call)" "${calls[old]}" "${calls[new]}"
+echo
+echo "Where a restore's time goes: each step of \`atoll -vv create\` (restore: ...), ms since the step before, median (min-max)"
+echo
+echo "| step | before the jail | with the jail |"
+echo "|---|---|---|"
+step_row() {
+    local name="$1" s out=()
+    for s in old new; do
+        # shellcheck disable=SC2046
+        if grep -q "^$name"$'\t' "$work/steps.$s"; then
+            read -r m lo hi <<<"$(median $(awk -F'\t' -v n="$name" '$1 == n {print $2}' "$work/steps.$s"))"
+            out+=("$(printf '%.0f ms (%.0f-%.0f)' "$m" "$lo" "$hi")")
+        else
+            out+=("(no such step)")
+        fi
+    done
+    echo "| $name | ${out[0]} | ${out[1]} |"
+}
+cut -f1 "$work/steps.new" "$work/steps.old" | awk '!seen[$0]++' | while read -r name; do step_row "$name"; done

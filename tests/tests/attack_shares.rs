@@ -282,7 +282,8 @@ fn atoll_as_ordinary_user(state: &Path, data: &Path, args: &[&str]) -> std::proc
         .env("HOME", state)
         .args(args)
         .stdin(std::process::Stdio::null());
-    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     atoll_tests::vm::wait_bounded(child, atoll_tests::vm::HANG_GUARD).expect("atoll hung and was killed")
 }
 
@@ -295,8 +296,12 @@ fn atoll_as_ordinary_user(state: &Path, data: &Path, args: &[&str]) -> std::proc
 fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
     use std::os::unix::fs::chown;
     let host = atoll_tests::vm::short_tempdir();
-    let (share, ro, state, data) =
-        (host.path().join("share"), host.path().join("ro"), host.path().join("state"), host.path().join("data"));
+    let (share, ro, state, data) = (
+        host.path().join("share"),
+        host.path().join("ro"),
+        host.path().join("state"),
+        host.path().join("data"),
+    );
     std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     for d in [&share, &ro, &state] {
         std::fs::create_dir(d).unwrap();
@@ -314,7 +319,12 @@ fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
             continue;
         }
         let copy = |how: &str| {
-            std::process::Command::new("cp").arg(how).arg(from.join(src)).arg(data.join(dst)).status().unwrap()
+            std::process::Command::new("cp")
+                .arg(how)
+                .arg(from.join(src))
+                .arg(data.join(dst))
+                .status()
+                .unwrap()
         };
         if !copy("-al").success() {
             let _ = std::fs::remove_dir_all(data.join(dst));
@@ -323,7 +333,8 @@ fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
     }
     let me = if rustix::process::geteuid().is_root() {
         let id = atoll_tests::vm::SHARE_OWNER;
-        for d in [&share, &share.join(".git"), &share.join(".git/hooks"), &share.join("MARKER"), &ro, &state] {
+        for d in [&share, &share.join(".git"), &share.join(".git/hooks"), &share.join("MARKER"), &ro, &state]
+        {
             chown(d, Some(id), Some(id)).unwrap();
         }
         id

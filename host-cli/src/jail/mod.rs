@@ -110,7 +110,16 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let mut keep = opened.raw_fds();
     keep.push(info_write.as_raw_fd());
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
-    let child = spawn(&bwrap, &args, log, env::qemu(), &keep, attach, procs)?;
+    let child =
+        spawn(&bwrap, &args, log, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
+            JailError::Process(ProcessError::Spawn { program, source }) => {
+                match attach.share_error(&source) {
+                    Some(share) => share.into(),
+                    None => ProcessError::Spawn { program, source }.into(),
+                }
+            }
+            e => e,
+        })?;
     drop(info_write);
     drop(opened);
     let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))

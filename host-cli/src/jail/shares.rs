@@ -52,6 +52,16 @@ pub enum ShareError {
         #[source]
         source: std::io::Error,
     },
+    /// An ordinary user's share was not the directory opened earlier by the time the
+    /// jail's own namespace opened it again (a link or another directory swapped in).
+    #[error(
+        "a shared folder was replaced (a link or another directory swapped in) while QEMU was starting; nothing was started: share the folder by its real path again"
+    )]
+    Swapped {
+        /// What the jail's step saw.
+        #[source]
+        source: std::io::Error,
+    },
     /// The private copy of its mount could not be made.
     #[error("could not make a nosuid,nodev,noexec copy of the mount of {}", path.display())]
     Mount {
@@ -273,6 +283,16 @@ impl Attach {
             }),
             ..Attach::default()
         })
+    }
+
+    /// `spawn`'s error `e` as the share error it stands for: a share that changed
+    /// under an ordinary user's namespace step ([`ShareError::Swapped`]); `None` for
+    /// anything else.
+    pub fn share_error(&self, e: &std::io::Error) -> Option<ShareError> {
+        let code = e
+            .raw_os_error()
+            .filter(|c| [libc::ESTALE, libc::ELOOP, libc::ENOENT, libc::ENOTDIR].contains(c))?;
+        self.user.is_some().then(|| ShareError::Swapped { source: std::io::Error::from_raw_os_error(code) })
     }
 
     /// In the child about to exec bwrap. Only system calls on memory prepared before
