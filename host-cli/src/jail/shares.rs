@@ -91,7 +91,7 @@ impl Opened {
         self.fds.values().map(AsRawFd::as_raw_fd).collect()
     }
 
-    /// The detached trees' descriptor numbers, for [`attach`].
+    /// The detached trees' descriptor numbers, for [`Attach`].
     pub fn raw_trees(&self) -> Vec<RawFd> {
         self.trees.iter().map(AsRawFd::as_raw_fd).collect()
     }
