@@ -9,6 +9,9 @@
 #   (override with BASE=<commit>), exported with `git archive` into
 #   target/jail-base/src/ and built there with its own target directory
 #   (target/jail-base/target, kept between runs: only the first run compiles it all).
+#   NEW=<commit> builds the new side from git the same way (target/jail-base/src-new/,
+#   target/jail-base/target-new)
+#   instead of this work tree: NEW=<the commit that added the jail> shows it alone.
 #
 # Both commands boot the same kernel and templates (ATOLL_DATA_DIR or the default data
 # directory; the guest agent and its protocol are the same on both sides) and each gets a
@@ -24,6 +27,7 @@
 # Usage: bench/jail.sh            R=5 rounds, E=10 execs per side per round
 #        R=3 E=5 bench/jail.sh    fewer
 #        PROFILE=release bench/jail.sh   both commands built in release (default: debug)
+#        NEW=6965a53 bench/jail.sh       the commit that added the jail against its parent
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,21 +48,38 @@ if [[ -z "$first_jail" && -z "${BASE:-}" ]]; then
 fi
 base=$(git rev-parse --verify "${BASE:-$first_jail^}^{commit}")
 cache="$repo/target/jail-base"
-# One path for every base (cargo's fingerprints of the workspace crates hold it), with the
-# commit it holds written beside it.
-src="$cache/src"
-if [[ "$(cat "$cache/src.commit" 2>/dev/null)" != "$base" ]]; then
-    rm -rf "$src" "$cache/src.commit" && mkdir -p "$src"
-    git archive "$base" | tar -x -C "$src"
-    echo "$base" >"$cache/src.commit"
-fi
+# Builds the host command at commit $2 from an export in $cache/$1 (the commit written
+# beside it) with the target directory $3 (one per side: with git archive's mtimes, one
+# shared target directory can take one side's build for the other's), and copies it to
+# $cache/$1.atoll.
+build_at() {
+    local dir="$cache/$1" commit="$2" target="$3"
+    if [[ "$(cat "$dir.commit" 2>/dev/null)" != "$commit" ]]; then
+        rm -rf "$dir" "$dir.commit" && mkdir -p "$dir"
+        git archive "$commit" | tar -x -C "$dir"
+        echo "$commit" >"$dir.commit"
+    fi
+    (cd "$dir" && CARGO_TARGET_DIR="$target" cargo build --quiet "${flag[@]}" -p atoll)
+    cp "$target/$profile/atoll" "$dir.atoll"
+}
 echo "bench/jail.sh: building the old command ($(git log -1 --format='%h %s' "$base" | cut -c1-70))" >&2
-(cd "$src" && CARGO_TARGET_DIR="$cache/target" cargo build --quiet "${flag[@]}" -p atoll)
-echo "bench/jail.sh: building the new command ($(git log -1 --format='%h' HEAD), work tree as it is)" >&2
-cargo build --quiet "${flag[@]}" -p atoll
-new_label="$(git log -1 --format=%h HEAD)$(git diff --quiet HEAD -- host-cli net proto || echo '+uncommitted changes')"
-old_bin="$cache/target/$profile/atoll"
-new_bin="$repo/target/$profile/atoll"
+build_at src "$base" "$cache/target"
+old_bin="$cache/src.atoll"
+if [[ -n "${NEW:-}" ]]; then
+    # NEW=<commit>: the new side from git too (say the commit that added the jail, to
+    # see it alone).
+    new_commit=$(git rev-parse --verify "$NEW^{commit}")
+    echo "bench/jail.sh: building the new command ($(git log -1 --format='%h %s' "$new_commit" | cut -c1-70))" >&2
+    build_at src-new "$new_commit" "$cache/target-new"
+    new_label="${new_commit:0:7}"
+    new_bin="$cache/src-new.atoll"
+    cmp -s "$old_bin" "$new_bin" && { echo "bench/jail.sh: the two builds are the same binary" >&2; exit 1; }
+else
+    echo "bench/jail.sh: building the new command ($(git log -1 --format='%h' HEAD), work tree as it is)" >&2
+    cargo build --quiet "${flag[@]}" -p atoll
+    new_label="$(git log -1 --format=%h HEAD)$(git diff --quiet HEAD -- host-cli net proto || echo '+uncommitted changes')"
+    new_bin="$repo/target/$profile/atoll"
+fi
 
 declare -A bin state
 bin[old]="$old_bin"
