@@ -16,13 +16,15 @@
 //! becomes bwrap then makes a user namespace of its own (its uid and gid mapped to
 //! themselves) and a mount namespace owned by it, where it may: it opens each share's
 //! path again there (no links), checks that it is the very directory of the handle
-//! (device and inode), and mounts a `nosuid,nodev,noexec` copy of it over that path.
-//! bwrap, started in that namespace, resolves each handle to its path and binds what
-//! it finds there (checking device and inode itself), so the share and everything bound
-//! inside it (`.git`, ...) carry `noexec` in QEMU's namespace as they do under root.
+//! (device and inode), attaches a `nosuid,nodev,noexec` copy of it on a [`STAGE`]
+//! directory as under root, and puts the copy under the handle's descriptor number;
+//! each path bound inside a share (`.git`, ...) is opened again beneath the copy
+//! (checked the same way) and takes its handle's number too. bwrap, started in that
+//! namespace, binds from those descriptors, so everything it binds from a share carries
+//! `noexec` in QEMU's namespace, as under root.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -247,7 +249,10 @@ pub struct Attach {
 struct UserNs {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
-    shares: Vec<(RawFd, std::ffi::CString)>,
+    /// Each share: its handle, its path, the directory its copy is attached on.
+    shares: Vec<(RawFd, std::ffi::CString, std::ffi::CString)>,
+    /// Each path bound inside a share: its handle, the share's index, its path there.
+    inner: Vec<(RawFd, usize, std::ffi::CString)>,
 }
 
 impl Attach {
@@ -261,18 +266,39 @@ impl Attach {
             let stages = stage(dir, trees.len())?;
             return Ok(Attach { trees, stages, user: None });
         }
-        let mut shares = Vec::new();
+        let c_string = |path: &Path| {
+            std::ffi::CString::new(path.as_os_str().as_bytes())
+                .map_err(|e| ShareError::Open { path: path.to_path_buf(), source: std::io::Error::other(e) })
+        };
+        let mut roots: Vec<&Path> = Vec::new();
         for m in &storage.mounts {
-            let Some(fd) = opened.fds.get(&m.host) else { continue };
-            if shares.iter().any(|(f, _)| *f == fd.as_raw_fd()) {
+            if opened.fds.contains_key(&m.host) && !roots.contains(&m.host.as_path()) {
+                roots.push(&m.host);
+            }
+        }
+        if roots.is_empty() || rustix::process::geteuid().is_root() {
+            return Ok(Attach::default());
+        }
+        let stages = stage(dir, roots.len())?;
+        let mut shares = Vec::new();
+        for (root, stage) in roots.iter().zip(stages) {
+            shares.push((opened.fds[*root].as_raw_fd(), c_string(root)?, stage));
+        }
+        let mut inner = Vec::new();
+        for (path, fd) in &opened.fds {
+            if roots.contains(&path.as_path()) {
                 continue;
             }
-            let path = std::ffi::CString::new(m.host.as_os_str().as_bytes())
-                .map_err(|e| ShareError::Open { path: m.host.clone(), source: std::io::Error::other(e) })?;
-            shares.push((fd.as_raw_fd(), path));
-        }
-        if shares.is_empty() || rustix::process::geteuid().is_root() {
-            return Ok(Attach::default());
+            // The deepest share holding it, as [`open`] opened it beneath.
+            let Some((i, root)) = roots
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| path.starts_with(r))
+                .max_by_key(|(_, r)| r.as_os_str().len())
+            else {
+                continue;
+            };
+            inner.push((fd.as_raw_fd(), i, c_string(path.strip_prefix(root).unwrap_or(path))?));
         }
         let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
         Ok(Attach {
@@ -280,6 +306,7 @@ impl Attach {
                 uid_map: format!("{uid} {uid} 1\n").into_bytes(),
                 gid_map: format!("{gid} {gid} 1\n").into_bytes(),
                 shares,
+                inner,
             }),
             ..Attach::default()
         })
@@ -307,8 +334,9 @@ impl Attach {
 
 /// An ordinary user's child: its own user namespace (uid and gid mapped to themselves)
 /// and mount namespace (a slave of the host's), with a `nosuid,nodev,noexec` copy of
-/// each share mounted over the share's path, once that path is seen to be the handle's
-/// directory.
+/// each share attached on its stage directory, once the share's path is seen to be the
+/// handle's directory; the copy (and each path bound inside it, opened again beneath
+/// it) then takes the handle's descriptor number, so bwrap binds from the copy.
 fn noexec_in_user_ns(user: &UserNs) -> std::io::Result<()> {
     use rustix::thread::UnshareFlags;
     // SAFETY: new user and mount namespaces for this single-threaded child only.
@@ -325,7 +353,11 @@ fn noexec_in_user_ns(user: &UserNs) -> std::io::Result<()> {
         c"/",
         rustix::mount::MountPropagationFlags::DOWNSTREAM | rustix::mount::MountPropagationFlags::REC,
     )?;
-    for (fd, path) in &user.shares {
+    let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino);
+    // Another directory (or file) swapped in since the share was opened.
+    let stale = || std::io::Error::from_raw_os_error(libc::ESTALE);
+    let mut trees: [Option<OwnedFd>; 64] = [const { None }; 64];
+    for (i, (fd, path, stage)) in user.shares.iter().enumerate() {
         // SAFETY: the descriptor stays open in the child until exec.
         let held = unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) };
         let here = rustix::fs::openat2(
@@ -335,10 +367,8 @@ fn noexec_in_user_ns(user: &UserNs) -> std::io::Result<()> {
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
-        let (a, b) = (rustix::fs::fstat(held)?, rustix::fs::fstat(&here)?);
-        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
-            // Another directory was swapped in since the share was opened.
-            return Err(std::io::Error::from_raw_os_error(libc::ESTALE));
+        if !same(&rustix::fs::fstat(held)?, &rustix::fs::fstat(&here)?) {
+            return Err(stale());
         }
         let flags = OpenTreeFlags::OPEN_TREE_CLONE
             | OpenTreeFlags::OPEN_TREE_CLOEXEC
@@ -349,10 +379,38 @@ fn noexec_in_user_ns(user: &UserNs) -> std::io::Result<()> {
         rustix::mount::move_mount(
             &tree,
             c"",
-            &here,
-            c"",
-            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+            rustix::fs::CWD,
+            stage.as_c_str(),
+            MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
         )?;
+        let slot = trees.get_mut(i).ok_or_else(|| std::io::Error::from_raw_os_error(libc::E2BIG))?;
+        *slot = Some(tree);
+    }
+    for (fd, i, rel) in &user.inner {
+        let Some(tree) = trees.get(*i).and_then(Option::as_ref) else { return Err(stale()) };
+        // SAFETY: the descriptor stays open in the child until exec.
+        let held = unsafe { std::os::fd::BorrowedFd::borrow_raw(*fd) };
+        let f = rustix::fs::openat2(
+            tree,
+            rel.as_c_str(),
+            OFlags::PATH | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        if !same(&rustix::fs::fstat(held)?, &rustix::fs::fstat(&f)?) {
+            return Err(stale());
+        }
+        // SAFETY: `fd` is a descriptor this child holds open (bwrap is told its number).
+        let mut target = unsafe { OwnedFd::from_raw_fd(*fd) };
+        rustix::io::dup2(&f, &mut target)?;
+        std::mem::forget(target);
+    }
+    for ((fd, _, _), tree) in user.shares.iter().zip(&trees) {
+        let Some(tree) = tree else { return Err(stale()) };
+        // SAFETY: as above.
+        let mut target = unsafe { OwnedFd::from_raw_fd(*fd) };
+        rustix::io::dup2(tree, &mut target)?;
+        std::mem::forget(target);
     }
     Ok(())
 }
