@@ -1,6 +1,7 @@
 """Host quotas through `atoll mcp`, as a model would meet them: over the disk quota
 sandbox_create is a tool error with exactly the CLI's text, at once, leaving nothing; a
-config file with an unknown key is refused naming the key, in both faces."""
+config file with an unknown key is refused naming the key, in both faces; the operator's
+`atoll mcp --max-sandboxes 1` caps what a model may create, over the environment."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import binary, call_err, call_ok, data_dir, mcp_session
-from test_sandboxes import sandbox_dirs
+from test_sandboxes import need_vm, sandbox_dirs
 
 pytestmark = pytest.mark.anyio
 
@@ -49,4 +50,29 @@ async def test_a_config_file_with_an_unknown_key_is_refused_naming_it(state_dir:
         assert "unknown field `max_sandbox`" in text and "line 2" in text and str(config) in text, text
     out = cli(state_dir, env, "create", "--net", "none")
     assert out.returncode != 0 and "unknown field `max_sandbox`" in out.stderr, out.stderr
+    assert sandbox_dirs(state_dir) == []
+
+
+async def test_the_operators_max_sandboxes_flag_caps_sandbox_create(state_dir: Path) -> None:
+    """`atoll mcp --max-sandboxes 1`: the first sandbox_create boots, the second is a tool
+    error at once with exactly the CLI's text (naming the flag), and leaves nothing; the
+    flag wins over a looser $ATOLL_MAX_SANDBOXES."""
+    need_vm()
+    env = {"ATOLL_STATE_DIR": str(state_dir), "ATOLL_MAX_SANDBOXES": "10", "ATOLL_CONFIG": "/dev/null"}
+    async with mcp_session("--max-sandboxes", "1", env=env) as session:
+        first = await call_ok(session, "sandbox_create", template="minimal", network="none", boot_timeout_s=300)
+        try:
+            started = time.monotonic()
+            text = await call_err(session, "sandbox_create", template="minimal", network="none")
+            assert time.monotonic() - started < 20, "refused only after booting"
+            assert text.startswith("Sandbox quota reached: 1 sandboxes run, at most 1 may"), text
+            assert "--max-sandboxes, $ATOLL_MAX_SANDBOXES" in text and "atoll park" in text, text
+            listed = (await call_ok(session, "sandbox_list"))["sandboxes"]
+            assert [s["id"] for s in listed] == [first["id"]], listed
+            assert len(sandbox_dirs(state_dir)) == 1, "the refused create left a sandbox directory"
+            out = cli(state_dir, env, "--max-sandboxes", "1", "create", "--net", "none")
+            assert out.returncode != 0
+            assert out.stderr.strip() == f"atoll: {text}", out.stderr
+        finally:
+            await call_ok(session, "sandbox_kill", sandbox_id=first["id"])
     assert sandbox_dirs(state_dir) == []

@@ -25,6 +25,7 @@ CMD ["sleep", "1000"]
 """
 
 
+@pytest.mark.timeout(600)  # five failing builds, then three of debian under TCG (one cached)
 async def test_template_from_a_dockerfile_and_bad_builds(dirs) -> None:  # noqa: F811
     need_vm()
     state, data = dirs
@@ -64,6 +65,13 @@ async def test_template_from_a_dockerfile_and_bad_builds(dirs) -> None:  # noqa:
             ready_cmd="test -e /srv/made",
         )
         assert made["name"] == "app" and made["from_template"] == "debian" and made["run_steps"] == 1, made
+        assert made["cached_steps"] == 0, made
+        # The same build again takes its RUN step from the step cache; no_cache runs it again.
+        same = dict(name="app", dockerfile=DOCKERFILE, build_args={"WHO": "mcp"}, start=True, replace=True)
+        again = await call_ok(session, "sandbox_template_create", ready_cmd="test -e /srv/made", **same)
+        assert again["cached_steps"] > 0 and again["replaced"], again
+        fresh = await call_ok(session, "sandbox_template_create", ready_cmd="test -e /srv/made", no_cache=True, **same)
+        assert fresh["cached_steps"] == 0 and fresh["replaced"], fresh
         listed = await call_ok(session, "sandbox_template_list")
         assert {t["name"]: t["kind"] for t in listed["templates"]}["app"] == "disk", listed
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == [], "the build VM is gone"

@@ -19,20 +19,30 @@ fn sh(atoll: &Atoll, name: &str, script: &str) -> (i32, String, String) {
     (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
-/// The host side of each share is a `nosuid,nodev,noexec` mount in QEMU's namespace
-/// (as root; an ordinary user cannot copy a mount, and gets `nosuid,nodev`): from
-/// QEMU's mount namespace, as root even, the executable and the setuid program in each
-/// share do not run.
+/// The host side of each share is a `nosuid,nodev,noexec` mount in QEMU's namespace:
+/// from QEMU's mount namespace, as root even, the executable and the setuid program in
+/// each share do not run.
 fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
     let id = atoll.json(&["inspect", "a"])["id"].as_str().unwrap().to_string();
+    share_files_do_not_run_in_qemus_namespace(qemu_pid(&atoll.state_dir().join(&id)), shares);
+}
+
+/// QEMU's pid, from the record in the sandbox directory `dir`.
+fn qemu_pid(dir: &Path) -> u64 {
     let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(&id).join("sandbox.json")).unwrap())
-            .unwrap();
-    let qemu = record["qemu"]["pid"].as_u64().expect("QEMU's pid is recorded");
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    record["qemu"]["pid"].as_u64().expect("QEMU's pid is recorded")
+}
+
+/// Each share (and `.git` in it, if there is one) is `nosuid,nodev,noexec` in the mount
+/// namespace of QEMU `qemu`, and a host executable and a setuid program put in it do
+/// not run there (entered with `nsenter`: the mount namespace as root, or the user and
+/// mount namespaces as the ordinary user who owns them); the same file runs on the host.
+fn share_files_do_not_run_in_qemus_namespace(qemu: u64, shares: &[&Path]) {
     let mountinfo = std::fs::read_to_string(format!("/proc/{qemu}/mountinfo")).unwrap();
     let as_root = rustix::process::geteuid().is_root();
     // What QEMU's side must not run: a host executable and a setuid program in each
-    // share (removed again below: the host walk after the attacks expects none).
+    // share (removed again below: a walk of the share afterwards expects none).
     for d in shares {
         std::fs::copy("/usr/bin/id", d.join("host-exe")).unwrap();
         std::fs::copy("/usr/bin/id", d.join("host-suid")).unwrap();
@@ -40,28 +50,28 @@ fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
         std::fs::set_permissions(d.join("host-suid"), std::fs::Permissions::from_mode(0o4755)).unwrap();
     }
     for share in shares {
-        let point = share.display().to_string();
-        let options = mountinfo
-            .lines()
-            .rfind(|l| l.split(' ').nth(4) == Some(point.as_str()))
-            .unwrap_or_else(|| panic!("{point} is not a mount point in QEMU's namespace:\n{mountinfo}"))
-            .split(' ')
-            .nth(5)
-            .unwrap()
-            .to_string();
-        let has = |o: &str| options.split(',').any(|x| x == o);
-        assert!(has("nosuid") && has("nodev"), "{point} in QEMU's namespace: {options}");
-        if !as_root {
-            continue;
+        let git = share.join(".git");
+        for point in std::iter::once(share.to_path_buf()).chain(git.is_dir().then_some(git)) {
+            let point = point.display().to_string();
+            let options = mountinfo
+                .lines()
+                .rfind(|l| l.split(' ').nth(4) == Some(point.as_str()))
+                .unwrap_or_else(|| panic!("{point} is not a mount point in QEMU's namespace:\n{mountinfo}"))
+                .split(' ')
+                .nth(5)
+                .unwrap()
+                .to_string();
+            let has = |o: &str| options.split(',').any(|x| x == o);
+            assert!(has("nosuid") && has("nodev") && has("noexec"), "{point} in QEMU's namespace: {options}");
         }
-        assert!(has("noexec"), "{point} in QEMU's namespace: {options}");
         for file in ["host-exe", "host-suid"] {
             let exe = share.join(file);
-            let out = std::process::Command::new("nsenter")
-                .args(["--target", &qemu.to_string(), "--mount", "--"])
-                .arg(&exe)
-                .output()
-                .unwrap();
+            let mut cmd = std::process::Command::new("nsenter");
+            cmd.args(["--target", &qemu.to_string(), "--mount"]);
+            if !as_root {
+                cmd.args(["--user", "--preserve-credentials"]);
+            }
+            let out = cmd.arg("--").arg(&exe).output().unwrap();
             assert!(
                 !out.status.success(),
                 "{} ran in QEMU's namespace: {}",
@@ -77,9 +87,7 @@ fn qemu_side_cannot_run_share_files(atoll: &Atoll, shares: &[&Path]) {
         }
     }
     // The test can fail: the same files run from the host's own namespace.
-    if as_root {
-        assert!(std::process::Command::new(shares[0].join("host-exe")).output().unwrap().status.success());
-    }
+    assert!(std::process::Command::new(shares[0].join("host-exe")).output().unwrap().status.success());
     for d in shares {
         std::fs::remove_file(d.join("host-exe")).unwrap();
         std::fs::remove_file(d.join("host-suid")).unwrap();
@@ -251,4 +259,205 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     assert_eq!(names, ["kept"]);
     assert_eq!(std::fs::metadata(ro.join("kept")).unwrap().mode() & 0o7000, 0);
     atoll.json(&["kill", "a"]);
+}
+
+/// `atoll` as an ordinary user: when the tests run as root, as uid
+/// [`atoll_tests::vm::SHARE_OWNER`] (no groups, `setpriv`), with state directory
+/// `state` and data directory `data`.
+fn atoll_as_ordinary_user(state: &Path, data: &Path, args: &[&str]) -> std::process::Output {
+    let mut cmd = if rustix::process::geteuid().is_root() {
+        let id = atoll_tests::vm::SHARE_OWNER.to_string();
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"]);
+        c.arg(atoll_tests::workspace_bin("atoll"));
+        c
+    } else {
+        std::process::Command::new(atoll_tests::workspace_bin("atoll"))
+    };
+    cmd.env_remove("ATOLL_AGENT")
+        .env_remove("ATOLL_SANDBOX")
+        .env("ATOLL_STATE_DIR", state)
+        .env("ATOLL_DATA_DIR", data)
+        .env("ATOLL_TEMPLATE_SNAPSHOT", "off")
+        .env("HOME", state)
+        .args(args)
+        .stdin(std::process::Stdio::null());
+    let child =
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    atoll_tests::vm::wait_bounded(child, atoll_tests::vm::HANG_GUARD).expect("atoll hung and was killed")
+}
+
+/// The ordinary user's data directory at `data`: the kernel and the `minimal` template
+/// (root's own is under /root, which others cannot enter), linked or copied.
+fn ordinary_user_data_dir(data: &Path) {
+    let from = atoll_tests::data_dir();
+    std::fs::create_dir_all(data.join("templates")).unwrap();
+    for (src, dst) in [("kernel", "kernel"), ("bin", "bin"), ("templates/minimal", "templates/minimal")] {
+        if !from.join(src).exists() {
+            continue;
+        }
+        let copy = |how: &str| {
+            std::process::Command::new("cp")
+                .arg(how)
+                .arg(from.join(src))
+                .arg(data.join(dst))
+                .status()
+                .unwrap()
+        };
+        if !copy("-al").success() {
+            let _ = std::fs::remove_dir_all(data.join(dst));
+            assert!(copy("-a").success(), "copying {} failed", from.join(src).display());
+        }
+    }
+}
+
+/// An ordinary user (not root) running atoll cannot copy a mount of the host's, yet its
+/// shares are `nosuid,nodev,noexec` in QEMU's namespace too (a user namespace of the
+/// jail's own, where the mount copy is allowed), `.git` inside the read-write share
+/// included: a host executable and a setuid program put in either share do not run from
+/// QEMU's side, while the guest still reads and writes the shares.
+#[test]
+fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
+    use std::os::unix::fs::chown;
+    let host = atoll_tests::vm::short_tempdir();
+    let (share, ro, state, data) = (
+        host.path().join("share"),
+        host.path().join("ro"),
+        host.path().join("state"),
+        host.path().join("data"),
+    );
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for d in [&share, &ro, &state] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::create_dir_all(share.join(".git/hooks")).unwrap();
+    std::fs::write(share.join("MARKER"), "the real share\n").unwrap();
+    std::fs::write(ro.join("kept"), "read-only\n").unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    ordinary_user_data_dir(&data);
+    let me = if rustix::process::geteuid().is_root() {
+        let id = atoll_tests::vm::SHARE_OWNER;
+        for d in [&share, &share.join(".git"), &share.join(".git/hooks"), &share.join("MARKER"), &ro, &state]
+        {
+            chown(d, Some(id), Some(id)).unwrap();
+        }
+        id
+    } else {
+        rustix::process::geteuid().as_raw()
+    };
+    let run = |args: &[&str]| atoll_as_ordinary_user(&state, &data, args);
+    let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
+    let out = run(&["create", "--name", "u", "--net", "none", "--mount", &m_rw, "--mount", &m_ro]);
+    assert!(out.status.success(), "create as uid {me}: {}", text(&out.stderr));
+    let dirs: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("sandbox.json").is_file())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    let qemu = qemu_pid(&dirs[0]);
+    let status = std::fs::read_to_string(format!("/proc/{qemu}/status")).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap().split_whitespace().nth(1).unwrap();
+    assert_eq!(uid, me.to_string(), "QEMU runs as the ordinary user: {status}");
+    share_files_do_not_run_in_qemus_namespace(qemu, &[&share, &ro]);
+
+    // The shares still work: the guest reads both and writes the read-write one.
+    let out = run(&[
+        "-s",
+        "u",
+        "exec",
+        "--sh",
+        "cat /work/MARKER /data/kept && echo from-guest > /work/written && ls /work/.git",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "the real share\nread-only\nhooks\n");
+    assert_eq!(std::fs::read_to_string(share.join("written")).unwrap(), "from-guest\n");
+    let out = run(&["kill", "u"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The swap race of
+/// [`attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_root`]
+/// against an ordinary user's atoll, whose jail opens each share's path a second time
+/// (in its own user namespace, to mount the `noexec` copy): each create either fails
+/// saying what is wrong with the folder, or its guest sees the real folder; never the
+/// host's root.
+#[test]
+#[ignore = "fails: under this swap every ordinary user's create is refused with bwrap's own error (docs/security.md, Known holes)"]
+fn attack_a_link_to_root_swapped_in_for_an_ordinary_users_share_never_shows_the_host_root() {
+    use std::os::unix::fs::chown;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let host = atoll_tests::vm::short_tempdir();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (share, parked, state, data) = (
+        host.path().join("share"),
+        host.path().join("parked"),
+        host.path().join("state"),
+        host.path().join("data"),
+    );
+    std::fs::create_dir(&share).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(share.join("MARKER"), "the real share\n").unwrap();
+    ordinary_user_data_dir(&data);
+    if rustix::process::geteuid().is_root() {
+        let id = atoll_tests::vm::SHARE_OWNER;
+        for d in [&share, &share.join("MARKER"), &state] {
+            chown(d, Some(id), Some(id)).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let swapper = {
+        let (share, parked, stop, swaps) = (share.clone(), parked.clone(), stop.clone(), swaps.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::rename(&share, &parked).unwrap();
+                std::os::unix::fs::symlink("/", &share).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                std::fs::remove_file(&share).unwrap();
+                std::fs::rename(&parked, &share).unwrap();
+                swaps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(3));
+            }
+        })
+    };
+    let run = |args: &[&str]| atoll_as_ordinary_user(&state, &data, args);
+    let mount = format!("{}:/work:rw", share.display());
+    let (mut refused, mut served) = (Vec::new(), 0);
+    for i in 0..30 {
+        let name = format!("r{i}");
+        let out = run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        if !out.status.success() {
+            let err = text(&out.stderr);
+            let clear = [
+                "symbolic link",
+                "could not be opened",
+                "does not exist",
+                "was replaced",
+                "directory",
+                "cannot be read",
+                "not canonical",
+            ];
+            assert!(clear.iter().any(|c| err.contains(c)), "a refusal that does not say why: {err}");
+            refused.push(err);
+            continue;
+        }
+        let out =
+            run(&["-s", &name, "exec", "--sh", "ls /work; test -e /work/etc/passwd && echo HOST-ROOT; true"]);
+        let seen = text(&out.stdout);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(!seen.contains("HOST-ROOT") && seen.contains("MARKER"), "the guest saw: {seen}");
+        let out = run(&["kill", &name]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        served += 1;
+        break;
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(swaps.load(Ordering::Relaxed) > 100, "the swapper hardly ran");
+    assert_eq!(served, 1, "no create got past the swaps in 30 tries: {refused:?}");
+    eprintln!("served {served}, refused {}: {refused:?}", refused.len());
 }

@@ -258,3 +258,78 @@ fn copies_out_are_not_staged_in_a_read_write_share() {
     ok(&cp(&ro.join("out.txt")));
     assert_eq!(std::fs::read_to_string(ro.join("out.txt")).unwrap(), "from the guest\n");
 }
+
+/// A bind mount made for a test; unmounted on drop, so also when the test fails.
+struct BindMount(std::path::PathBuf);
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A read-write share is recognised by device and inode, not path: the same folder
+/// reached through another bind mount of it (a path that does not start with the
+/// share's) is refused with the same message, for `cp` of a file and of a folder and for
+/// `download -o`, and nothing is written through the alias. A folder beside the share on
+/// the same filesystem is still fine.
+#[test]
+fn copies_out_are_not_staged_in_a_bind_mount_alias_of_a_read_write_share() {
+    if !rustix::process::geteuid().is_root() {
+        // A bind mount needs root; CI runs the suite as root.
+        eprintln!("skipped: a bind mount needs root");
+        return;
+    }
+    let agent = Agent::start();
+    let guest = agent.dir.path().join("out.txt");
+    std::fs::write(&guest, "from the guest\n").unwrap();
+    let guest_dir = agent.dir.path().join("tree");
+    std::fs::create_dir(&guest_dir).unwrap();
+    std::fs::write(guest_dir.join("a"), "a").unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let (work, alias, beside) =
+        (host.path().join("x/work"), host.path().join("alias"), host.path().join("beside"));
+    std::fs::create_dir_all(work.join("sub")).unwrap();
+    std::fs::create_dir(&alias).unwrap();
+    std::fs::create_dir(&beside).unwrap();
+    let status = std::process::Command::new("mount").arg("--bind").arg(&work).arg(&alias).status().unwrap();
+    assert!(status.success(), "mount --bind {} {}", work.display(), alias.display());
+    let _mounted = BindMount(alias.clone());
+    assert!(alias.join("sub").is_dir(), "the alias shows the share");
+
+    let state = atoll_tests::vm::short_tempdir();
+    let dir = state.path().join("0badc0de");
+    std::fs::create_dir(&dir).unwrap();
+    let record = serde_json::json!({
+        "id": "0badc0de", "name": "sharer", "template": "minimal", "memory_mib": 256, "cpus": 1,
+        "accel": "tcg", "created_unix_ms": 1, "qemu": null, "ready": true, "agent_version": null,
+        "paused": false,
+        "storage": {"mounts": [
+            {"host": std::fs::canonicalize(&work).unwrap(), "guest": "/work", "read_only": false},
+        ]},
+        "paths": {"dir": dir, "qmp_socket": dir.join("q"), "console_log": dir.join("c"),
+                  "qemu_log": dir.join("l"), "overlay": null},
+    });
+    std::fs::write(dir.join("sandbox.json"), record.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        atoll_cmd(&agent.address(), args).env("ATOLL_STATE_DIR", state.path()).output().unwrap()
+    };
+    let refused = |out: &std::process::Output| {
+        assert_eq!(code(out), 2, "{}", stderr(out));
+        let err = stderr(out);
+        assert!(err.contains("which sandbox `sharer` shares read-write"), "{err}");
+        assert!(err.contains("copy to a folder outside it"), "{err}");
+    };
+    let from = format!(":{}", s(&guest));
+    for dst in [alias.join("out.txt"), alias.join("sub"), alias.join("sub/deeper.txt"), alias.clone()] {
+        refused(&run(&["cp", &from, s(&dst)]));
+    }
+    refused(&run(&["cp", &format!(":{}", s(&guest_dir)), s(&alias.join("tree"))]));
+    refused(&run(&["download", s(&guest_dir), "-o", s(&alias.join("z.zip"))]));
+    let mut left: Vec<_> = std::fs::read_dir(&work).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.extend(std::fs::read_dir(work.join("sub")).unwrap().map(|e| e.unwrap().file_name()));
+    assert_eq!(left, vec![std::ffi::OsString::from("sub")], "nothing written through the alias");
+
+    ok(&run(&["cp", &from, s(&beside.join("out.txt"))]));
+    assert_eq!(std::fs::read_to_string(beside.join("out.txt")).unwrap(), "from the guest\n");
+}

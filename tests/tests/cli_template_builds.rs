@@ -1,24 +1,13 @@
 //! `atoll template ls` shows background builds (started by MCP's
 //! `sandbox_template_create {background: true}`) that are not installed yet, as
 //! `sandbox_template_list` does, in text and in `--json`: one still running as
-//! `building`, one whose server died as `failed` with the reason.
+//! `building`, one whose server died as `failed` with the reason (in `problem`, as MCP says it).
 
-use std::process::Command;
+mod image_util;
 
 use atoll_tests::vm::text;
-use atoll_tests::workspace_bin;
+use image_util::atoll;
 use serde_json::Value;
-
-fn atoll(data: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(workspace_bin("atoll"))
-        .args(args)
-        .env("ATOLL_DATA_DIR", data)
-        .env("ATOLL_STATE_DIR", data.join("state"))
-        .env_remove("ATOLL_AGENT")
-        .env_remove("ATOLL_SANDBOX")
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn template_ls_shows_builds_in_text_and_json() {
@@ -40,7 +29,7 @@ fn template_ls_shows_builds_in_text_and_json() {
     assert_eq!(web["status"], "building", "{web}");
     let api = by_name("api").expect("a build whose server died is listed");
     assert_eq!(api["status"], "failed", "{api}");
-    assert!(api["reason"].as_str().unwrap().contains("build it again"), "{api}");
+    assert!(api["problem"].as_str().unwrap().contains("build it again"), "{api}");
 
     let out = atoll(data.path(), &["template", "ls"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

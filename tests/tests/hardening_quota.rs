@@ -13,6 +13,10 @@
 //! - as root in the guest, writing the disk full ends in ENOSPC in the guest; the host
 //!   file behind it stays within the disk's size, and the sandbox still answers;
 //! - `qemu.log` (QEMU's stderr) is cut back by the network helper once over 1 MiB;
+//! - (no VM) the `--max-*` flags win over the environment and the config file, for that
+//!   command only: a flag below the use refuses `create` at once naming the flag,
+//!   `atoll info` shows the source `flag --max-...`, bad values are refused as the
+//!   file's are, and `--help` teaches the units and the config file's path;
 //! - (no VM) the Dockerfile step cache and the image blob cache count in the snapshot
 //!   quota, and a template build over it is refused at once, leaving nothing.
 
@@ -243,4 +247,86 @@ fn hardening_quota_template_builds_and_the_image_caches_count() {
     let out = run(&atoll, &config, &[("ATOLL_MAX_SNAPSHOT_DISK", "10G")], &build);
     assert!(out.status.success(), "template build: {}", text(&out.stderr));
     assert!(data.path().join("templates/over/template.json").is_file());
+}
+
+/// The `--max-*` flags, with no VM: each wins over its environment variable and config
+/// key for the one command it is given to; a flag below the use refuses `create` at once
+/// with the actionable message naming the flag, and nothing is made; `atoll info` shows
+/// each limit's source; bad values are refused (exit 2) as the file's are; `--help`
+/// teaches the units and where the config file is.
+#[test]
+fn hardening_quota_flags_win_over_the_environment_and_the_file() {
+    let atoll = Atoll::new();
+    let conf_dir = short_tempdir();
+    let config = conf_dir.path().join("config.toml");
+    std::fs::write(&config, "[quotas]\nmax_sandboxes = 40\nmax_memory_mib = 400000\nmax_disk = \"900G\"\n")
+        .unwrap();
+    let env = [("ATOLL_MAX_SANDBOXES", "50"), ("ATOLL_MAX_VCPUS", "64")];
+    let create = ["create", "--net", "none", "--name", "q1"];
+
+    // Below the use: refused at once, naming the flag first, leaving nothing.
+    let err = refused(&atoll, &config, &env, &[&["--max-sandboxes", "0"][..], &create].concat());
+    assert!(err.contains("Sandbox quota reached: 0 sandboxes run, at most 0 may"), "{err}");
+    assert!(err.contains("--max-sandboxes, $ATOLL_MAX_SANDBOXES or `max_sandboxes`"), "{err}");
+    assert!(err.contains("atoll park") && err.contains("atoll kill"), "{err}");
+    let err = refused(&atoll, &config, &env, &[&create[..], &["--max-memory-mib", "100"]].concat());
+    assert!(err.contains("Memory quota reached") && err.contains("at most 100 MiB"), "{err}");
+    assert!(err.contains("--max-memory-mib") && err.contains("--memory"), "{err}");
+    let err = refused(&atoll, &config, &env, &[&["--max-vcpus", "0"][..], &create].concat());
+    assert!(err.contains("vCPU quota reached") && err.contains("at most 0 may run"), "{err}");
+    assert!(err.contains("--max-vcpus, $ATOLL_MAX_VCPUS") && err.contains("--cpus"), "{err}");
+    assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox directory");
+
+    // `atoll info`: flag over environment over file over default, each shown.
+    let out =
+        run(&atoll, &config, &env, &["--json", "--max-sandboxes", "3", "--max-snapshot-disk", "2T", "info"]);
+    let info: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    let shown =
+        |key: &str| (quota(&info, key)["limit"].as_u64().unwrap(), quota(&info, key)["source"].clone());
+    assert_eq!(shown("max_sandboxes"), (3, "flag --max-sandboxes".into()), "{info}");
+    assert_eq!(shown("max_snapshot_disk"), (2 << 40, "flag --max-snapshot-disk".into()), "{info}");
+    assert_eq!(shown("max_vcpus"), (64, "$ATOLL_MAX_VCPUS".into()), "{info}");
+    assert_eq!(
+        shown("max_memory_mib"),
+        (400000, format!("config file {}", config.display()).into()),
+        "{info}"
+    );
+    assert_eq!(shown("max_disk"), (900 << 30, format!("config file {}", config.display()).into()), "{info}");
+    // The flag was for that command only.
+    let out = run(&atoll, &config, &env, &["--json", "info"]);
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(quota(&info, "max_sandboxes")["source"], "$ATOLL_MAX_SANDBOXES", "{info}");
+    let out = run(&atoll, &config, &[], &["info", "--max-disk", "5G"]);
+    let text_info = text(&out.stdout);
+    assert!(
+        text_info
+            .lines()
+            .any(|l| l.contains("max_disk") && l.contains("5 GiB") && l.contains("flag --max-disk")),
+        "{text_info}"
+    );
+
+    // Bad values: refused before anything runs, saying what is wrong.
+    for (args, says) in [
+        (["--max-disk", "5X"], "unknown unit"),
+        (["--max-snapshot-disk", "lots"], "use K, M, G or T"),
+        (["--max-sandboxes", "two"], "not a whole number"),
+        (["--max-vcpus", "1.5"], "not a whole number"),
+    ] {
+        let out = run(&atoll, &config, &[], &[&args[..], &create].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains(args[0]) && err.contains(says), "{args:?}: {err}");
+    }
+    assert!(atoll.sandbox_dirs().is_empty());
+
+    // --help teaches the units and the config file, for atoll and for atoll mcp.
+    for args in [&["--help"][..], &["mcp", "--help"]] {
+        let help = text(&run(&atoll, &config, &[], args).stdout);
+        for needed in
+            ["--max-sandboxes", "--max-memory-mib", "--max-disk", "200G", "powers of 1024", "config.toml"]
+        {
+            assert!(help.contains(needed), "{args:?} --help lacks {needed}: {help}");
+        }
+    }
 }

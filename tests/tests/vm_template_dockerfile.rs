@@ -6,7 +6,7 @@
 //! template just built) ends with its exit code, naming the step, leaving no template,
 //! no base and no VM. The base image's second layer is zstd-compressed. Three boots and
 //! a template snapshot in all: two build VMs, the snapshot (after the ready check) and
-//! the check restoring it.
+//! the check restoring it. The step cache is also driven over the snapshot quota.
 
 mod image_util;
 
@@ -372,4 +372,97 @@ fn vm_dockerfile_steps_are_cached_by_content_and_inputs() {
     let pruned = a.run(&["image", "prune"]);
     assert!(pruned.status.success(), "{}", text(&pruned.stderr));
     assert!(!steps_dir.exists());
+}
+
+/// What `atoll info` counts in the snapshot quota now (it prints the quotas even with no
+/// sandbox to ask).
+fn snapshot_used(a: &Atoll) -> u64 {
+    let out = a.run(&["--json", "info"]);
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    let q = info["quotas"].as_array().unwrap().iter().find(|q| q["key"] == "max_snapshot_disk").unwrap();
+    q["used"].as_u64().unwrap()
+}
+
+/// The step cache's snapshot-quota paths through real builds: a cold build fills the
+/// cache; then with `--max-snapshot-disk` just above the use, installing the cached
+/// result as a new template is refused at once with the actionable message, before
+/// anything is copied; and with room for the cached base but not for one more step, the
+/// changed step's result is not kept ("step N was not cached: Snapshot quota reached")
+/// and the build is refused the same way. Neither leaves a template, a staged copy, a
+/// base, a sandbox or a new cache entry; the cache is as it was.
+#[test]
+fn vm_dockerfile_step_cache_holds_to_the_snapshot_quota() {
+    let data = scratch_data_dir();
+    let work = tempfile::tempdir().unwrap();
+    let (_registry, image) = busybox_image(work.path());
+    let ctx = work.path().join("ctx");
+    std::fs::create_dir_all(&ctx).unwrap();
+    std::fs::write(ctx.join("data.txt"), "data v1\n").unwrap();
+    let df = ctx.join("Dockerfile");
+    std::fs::write(&df, CACHED).unwrap();
+    let a = Atoll::with_data_dir(data.path());
+    let base_arg = format!("BASE={image}");
+    let go = |name: &str, quota: Option<u64>| {
+        let quota = quota.map(|q| q.to_string());
+        let mut args: Vec<&str> = match &quota {
+            Some(q) => vec!["--max-snapshot-disk", q],
+            None => vec![],
+        };
+        args.extend_from_slice(&["--json", "template", "build", "--dockerfile", df.to_str().unwrap()]);
+        args.extend_from_slice(&["--name", name, "--no-snapshot", "--insecure-registry"]);
+        args.extend_from_slice(&["--build-arg", &base_arg]);
+        a.run(&args)
+    };
+
+    // Cold: the cache holds the three RUNs' results.
+    let out = go("c", None);
+    assert!(out.status.success(), "build: {}", text(&out.stderr));
+    let steps_dir = data.path().join("images/steps");
+    let entries = entries_of(&steps_dir);
+    assert!(entries.len() >= 3, "the three RUNs' results are not all cached: {entries:?}");
+    let last_disk = |e: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(steps_dir.join(e).join("rootfs.ext4")).unwrap().blocks() * 512
+    };
+    let need = entries.iter().map(|e| last_disk(e)).max().unwrap();
+    assert!(need > 1 << 20, "a step's disk stores only {need} bytes");
+    let templates = || entries_of(&data.path().join("templates"));
+    let before = templates();
+    let nothing_left = |what: &str| {
+        assert_eq!(templates(), before, "{what} left a template or staging");
+        assert_eq!(entries_of(&steps_dir), entries, "{what} changed the step cache");
+        assert!(a.sandbox_dirs().is_empty(), "{what} left a sandbox");
+    };
+
+    // Every step cached, but copying the result as a new template would pass the quota.
+    let used = snapshot_used(&a);
+    let started = std::time::Instant::now();
+    let out = go("c2", Some(used + (need / 2)));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "a cached install over the quota went through: {err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "refused after {:?}", started.elapsed());
+    assert!(err.contains("Snapshot quota reached") && err.contains("this save may need up to"), "{err}");
+    assert!(
+        err.contains("atoll image prune")
+            && err.contains("atoll template rm")
+            && err.contains("--max-snapshot-disk"),
+        "{err}"
+    );
+    assert!(!err.contains("booting the build VM"), "{err}");
+    nothing_left("the refused cached install");
+
+    // The last RUN changed: the base (the second RUN's entry) fits, one more step does not.
+    std::fs::write(&df, CACHED.replace("cat b c > d", "cat c b > d")).unwrap();
+    let used = snapshot_used(&a);
+    let out = go("c3", Some(used + need + need / 2));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "a build over the quota went through: {err}");
+    assert!(err.contains("step 7 was not cached: Snapshot quota reached"), "{err}");
+    assert!(err.contains("Snapshot quota reached") && err.contains("atoll image prune"), "{err}");
+    nothing_left("the build over the quota");
+
+    // The refusals were the quota's: the same build without it goes through.
+    let out = go("c3", None);
+    assert!(out.status.success(), "build: {}", text(&out.stderr));
 }

@@ -23,6 +23,7 @@ mod desktop;
 mod guest;
 mod mcp;
 mod network;
+mod quota;
 mod sandbox;
 mod secret;
 mod snapshot;
@@ -39,6 +40,7 @@ pub use network::{
     HelperArgs, LogArgs, NetCommand, NetSandboxArg, PortCommand, PortSandboxArg, PublishArgs, RulesArgs,
     SetArgs, UnpublishArgs, VerdictArg,
 };
+pub use quota::QuotaFlags;
 pub use sandbox::{CreateArgs, KillArgs, PauseArgs, SandboxArg, SandboxCommand, StatsArgs};
 pub use secret::{SecretAttachArgs, SecretCommand, SecretDetachArgs, SecretNameArg, SecretSetArgs};
 pub use snapshot::{SnapshotCommand, SnapshotCreateArgs, SnapshotRestoreArgs, SnapshotRmArgs};
@@ -80,7 +82,7 @@ Exit codes:
 
 /// atoll: run commands and move files in a microVM sandbox through its agent.
 #[derive(Debug, Parser)]
-#[command(name = "atoll", version, about, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "atoll", version, about, after_help = quota::help(AFTER_HELP), max_term_width = 100)]
 pub struct Cli {
     /// Options every subcommand takes.
     #[command(flatten)]
@@ -108,6 +110,9 @@ pub struct GlobalArgs {
     /// More logs on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Host quotas for this command.
+    #[command(flatten)]
+    pub quotas: QuotaFlags,
 }
 
 /// The subcommands.
@@ -190,7 +195,7 @@ run commands from a script use `atoll exec --sh LINE` or pipe them to `atoll exe
     Info(InfoArgs),
     /// Serve the agent's abilities as MCP tools on stdin/stdout, or over HTTP with --http
     /// (for Claude Code, Cursor, VS Code, SDK agents, ...).
-    #[command(after_help = MCP_AFTER_HELP)]
+    #[command(after_help = quota::help(MCP_AFTER_HELP))]
     Mcp(McpArgs),
     /// Print a shell completion script.
     #[command(

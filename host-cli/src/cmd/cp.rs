@@ -156,7 +156,8 @@ fn host_target(src: &str, dst: &Path) -> PathBuf {
 
 /// The host folder a copy from a guest lands in, opened once (links the user gave are
 /// followed then, never again): checked on that handle not to lie in a folder a sandbox
-/// shares read-write, and written through it (`/proc/self/fd/N`), so a link swapped in
+/// shares read-write (by device and inode of the handle and its ancestors, so another
+/// bind mount or alias of a share is refused too), and written through it (`/proc/self/fd/N`), so a link swapped in
 /// for a component of its path afterwards changes nothing.
 struct HostDir {
     dir: std::os::fd::OwnedFd,
@@ -187,7 +188,7 @@ impl HostDir {
         let records: Vec<_> = crate::vmm::dirs::state_dir()
             .map(|state| crate::vmm::state::load_all(&state).into_iter().flatten().collect())
             .unwrap_or_default();
-        crate::sandbox::mounts::refuse_staging_in_share(&real, &records)
+        crate::sandbox::mounts::refuse_staging_in_share(std::os::fd::AsFd::as_fd(&dir), &real, &records)
             .map_err(|e| UsageError(e.to_string()))?;
         Ok(HostDir { dir, real, name, shown: target.to_path_buf() })
     }

@@ -88,6 +88,14 @@ impl Ctx {
 
 /// Runs one parsed command line; returns the process exit code.
 pub async fn run(cli: Cli) -> Result<u8> {
+    let q = &cli.global.quotas;
+    crate::sandbox::quota::set_flags(crate::sandbox::quota::Flags {
+        sandboxes: q.max_sandboxes,
+        memory_mib: q.max_memory_mib,
+        vcpus: q.max_vcpus,
+        disk: q.max_disk,
+        snapshot_disk: q.max_snapshot_disk,
+    });
     let ctx = Ctx { out: Output { json: cli.global.json }, global: cli.global };
     match cli.command {
         Command::Exec(args) => exec::exec(&ctx, args).await,

@@ -333,8 +333,9 @@ fn ls(ctx: &Ctx) -> Result<u8> {
         }
         for b in &pending {
             let mut v = serde_json::json!({ "name": b.name, "status": state_of(b) });
+            // As sandbox_template_list says it: why in `problem`.
             if let Some(reason) = &b.reason {
-                v["reason"] = reason.as_str().into();
+                v["problem"] = reason.as_str().into();
             }
             all.push(v);
         }

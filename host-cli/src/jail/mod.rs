@@ -133,9 +133,17 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let log = &spec.paths.qemu_log;
     let mut keep = opened.raw_fds();
     keep.push(info_write.as_raw_fd());
-    let trees = opened.raw_trees();
-    let stages = if trees.is_empty() { Vec::new() } else { shares::stage(&spec.paths.dir, trees.len())? };
-    let child = spawn(&bwrap, &args, log, env::qemu(), &keep, (&trees, &stages), procs)?;
+    let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
+    let child =
+        spawn(&bwrap, &args, log, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
+            JailError::Process(ProcessError::Spawn { program, source }) => {
+                match attach.share_error(&source) {
+                    Some(share) => share.into(),
+                    None => ProcessError::Spawn { program, source }.into(),
+                }
+            }
+            e => e,
+        })?;
     drop(info_write);
     drop(opened);
     let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))
@@ -296,7 +304,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
     let keep = [info_write.as_raw_fd()];
-    let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, (&[], &[]), Vec::new())?;
+    let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, shares::Attach::default(), Vec::new())?;
     drop(info_write);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read)
@@ -342,8 +350,8 @@ fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
 
 /// Starts `program args` in a new session with stdin closed, stdout and stderr
 /// appended to `log`, exactly the environment `env`, `keep` (descriptors the child
-/// inherits) left open across exec, the mount copies `trees` attached on `stages` in a
-/// mount namespace of its own ([`shares::attach`]), and the child moved into the cgroups
+/// inherits) left open across exec, the shares made `noexec` in a mount namespace of
+/// its own ([`shares::Attach`]), and the child moved into the cgroups
 /// whose `cgroup.procs` are `procs` before it runs anything.
 fn spawn(
     program: &Path,
@@ -351,7 +359,7 @@ fn spawn(
     log: &Path,
     env: Vec<(String, String)>,
     keep: &[i32],
-    (trees, stages): (&[i32], &[std::ffi::CString]),
+    attach: shares::Attach,
     procs: Vec<OwnedFd>,
 ) -> Result<tokio::process::Child, JailError> {
     let open_log = || {
@@ -361,12 +369,11 @@ fn spawn(
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
     let keep = keep.to_vec();
-    let trees = trees.to_vec();
-    let stages = stages.to_vec();
     let proc_fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: only async-signal-safe calls run between fork and exec (setsid, fcntl,
-    // write, unshare, mount, move_mount on descriptors and strings made before the
-    // fork); nothing allocates or takes a lock.
+    // open, write, close, fstat, unshare, mount, open_tree, mount_setattr, move_mount
+    // on descriptors and strings made before the fork); nothing allocates or takes a
+    // lock.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid().map_err(std::io::Error::from)?;
@@ -379,7 +386,7 @@ fn spawn(
                 let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)?;
             }
-            shares::attach(&trees, &stages)?;
+            attach.apply()?;
             Ok(())
         });
     }

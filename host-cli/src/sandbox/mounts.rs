@@ -197,22 +197,73 @@ pub fn refuse_snapshot(record: &Record) -> Result<(), MountError> {
     if record.storage.mounts.is_empty() { Ok(()) } else { Err(MountError::Snapshot(record.name.clone())) }
 }
 
-/// Refuses to stage a copy from a guest in `dir` (where temp files and folders are made
-/// before their rename) when `dir` lies in a folder a sandbox of `records` shares
-/// read-write: the guest could plant a link or swap a file there mid-copy. `dir` is
-/// made canonical first; one that cannot be is left to the copy to report.
-pub fn refuse_staging_in_share(dir: &Path, records: &[Record]) -> Result<(), MountError> {
-    let Ok(real) = std::fs::canonicalize(dir) else { return Ok(()) };
-    for r in records {
-        if let Some(m) = r.storage.mounts.iter().find(|m| !m.read_only && real.starts_with(&m.host)) {
-            return Err(MountError::StagingShared {
-                path: real,
-                host: m.host.clone(),
-                sandbox: r.name.clone(),
-            });
+/// Refuses to stage a copy from a guest in the folder `dir` (an open handle; `real` is
+/// where it was opened, for messages), where temp files and folders are made before
+/// their rename, when it lies in a folder a sandbox of `records` shares read-write: the
+/// guest could plant a link or swap a file there mid-copy.
+///
+/// A share is recognised by its root's device and inode, not its path: the handle's
+/// ancestors are walked (`openat(fd, "..")`, `fstat`) up to `/` and each compared with
+/// every read-write share's root, so the same folder reached through another bind mount
+/// of it, a link, or any other alias is refused the same way. The path is compared too,
+/// for a share whose root can no longer be stat'ed.
+pub fn refuse_staging_in_share(
+    dir: std::os::fd::BorrowedFd<'_>,
+    real: &Path,
+    records: &[Record],
+) -> Result<(), MountError> {
+    let shares: Vec<(&Record, &Mount)> = records
+        .iter()
+        .flat_map(|r| r.storage.mounts.iter().filter(|m| !m.read_only).map(move |m| (r, m)))
+        .collect();
+    if shares.is_empty() {
+        return Ok(());
+    }
+    let refused = |r: &Record, m: &Mount| MountError::StagingShared {
+        path: real.to_path_buf(),
+        host: m.host.clone(),
+        sandbox: r.name.clone(),
+    };
+    if let Some((r, m)) = shares.iter().find(|(_, m)| real.starts_with(&m.host)) {
+        return Err(refused(r, m));
+    }
+    let roots: Vec<((u64, u64), &Record, &Mount)> = shares
+        .iter()
+        .filter_map(|(r, m)| rustix::fs::stat(&m.host).ok().map(|st| (dev_ino(&st), *r, *m)))
+        .collect();
+    for id in ancestors(dir) {
+        if let Some((_, r, m)) = roots.iter().find(|(root, _, _)| *root == id) {
+            return Err(refused(r, m));
         }
     }
     Ok(())
+}
+
+fn dev_ino(st: &rustix::fs::Stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
+}
+
+/// The device and inode of `dir` and of each folder above it, up to `/` (where `..` is
+/// the folder itself). A folder that cannot be opened or stat'ed ends the walk.
+fn ancestors(dir: std::os::fd::BorrowedFd<'_>) -> Vec<(u64, u64)> {
+    use rustix::fs::{Mode, OFlags};
+    let mut ids = Vec::new();
+    let Ok(mut at) = rustix::io::dup(dir) else { return ids };
+    // Bounded: no real tree is deeper than this.
+    for _ in 0..4096 {
+        let Ok(st) = rustix::fs::fstat(&at) else { break };
+        let id = dev_ino(&st);
+        if ids.last() == Some(&id) {
+            break;
+        }
+        ids.push(id);
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+        match rustix::fs::openat(&at, "..", flags, Mode::empty()) {
+            Ok(up) => at = up,
+            Err(_) => break,
+        }
+    }
+    ids
 }
 
 /// Whether an MCP client may mount `host` (canonical): it must be one of `allowed`

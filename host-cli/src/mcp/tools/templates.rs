@@ -95,6 +95,10 @@ pub struct CreateTemplateArgs {
     /// Default: false (the call returns when the template is ready, reporting progress).
     #[serde(default)]
     pub background: bool,
+    /// For dockerfile: run every RUN step again instead of reusing the steps an earlier
+    /// build of the same base and instructions stored. Default: false.
+    #[serde(default)]
+    pub no_cache: bool,
 }
 
 /// Result of `sandbox_template_create`.
@@ -114,6 +118,10 @@ pub struct CreatedTemplate {
     /// RUN steps run, for a Dockerfile build.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_steps: Option<usize>,
+    /// Dockerfile steps (instructions) taken from the step cache, stored by an earlier
+    /// build of the same base and instructions, instead of run again; 0 when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_steps: Option<usize>,
     /// Bytes its disk image occupies on the host.
     pub size_bytes: u64,
     /// Whether a template of that name was (or, building, will be) replaced.
@@ -239,6 +247,7 @@ impl AtollMcp {
                     from_template: Some(saved.from_template),
                     from_image: None,
                     run_steps: None,
+                    cached_steps: None,
                     size_bytes: saved.disk_usage_bytes,
                     replaced: saved.replaced,
                     status: "ready".to_owned(),
@@ -279,6 +288,7 @@ impl AtollMcp {
             from_template: built.template.from_template.clone(),
             from_image: built.template.from_image.clone(),
             run_steps: Some(built.run_steps),
+            cached_steps: Some(built.cached_steps),
             size_bytes: crate::template::list()?
                 .into_iter()
                 .find(|t| t.name == built.template.name)
@@ -323,6 +333,7 @@ impl AtollMcp {
             from_template: None,
             from_image: None,
             run_steps: None,
+            cached_steps: None,
             size_bytes: 0,
             replaced,
             status: "building".to_owned(),
@@ -406,7 +417,7 @@ async fn build_template(
         size: None,
         memory_mib: 1024,
         by: Some(by),
-        no_cache: false,
+        no_cache: args.no_cache,
     };
     let mut built = dockerfile::build(&opts, &no_progress).await?;
     if args.start || args.ready_cmd.is_some() {

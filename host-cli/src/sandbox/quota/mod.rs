@@ -1,7 +1,8 @@
 //! Quotas on what the sandboxes of one state directory may take together: how many run,
 //! their guest memory, their vCPUs and their disks; and on what snapshots and templates
 //! take. Defaults are sized from the machine; each can be set in the config file
-//! ([`crate::config`]) or with an environment variable ([`limits`]). A start over a
+//! ([`crate::config`]), with an environment variable, or with a flag of the command line
+//! ([`limits`]; for `atoll mcp`, the flags it was started with cap every tool call). A start over a
 //! quota (create, fork, template snapshot restore, unpark) or a snapshot or template
 //! save over the snapshot quota is refused at once, before anything is made, saying
 //! what to park, kill or remove; checked under the state lock, so two cannot both slip
@@ -17,8 +18,8 @@ pub mod usage;
 use std::path::Path;
 
 pub use limits::{
-    Limit, Limits, MAX_DISK_ENV, MAX_MEMORY_ENV, MAX_SANDBOXES_ENV, MAX_SNAPSHOT_DISK_ENV, MAX_VCPUS_ENV,
-    Source,
+    Flags, Limit, Limits, MAX_DISK_ENV, MAX_MEMORY_ENV, MAX_SANDBOXES_ENV, MAX_SNAPSHOT_DISK_ENV,
+    MAX_VCPUS_ENV, Source, set_flags,
 };
 
 use crate::vmm::state::{self, Record};
