@@ -12,7 +12,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # clean-up kills its sandboxes, but one killed at its time limit runs none, and a VM left
 # running would slow every later test on a 2-core machine. Those present before the run
 # (the user's own sandboxes) are left alone; new ones are listed, killed, and fail the run.
-vm_pids() { pgrep -f 'qemu-system|atoll net-helper --dir' | sort || true; }
+vm_pids() { pgrep -f 'qemu-system|atoll net-helper --dir|atoll secret-runner --dir' | sort || true; }
 before_vms=$(vm_pids)
 sweep_vms() {
   local left pid

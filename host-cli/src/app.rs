@@ -19,6 +19,10 @@ pub fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "net-helper") {
         return net_helper();
     }
+    if std::env::args_os().nth(1).is_some_and(|a| a == "secret-runner") {
+        let args: Vec<_> = std::env::args_os().skip(2).collect();
+        return crate::secrets::runner::main(&args);
+    }
     if std::env::args_os().nth(1).is_some_and(|a| a == "agent-link") {
         return agent_link();
     }

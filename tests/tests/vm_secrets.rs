@@ -14,6 +14,8 @@ use atoll_tests::vm::{Atoll, text};
 
 const VALUE: &str = "ghp_VM_REAL_VALUE_4f1d9a";
 const ROTATED: &str = "ghp_VM_ROTATED_VALUE_77c2";
+const FROM_CMD: &str = "ghp_VM_FROM_COMMAND_51e0";
+const FROM_CMD_NEXT: &str = "ghp_VM_FROM_COMMAND_NEXT_0b93";
 
 /// Python: GET URL with `Authorization: Bearer $VAR`, verifying TLS with the defaults
 /// (SSL_CERT_FILE, set by atoll when a secret is bound); prints the body or `FAIL why`.
@@ -129,6 +131,26 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
     atoll.json(&["secret", "detach", "sec", "GH_TOKEN"]);
     let got = fetch(&atoll, "https://allowed.test/headers", "SECOND", false);
     assert!(got.contains(&format!("authorization: Bearer {ROTATED}")), "{got}");
+    // A --from-command secret: its command runs on the host outside the helper's jail
+    // (the file it reads is in the test's folder, which the jailed helper cannot see),
+    // and again once its cache time is over (0 s here).
+    let token = world.dir().join("from-command-token");
+    std::fs::write(&token, format!("{FROM_CMD}\n")).unwrap();
+    let cat = format!("cat {}", token.display());
+    let out = atoll
+        .command(&["secret", "set", "cmd", "--host", "allowed.test", "--from-command", &cat, "--cache", "0s"])
+        .env("ATOLL_SECRETS_CA_FILE", world.cert())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "secret set --from-command: {}", text(&out.stderr));
+    atoll.json(&["secret", "attach", "sec", "cmd", "--env", "FROM_CMD"]);
+    let got = fetch(&atoll, "https://allowed.test/headers", "FROM_CMD", false);
+    assert!(got.contains(&format!("authorization: Bearer {FROM_CMD}")), "{got}");
+    std::fs::write(&token, format!("{FROM_CMD_NEXT}\n")).unwrap();
+    let got = fetch(&atoll, "https://allowed.test/headers", "FROM_CMD", false);
+    assert!(got.contains(&format!("authorization: Bearer {FROM_CMD_NEXT}")), "{got}");
+    atoll.json(&["secret", "detach", "sec", "FROM_CMD"]);
+
     // rm: the next request sends the placeholder (unverified: the connection is
     // intercepted only while a bound secret names the host).
     atoll.json(&["secret", "rm", "gh"]);
@@ -149,7 +171,7 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
     }
     for dir in atoll.sandbox_dirs() {
         let out = std::process::Command::new("grep")
-            .args(["-rlaF", "-e", VALUE, "-e", ROTATED])
+            .args(["-rlaF", "-e", VALUE, "-e", ROTATED, "-e", FROM_CMD, "-e", FROM_CMD_NEXT])
             .arg(&dir)
             .output()
             .unwrap();

@@ -165,4 +165,7 @@ pub struct HelperArgs {
     /// The sandbox directory (holding sandbox.json and net.json).
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
+    /// Its end of the socket pair to the secret command runner (started beside it).
+    #[arg(long, value_name = "FD")]
+    pub runner_fd: Option<i32>,
 }

@@ -303,9 +303,28 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), info_write.as_raw_fd());
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
-    let keep = [info_write.as_raw_fd()];
+    // `--from-command` secrets are run outside the jail by a runner of their own
+    // (secrets::runner), which ends when the helper's end of the pair closes.
+    let (helper_end, runner_end) = crate::secrets::runner::pair().map_err(JailError::Pipe)?;
+    let runner_args =
+        ["secret-runner", "--dir", &dir.display().to_string(), "--fd", &runner_end.as_raw_fd().to_string()]
+            .map(String::from);
+    // Dropped unwaited: tokio reaps it when it exits.
+    let _runner = spawn(
+        exe,
+        &runner_args,
+        log,
+        env::helper(),
+        &[runner_end.as_raw_fd()],
+        shares::Attach::default(),
+        Vec::new(),
+    )?;
+    drop(runner_end);
+    bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
+    let keep = [info_write.as_raw_fd(), helper_end.as_raw_fd()];
     let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, shares::Attach::default(), Vec::new())?;
     drop(info_write);
+    drop(helper_end);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read)
         .map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;

@@ -12,6 +12,7 @@
 
 pub mod binding;
 mod guest;
+pub mod runner;
 mod source;
 pub mod store;
 pub mod value;

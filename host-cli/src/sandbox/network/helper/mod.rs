@@ -73,6 +73,10 @@ pub enum HelperError {
 pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     // First: nothing the helper does needs what the filter denies.
     crate::jail::seccomp::install()?;
+    if let Some(fd) = args.runner_fd {
+        // SAFETY: atoll's jail hands the helper this descriptor for this use alone.
+        unsafe { crate::secrets::runner::use_runner(fd) };
+    }
     let dir = args.dir.as_path();
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();
