@@ -260,9 +260,17 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     });
     let shot = browser.screenshot();
     let (rx, ry) = at("canvas", 50, 50);
-    assert_eq!(png_pixel(&shot, left + rx as f64, top + ry as f64), [255, 0, 0], "the program's red in the view");
+    assert_eq!(
+        png_pixel(&shot, left + rx as f64, top + ry as f64),
+        [255, 0, 0],
+        "the program's red in the view"
+    );
     let (bx, by) = at("canvas", 150, 50);
-    assert_eq!(png_pixel(&shot, left + bx as f64, top + by as f64), [0, 0, 255], "the program's blue in the view");
+    assert_eq!(
+        png_pixel(&shot, left + bx as f64, top + by as f64),
+        [0, 0, 255],
+        "the program's blue in the view"
+    );
     // Taking over: a click in the page reaches the program's button in the guest.
     let (bx, by) = at("button", 20, 10);
     browser.click(left + bx as f64, top + by as f64);
