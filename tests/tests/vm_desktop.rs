@@ -18,8 +18,6 @@ use atoll_tests::data_dir;
 use atoll_tests::vm::{Atoll, text, wait_until};
 
 #[path = "../desktop/cdp.rs"]
-// Its launch/goto/click/screenshot drove noVNC in the live view (see the note there).
-#[allow(dead_code)]
 mod cdp;
 
 const APP: &str = include_str!("../desktop/app.py");
@@ -104,6 +102,44 @@ fn http_status(addr: &str, path: &str) -> u16 {
     let mut head = String::new();
     s.read_to_string(&mut head).unwrap();
     head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// noVNC's status line in the page.
+const STATUS: &str = "document.getElementById('status') && document.getElementById('status').textContent";
+
+/// Waits until noVNC's page in `browser` says it is connected to the sandbox whose id is
+/// `id`, and checks it still is a few seconds later (a bridge that closes right after the
+/// handshake shows "Connected" only for a moment); returns the canvas's place in the page
+/// (left, top, width, height).
+fn novnc_connected(browser: &mut cdp::Browser, id: &str) -> [f64; 4] {
+    let want = format!("Connected to QEMU (atoll-{id})");
+    let connected = browser.wait_for(&format!("{STATUS} === {want:?}"), Duration::from_secs(120));
+    assert!(connected, "noVNC did not connect: its status is {}", browser.eval(STATUS));
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(browser.eval(STATUS), want, "noVNC connected, then lost the connection");
+    let rect = browser.eval(
+        "(() => { const r = document.querySelector('canvas').getBoundingClientRect(); \
+         return [r.left, r.top, r.width, r.height]; })()",
+    );
+    let rect: Vec<f64> = rect.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    rect.try_into().unwrap()
+}
+
+/// A PNG's pixel at page point (x, y) (whole CSS pixels: the browser's scale is 1).
+fn png_pixel(png_bytes: &[u8], x: f64, y: f64) -> [u8; 3] {
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a small positive whole number"
+    )]
+    let (x, y) = (x.round() as u32, y.round() as u32);
+    let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let i = (y as usize * info.width as usize + x as usize) * channels;
+    [buf[i], buf[i + 1], buf[i + 2]]
 }
 
 #[test]
@@ -198,12 +234,7 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     assert!(e.contains("scale width 5000 is out of range"), "{e}");
     assert_eq!(atoll.sh("desk", "cat /tmp/entries"), "Hello, World! ~{42}|Hello, World! ~{42}");
 
-    // The live view: its page and WebSocket answer only under the view's token. (noVNC
-    // in Debian's headless Chromium, driven over the DevTools protocol, connected,
-    // showed the desktop and took over with a click on 2026-11-27 03:25 UTC at load 14-17;
-    // the same code now ends "Disconnected" every run on a quiet machine, although it
-    // connects by hand: a race, cause not found, issue 34. Until found, this test checks
-    // the bridge only.)
+    // The live view: its page and WebSocket answer only under the view's token.
     let (mut view, url) = start_view(&atoll, "desk", &[]);
     let (addr, token) = view_parts(&url);
     let wrong: String = token.chars().rev().collect();
@@ -212,18 +243,46 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     assert_eq!(http_status(&addr, &format!("/{wrong}/websockify")), 404);
     assert_eq!(http_status(&addr, "/vnc_lite.html"), 404);
     assert_eq!(http_status(&addr, &format!("/{token}/../../../etc/passwd")), 404);
-    // Under the token, the WebSocket reaches this sandbox's QEMU: its RFB greeting.
-    let stream = std::net::TcpStream::connect(&addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let mut request = tungstenite::client::IntoClientRequest::into_client_request(format!(
-        "ws://{addr}/{token}/websockify"
-    ))
-    .unwrap();
-    request.headers_mut().insert("Sec-WebSocket-Protocol", "binary".parse().unwrap());
-    let (mut ws, _) = tungstenite::client(request, stream).expect("the view's WebSocket");
-    let greeting = ws.read().expect("the RFB greeting").into_data();
-    assert_eq!(&greeting[..], b"RFB 003.008\n", "the view's first bytes");
-    drop(ws);
+    let lite = url.replace("/vnc.html?", "/vnc_lite.html?");
+    // noVNC in Debian's headless Chromium, driven over the DevTools protocol in real
+    // time: connected through the bridge to this sandbox's QEMU (its name), the canvas
+    // the screen's size, and the page's screenshot shows the desktop once the first
+    // framebuffer update has arrived: its background and the test program's red.
+    let id = created["id"].as_str().unwrap();
+    let mut browser = cdp::Browser::launch(1300, 880);
+    browser.goto(&lite).unwrap();
+    let [left, top, width, height] = novnc_connected(&mut browser, id);
+    assert_eq!((width, height), (1280.0, 800.0));
+    let background = [0x2e, 0x34, 0x40];
+    let (px, py) = (left + 1000.0, top + 600.0);
+    wait_until("the view's screenshot to show the desktop", Duration::from_secs(60), || {
+        png_pixel(&browser.screenshot(), px, py) == background
+    });
+    let shot = browser.screenshot();
+    let (rx, ry) = at("canvas", 50, 50);
+    assert_eq!(
+        png_pixel(&shot, left + rx as f64, top + ry as f64),
+        [255, 0, 0],
+        "the program's red in the view"
+    );
+    let (bx, by) = at("canvas", 150, 50);
+    assert_eq!(
+        png_pixel(&shot, left + bx as f64, top + by as f64),
+        [0, 0, 255],
+        "the program's blue in the view"
+    );
+    // Taking over: a click in the page reaches the program's button in the guest.
+    let (bx, by) = at("button", 20, 10);
+    browser.click(left + bx as f64, top + by as f64);
+    let clicks = guest_file_until(&atoll, "desk", "/tmp/clicks", |t| t.lines().count() >= 2);
+    assert_eq!(clicks, "click\nclick\n", "the view's click");
+    // A wrong token: the page is refused, and nothing connects.
+    let refused = browser.goto(&lite.replace(&token, &wrong));
+    assert_eq!(refused, Err("net::ERR_HTTP_RESPONSE_CODE_FAILURE".into()), "the page with a wrong token");
+    assert!(
+        !browser.wait_for("document.body.textContent.includes('Connected')", Duration::from_secs(5)),
+        "a wrong token connected"
+    );
 
     // A second, view-only view has a token of its own and tells noVNC to only watch.
     let (mut watch, watch_url) = start_view(&atoll, "desk", &["--view-only"]);
@@ -231,6 +290,32 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     assert!(watch_url.ends_with("&view_only=1") && wtoken != token, "{watch_url}");
     assert_eq!(http_status(&waddr, &format!("/{token}/vnc_lite.html")), 404, "another view's token");
     assert_eq!(http_status(&waddr, &format!("/{wtoken}/vnc_lite.html")), 200);
+    // As printed, it connects and stays connected (noVNC answers QEMU's clipboard
+    // capabilities with an Extended Clipboard message, which the filter passes over) and
+    // shows the desktop.
+    let watch_lite = watch_url.replace("/vnc.html?", "/vnc_lite.html?");
+    browser.goto(&watch_lite).unwrap();
+    let [wleft, wtop, ..] = novnc_connected(&mut browser, id);
+    wait_until("the view-only view's screenshot to show the desktop", Duration::from_secs(60), || {
+        png_pixel(&browser.screenshot(), wleft + 1000.0, wtop + 600.0) == background
+    });
+    // Whoever holds the view-only URL and drops `view_only=1` from it gets a noVNC that
+    // sends input: the bridge drops it, so the same click has no effect in the guest, and
+    // the pointer stays where it was.
+    browser.goto(&watch_lite.replace("&view_only=1", "")).unwrap();
+    let [wleft, wtop, ..] = novnc_connected(&mut browser, id);
+    let before = input(&atoll, "desk", &["cursor"]);
+    browser.click(wleft + bx as f64, wtop + by as f64);
+    browser.click(wleft + 5.0, wtop + 5.0);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(atoll.sh("desk", "cat /tmp/clicks"), "click\nclick\n", "a view-only view clicked");
+    assert_eq!(input(&atoll, "desk", &["cursor"]), before, "a view-only view moved the pointer");
+    assert_eq!(
+        browser.eval(STATUS),
+        format!("Connected to QEMU (atoll-{id})"),
+        "the filter dropped the clicks without closing the view"
+    );
+    browser.goto("about:blank").unwrap();
 
     // A sandbox without a screen is refused, and so is a screen on a template without one.
     atoll.create("plain");
@@ -245,8 +330,7 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
 
     // The desktop's browser (`atoll browser open`): a page served in the guest on
     // 127.0.0.1 opens in the guest's Chromium, on the screen, and is driven over CDP from
-    // the host. (After the live view: with the guest's Chromium started and closed before
-    // it, noVNC in the host's Chromium ended "Disconnected" in every run; cause not found.)
+    // the host.
     browser_opens_a_page_and_is_driven_over_cdp(&atoll, "desk");
 
     // `atoll browser open` refuses what is not http(s), and a sandbox without a screen.
@@ -269,8 +353,16 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     let shot = screenshot(&atoll, "desk2", &[]);
     assert_eq!(pixel(&shot, 640, 400), [0x2e, 0x34, 0x40], "the desktop's background");
 
-    // The views end with their sandbox.
+    // The views end with their sandbox: the page connected to one says so.
+    browser.goto(&lite).unwrap();
+    novnc_connected(&mut browser, id);
     atoll.json(&["kill", "desk"]);
+    assert!(
+        browser.wait_for(&format!("{STATUS} !== 'Connected to QEMU (atoll-{id})'"), Duration::from_secs(30)),
+        "noVNC still connected after its sandbox was killed"
+    );
+    assert_eq!(browser.eval(STATUS), "Disconnected", "noVNC's status once its sandbox was killed");
+    drop(browser);
     for child in [&mut view, &mut watch] {
         wait_until("the view to end with its sandbox", Duration::from_secs(20), || {
             child.try_wait().unwrap().is_some()

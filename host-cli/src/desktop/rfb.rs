@@ -89,17 +89,24 @@ impl ViewOnly {
         let b = &self.buf;
         let Some(&kind) = b.first() else { return Ok(None) };
         let u16_at = |i: usize| b.get(i..i + 2).map(|s| u16::from_be_bytes([s[0], s[1]]) as usize);
-        let u32_at =
-            |i: usize| b.get(i..i + 4).map(|s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize);
         Ok(match kind {
             0 => Some(20),
             2 => u16_at(2).map(|n| 4 + 4 * n),
             3 => Some(10),
             4 => Some(8),
             5 => Some(6),
-            6 => match u32_at(4) {
-                Some(n) if n > MAX_CUT_TEXT => return Err(Refused(format!("{n} bytes of clipboard text"))),
-                Some(n) => Some(8 + n),
+            // ClientCutText: its length is signed. Negative, it is the Extended
+            // Clipboard pseudo-encoding's form (flags, then |length| - 4 bytes), which
+            // noVNC sends right after the handshake to answer QEMU's clipboard
+            // capabilities, view-only or not: read its size from the absolute value.
+            6 => match b.get(4..8) {
+                Some(s) => {
+                    let n = i32::from_be_bytes([s[0], s[1], s[2], s[3]]).unsigned_abs() as usize;
+                    if n > MAX_CUT_TEXT {
+                        return Err(Refused(format!("{n} bytes of clipboard data")));
+                    }
+                    Some(8 + n)
+                }
                 None => None,
             },
             // QEMU's extensions: 150 ContinuousUpdates (10 bytes), 255 QEMU (sub-typed;
@@ -126,7 +133,12 @@ mod tests {
         let pointer = [5u8, 1, 0, 10, 0, 20];
         let mut cut = vec![6u8, 0, 0, 0, 0, 0, 0, 3];
         cut.extend(b"abc");
-        for m in [&set_enc[..], &key, &update, &pointer, &cut] {
+        // noVNC's Extended Clipboard capabilities, as it sends them to QEMU (length -8:
+        // flags 0x1f000001, then the text format's 4-byte size limit), then a provide
+        // (length -9) with 5 bytes of payload after the flags.
+        let caps = [6u8, 0, 0, 0, 0xff, 0xff, 0xff, 0xf8, 0x1f, 0, 0, 1, 0, 0, 0, 0];
+        let provide = [6u8, 0, 0, 0, 0xff, 0xff, 0xff, 0xf7, 0x10, 0, 0, 1, 1, 2, 3, 4, 5];
+        for m in [&set_enc[..], &key, &caps, &update, &pointer, &provide, &cut] {
             stream.extend_from_slice(m);
         }
         let mut passed = Vec::new();
@@ -142,6 +154,9 @@ mod tests {
         assert!(f.feed(b"GET / HTTP/1.1\r\n").is_err());
         let mut f = ViewOnly::default();
         f.feed(b"RFB 003.003\n\x01").unwrap();
-        assert!(f.feed(&[6, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]).is_err(), "huge clipboard refused");
+        assert!(f.feed(&[6, 0, 0, 0, 0x7f, 0xff, 0xff, 0xff]).is_err(), "huge clipboard refused");
+        let mut f = ViewOnly::default();
+        f.feed(b"RFB 003.003\n\x01").unwrap();
+        assert!(f.feed(&[6, 0, 0, 0, 0x80, 0, 0, 0]).is_err(), "huge extended clipboard refused");
     }
 }

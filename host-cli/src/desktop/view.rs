@@ -178,7 +178,7 @@ async fn bridge(mut ws: WebSocket, shared: Shared) {
                     let pass = match filter.as_mut() {
                         Some(f) => match f.feed(&data) {
                             Ok(pass) => pass,
-                            Err(e) => { tracing::info!("{e}"); break }
+                            Err(e) => { tracing::warn!("live view: {e}"); break }
                         },
                         None => data.to_vec(),
                     };
