@@ -250,6 +250,13 @@ async def test_computer_use_of_a_desktop_sandbox(state_dir: Path) -> None:
             assert "has no screen" in text, text
             text = await call_err(session, "browser_open", sandbox_id=plain["id"], url="http://127.0.0.1/")
             assert "has no screen" in text, text
+
+            # The desktop's X server killed: screenshots and actions say so.
+            await call_ok(session, "sandbox_exec", sandbox_id=sid, command="pkill -9 -x Xorg; sleep 1")
+            text = await call_err(session, "computer_screenshot", sandbox_id=sid)
+            assert "X server is not running" in text and "create it again" in text, text
+            text = await call_err(session, "computer_action", sandbox_id=sid, action="left_click", coordinate=[5, 5])
+            assert "X server is not running" in text, text
         finally:
             await session.call_tool("sandbox_kill", {"sandbox_id": sid})
             await session.call_tool("sandbox_kill", {"sandbox_id": "mcpplain"})

@@ -353,6 +353,32 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
     let shot = screenshot(&atoll, "desk2", &[]);
     assert_eq!(pixel(&shot, 640, 400), [0x2e, 0x34, 0x40], "the desktop's background");
 
+    // Its X server killed: QEMU still takes input and shows a screen, but screenshots and
+    // input say the desktop is gone instead of answering as if all were well; a request
+    // refused on its own (off the screen) still says why.
+    atoll.sh(
+        "desk2",
+        "pkill -9 -x Xorg; i=0; while pgrep -x Xorg >/dev/null && [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done",
+    );
+    let gone_shot = atoll.state_dir().join("gone.png");
+    for args in [
+        vec!["screenshot", "desk2", "-o", gone_shot.to_str().unwrap()],
+        vec!["input", "desk2", "click", "10", "10"],
+        vec!["input", "desk2", "type", "hello"],
+    ] {
+        let out = atoll.run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("X server is not running in `desk2`") && err.contains("create it again"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(!gone_shot.exists(), "a screenshot of a desktop without X was written");
+    let out = atoll.run(&["input", "desk2", "click", "5000", "5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("off the screen"), "{}", text(&out.stderr));
+
     // The views end with their sandbox: the page connected to one says so.
     browser.goto(&lite).unwrap();
     novnc_connected(&mut browser, id);

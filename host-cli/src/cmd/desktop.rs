@@ -29,7 +29,7 @@ pub(crate) async fn screenshot(ctx: &Ctx, args: ScreenshotArgs) -> Result<u8> {
         return Err(UsageError("name the sandbox: `atoll screenshot NAME`".into()).into());
     };
     let desktop = Desktop::open(&name).await.map_err(usage)?;
-    let shot = desktop.screenshot(args.scale).await.map_err(usage)?;
+    let shot = desktop.with_x(desktop.screenshot(args.scale)).await.map_err(usage)?;
     crate::desktop::screen::save(&shot, &args.output)
         .map_err(|e| anyhow::anyhow!("could not write {}: {e}", args.output.display()))?;
     if args.output.as_os_str() == "-" {
@@ -49,33 +49,40 @@ pub(crate) async fn screenshot(ctx: &Ctx, args: ScreenshotArgs) -> Result<u8> {
 /// `atoll input`.
 pub(crate) async fn input(ctx: &Ctx, args: InputArgs) -> Result<u8> {
     let d = Desktop::open(&args.name).await.map_err(usage)?;
-    let done = match args.action {
-        InputAction::Click { x, y, button, double } => d
-            .click(Some((x, y)), button, if double { 2 } else { 1 })
-            .await
-            .map(|()| json!({ "clicked": [x, y] })),
-        InputAction::Move { x, y } => d.move_to(x, y).await.map(|()| json!({ "moved": [x, y] })),
-        InputAction::Drag { x1, y1, x2, y2 } => {
-            d.drag((x1, y1), (x2, y2)).await.map(|()| json!({ "dragged": [[x1, y1], [x2, y2]] }))
-        }
-        InputAction::Scroll { x, y, down, up } => {
-            let (wheel, n) = match (down, up) {
-                (Some(n), _) => (Wheel::Down, n),
-                (None, Some(n)) => (Wheel::Up, n),
-                (None, None) => return Err(UsageError("give --down N or --up N".into()).into()),
-            };
-            d.scroll(Some((x, y)), wheel, n).await.map(|()| json!({ "scrolled": n }))
-        }
-        InputAction::Type { text } => {
-            d.type_text(&text).await.map(|()| json!({ "typed": text.chars().count() }))
-        }
-        InputAction::Key { keys } => d.keys(&keys).await.map(|()| json!({ "pressed": keys })),
-        InputAction::Hold { key, for_ms } => {
-            d.hold(&key, Duration::from_millis(for_ms)).await.map(|()| json!({ "held": key, "ms": for_ms }))
-        }
-        InputAction::Cursor => d.cursor().await.map(|(x, y)| json!({ "x": x, "y": y })),
-    }
-    .map_err(usage)?;
+    let done = d
+        .with_x(async {
+            match args.action {
+                InputAction::Click { x, y, button, double } => d
+                    .click(Some((x, y)), button, if double { 2 } else { 1 })
+                    .await
+                    .map(|()| json!({ "clicked": [x, y] })),
+                InputAction::Move { x, y } => d.move_to(x, y).await.map(|()| json!({ "moved": [x, y] })),
+                InputAction::Drag { x1, y1, x2, y2 } => {
+                    d.drag((x1, y1), (x2, y2)).await.map(|()| json!({ "dragged": [[x1, y1], [x2, y2]] }))
+                }
+                InputAction::Scroll { x, y, down, up } => {
+                    let (wheel, n) = match (down, up) {
+                        (Some(n), _) => (Wheel::Down, n),
+                        (None, Some(n)) => (Wheel::Up, n),
+                        (None, None) => {
+                            return Err(DesktopError::BadRequest("give --down N or --up N".into()));
+                        }
+                    };
+                    d.scroll(Some((x, y)), wheel, n).await.map(|()| json!({ "scrolled": n }))
+                }
+                InputAction::Type { text } => {
+                    d.type_text(&text).await.map(|()| json!({ "typed": text.chars().count() }))
+                }
+                InputAction::Key { keys } => d.keys(&keys).await.map(|()| json!({ "pressed": keys })),
+                InputAction::Hold { key, for_ms } => d
+                    .hold(&key, Duration::from_millis(for_ms))
+                    .await
+                    .map(|()| json!({ "held": key, "ms": for_ms })),
+                InputAction::Cursor => d.cursor().await.map(|(x, y)| json!({ "x": x, "y": y })),
+            }
+        })
+        .await
+        .map_err(usage)?;
     let text = match (done.get("x"), done.get("y")) {
         (Some(x), Some(y)) => format!("{x} {y}"),
         _ => String::new(),

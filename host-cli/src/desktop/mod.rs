@@ -83,6 +83,17 @@ pub enum DesktopError {
         /// What failed.
         why: String,
     },
+    /// The guest's X server is not running: screenshots show no desktop and input
+    /// reaches no program.
+    #[error(
+        "the desktop's X server is not running in `{name}` (it exited or was killed; the guest's logs are \
+         /run/Xorg.0.log and /run/atoll-desktop.log): its screen shows no desktop and input reaches no \
+         program. Kill the sandbox and create it again"
+    )]
+    XGone {
+        /// The sandbox.
+        name: String,
+    },
     /// The guest's X server does not answer (asked for the cursor).
     #[error(
         "the desktop's X server does not answer ({why}); the guest's session log is /run/atoll-desktop.log"
@@ -120,6 +131,43 @@ impl Desktop {
 
     async fn qmp(&self) -> Result<Qmp, DesktopError> {
         Ok(Qmp::connect(&self.record.paths.qmp_socket).await?)
+    }
+
+    /// Runs `work` (a screenshot, an input) and, beside it, asks the guest whether its X
+    /// server runs: QEMU takes input and shows a screen with or without one, so a
+    /// desktop whose X server died would otherwise answer as if all were well. The check
+    /// runs concurrently, so a live desktop's answer is not delayed by it; a refusal of
+    /// the request itself is returned as it is.
+    pub async fn with_x<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, DesktopError>>,
+    ) -> Result<T, DesktopError> {
+        let (done, x) = tokio::join!(work, self.x_runs());
+        match (done, x) {
+            // The request's own refusal (bad input, no answer) says more.
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(false)) => Err(DesktopError::XGone { name: self.record.name.clone() }),
+            (Ok(v), _) => Ok(v),
+        }
+    }
+
+    /// Whether a process named `Xorg` runs in the guest; `None` when the agent cannot
+    /// say (then the work's own result stands).
+    async fn x_runs(&self) -> Option<bool> {
+        use crate::client::{Client, ExecSpec};
+        // Builtins only (no process per entry: each costs a fork under emulation).
+        const SCAN: &str = "for p in /proc/[0-9]*/comm; do read -r c < \"$p\" 2>/dev/null && \
+                            [ \"$c\" = Xorg ] && exit 0; done; exit 3";
+        let addr = crate::sandbox::agent_address(&self.record);
+        let client = Client::connect(&addr, std::time::Duration::from_secs(10)).await.ok()?;
+        let mut spec = ExecSpec::shell(SCAN.to_owned());
+        spec.timeout = Some(std::time::Duration::from_secs(10));
+        let out = client.exec(&spec).await.ok()?;
+        match out.status.code {
+            Some(0) => Some(true),
+            Some(3) => Some(false),
+            _ => None,
+        }
     }
 
     /// Checks that (x, y) is on the screen.

@@ -176,7 +176,7 @@ impl AtollMcp {
         Parameters(args): Parameters<ScreenshotArgs>,
     ) -> Result<CallToolResult, ToolError> {
         let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
-        let shot = desktop.screenshot(args.scale).await?;
+        let shot = desktop.with_x(desktop.screenshot(args.scale)).await?;
         result(&describe(&shot), vec![image(&shot)])
     }
 
@@ -262,7 +262,7 @@ impl AtollMcp {
         Parameters(args): Parameters<ActionArgs>,
     ) -> Result<CallToolResult, ToolError> {
         let desktop = self.desktop(args.sandbox_id.as_deref()).await?;
-        let done = actions::run(&desktop, &args.action).await?;
+        let done = desktop.with_x(actions::run(&desktop, &args.action)).await?;
         let want_shot = args.screenshot.unwrap_or(args.action.action == "screenshot");
         let shot = if want_shot { Some(desktop.screenshot(args.action.scale).await?) } else { None };
         let out = ActionOutput {
