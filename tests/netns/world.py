@@ -33,6 +33,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.serve_git()
         if self.path.startswith("/bytes/"):
             return self.send_bytes(int(self.path[len("/bytes/"):]))
+        if self.path == "/page":
+            return self.send_page()
         sni = getattr(self.connection, "sni", None) or "-"
         body = "hello from {} host={} sni={}\n".format(
             self.connection.getsockname()[0], self.headers.get("Host", "-"), sni
@@ -99,6 +101,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = "received {} bytes\n".format(got).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_page(self):
+        # A page for a browser: all magenta (a colour no desktop shows), titled.
+        body = (
+            b"<html><head><title>world page</title></head>"
+            b"<body style='margin:0;background:#ff00ff;height:100vh'></body></html>"
+        )
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 use atoll_tests::data_dir;
+use atoll_tests::netns::World;
 use atoll_tests::vm::{Atoll, text, wait_until};
 
 #[path = "../desktop/cdp.rs"]
@@ -395,6 +396,28 @@ fn a_desktop_is_seen_and_driven_from_the_host() {
         });
     }
     assert!(std::net::TcpStream::connect(&addr).is_err(), "the view still listens on {addr}");
+}
+
+/// The desktop's browser loads a page from outside the sandbox: a server in the test's
+/// network namespace world, reached through the sandbox's network helper like any guest
+/// traffic, and the page is on the screen.
+#[test]
+fn vm_desktop_browser_loads_a_page_from_the_world() {
+    let world = World::create();
+    let atoll = Atoll::in_netns(world.client.name());
+    // A fresh state directory has no template snapshot: a cold desktop boot.
+    atoll.create_with("web", &["--template", "desktop", "--memory", "1024"]);
+    let magenta = |shot: &(u32, u32, Vec<u8>)| shot.2.chunks_exact(3).filter(|p| *p == [255, 0, 255]).count();
+    assert!(magenta(&screenshot(&atoll, "web", &[])) < 1000, "magenta before the page opened");
+    let opened = atoll.json(&["browser", "open", "web", "http://allowed.test/page"]);
+    assert_eq!(opened["url"], "http://allowed.test/page", "{opened}");
+    // Chromium's first start under TCG takes a while.
+    wait_until("the world's page on the screen", Duration::from_secs(300), || {
+        magenta(&screenshot(&atoll, "web", &[])) > 200_000
+    });
+    // The request went out through the helper, which logged it.
+    let log = text(&atoll.run(&["net", "log", "web"]).stdout);
+    assert!(log.contains("allowed.test"), "the helper's audit log lacks the page's host: {log}");
 }
 
 /// The guest's page: all green, titled.
