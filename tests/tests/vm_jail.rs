@@ -354,6 +354,10 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     std::fs::write(state.join("decoy/sandbox.json"), "{}").unwrap();
     std::fs::create_dir_all(store.join("sandboxes/decoy")).unwrap();
     std::fs::write(store.join("sandboxes/decoy/ca.key"), "decoy key").unwrap();
+    // Its own bindings (what the secret command runner trusts): readable, never writable.
+    std::fs::create_dir_all(store.join("bindings")).unwrap();
+    let own_bindings = store.join(format!("bindings/{id}.json"));
+    std::fs::write(&own_bindings, "[]").unwrap();
     let exe = std::fs::read_link(format!("/proc/{helper}/exe")).unwrap();
     let (s, dir) = (state.display(), state.join(id));
     let script = format!(
@@ -362,7 +366,7 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
          [ -e {s}/decoy ] && echo SEES-OTHER-SANDBOX
          [ -e {s}/.secrets/sandboxes/decoy ] && echo SEES-OTHER-CA
          [ -d {s}/.secrets/sandboxes/{id} ] && echo SEES-OWN-SECRETS
-         for f in /usr/pwned {s}/.secrets/pwned; do touch $f 2>/dev/null && echo WROTE $f; done
+         for f in /usr/pwned {s}/.secrets/pwned {s}/.secrets/bindings/{id}.json; do touch $f 2>/dev/null && echo WROTE $f; done
          echo STATE: $(ls -A {s})",
         dir = dir.display()
     );
@@ -389,6 +393,7 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     assert!(!Path::new("/usr/pwned").exists() && !store.join("pwned").exists());
     std::fs::remove_dir_all(state.join("decoy")).unwrap();
     std::fs::remove_dir_all(store.join("sandboxes/decoy")).unwrap();
+    std::fs::remove_file(own_bindings).unwrap();
 }
 
 fn sha256(path: &Path) -> String {

@@ -183,10 +183,14 @@ fn vm_secrets_placeholder_inside_value_at_egress() {
     let private = atoll.state_dir().join(".secrets/sandboxes").join(&id);
     let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&private).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o700, "{}", private.display());
-    assert!(private.join("bindings.json").exists() && private.join("ca.key").exists());
+    assert!(private.join("ca.key").exists(), "{}", private.display());
+    // The bindings lie outside the directory the jailed helper writes (its CA's).
+    let bindings = atoll.state_dir().join(".secrets/bindings").join(format!("{id}.json"));
+    assert!(bindings.exists() && !private.join("bindings.json").exists(), "{}", bindings.display());
     let out = atoll.run(&["kill", "sec"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!private.exists(), "kill left {}", private.display());
+    assert!(!bindings.exists(), "kill left {}", bindings.display());
 }
 
 /// Runs `cmd` on the host, asserting success.

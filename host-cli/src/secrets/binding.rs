@@ -1,7 +1,10 @@
-//! A sandbox's bindings (variable, secret name, placeholder; never a value) and its CA
-//! (made by its network helper), in `<state>/.secrets/sandboxes/<id>/`: the store's
-//! private directory, not the sandbox directory (which QEMU can write, see
-//! docs/security.md), so a compromised VM cannot bind itself another secret or swap the CA.
+//! A sandbox's bindings (variable, secret name, placeholder; never a value), in
+//! `<state>/.secrets/bindings/<id>.json`, and its CA (made by its network helper), in
+//! `<state>/.secrets/sandboxes/<id>/`: in the store, not in the sandbox directory (which
+//! QEMU can write, see docs/security.md), so a compromised VM cannot bind itself another
+//! secret or swap the CA. The bindings are not in the CA's directory either, which the
+//! jailed helper writes: a helper taken over by a guest could otherwise bind its sandbox
+//! every secret and have the secret command runner run their commands.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -11,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::SecretError;
 
-/// The bindings file.
-pub const FILE: &str = "bindings.json";
+/// The directory of the bindings files, in the store.
+pub const BINDINGS_DIR: &str = "bindings";
 /// The CA certificate.
 pub const CA_CERT: &str = "ca.pem";
 /// The CA key (0600).
@@ -36,8 +39,19 @@ pub struct Binding {
 /// Where the private directory of the sandbox whose directory is `dir` (named by its id)
 /// is; nothing is created.
 fn private_path(dir: &Path) -> Option<PathBuf> {
-    let id = dir.file_name().and_then(|n| n.to_str()).filter(|id| crate::vmm::template::is_plain_name(id))?;
+    let id = sandbox_id(dir)?;
     Some(crate::vmm::dirs::state_dir().ok()?.join(".secrets").join("sandboxes").join(id))
+}
+
+/// The sandbox id `dir` is named by, if it is a plain one.
+fn sandbox_id(dir: &Path) -> Option<&str> {
+    dir.file_name().and_then(|n| n.to_str()).filter(|id| crate::vmm::template::is_plain_name(id))
+}
+
+/// Where the bindings of the sandbox whose directory is `dir` are; nothing is created.
+fn bindings_path(dir: &Path) -> Option<PathBuf> {
+    let id = sandbox_id(dir)?;
+    Some(crate::vmm::dirs::state_dir().ok()?.join(".secrets").join(BINDINGS_DIR).join(format!("{id}.json")))
 }
 
 /// The private directory of the sandbox whose directory is `dir`, created 0700 (in the
@@ -54,23 +68,36 @@ pub fn private_dir(dir: &Path) -> Result<PathBuf, SecretError> {
     Ok(path)
 }
 
-/// Removes the private directory of the sandbox whose directory is `dir` (at kill).
+/// Removes the private directory and the bindings of the sandbox whose directory is
+/// `dir` (at kill).
 pub fn forget(dir: &Path) {
     if let Some(path) = private_path(dir) {
         let _ = std::fs::remove_dir_all(path);
+    }
+    if let Some(path) = bindings_path(dir) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
 /// The bindings of the sandbox in `dir` (none when there are none, or they cannot be read).
 pub fn load(dir: &Path) -> Vec<Binding> {
-    let Some(private) = private_path(dir) else { return Vec::new() };
-    std::fs::read(private.join(FILE)).ok().and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
+    let Some(path) = bindings_path(dir) else { return Vec::new() };
+    std::fs::read(path).ok().and_then(|t| serde_json::from_slice(&t).ok()).unwrap_or_default()
 }
 
 /// Writes the bindings atomically.
 pub fn save(dir: &Path, bindings: &[Binding]) -> Result<(), SecretError> {
     let text = serde_json::to_vec_pretty(bindings).map_err(|e| SecretError::Io(e.to_string()))?;
-    write_private(&private_dir(dir)?.join(FILE), &text)
+    super::store::dir()?;
+    let path = bindings_path(dir)
+        .ok_or_else(|| SecretError::Io(format!("{} is not a sandbox directory", dir.display())))?;
+    let parent = path.parent().expect("a bindings file has a directory");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent)
+        .map_err(|e| SecretError::Io(format!("cannot create {}: {e}", parent.display())))?;
+    write_private(&path, &text)
 }
 
 /// Writes `path` atomically, 0600.
