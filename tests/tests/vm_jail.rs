@@ -317,28 +317,23 @@ fn as_qemu(pid: u64, script: &str) -> (Option<i32>, String, String) {
 
 /// The network helper's jail, from the host and from a compromised helper's seat (its
 /// mount namespace, its identity, no capabilities): its seccomp filter (mode 2), no new
-/// privileges, no capabilities (`CAP_KILL` alone as root), no supplementary groups when
-/// atoll is root, mount, IPC and UTS namespaces of its own (the host's network, which it
-/// serves, and PIDs, to resume its paused QEMU), and a view
-/// holding its own sandbox's files but nothing of `/root` or `/home` (beyond the way to
-/// the atoll program), no other sandbox's directory, no other sandbox's private secrets
-/// directory, and nothing it can write outside its own.
+/// privileges, no capabilities, no supplementary groups when atoll is root, mount, PID,
+/// IPC and UTS namespaces of its own (the host's network, which it serves), alone in its
+/// PID namespace (its watcher, whose `/proc/PID/root` is the host's, out of sight), and
+/// a view holding its own sandbox's files but nothing of `/root` or `/home` (beyond the
+/// way to the atoll program), no other sandbox's directory, nothing of the secrets store
+/// but its own CA's directory (no stored value, no bindings), the kernel's settings
+/// read-only, and nothing it can write outside its own.
 fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     assert_eq!(status_field(helper, "Seccomp"), "2", "the helper runs without its seccomp filter");
     assert_eq!(status_field(helper, "NoNewPrivs"), "1");
-    // As root, CAP_KILL alone (to resume its paused QEMU, another user's; its seccomp
-    // filter sends nothing but SIGCONT); else none.
-    let kill = if rustix::process::geteuid().is_root() { "0000000000000020" } else { "0000000000000000" };
-    for cap in ["CapPrm", "CapEff", "CapBnd"] {
-        assert_eq!(status_field(helper, cap), kill, "the helper's {cap}");
-    }
-    for cap in ["CapInh", "CapAmb"] {
+    for cap in ["CapPrm", "CapEff", "CapBnd", "CapInh", "CapAmb"] {
         assert_eq!(status_field(helper, cap), "0000000000000000", "the helper's {cap}");
     }
     if rustix::process::geteuid().is_root() {
         assert_eq!(status_field(helper, "Groups"), "", "the helper keeps root's supplementary groups");
     }
-    for ns in ["mnt", "ipc", "uts"] {
+    for ns in ["mnt", "pid", "ipc", "uts"] {
         let theirs = std::fs::read_link(format!("/proc/{helper}/ns/{ns}")).unwrap();
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).unwrap();
         assert_ne!(theirs, ours, "the helper shares the host's {ns} namespace");
@@ -358,6 +353,9 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     std::fs::create_dir_all(store.join("bindings")).unwrap();
     let own_bindings = store.join(format!("bindings/{id}.json"));
     std::fs::write(&own_bindings, "[]").unwrap();
+    // A stored secret (the runner reads the store; the helper must not).
+    let stored = store.join("decoy.json");
+    std::fs::write(&stored, "{}").unwrap();
     let exe = std::fs::read_link(format!("/proc/{helper}/exe")).unwrap();
     let (s, dir) = (state.display(), state.join(id));
     let script = format!(
@@ -366,14 +364,21 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
          [ -e {s}/decoy ] && echo SEES-OTHER-SANDBOX
          [ -e {s}/.secrets/sandboxes/decoy ] && echo SEES-OTHER-CA
          [ -d {s}/.secrets/sandboxes/{id} ] && echo SEES-OWN-SECRETS
-         for f in /usr/pwned {s}/.secrets/pwned {s}/.secrets/bindings/{id}.json; do touch $f 2>/dev/null && echo WROTE $f; done
+         [ -e {s}/.secrets/decoy.json ] && echo SEES-STORE
+         [ -e {s}/.secrets/bindings ] && echo SEES-BINDINGS
+         [ -w /proc/sys/kernel/core_pattern ] && echo SYSCTL-WRITABLE
+         echo PIDS: $(ls -d /proc/[0-9]* | wc -l)
+         for f in /usr/pwned {s}/.secrets/bindings/{id}.json; do touch $f 2>/dev/null && echo WROTE $f; done
          echo STATE: $(ls -A {s})",
         dir = dir.display()
     );
     let (code, out, err) = as_qemu(helper, &script);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("SEES-OWN\n") && out.contains("SEES-OWN-SECRETS"), "{out}{err}");
-    for wall in ["SEES-OTHER-SANDBOX", "SEES-OTHER-CA", "WROTE"] {
+    assert!(out.contains("PIDS: 1\n"), "the helper sees other processes: {out}{err}");
+    for wall in
+        ["SEES-OTHER-SANDBOX", "SEES-OTHER-CA", "SEES-STORE", "SEES-BINDINGS", "SYSCTL-WRITABLE", "WROTE"]
+    {
         assert!(!out.contains(wall), "{wall}: {out}{err}");
     }
     for top in ["/root", "/home"] {
@@ -389,11 +394,12 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     let listed = out.lines().find_map(|l| l.strip_prefix("STATE:")).unwrap_or_default();
     let mut listed: Vec<&str> = listed.split_whitespace().collect();
     listed.sort_unstable();
-    assert_eq!(listed, [".lock", ".secrets", id], "the helper's view of the state directory");
+    assert_eq!(listed, [".secrets", id], "the helper's view of the state directory");
     assert!(!Path::new("/usr/pwned").exists() && !store.join("pwned").exists());
     std::fs::remove_dir_all(state.join("decoy")).unwrap();
     std::fs::remove_dir_all(store.join("sandboxes/decoy")).unwrap();
     std::fs::remove_file(own_bindings).unwrap();
+    std::fs::remove_file(stored).unwrap();
 }
 
 fn sha256(path: &Path) -> String {

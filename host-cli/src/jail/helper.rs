@@ -1,20 +1,20 @@
-//! The network helper's view of the host, as `bwrap` builds it: new mount, IPC, UTS and
-//! cgroup namespaces (not the network's: it makes the guest's connections and listens
-//! on published ports on the host's network; not the PID namespace's: a connection to a
-//! published port of a paused sandbox resumes its QEMU, which it must be able to name),
-//! no capabilities (as root, `CAP_KILL` alone, for that SIGCONT, which its seccomp
-//! filter keeps to SIGCONT), no supplementary groups, no new privileges, and a root
+//! The network helper's view of the host, as `bwrap` builds it: new mount, PID, IPC,
+//! UTS and cgroup namespaces (not the network's: it makes the guest's connections and
+//! listens on published ports on the host's network), PID 1 of its own namespace (no
+//! other process is visible to it, its watcher included, and anything it forks dies
+//! with it), no capabilities, no supplementary groups, no new privileges, and a root
 //! holding only
 //!
 //! - the system's programs and libraries (`/usr`, read-only), `/etc/ld.so.cache`, the
 //!   host's resolver and CA files (`/etc/resolv.conf`, `/etc/hosts`, `/etc/ssl`,
-//!   `ATOLL_SECRETS_CA_FILE`), read-only; a minimal `/dev` and `/proc`;
+//!   `ATOLL_SECRETS_CA_FILE`), read-only; a minimal `/dev` and its own `/proc`, with
+//!   the kernel's settings (`/proc/sys`, `/proc/sysrq-trigger`) read-only;
 //! - the atoll program itself, read-only;
 //! - its own sandbox directory, read-write (its sockets, `net.json`, its logs, the
 //!   console it bounds), and no other sandbox's;
-//! - the secrets store (`.secrets`, read-only: it reads the secrets bound to its sandbox
-//!   on each use) with every sandbox's private directory hidden but its own
-//!   (read-write: its CA is made there).
+//! - of the secrets store, only its sandbox's private directory (read-write: its CA is
+//!   made there). Secrets' bindings and values come from the secrets runner outside the
+//!   jail (`secrets::runner`), which also resumes a paused sandbox for it.
 //!
 //! The helper's pid is the one bwrap reports and the sandbox records, so `atoll kill`
 //! signals the helper itself; it then removes its sockets. It installs its own seccomp
@@ -53,6 +53,8 @@ pub struct Secrets {
 pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, info_fd: i32) -> Vec<String> {
     let s = |p: &Path| p.display().to_string();
     let mut a: Vec<String> = [
+        "--unshare-pid",
+        "--as-pid-1",
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
@@ -84,32 +86,37 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, info_fd: i3
         a.extend(["--ro-bind-try".into(), s(&ca), s(&ca)]);
     }
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
+    // The kernel's settings, written by uid (a root helper has no capability, but
+    // `kernel.core_pattern` or `kernel.modprobe` would run its code as root): read-only.
+    a.extend(
+        [
+            "--ro-bind",
+            "/proc/sys",
+            "/proc/sys",
+            "--ro-bind-try",
+            "/proc/sysrq-trigger",
+            "/proc/sysrq-trigger",
+        ]
+        .map(String::from),
+    );
     if let Some(Secrets { state, store, private }) = secrets {
         // The state directory as atoll checks it: private (0700), the helper's own.
         a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(state)]);
-        a.extend(["--ro-bind".into(), s(store), s(store)]);
-        if let Some(all) = private.parent() {
-            a.extend(["--tmpfs".into(), s(all)]);
-        }
+        a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(store)]);
         a.extend(["--bind".into(), s(private), s(private)]);
-        // The lock every atoll takes before changing a record (a connection to a
-        // published port of a paused sandbox resumes it from the helper).
-        a.extend(["--bind-try".into(), s(&state.join(".lock")), s(&state.join(".lock"))]);
     }
     a.extend(["--bind".into(), s(dir), s(dir)]);
     a.extend(["--ro-bind".into(), s(exe), s(exe)]);
     a.extend(["--info-fd".into(), info_fd.to_string()]);
     if root {
         // setpriv (util-linux, in /usr) drops root's supplementary groups, then every
-        // capability but CAP_KILL: bwrap's --cap-drop would leave it unable to. The
-        // helper resumes its paused QEMU (SIGCONT), another user's process; its seccomp
-        // filter lets it send no other signal.
+        // capability. A paused sandbox is resumed by the secrets runner outside the jail.
         a.extend(
             [
                 "setpriv",
                 "--clear-groups",
                 "--bounding-set",
-                "-all,+kill",
+                "-all",
                 "--inh-caps",
                 "-all",
                 "--no-new-privs",
@@ -139,11 +146,13 @@ mod tests {
         assert!(has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
         assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
         assert!(has(&["--info-fd", "9"]));
-        assert!(has(&["--ro-bind", "/s/.secrets", "/s/.secrets"]));
-        assert!(has(&["--tmpfs", "/s/.secrets/sandboxes"]), "other sandboxes' CA keys are hidden");
+        assert!(!a.iter().any(|x| x == "/s/.secrets/bindings"), "the store is not shown");
+        assert!(has(&["--perms", "0700", "--dir", "/s/.secrets"]));
         assert!(has(&["--bind", "/s/.secrets/sandboxes/abc", "/s/.secrets/sandboxes/abc"]));
         assert!(has(&["--perms", "0700", "--dir", "/s"]));
         assert!(has(&["--unshare-ipc"]) && has(&["--unshare-uts"]) && !has(&["--unshare-net"]));
+        assert!(has(&["--unshare-pid", "--as-pid-1"]) && has(&["--ro-bind", "/proc/sys", "/proc/sys"]));
+        assert!(!a.iter().any(|x| x.contains("kill")), "no capability is kept");
         assert!(!a.iter().any(|x| x == "/home" || x == "/root" || x == "/s/sandboxes"));
         assert!(!a.iter().any(|x| x == "--die-with-parent"), "a sandbox outlives its command");
     }

@@ -11,8 +11,9 @@
 //! the kernel keyring, and more ([`DENIED`]). Denied calls fail with `EPERM`
 //! (`clone3`, whose flags a filter cannot read, with `ENOSYS`, so the C library falls
 //! back to `clone`, whose namespace flags are denied). Signals: only SIGCONT (and 0)
-//! may be sent, so the `CAP_KILL` a root helper keeps to resume its paused QEMU
-//! (`jail::helper`) cannot stop or kill anything. x32 system calls (numbers with bit
+//! may be sent, and none through `fcntl`/`ioctl` owner settings or `prlimit64` on
+//! another process; the helper is PID 1 of a namespace of its own anyway, where no other
+//! process is (`jail::helper`). x32 system calls (numbers with bit
 //! 30 set), which would name the same calls by other numbers, are all denied.
 
 use std::collections::BTreeMap;
@@ -89,7 +90,25 @@ pub const DENIED: &[(&str, i64)] = &[
     ("vhangup", libc::SYS_vhangup),
     ("uselib", libc::SYS_uselib),
     ("lookup_dcookie", libc::SYS_lookup_dcookie),
+    ("pidfd_getfd", libc::SYS_pidfd_getfd),
+    ("kcmp", libc::SYS_kcmp),
+    ("process_madvise", libc::SYS_process_madvise),
 ];
+
+/// Calls denied only with one of these values in one argument: (call, argument index,
+/// values). `fcntl`'s and `ioctl`'s ways to have the kernel signal another process
+/// (`F_SETOWN`, `F_SETSIG`, `F_SETOWN_EX`, `FIOSETOWN`, `SIOCSPGRP`) and `prlimit64` on
+/// another process are separate from [`SIGNALS`]' rule.
+const DENIED_ARGS: &[(i64, u8, &[u64])] = &[
+    (libc::SYS_fcntl, 1, &[F_SETOWN, F_SETSIG, F_SETOWN_EX]),
+    (libc::SYS_ioctl, 1, &[FIOSETOWN, SIOCSPGRP]),
+];
+// Linux's numbers (asm-generic/fcntl.h, asm-generic/sockios.h); not all are in `libc`.
+const F_SETOWN: u64 = 8;
+const F_SETSIG: u64 = 10;
+const F_SETOWN_EX: u64 = 15;
+const FIOSETOWN: u64 = 0x8901;
+const SIOCSPGRP: u64 = 0x8902;
 
 /// The namespace flags `clone` may not be given.
 const NEW_NAMESPACES: &[u64] = &[
@@ -103,7 +122,7 @@ const NEW_NAMESPACES: &[u64] = &[
 ];
 
 /// The calls that send a signal, with the index of their signal argument: the helper
-/// sends none but SIGCONT (a paused QEMU resumed) and 0 (is it alive?).
+/// sends none but SIGCONT and 0 (is it alive?).
 const SIGNALS: &[(i64, u8)] = &[
     (libc::SYS_kill, 1),
     (libc::SYS_tkill, 1),
@@ -132,6 +151,21 @@ pub fn program() -> Result<BpfProgram, SeccompError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     rules.insert(libc::SYS_clone, clone_rules);
+    for &(nr, arg, values) in DENIED_ARGS {
+        let each = values
+            .iter()
+            .map(|&v| {
+                let cond = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
+                    .map_err(|e| err(&e))?;
+                SeccompRule::new(vec![cond]).map_err(|e| err(&e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        rules.insert(nr, each);
+    }
+    // prlimit64 on another process (pid 0 is this one: getrlimit/setrlimit).
+    let other =
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0).map_err(|e| err(&e))?;
+    rules.insert(libc::SYS_prlimit64, vec![SeccompRule::new(vec![other]).map_err(|e| err(&e))?]);
     for &(nr, arg) in SIGNALS {
         let ne = |v: u64| {
             SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v).map_err(|e| err(&e))
@@ -216,6 +250,21 @@ mod tests {
                     if libc::kill(libc::getppid(), 0) != 0 || libc::kill(me, libc::SIGCONT) != 0 {
                         return 17;
                     }
+                    // No signal through a file's owner, no limits of another process.
+                    let mut fds = [0; 2];
+                    if libc::pipe(fds.as_mut_ptr()) != 0
+                        || libc::fcntl(fds[0], libc::F_SETOWN, libc::getppid()) != -1
+                        || libc::fcntl(fds[0], 10 /* F_SETSIG */, libc::SIGKILL) != -1
+                        || libc::fcntl(fds[0], libc::F_GETFL) < 0
+                    {
+                        return 18;
+                    }
+                    let mut lim = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+                    if libc::prlimit64(libc::getppid(), libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) != -1
+                        || libc::prlimit64(0, libc::RLIMIT_NOFILE, std::ptr::null(), &mut lim) != 0
+                    {
+                        return 19;
+                    }
                 }
                 0
             })();
@@ -226,6 +275,6 @@ mod tests {
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "status {status}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "the check that failed (10..17)");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the check that failed (10..19)");
     }
 }

@@ -137,9 +137,39 @@ pub fn ensure_ca(dir: &Path, label: &str) -> Result<(String, String), SecretErro
     Ok((c, k))
 }
 
-/// The CA certificate of the sandbox in `dir`, if its helper made one.
+/// The CA certificate of the sandbox in `dir`, if its helper made one. The helper can
+/// write that directory, so what is read there is checked before it goes into the guest:
+/// a regular file (no link followed, no FIFO waited on) of at most 16 KiB holding one
+/// PEM certificate and nothing else; a helper taken over by a guest cannot so have a
+/// host file copied into the guest.
 pub fn ca_cert(dir: &Path) -> Option<String> {
-    std::fs::read_to_string(private_path(dir)?.join(CA_CERT)).ok()
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits().cast_signed())
+        .open(private_path(dir)?.join(CA_CERT))
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > 16 * 1024 {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(16 * 1024).read_to_string(&mut text).ok()?;
+    one_certificate(&text).then_some(text)
+}
+
+/// Whether `pem` is one PEM certificate block and nothing else.
+fn one_certificate(pem: &str) -> bool {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let t = pem.trim();
+    t.starts_with(BEGIN)
+        && t.ends_with(END)
+        && t.matches("-----").count() == 4
+        && t[BEGIN.len()..t.len() - END.len()]
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '\n' | '\r'))
 }
 
 /// The command defaults the bindings add: each variable's placeholder and, once any
@@ -159,4 +189,19 @@ pub fn env_defaults(dir: &Path) -> std::collections::BTreeMap<String, String> {
         env.insert(b.env, b.placeholder);
     }
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_pem_certificate_passes() {
+        let (cert, key) = atoll_net::secrets::ca::new_ca("t").unwrap();
+        assert!(one_certificate(&cert));
+        assert!(!one_certificate(&key), "a key is not a certificate");
+        assert!(!one_certificate(&format!("{cert}{cert}")), "two blocks");
+        assert!(!one_certificate("root:x:0:0:root:/root:/bin/bash\n"));
+        assert!(!one_certificate(&format!("{cert}\nroot:x:0:0")), "trailing text");
+    }
 }

@@ -20,6 +20,11 @@ impl SandboxSecrets {
 
 impl SecretSource for SandboxSecrets {
     fn bound(&self, with_values: bool) -> Vec<Bound> {
+        // A jailed helper sees neither the store nor the bindings' directory: its runner
+        // answers (for this sandbox's bindings only).
+        if super::runner::active() {
+            return super::runner::bound(with_values);
+        }
         binding::load(&self.dir)
             .into_iter()
             .map(|b| match store::load(&b.secret) {

@@ -1,7 +1,7 @@
 //! A secret's value when the swap needs it: the stored one, or the output of its host
 //! command, run again once its cache time has passed (kept in this process's memory
-//! only, never written; a jailed helper has the command run by its runner,
-//! [`super::runner`]).
+//! only, never written). A jailed helper gets values from its runner,
+//! [`super::runner`], which resolves them here.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -33,7 +33,7 @@ pub fn resolve(name: &str, source: &Source) -> Result<String, String> {
             {
                 return Ok(value.clone());
             }
-            let value = super::runner::command_value(name, command)?;
+            let value = run(command)?;
             cache.insert(name.to_owned(), (command.clone(), Instant::now(), value.clone()));
             Ok(value)
         }

@@ -205,8 +205,18 @@ impl Forwarder {
         client.forward_port(guest_port, conn).await
     }
 
-    /// A connection to a paused sandbox resumes it, as a guest command would.
+    /// A connection to a paused sandbox resumes it, as a guest command would: through
+    /// the secrets runner outside the jail when the helper is jailed (it cannot signal
+    /// QEMU from its PID namespace).
     async fn resume_if_paused(&self) {
+        if crate::secrets::runner::active() {
+            match tokio::task::spawn_blocking(crate::secrets::runner::resume).await {
+                Ok(Err(e)) => tracing::warn!("could not resume the paused sandbox for a published port: {e}"),
+                Err(e) => tracing::warn!("could not resume the paused sandbox for a published port: {e}"),
+                Ok(Ok(_)) => {}
+            }
+            return;
+        }
         let record = std::fs::read(self.dir.join(crate::vmm::state::RECORD_FILE))
             .ok()
             .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok());
