@@ -128,14 +128,22 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     ended
 }
 
-/// Binds a Unix socket at `path`, replacing a stale one.
-/// Binds `path` 0600 (its directory is 0700 and QEMU is not running yet, so nobody can
-/// connect before the mode is set; the jail hands `net.sock` to QEMU's group).
+/// Binds a Unix socket at `path`, replacing a stale one, 0600 (the jail hands
+/// `net.sock` to QEMU's group). It is bound and listening under a temporary name first
+/// and renamed into place, so the path exists only once a connection to it is accepted:
+/// atoll takes the control socket's existence as the helper being ready, and a socket
+/// file seen between `bind` and `listen` refused connections (a create under load failed
+/// with "could not reach the network helper").
 fn bind(path: &Path) -> Result<UnixListener, HelperError> {
     use std::os::unix::fs::PermissionsExt;
     let err = |source| HelperError::Bind { path: path.to_path_buf(), source };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
     let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    let listener = UnixListener::bind(&tmp).map_err(err)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)?;
     Ok(listener)
 }
