@@ -421,6 +421,7 @@ pub fn describe() -> String {
         Ok(_) => "own mount/pid/ipc/uts/net namespaces (bwrap), no capabilities",
         Err(_) => "bwrap missing: QEMU cannot start (install bubblewrap)",
     };
-    let helper = "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities";
+    let helper =
+        "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities";
     format!("seccomp ({SECCOMP}); {ns}; {}; {helper}", cgroup::describe())
 }
