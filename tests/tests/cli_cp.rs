@@ -213,21 +213,10 @@ fn copies_out_are_not_staged_in_a_read_write_share() {
     let (rw, ro) = (host.path().join("rw"), host.path().join("ro"));
     std::fs::create_dir_all(rw.join("sub")).unwrap();
     std::fs::create_dir(&ro).unwrap();
-    let state = atoll_tests::vm::short_tempdir();
-    let dir = state.path().join("0badc0de");
-    std::fs::create_dir(&dir).unwrap();
-    let record = serde_json::json!({
-        "id": "0badc0de", "name": "sharer", "template": "minimal", "memory_mib": 256, "cpus": 1,
-        "accel": "tcg", "created_unix_ms": 1, "qemu": null, "ready": true, "agent_version": null,
-        "paused": false,
-        "storage": {"mounts": [
-            {"host": std::fs::canonicalize(&rw).unwrap(), "guest": "/work", "read_only": false},
-            {"host": std::fs::canonicalize(&ro).unwrap(), "guest": "/data", "read_only": true},
-        ]},
-        "paths": {"dir": dir, "qmp_socket": dir.join("q"), "console_log": dir.join("c"),
-                  "qemu_log": dir.join("l"), "overlay": null},
-    });
-    std::fs::write(dir.join("sandbox.json"), record.to_string()).unwrap();
+    let state = sharer_state(serde_json::json!([
+        {"host": std::fs::canonicalize(&rw).unwrap(), "guest": "/work", "read_only": false},
+        {"host": std::fs::canonicalize(&ro).unwrap(), "guest": "/data", "read_only": true},
+    ]));
     let cp = |dst: &Path| {
         atoll_cmd(&agent.address(), &["cp", &format!(":{}", s(&guest)), s(dst)])
             .env("ATOLL_STATE_DIR", state.path())
@@ -297,20 +286,9 @@ fn copies_out_are_not_staged_in_a_bind_mount_alias_of_a_read_write_share() {
     let _mounted = BindMount(alias.clone());
     assert!(alias.join("sub").is_dir(), "the alias shows the share");
 
-    let state = atoll_tests::vm::short_tempdir();
-    let dir = state.path().join("0badc0de");
-    std::fs::create_dir(&dir).unwrap();
-    let record = serde_json::json!({
-        "id": "0badc0de", "name": "sharer", "template": "minimal", "memory_mib": 256, "cpus": 1,
-        "accel": "tcg", "created_unix_ms": 1, "qemu": null, "ready": true, "agent_version": null,
-        "paused": false,
-        "storage": {"mounts": [
-            {"host": std::fs::canonicalize(&work).unwrap(), "guest": "/work", "read_only": false},
-        ]},
-        "paths": {"dir": dir, "qmp_socket": dir.join("q"), "console_log": dir.join("c"),
-                  "qemu_log": dir.join("l"), "overlay": null},
-    });
-    std::fs::write(dir.join("sandbox.json"), record.to_string()).unwrap();
+    let state = sharer_state(serde_json::json!([
+        {"host": std::fs::canonicalize(&work).unwrap(), "guest": "/work", "read_only": false},
+    ]));
     let run = |args: &[&str]| {
         atoll_cmd(&agent.address(), args).env("ATOLL_STATE_DIR", state.path()).output().unwrap()
     };
@@ -332,4 +310,22 @@ fn copies_out_are_not_staged_in_a_bind_mount_alias_of_a_read_write_share() {
 
     ok(&run(&["cp", &from, s(&beside.join("out.txt"))]));
     assert_eq!(std::fs::read_to_string(beside.join("out.txt")).unwrap(), "from the guest\n");
+}
+
+/// A state directory holding one record: the sandbox `sharer` (id 0badc0de, not
+/// running) with `mounts` as its shared folders.
+fn sharer_state(mounts: serde_json::Value) -> tempfile::TempDir {
+    let state = atoll_tests::vm::short_tempdir();
+    let dir = state.path().join("0badc0de");
+    std::fs::create_dir(&dir).unwrap();
+    let record = serde_json::json!({
+        "id": "0badc0de", "name": "sharer", "template": "minimal", "memory_mib": 256, "cpus": 1,
+        "accel": "tcg", "created_unix_ms": 1, "qemu": null, "ready": true, "agent_version": null,
+        "paused": false,
+        "storage": {"mounts": mounts},
+        "paths": {"dir": dir, "qmp_socket": dir.join("q"), "console_log": dir.join("c"),
+                  "qemu_log": dir.join("l"), "overlay": null},
+    });
+    std::fs::write(dir.join("sandbox.json"), record.to_string()).unwrap();
+    state
 }

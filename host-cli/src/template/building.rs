@@ -171,7 +171,8 @@ fn list_in(dir: &Path) -> Vec<BuildRecord> {
     out
 }
 
-fn alive(pid: u32) -> bool {
+/// Whether a process `pid` exists (a build's, a staging directory's).
+pub(super) fn alive(pid: u32) -> bool {
     pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 

@@ -31,10 +31,6 @@ fn owner(name: &str) -> Option<u32> {
     STAGING_KINDS.iter().any(|k| head.ends_with(k)).then(|| pid.parse().ok())?
 }
 
-fn alive(pid: u32) -> bool {
-    pid != 0 && Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// Removes the staging directories in `dir` whose process is gone; how many.
 /// Errors are ignored: a leftover that cannot be removed now is tried next time.
 pub fn sweep(dir: &Path) -> usize {
@@ -44,7 +40,7 @@ pub fn sweep(dir: &Path) -> usize {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(owner) else { continue };
         // Not a directory (a link planted there, a file): not ours to follow or delete.
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) || alive(pid) {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) || super::building::alive(pid) {
             continue;
         }
         if std::fs::remove_dir_all(entry.path()).is_ok() {
