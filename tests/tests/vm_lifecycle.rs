@@ -349,6 +349,15 @@ fn vm_concurrent_creates_get_distinct_names_and_addresses() {
     states.sort();
     assert_eq!(states.len(), 2);
     assert!(states.iter().all(|(_, st)| st == "running"), "{states:?}");
+    // Each helper has a secrets runner beside it, outside its jail; a runner that does
+    // not end by itself when its helper goes (stopped here) is ended by `kill` all the same.
+    let runners: Vec<String> =
+        processes_mentioning(atoll.state_dir()).into_iter().filter(|p| p.contains("secret-runner")).collect();
+    assert_eq!(runners.len(), 2, "{runners:?}");
+    for r in &runners {
+        let pid = r.split(':').next().unwrap();
+        assert!(Command::new("kill").args(["-STOP", pid]).status().unwrap().success());
+    }
     let removed = atoll.json(&["kill", "--all"]);
     assert_eq!(removed.as_array().map(Vec::len), Some(2));
     assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());

@@ -273,6 +273,9 @@ pub struct JailedHelper {
     pub child: tokio::process::Child,
     /// The helper itself.
     pub helper: ProcRef,
+    /// Its secrets runner (outside the jail), which the sandbox records beside the
+    /// helper so that whoever stops the helper also sees the runner gone.
+    pub runner: Option<ProcRef>,
 }
 
 impl JailedHelper {
@@ -310,7 +313,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         ["secret-runner", "--dir", &dir.display().to_string(), "--fd", &runner_end.as_raw_fd().to_string()]
             .map(String::from);
     // Dropped unwaited: tokio reaps it when it exits.
-    let _runner = spawn(
+    let runner = spawn(
         exe,
         &runner_args,
         log,
@@ -320,6 +323,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         Vec::new(),
     )?;
     drop(runner_end);
+    let runner = runner.id().and_then(ProcRef::of);
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
     let keep = [info_write.as_raw_fd(), helper_end.as_raw_fd()];
     let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, shares::Attach::default(), Vec::new())?;
@@ -332,7 +336,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         why: format!("the network helper (pid {pid}) ended at once"),
         log: launcher::tail(log, 5),
     })?;
-    Ok(JailedHelper { child, helper })
+    Ok(JailedHelper { child, helper, runner })
 }
 
 /// bwrap's `--info-fd` report: `{"child-pid": N, ...}` once the sandbox runs.

@@ -254,7 +254,7 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
     if let Some(vhost) = record.vhost {
         if force { vhost.kill().await } else { vhost.terminate(VHOST_GRACE).await }
     }
-    crate::sandbox::network::lifecycle::stop(record.net_helper, force).await;
+    crate::sandbox::network::lifecycle::stop(record.net_helper, record.secret_runner, force).await;
     crate::jail::cgroup::remove(&record.id);
 }
 

@@ -187,7 +187,10 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         launcher::create_overlay(base, overlay, opts.storage.disk_bytes).await?;
     }
     let mut helper_child = crate::sandbox::network::lifecycle::spawn(&paths.dir, opts.network, &opts.policy)?;
-    guard.set(|r| r.net_helper = helper_child.id().and_then(ProcRef::of));
+    guard.set(|r| {
+        r.net_helper = helper_child.id().and_then(ProcRef::of);
+        r.secret_runner = helper_child.runner;
+    });
     guard.save()?;
     crate::sandbox::network::lifecycle::wait_ready(&mut helper_child, &paths.dir).await?;
     crate::sandbox::network::lifecycle::publish_at_create(&paths.dir, &opts.publish).await?;

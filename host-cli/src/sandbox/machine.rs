@@ -89,6 +89,7 @@ pub(super) async fn bring_up(
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
+    record.secret_runner = helper.runner;
     persist(record)?;
     lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
     lifecycle::publish_restored(&record.paths.dir, net).await?;

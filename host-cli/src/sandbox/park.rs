@@ -35,6 +35,7 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     record.qemu = None;
     record.vhost = None;
     record.net_helper = None;
+    record.secret_runner = None;
     record.paused = false;
     record.parked = true;
     record.save()?;
@@ -65,6 +66,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
         record.qemu = None;
         record.vhost = None;
         record.net_helper = None;
+        record.secret_runner = None;
         // The next try publishes the same ports again.
         if let Err(e) = (NetConfig { ports: own_ports(&net), ..net.config.clone() }).save(&record.paths.dir) {
             tracing::warn!("{e}");

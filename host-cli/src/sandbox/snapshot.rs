@@ -295,6 +295,7 @@ pub async fn restore(
     stop_processes(&record, false).await;
     let _ = std::fs::remove_dir_all(record.paths.parked());
     record.net_helper = None;
+    record.secret_runner = None;
     record.qemu = None;
     record.paused = false;
     record.parked = false;

@@ -143,6 +143,9 @@ pub struct Record {
     /// `atoll net-helper` (published ports, the network), once started.
     #[serde(default)]
     pub net_helper: Option<ProcRef>,
+    /// The helper's `atoll secret-runner`, stopped with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_runner: Option<ProcRef>,
     /// The `atoll create` process booting it; a sandbox never announced whose creator is
     /// gone will never become ready.
     #[serde(default)]
@@ -195,6 +198,7 @@ impl Record {
             qemu: None,
             vhost: None,
             net_helper: None,
+            secret_runner: None,
             creator: ProcRef::of(std::process::id()),
             ready: false,
             agent_version: None,
@@ -215,7 +219,7 @@ impl Record {
 
     /// Every host process the sandbox runs on.
     pub fn processes(&self) -> impl Iterator<Item = ProcRef> {
-        [self.qemu, self.vhost, self.net_helper].into_iter().flatten()
+        [self.qemu, self.vhost, self.net_helper, self.secret_runner].into_iter().flatten()
     }
 
     /// Writes the record atomically (an exclusive temp file of a random name, then
@@ -436,6 +440,7 @@ mod tests {
             qemu: ProcRef::of(std::process::id()),
             vhost: None,
             net_helper: None,
+            secret_runner: None,
             creator: None,
             ready: true,
             agent_version: None,

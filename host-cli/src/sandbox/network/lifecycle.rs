@@ -81,8 +81,10 @@ pub async fn wait_ready(child: &mut crate::jail::JailedHelper, dir: &Path) -> Re
 }
 
 /// Stops the helper: SIGTERM (it removes its sockets), SIGKILL after a grace, or at
-/// once with `force`; its jail's watcher follows it.
-pub async fn stop(helper: Option<ProcRef>, force: bool) {
+/// once with `force`; its jail's watcher follows it, and so does its secrets `runner`
+/// (it ends when the helper's end of their pair closes, and is killed if it has not
+/// within the grace).
+pub async fn stop(helper: Option<ProcRef>, runner: Option<ProcRef>, force: bool) {
     if let Some(p) = helper {
         let monitor = crate::jail::monitor_of(&p);
         if force {
@@ -91,6 +93,11 @@ pub async fn stop(helper: Option<ProcRef>, force: bool) {
             p.terminate(STOP_GRACE).await
         }
         crate::jail::end_monitor(monitor).await;
+    }
+    if let Some(r) = runner
+        && !r.wait_gone(STOP_GRACE).await
+    {
+        r.kill().await;
     }
 }
 
