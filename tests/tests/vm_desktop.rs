@@ -418,6 +418,29 @@ fn vm_desktop_browser_loads_a_page_from_the_world() {
     // The request went out through the helper, which logged it.
     let log = text(&atoll.run(&["net", "log", "web"]).stdout);
     assert!(log.contains("allowed.test"), "the helper's audit log lacks the page's host: {log}");
+    // An automation client on the host (in the world's client namespace, where this
+    // atoll publishes its ports) reads the world page's title over CDP, through the
+    // published DevTools forwarder, as Playwright's connect_over_cdp does.
+    let published = atoll.json(&["port", "publish", "web", "9223"]);
+    let addr = published["url"].as_str().unwrap().trim_start_matches("http://").to_string();
+    let title = world
+        .client
+        .spawn_in(move || {
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            let mut page = loop {
+                match cdp::Browser::attach(&addr, "http://allowed.test/page") {
+                    Ok(page) => break page,
+                    Err(e) if std::time::Instant::now() > deadline => {
+                        panic!("the browser's DevTools at {addr}: {e}")
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_secs(1)),
+                }
+            };
+            page.eval("document.title")
+        })
+        .join()
+        .expect("the CDP client's thread");
+    assert_eq!(title, "world page");
 }
 
 /// The guest's page: all green, titled.
