@@ -87,19 +87,19 @@ pub(super) async fn bring_up(
     let started = Instant::now();
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
-    let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
-    record.net_helper = helper.id().and_then(ProcRef::of);
-    record.secret_runner = helper.runner;
-    persist(record)?;
-    lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
-    lifecycle::publish_restored(&record.paths.dir, net).await?;
-    step("network helper up");
-    let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
     // QEMU 7.2 opens guest RAM's file read-write: it gets a private copy (holes stay
-    // holes), so no restored QEMU can change the snapshot for later restores.
+    // holes), so no restored QEMU can change the snapshot for later restores. The copy
+    // is made while the network helper starts (neither needs the other); both are
+    // awaited before either's failure is returned, so nothing is left writing.
     let ram = record.paths.vm.join(PRIVATE_RAM);
-    copy_file(&snap.ram(), &ram)?;
-    step("guest RAM copied");
+    let (from, to) = (snap.ram(), ram.clone());
+    let copying = tokio::task::spawn_blocking(move || copy_file(&from, &to));
+    let helper_up = start_helper(record, persist, net).await;
+    let copied = copying.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    helper_up?;
+    copied?;
+    step("network helper up and guest RAM copied");
+    let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
     let spec = VmSpec {
         id: &record.id,
         name: &record.name,
@@ -145,6 +145,23 @@ pub(super) async fn bring_up(
     }
     step("clock, hostname and randomness set");
     Ok(reached.version)
+}
+
+/// Starts the network helper of a restored `record` as `net` says, recording it (and
+/// its secrets runner) with `persist`, and waits until it serves and has published the
+/// ports.
+async fn start_helper(
+    record: &mut Record,
+    persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    net: &RestoredNet,
+) -> Result<(), SandboxError> {
+    let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
+    record.net_helper = helper.id().and_then(ProcRef::of);
+    record.secret_runner = helper.runner;
+    persist(record)?;
+    lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
+    lifecycle::publish_restored(&record.paths.dir, net).await?;
+    Ok(())
 }
 
 /// The first call on a reached agent, which shows it answers.
