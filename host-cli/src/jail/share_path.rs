@@ -172,8 +172,11 @@ mod tests {
         std::fs::canonicalize(p).unwrap()
     }
 
-    /// Resolves `p`, recording every link met as (link, target).
-    fn walk(p: &Path) -> (Result<PathBuf, WalkError<()>>, Vec<(PathBuf, PathBuf)>) {
+    /// Each link met: (link, target).
+    type Seen = Vec<(PathBuf, PathBuf)>;
+
+    /// Resolves `p`, recording every link met.
+    fn walk(p: &Path) -> (Result<PathBuf, WalkError<()>>, Seen) {
         let mut seen = Vec::new();
         let r = resolve(p, |l: &Link<'_>| {
             seen.push((l.at.clone(), l.target.clone()));

@@ -41,29 +41,8 @@ pub enum MountError {
     #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
     NotCanonical(PathBuf),
     /// The host path goes through a link a sandbox's guest could have put there.
-    #[error(
-        "`{}` goes through a link (`{}` -> `{}`) inside `{}`, which {}: {} could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
-        shown(path),
-        shown(link),
-        shown(target),
-        shown(inside),
-        whose,
-        who
-    )]
-    LinkInShare {
-        /// The host path given.
-        path: PathBuf,
-        /// The link met.
-        link: PathBuf,
-        /// What it points to.
-        target: PathBuf,
-        /// The read-write share (or the state directory) it lies in.
-        inside: PathBuf,
-        /// "sandbox `web` shares read-write", "is the atoll state directory".
-        whose: String,
-        /// "its guest", "a sandbox's processes".
-        who: &'static str,
-    },
+    #[error(transparent)]
+    LinkInShare(Box<LinkInShare>),
     /// The host path is a file.
     #[error("`{}` is not a folder; --mount shares folders (copy single files with `atoll cp`)", .0.display())]
     HostNotDir(PathBuf),
@@ -112,10 +91,37 @@ pub enum MountError {
     Snapshot(String),
 }
 
+/// A host path refused for a link in it that a sandbox could have put there.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`{}` goes through a link (`{}` -> `{}`) inside `{}`, which {}: {} could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
+    shown(path),
+    shown(link),
+    shown(target),
+    shown(inside),
+    whose,
+    who
+)]
+pub struct LinkInShare {
+    /// The host path given.
+    pub path: PathBuf,
+    /// The link met.
+    pub link: PathBuf,
+    /// What it points to.
+    pub target: PathBuf,
+    /// The read-write share (or the state directory) it lies in.
+    pub inside: PathBuf,
+    /// "sandbox `web` shares read-write", "is the atoll state directory".
+    pub whose: String,
+    /// "its guest", "a sandbox's processes".
+    pub who: &'static str,
+}
+
 /// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`, read-only unless it ends in
 /// `:rw` (a guest that can write a folder can plant what host tools run). The host folder must exist; it
-/// is made canonical (absolute, `..` and symlinks resolved), so the folder shared is
-/// the one the user named even if a link moves later.
+/// is made canonical (absolute, `..` and symlinks resolved) by [`canonical_dir`], which
+/// refuses a link a sandbox could have put there, so the folder shared is the one the
+/// user named even if a link moves later.
 pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     let (rest, read_only) = match text.rsplit_once(':') {
         Some((rest, "ro")) => (rest, true),
@@ -139,24 +145,28 @@ pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
 /// before it is followed. Used by both faces' `--mount`/`mounts`, `--allow-mount` and MCP
 /// roots.
 pub fn canonical_dir(host: &Path) -> Result<PathBuf, MountError> {
+    canonical_dir_among(host, walls_of_state)
+}
+
+/// [`canonical_dir`] with the walls `walls_of` gives, asked for only when a link is met.
+fn canonical_dir_among(host: &Path, walls_of: impl Fn() -> Vec<Wall>) -> Result<PathBuf, MountError> {
     use crate::jail::share_path::{WalkError, resolve};
-    // Read only when a link is met.
     let mut walls: Option<Vec<Wall>> = None;
     let judge = |link: &crate::jail::share_path::Link<'_>| {
-        let walls = walls.get_or_insert_with(walls_of_state);
+        let walls = walls.get_or_insert_with(&walls_of);
         match walls
             .iter()
             .find(|w| link.at.starts_with(&w.path) || w.id.is_some_and(|id| link.parents.contains(&id)))
         {
             None => Ok(()),
-            Some(w) => Err(MountError::LinkInShare {
+            Some(w) => Err(MountError::LinkInShare(Box::new(LinkInShare {
                 path: host.into(),
                 link: link.at.clone(),
                 target: link.target.clone(),
                 inside: w.path.clone(),
                 whose: w.whose.clone(),
                 who: w.who,
-            }),
+            }))),
         }
     };
     match resolve(host, judge) {
@@ -429,6 +439,50 @@ mod tests {
             let e = parse_mount(&bad).unwrap_err().to_string();
             assert!(e.contains(what), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn links_in_a_read_write_share_are_refused_before_they_are_followed() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (share, other) = (top.join("share"), top.join("other"));
+        std::fs::create_dir_all(share.join("sub")).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        symlink("/", share.join("sub/out")).unwrap();
+        symlink("/\x1b[2Jx", share.join("esc")).unwrap();
+        symlink(&share, top.join("proj")).unwrap();
+        let meta = std::fs::metadata(&share).unwrap();
+        let wall = |path: &Path| Wall {
+            path: path.into(),
+            id: Some((meta.dev(), meta.ino())),
+            whose: "sandbox `web` shares read-write".into(),
+            who: "its guest",
+        };
+        let asked = top.join("proj/sub/out/etc");
+        let e = canonical_dir_among(&asked, || vec![wall(&share)]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "`{}` goes through a link (`{}` -> `/`) inside `{}`, which sandbox `web` shares read-write: its guest could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
+                asked.display(),
+                share.join("sub/out").display(),
+                share.display()
+            )
+        );
+        // Known by device and inode alone (the share reached under another name).
+        let e = canonical_dir_among(&share.join("sub/out"), || vec![wall(Path::new("/elsewhere"))]);
+        assert!(matches!(e, Err(MountError::LinkInShare(_))), "{e:?}");
+        // A guest's bytes are escaped in the message.
+        let e = canonical_dir_among(&share.join("esc"), || vec![wall(&share)]).unwrap_err().to_string();
+        assert!(e.contains("-> `/\\x1b[2Jx`") && !e.contains('\x1b'), "{e}");
+        // The user's own link outside the share is followed; with no link, no walls are read.
+        assert_eq!(canonical_dir_among(&top.join("proj"), || vec![wall(&share)]).unwrap(), share);
+        let never = || -> Vec<Wall> { panic!("walls read with no link in the path") };
+        assert_eq!(canonical_dir_among(&share.join("sub"), never).unwrap(), share.join("sub"));
+        // No wall: followed as before.
+        assert_eq!(canonical_dir_among(&share.join("sub/out"), Vec::new).unwrap(), PathBuf::from("/"));
+        assert!(canonical_dir_among(&other, || vec![wall(&share)]).is_ok());
     }
 
     #[test]
