@@ -71,6 +71,10 @@ pub fn resolve<E>(
     path: &Path,
     mut judge: impl FnMut(&Link<'_>) -> Result<(), E>,
 ) -> Result<Resolved, WalkError<E>> {
+    // As `realpath`: an empty path names nothing (not the working directory).
+    if path.as_os_str().is_empty() {
+        return Err(WalkError::Missing);
+    }
     let full = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -233,6 +237,7 @@ mod tests {
         assert!(matches!(got, Err(WalkError::Loop)), "{got:?}");
         assert_eq!(seen.len(), MAX_LINKS);
         assert!(matches!(walk(&top.join("nope/x")).0, Err(WalkError::Missing)));
+        assert!(matches!(walk(Path::new("")).0, Err(WalkError::Missing)));
         assert!(matches!(walk(&top.join("file")).0, Err(WalkError::NotDir)));
         assert!(matches!(walk(&top.join("to-file")).0, Err(WalkError::NotDir)));
         assert!(matches!(walk(&top.join("file/..")).0, Err(WalkError::NotDir)));
