@@ -161,6 +161,141 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
     eprintln!("served {served}, refused {}: {refused:?}", refused.len());
 }
 
+/// Runs `atoll ARGS` of `atoll` in a mount namespace of its own (as root) where `from`
+/// is bind-mounted on `on` first: another name for the same folder.
+fn atoll_with_bind(atoll: &Atoll, from: &Path, on: &Path, args: &[&str]) -> std::process::Output {
+    let plain = atoll.command(args);
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        r#"mount --bind "$1" "$2" && shift 2 && exec "$@""#,
+        "sh",
+    ])
+    .arg(from)
+    .arg(on)
+    .arg(plain.get_program())
+    .args(plain.get_args())
+    .env_remove("ATOLL_AGENT")
+    .env_remove("ATOLL_SANDBOX")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    for (k, v) in plain.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    atoll_tests::vm::wait_bounded(cmd.spawn().unwrap(), atoll_tests::vm::HANG_GUARD).expect("atoll hung")
+}
+
+/// A guest, root in sandbox `a`, puts a link to `/` (and one to `/etc`) where its host
+/// user will name a folder for another sandbox: inside its read-write share, at `out`
+/// and `conf`. (Its own `ln -s` lands on the host as a plain file, 9p `mapped-xattr`
+/// keeps guest links in the file; so it moves links the host made into place: a hard
+/// link to a `vendor/sysroot -> /` link of the project's, and `vendor/etc -> /etc`
+/// renamed.) `atoll create --mount <share>/conf:/x:ro`, which would show the second
+/// guest the host's `/etc`, is refused before anything starts, saying which
+/// link, which share and which sandbox; so is a path below the link, the same share
+/// reached through a bind mount (as root), and a link in the state directory. A link the
+/// host made outside any share is followed as before: sandbox `a`'s own share is named
+/// through one, and so is sandbox `b`'s, given while `a` runs.
+#[test]
+fn attack_a_link_to_root_a_guest_plants_in_its_share_is_not_followed_by_a_mount() {
+    use std::os::unix::fs::symlink;
+    let host = tempfile::tempdir().unwrap();
+    let top = std::fs::canonicalize(host.path()).unwrap();
+    let (share, data) = (top.join("share"), top.join("data"));
+    std::fs::create_dir_all(share.join("vendor")).unwrap();
+    std::fs::create_dir(share.join("out")).unwrap();
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("MARKER"), "the data folder\n").unwrap();
+    symlink("/", share.join("vendor/sysroot")).unwrap();
+    symlink("/etc", share.join("vendor/etc")).unwrap();
+    // The user's own links, outside any share.
+    symlink(&share, top.join("proj")).unwrap();
+    symlink("data", top.join("data-link")).unwrap();
+    atoll_tests::vm::own_as_ordinary_user(&share);
+
+    let atoll = Atoll::new();
+    let m_a = format!("{}:/work:rw", top.join("proj").display());
+    atoll.create_with("a", &["--net", "none", "--mount", &m_a]);
+    let info = atoll.json(&["inspect", "a"]);
+    assert_eq!(info["mounts"][0]["host"], share.display().to_string(), "a host link is followed: {info}");
+
+    let plant = "ln -s / /work/guest-link && rmdir /work/out && ln /work/vendor/sysroot /work/out \
+        && mv /work/vendor/etc /work/conf";
+    let (code, out, err) = sh(&atoll, "a", plant);
+    assert_eq!(code, 0, "the guest's plant: {out}{err}");
+    assert!(
+        std::fs::symlink_metadata(share.join("guest-link")).unwrap().is_file(),
+        "a guest symlink is a file"
+    );
+    assert_eq!(
+        std::fs::read_link(share.join("out")).unwrap(),
+        Path::new("/"),
+        "the plant is a host link to /"
+    );
+
+    let before = atoll.sandbox_dirs();
+    let refused = |asked: &Path, err: &str, link: &Path, target: &str| {
+        let want = format!(
+            "`{}` goes through a link (`{}` -> `{target}`) inside `{}`, which sandbox `a` shares read-write: its guest could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
+            asked.display(),
+            link.display(),
+            share.display()
+        );
+        assert!(err.contains(&want), "refusal of {}: {err}", asked.display());
+    };
+    for (asked, link, target) in [
+        (share.join("conf"), "conf", "/etc"),
+        (share.join("out"), "out", "/"),
+        (share.join("out/etc"), "out", "/"),
+        (top.join("proj/out"), "out", "/"),
+    ] {
+        let m = format!("{}:/x:ro", asked.display());
+        let err = atoll.fails(&["create", "--name", "b", "--net", "none", "--mount", &m]);
+        refused(&asked, &err, &share.join(link), target);
+    }
+    if rustix::process::geteuid().is_root() {
+        // The share under another name (a bind mount): known by its device and inode.
+        let alias = top.join("alias");
+        std::fs::create_dir(&alias).unwrap();
+        let m = format!("{}:/x:ro", alias.join("out").display());
+        let out = atoll_with_bind(
+            &atoll,
+            &share,
+            &alias,
+            &["create", "--name", "b", "--net", "none", "--mount", &m],
+        );
+        assert!(!out.status.success(), "created through the alias");
+        refused(&alias.join("out"), &text(&out.stderr), &alias.join("out"), "/");
+    }
+    // A link in the state directory, where sandboxes' processes write.
+    let in_state = atoll.state_dir().join("planted");
+    symlink(&data, &in_state).unwrap();
+    let m = format!("{}:/x:ro", in_state.display());
+    let err = atoll.fails(&["create", "--name", "b", "--net", "none", "--mount", &m]);
+    let state = std::fs::canonicalize(atoll.state_dir()).unwrap();
+    assert!(
+        err.contains(&format!("inside `{}`, which is the atoll state directory", state.display())),
+        "{err}"
+    );
+    std::fs::remove_file(&in_state).unwrap();
+    assert_eq!(atoll.sandbox_dirs(), before, "a refused create left a sandbox directory");
+    assert_eq!(atoll.states(), [("a".to_string(), "running".to_string())]);
+
+    // The user's own link outside every share still shares its target.
+    let m_b = format!("{}:/x:ro", top.join("data-link").display());
+    atoll.create_with("b", &["--net", "none", "--mount", &m_b]);
+    let (code, seen, err) = sh(&atoll, "b", "cat /x/MARKER; test -e /x/etc/passwd && echo HOST-ROOT; true");
+    assert_eq!((code, seen.as_str()), (0, "the data folder\n"), "{err}");
+    atoll.json(&["kill", "a", "b"]);
+}
+
 /// Every entry under `dir` (and `dir` itself): (path, mode, uid, file type).
 fn walk(dir: &Path, out: &mut Vec<(String, u32, u32, std::fs::FileType)>) {
     let meta = std::fs::symlink_metadata(dir).unwrap();

@@ -15,6 +15,8 @@
 //!   mount, PID, IPC and UTS namespaces (the host's network), no capabilities, no
 //!   supplementary groups, only its own sandbox's files.
 //! - [`seccomp`]: the deny-list filter the network helper installs on itself.
+//! - [`share_path`]: a shared folder's path made canonical one component at a time,
+//!   each link judged before it is followed (links a guest could have put there refused).
 //!
 //! QEMU also runs under its own seccomp filter ([`SECCOMP`]); saves and loads hand it
 //! descriptors over QMP (`vmm::migrate`), so it never needs to spawn or open them.
@@ -24,6 +26,7 @@ pub mod env;
 pub mod helper;
 pub mod namespaces;
 pub mod seccomp;
+pub mod share_path;
 pub mod shares;
 pub mod user;
 

@@ -40,6 +40,9 @@ pub enum MountError {
     /// A host path given without `..` and symlinks resolved.
     #[error("host folder `{}` is not canonical; give it as `realpath` prints it", .0.display())]
     NotCanonical(PathBuf),
+    /// The host path goes through a link a sandbox's guest could have put there.
+    #[error(transparent)]
+    LinkInShare(Box<LinkInShare>),
     /// The host path is a file.
     #[error("`{}` is not a folder; --mount shares folders (copy single files with `atoll cp`)", .0.display())]
     HostNotDir(PathBuf),
@@ -88,10 +91,37 @@ pub enum MountError {
     Snapshot(String),
 }
 
+/// A host path refused for a link in it that a sandbox could have put there.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "`{}` goes through a link (`{}` -> `{}`) inside `{}`, which {}: {} could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
+    shown(path),
+    shown(link),
+    shown(target),
+    shown(inside),
+    whose,
+    who
+)]
+pub struct LinkInShare {
+    /// The host path given.
+    pub path: PathBuf,
+    /// The link met.
+    pub link: PathBuf,
+    /// What it points to.
+    pub target: PathBuf,
+    /// The read-write share (or the state directory) it lies in.
+    pub inside: PathBuf,
+    /// "sandbox `web` shares read-write", "is the atoll state directory".
+    pub whose: String,
+    /// "its guest", "a sandbox's processes".
+    pub who: &'static str,
+}
+
 /// One `--mount` as given: `HOSTDIR:GUESTDIR[:ro|:rw]`, read-only unless it ends in
 /// `:rw` (a guest that can write a folder can plant what host tools run). The host folder must exist; it
-/// is made canonical (absolute, `..` and symlinks resolved), so the folder shared is
-/// the one the user named even if a link moves later.
+/// is made canonical (absolute, `..` and symlinks resolved) by [`canonical_dir`], which
+/// refuses a link a sandbox could have put there, so the folder shared is the one the
+/// user named even if a link moves later.
 pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     let (rest, read_only) = match text.rsplit_once(':') {
         Some((rest, "ro")) => (rest, true),
@@ -106,18 +136,107 @@ pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     Ok(Mount { host: canonical_dir(Path::new(host))?, guest: guest_path(guest)?, read_only })
 }
 
-/// A host folder, canonical.
+/// A host folder, canonical (absolute, `.`, `..` and links resolved), resolved one
+/// component at a time ([`crate::jail::share_path`]). A link is followed only if no
+/// sandbox of this state directory could have put it there: one inside a folder that a
+/// sandbox not dead shares read-write (recognised by path, and by device and inode
+/// among the link's folder and the folders above it, so another bind mount of the share
+/// counts too), or inside the state directory, is refused ([`MountError::LinkInShare`]),
+/// before it is followed. Used by both faces' `--mount`/`mounts`, `--allow-mount` and MCP
+/// roots.
 pub fn canonical_dir(host: &Path) -> Result<PathBuf, MountError> {
-    let real = std::fs::canonicalize(host).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            MountError::HostMissing(std::path::absolute(host).unwrap_or(host.into()))
+    canonical_dir_among(host, walls_of_state)
+}
+
+/// [`canonical_dir`] with the walls `walls_of` gives, asked for only when a link is met.
+fn canonical_dir_among(host: &Path, walls_of: impl Fn() -> Vec<Wall>) -> Result<PathBuf, MountError> {
+    use crate::jail::share_path::{WalkError, resolve};
+    let mut walls: Option<Vec<Wall>> = None;
+    let judge = |link: &crate::jail::share_path::Link<'_>| {
+        let walls = walls.get_or_insert_with(&walls_of);
+        match walls
+            .iter()
+            .find(|w| link.at.starts_with(&w.path) || w.id.is_some_and(|id| link.parents.contains(&id)))
+        {
+            None => Ok(()),
+            Some(w) => Err(MountError::LinkInShare(Box::new(LinkInShare {
+                path: host.into(),
+                link: link.at.clone(),
+                target: link.target.clone(),
+                inside: w.path.clone(),
+                whose: w.whose.clone(),
+                who: w.who,
+            }))),
         }
-        kind => MountError::HostUnreadable(host.into(), kind),
-    })?;
-    if !real.is_dir() {
-        return Err(MountError::HostNotDir(host.into()));
+    };
+    match resolve(host, judge) {
+        Ok(found) => Ok(found.path),
+        Err(WalkError::Refused(e)) => Err(e),
+        Err(WalkError::Missing) => {
+            Err(MountError::HostMissing(std::path::absolute(host).unwrap_or(host.into())))
+        }
+        Err(WalkError::NotDir) => Err(MountError::HostNotDir(host.into())),
+        Err(WalkError::Loop) => {
+            Err(MountError::HostUnreadable(host.into(), std::io::Error::from(rustix::io::Errno::LOOP).kind()))
+        }
+        Err(WalkError::Io(e)) => Err(MountError::HostUnreadable(host.into(), e.kind())),
     }
-    Ok(real)
+}
+
+/// A folder no link may lie in: a read-write share of a sandbox, or the state directory.
+struct Wall {
+    path: PathBuf,
+    /// Device and inode, when it could be stat'ed.
+    id: Option<(u64, u64)>,
+    whose: String,
+    who: &'static str,
+}
+
+/// The walls of this user's state directory: the directory itself (sandboxes' QEMU and
+/// network helpers write there) and each read-write share of each sandbox whose record
+/// it holds and that is not dead (parked ones count: they come back with the same
+/// shares). Records are read as [`crate::vmm::state::load_all`] checks them (owned by us,
+/// not links, named for their id); a share counts only with an absolute path, at most
+/// [`MAX_MOUNTS`] of a record. One whose folder cannot be stat'ed now still counts by
+/// its path.
+fn walls_of_state() -> Vec<Wall> {
+    let Ok(state) = crate::vmm::dirs::state_dir() else { return Vec::new() };
+    let stat_id = |p: &Path| rustix::fs::stat(p).ok().map(|st| dev_ino(&st));
+    let mut walls = Vec::new();
+    if let Some(id) = stat_id(&state) {
+        let path = std::fs::canonicalize(&state).unwrap_or(state.clone());
+        walls.push(Wall {
+            path,
+            id: Some(id),
+            whose: "is the atoll state directory".into(),
+            who: "a sandbox's processes",
+        });
+    }
+    for record in crate::vmm::state::load_all(&state).into_iter().flatten() {
+        let dead = !record.parked && record.qemu.is_some_and(|p| !p.is_alive());
+        if dead {
+            continue;
+        }
+        for m in
+            record.storage.mounts.iter().filter(|m| !m.read_only && m.host.is_absolute()).take(MAX_MOUNTS)
+        {
+            walls.push(Wall {
+                path: m.host.clone(),
+                id: stat_id(&m.host),
+                whose: format!(
+                    "sandbox `{}` shares read-write",
+                    crate::output::escape_controls(&record.name)
+                ),
+                who: "its guest",
+            });
+        }
+    }
+    walls
+}
+
+/// A path for a message: control characters escaped (a link's target is the guest's).
+fn shown(p: &Path) -> String {
+    crate::output::escape_controls(&p.to_string_lossy()).into_owned()
 }
 
 /// A guest path: absolute, normalized (no `.`, `..` or empty parts), printable ASCII
@@ -320,6 +439,50 @@ mod tests {
             let e = parse_mount(&bad).unwrap_err().to_string();
             assert!(e.contains(what), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn links_in_a_read_write_share_are_refused_before_they_are_followed() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (share, other) = (top.join("share"), top.join("other"));
+        std::fs::create_dir_all(share.join("sub")).unwrap();
+        std::fs::create_dir(&other).unwrap();
+        symlink("/", share.join("sub/out")).unwrap();
+        symlink("/\x1b[2Jx", share.join("esc")).unwrap();
+        symlink(&share, top.join("proj")).unwrap();
+        let meta = std::fs::metadata(&share).unwrap();
+        let wall = |path: &Path| Wall {
+            path: path.into(),
+            id: Some((meta.dev(), meta.ino())),
+            whose: "sandbox `web` shares read-write".into(),
+            who: "its guest",
+        };
+        let asked = top.join("proj/sub/out/etc");
+        let e = canonical_dir_among(&asked, || vec![wall(&share)]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "`{}` goes through a link (`{}` -> `/`) inside `{}`, which sandbox `web` shares read-write: its guest could have put it there; give the folder's real path (`realpath`), from a folder no sandbox can write",
+                asked.display(),
+                share.join("sub/out").display(),
+                share.display()
+            )
+        );
+        // Known by device and inode alone (the share reached under another name).
+        let e = canonical_dir_among(&share.join("sub/out"), || vec![wall(Path::new("/elsewhere"))]);
+        assert!(matches!(e, Err(MountError::LinkInShare(_))), "{e:?}");
+        // A guest's bytes are escaped in the message.
+        let e = canonical_dir_among(&share.join("esc"), || vec![wall(&share)]).unwrap_err().to_string();
+        assert!(e.contains("-> `/\\x1b[2Jx`") && !e.contains('\x1b'), "{e}");
+        // The user's own link outside the share is followed; with no link, no walls are read.
+        assert_eq!(canonical_dir_among(&top.join("proj"), || vec![wall(&share)]).unwrap(), share);
+        let never = || -> Vec<Wall> { panic!("walls read with no link in the path") };
+        assert_eq!(canonical_dir_among(&share.join("sub"), never).unwrap(), share.join("sub"));
+        // No wall: followed as before.
+        assert_eq!(canonical_dir_among(&share.join("sub/out"), Vec::new).unwrap(), PathBuf::from("/"));
+        assert!(canonical_dir_among(&other, || vec![wall(&share)]).is_ok());
     }
 
     #[test]
