@@ -519,7 +519,6 @@ fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
 /// saying what is wrong with the folder, or its guest sees the real folder; never the
 /// host's root.
 #[test]
-#[ignore = "fails: under this swap every ordinary user's create is refused with bwrap's own error (docs/security.md, Known holes)"]
 fn attack_a_link_to_root_swapped_in_for_an_ordinary_users_share_never_shows_the_host_root() {
     use std::os::unix::fs::chown;
     use std::sync::Arc;

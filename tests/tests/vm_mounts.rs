@@ -139,7 +139,15 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
     let host = tempfile::tempdir().unwrap();
     let dir = host.path().display().to_string();
     let atoll = Atoll::new();
+    // Folders that hold the state directory (`/`, its parent) would show a guest every
+    // sandbox's records and sockets.
+    let state = atoll.state_dir().display().to_string();
+    let state_parent = atoll.state_dir().parent().unwrap().display().to_string();
+    let holds = "holds atoll's state directory";
     for (args, says) in [
+        (vec!["--mount", "/:/host"], holds),
+        (vec!["--mount", &format!("{state_parent}:/host:ro")], holds),
+        (vec!["--mount", &format!("{state}:/host")], holds),
         (vec!["--mount", "/nonexistent/atoll-mount:/work"], "does not exist"),
         (vec!["--mount", &format!("{dir}:work")], "relative"),
         (vec!["--mount", &format!("{dir}:/work"), "--mount", &format!("{dir}:/work/")], "two host folders"),

@@ -84,6 +84,17 @@ pub enum MountError {
         /// The sandbox sharing it.
         sandbox: String,
     },
+    /// A host folder that holds atoll's state directory (`/`, a home folder).
+    #[error(
+        "host folder `{}` holds atoll's state directory `{}` (every sandbox's records, sockets and keys): a guest could reach the other sandboxes through it; share a folder that does not contain it",
+        host.display(), state.display()
+    )]
+    HoldsState {
+        /// The folder.
+        host: PathBuf,
+        /// The state directory.
+        state: PathBuf,
+    },
     /// A snapshot or park of a sandbox with host folders.
     #[error(
         "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `atoll cp`"
@@ -133,7 +144,21 @@ pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
     if host.is_empty() || guest.is_empty() {
         return Err(MountError::Syntax(text.into()));
     }
-    Ok(Mount { host: canonical_dir(Path::new(host))?, guest: guest_path(guest)?, read_only })
+    let host = canonical_dir(Path::new(host))?;
+    not_holding_state(&host)?;
+    Ok(Mount { host, guest: guest_path(guest)?, read_only })
+}
+
+/// Refuses a canonical host folder that is, or holds, this user's state directory
+/// (sharing `/` or a home folder would show a guest every sandbox's records and
+/// sockets, and the MCP token).
+fn not_holding_state(host: &Path) -> Result<(), MountError> {
+    let Ok(state) = crate::vmm::dirs::state_dir() else { return Ok(()) };
+    let state = std::fs::canonicalize(&state).unwrap_or(state);
+    if state.starts_with(host) {
+        return Err(MountError::HoldsState { host: host.into(), state });
+    }
+    Ok(())
 }
 
 /// A host folder, canonical (absolute, `.`, `..` and links resolved), resolved one
@@ -277,6 +302,7 @@ pub fn check(mounts: &[Mount]) -> Result<(), MountError> {
         if canonical_dir(&m.host)? != m.host {
             return Err(MountError::NotCanonical(m.host.clone()));
         }
+        not_holding_state(&m.host)?;
         if guest_path(&m.guest)? != m.guest {
             return Err(MountError::GuestPath { path: m.guest.clone(), why: "is not normalized" });
         }
