@@ -112,6 +112,17 @@ async def test_folders_outside_the_roots_are_refused_naming_the_roots(dirs: Path
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
 
 
+async def test_a_folder_holding_the_state_directory_is_refused_even_inside_a_root(dirs: Path) -> None:
+    """A client whose root holds atoll's state directory still cannot share that folder
+    (its guest would see every sandbox's records and sockets), nor the state directory."""
+    env = {"ATOLL_STATE_DIR": str(dirs / "state")}
+    async with session_with_roots([dirs], env=env) as session:
+        for host in (dirs, dirs / "state"):
+            text = await call_err(session, "sandbox_create", network="none", mounts=[mount(host)])
+            assert "holds atoll's state directory" in text, (host, text)
+        assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
+
+
 async def test_allow_mount_opens_a_folder_for_a_client_without_roots(dirs: Path) -> None:
     env = {"ATOLL_STATE_DIR": str(dirs / "state")}
     allowed = dirs / "outside"
