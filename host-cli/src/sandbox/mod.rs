@@ -392,7 +392,7 @@ pub fn jail_status() -> String {
     crate::jail::describe()
 }
 
-/// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's
+/// The agent's address: `unix://<dir>/net/agent.sock`, the agent link that the sandbox's
 /// `atoll net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
 pub fn agent_address(record: &state::Record) -> Address {
     if record.vhost.is_some() {
@@ -401,7 +401,7 @@ pub fn agent_address(record: &state::Record) -> Address {
         let path = record.paths.dir.join("vm.vsock");
         return Address::HybridVsock { path, port: atoll_proto::limits::DEFAULT_AGENT_PORT };
     }
-    Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
+    Address::Unix(crate::sandbox::network::config::agent_socket_path(&record.paths.dir))
 }
 
 /// The command defaults (an image's Env, WorkingDir, User) of the template the sandbox
