@@ -54,29 +54,21 @@ pub struct Secrets {
     pub private: PathBuf,
 }
 
-/// What bwrap binds into the helper's view, opened by atoll before it starts (bwrap
-/// runs as the helper's user, which may not reach these paths on the host: a root
-/// atoll's state directory is under `/root`).
-#[derive(Debug, Clone, Copy)]
-pub struct Fds {
-    /// The sandbox directory (`O_PATH`).
-    pub dir: i32,
-    /// The atoll program (`O_PATH`).
-    pub exe: i32,
-    /// The sandbox's private directory in the secrets store (`O_PATH`).
-    pub private: Option<i32>,
-    /// A copy of `ATOLL_SECRETS_CA_FILE` (a memfd at offset 0).
-    pub ca: Option<i32>,
-}
-
 /// bwrap's arguments for the helper `exe` of the sandbox in `dir`, up to (not
-/// including) the program, showing it `secrets` ([`secrets`]) through `fds`; bwrap
-/// writes the helper's pid as JSON to `info_fd`. bwrap itself runs as the helper's
-/// user (atoll's, or `atoll` when atoll is root) and makes a user namespace.
-pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, fds: Fds, info_fd: i32) -> Vec<String> {
+/// including) the program, showing it `secrets` ([`secrets`]) and, with `ca`, a copy of
+/// `ATOLL_SECRETS_CA_FILE` ([`ca_copy`]); bwrap writes the helper's pid as JSON to
+/// `info_fd`. With `run_as` (uid, gid: atoll is root), the helper is started as that
+/// user without supplementary groups or capabilities ([`drop_to`]).
+pub fn bwrap_args(
+    exe: &Path,
+    dir: &Path,
+    secrets: Option<&Secrets>,
+    ca: Option<i32>,
+    info_fd: i32,
+    run_as: Option<(u32, u32)>,
+) -> Vec<String> {
     let s = |p: &Path| p.display().to_string();
     let mut a: Vec<String> = [
-        "--unshare-user",
         "--unshare-pid",
         "--as-pid-1",
         "--unshare-ipc",
@@ -90,6 +82,9 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, fds: Fds, i
     ]
     .map(String::from)
     .to_vec();
+    if run_as.is_none() {
+        a.push("--unshare-user".into());
+    }
     for top in ["/lib", "/lib64", "/bin", "/sbin"] {
         match std::fs::read_link(top) {
             Ok(target) => a.extend(["--symlink".into(), s(&target), top.into()]),
@@ -97,12 +92,22 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, fds: Fds, i
             Err(_) => {}
         }
     }
+    // bwrap makes the parents of what it binds 0700 (root's): the helper's user must
+    // pass through them, so they are made first, 0755 (tmpfs directories of its view).
+    let open_dir = |a: &mut Vec<String>, path: Option<&Path>| {
+        if let Some(p) = path.filter(|p| *p != Path::new("/") && !p.as_os_str().is_empty()) {
+            a.extend(["--perms".into(), "0755".into(), "--dir".into(), s(p)]);
+        }
+    };
+    open_dir(&mut a, Some(Path::new("/etc")));
     a.extend(["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"].map(String::from));
     for etc in ETC {
         a.extend(["--ro-bind-try".into(), (*etc).into(), (*etc).into()]);
     }
-    if let (Some(ca), Some(fd)) = (std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()), fds.ca) {
-        a.extend(["--perms".into(), "0444".into(), "--ro-bind-data".into(), fd.to_string(), s(Path::new(&ca))]);
+    if let (Some(path), Some(fd)) = (std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()), ca) {
+        // A copy: the helper's user may not read the file where it is.
+        open_dir(&mut a, Path::new(&path).parent());
+        a.extend(["--perms".into(), "0444".into(), "--ro-bind-data".into(), fd.to_string(), s(Path::new(&path))]);
     }
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
     // The kernel's settings, written by uid: read-only.
@@ -117,27 +122,57 @@ pub fn bwrap_args(exe: &Path, dir: &Path, secrets: Option<&Secrets>, fds: Fds, i
         ]
         .map(String::from),
     );
-    if let (Some(Secrets { state, store, private }), Some(fd)) = (secrets, fds.private) {
-        // The state directory as atoll checks it: private (0700), the helper's own.
+    if let Some(Secrets { state, store, private }) = secrets {
+        // The state directory as atoll checks it: private (0700), the helper's own. Its
+        // parents first, 0755 (`--perms` would apply to them too): the helper's user
+        // passes through them.
+        open_dir(&mut a, state.parent());
         a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(state)]);
         a.extend(["--perms".into(), "0700".into(), "--dir".into(), s(store)]);
-        a.extend(["--bind-fd".into(), fd.to_string(), s(private)]);
+        open_dir(&mut a, private.parent());
+        a.extend(["--bind".into(), s(private), s(private)]);
     }
-    a.extend(["--bind-fd".into(), fds.dir.to_string(), s(dir)]);
-    a.extend(["--ro-bind-fd".into(), fds.exe.to_string(), s(exe)]);
+    open_dir(&mut a, dir.parent());
+    a.extend(["--bind".into(), s(dir), s(dir)]);
+    open_dir(&mut a, exe.parent());
+    a.extend(["--ro-bind".into(), s(exe), s(exe)]);
     a.extend(["--info-fd".into(), info_fd.to_string()]);
-    a.extend(["--cap-drop".into(), "ALL".into()]);
+    match run_as {
+        Some(ids) => a.extend(drop_to(ids, secrets)),
+        None => a.extend(["--cap-drop".into(), "ALL".into()]),
+    }
+    a
+}
+
+/// What runs first in the jail when atoll is root, as root in the helper's own mount
+/// namespace: `sh` gives the state and store directories of the helper's view (bwrap's
+/// tmpfs, not the host's) to the helper's user, who checks them as its own, then
+/// `setpriv` (util-linux) becomes that user (uid and gid), drops every supplementary
+/// group and capability and sets no-new-privileges, and runs the helper.
+fn drop_to((uid, gid): (u32, u32), secrets: Option<&Secrets>) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "/bin/sh",
+        "-c",
+        r#"o=$1; shift; while [ "$1" != -- ]; do chown -h "$o" "$1" || exit 1; shift; done; shift; exec "$@""#,
+        "sh",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.push(format!("{uid}:{gid}"));
+    if let Some(s) = secrets {
+        a.extend([s.state.display().to_string(), s.store.display().to_string()]);
+    }
+    a.push("--".into());
+    a.extend(["setpriv".into(), format!("--reuid={uid}"), format!("--regid={gid}")]);
+    a.extend(
+        ["--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs", "--"]
+            .map(String::from),
+    );
     a
 }
 
 /// The largest `ATOLL_SECRETS_CA_FILE` copied into the helper's view.
 const MAX_CA_BYTES: u64 = 16 << 20;
-
-/// Opens `path` for bwrap to bind (`O_PATH`; a link in its place is refused).
-pub fn open_path(path: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    Ok(rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?)
-}
 
 /// Gives the directory `path` (a link is refused) to `uid`:`gid`, mode 0700.
 pub fn give_dir(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
@@ -205,21 +240,26 @@ mod tests {
             store: "/s/.secrets".into(),
             private: "/s/.secrets/sandboxes/abc".into(),
         };
-        let fds = Fds { dir: 5, exe: 6, private: Some(7), ca: None };
-        let a = bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), fds, 9);
+        let a = bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, None);
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
-        assert!(has(&["--bind-fd", "5", "/s/sandboxes/abc"]));
-        assert!(has(&["--ro-bind-fd", "6", "/opt/atoll"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
+        assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
         assert!(has(&["--unshare-user"]) && has(&["--cap-drop", "ALL"]));
         assert!(has(&["--info-fd", "9"]));
         assert!(!a.iter().any(|x| x == "/s/.secrets/bindings"), "the store is not shown");
         assert!(has(&["--perms", "0700", "--dir", "/s/.secrets"]));
-        assert!(has(&["--bind-fd", "7", "/s/.secrets/sandboxes/abc"]));
+        assert!(has(&["--bind", "/s/.secrets/sandboxes/abc", "/s/.secrets/sandboxes/abc"]));
         assert!(has(&["--perms", "0700", "--dir", "/s"]));
         assert!(has(&["--unshare-ipc"]) && has(&["--unshare-uts"]) && !has(&["--unshare-net"]));
         assert!(has(&["--unshare-pid", "--as-pid-1"]) && has(&["--ro-bind", "/proc/sys", "/proc/sys"]));
         assert!(!a.iter().any(|x| x.contains("kill")), "no capability is kept");
         assert!(!a.iter().any(|x| x == "/home" || x == "/root" || x == "/s/sandboxes"));
         assert!(!a.iter().any(|x| x == "--die-with-parent"), "a sandbox outlives its command");
+
+        // As root: never uid 0; the view's state and store (bwrap's) become the user's.
+        let a = bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, Some((995, 996)));
+        let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
+        assert!(has(&["995:996", "/s", "/s/.secrets", "--", "setpriv", "--reuid=995", "--regid=996", "--clear-groups"]));
+        assert!(has(&["--bounding-set=-all"]) && has(&["--no-new-privs", "--"]) && !has(&["--unshare-user"]));
     }
 }

@@ -139,7 +139,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
     let log_file = crate::vmm::safe_fs::open_append(log)
         .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
-    let child = spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs, None).map_err(|e| match e
+    let child = spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e
     {
             JailError::Process(ProcessError::Spawn { program, source }) => {
                 match attach.share_error(&source) {
@@ -303,17 +303,14 @@ impl JailedHelper {
 
 /// Starts the network helper (`exe args`) of the sandbox in `dir` in its jail
 /// ([`helper`]), detached, with the scrubbed environment, stdout and stderr appended
-/// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, bwrap
-/// and the helper run as the `atoll` system user, without supplementary groups, and
-/// are handed what they need ([`hand_to_helper`]).
+/// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, the
+/// helper runs as the `atoll` system user, without supplementary groups or
+/// capabilities ([`helper::bwrap_args`]), and is handed what it needs
+/// ([`hand_to_helper`]).
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let grant_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| JailError::User(user::UserError::Grant { path, source })
-    };
     let secrets = helper::secrets(dir);
     if let Some(owner) = owner {
         hand_to_helper(dir, secrets.as_ref(), owner)?;
@@ -323,18 +320,9 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let (info_read, info_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
-    let open_path = |p: &Path| helper::open_path(p).map_err(grant_err(p));
-    let dir_fd = open_path(dir)?;
-    let exe_fd = open_path(exe)?;
-    let private_fd = secrets.as_ref().map(|s| open_path(&s.private)).transpose()?;
     let ca_fd = helper::ca_copy().map_err(JailError::Pipe)?;
-    let fds = helper::Fds {
-        dir: dir_fd.as_raw_fd(),
-        exe: exe_fd.as_raw_fd(),
-        private: private_fd.as_ref().map(AsRawFd::as_raw_fd),
-        ca: ca_fd.as_ref().map(AsRawFd::as_raw_fd),
-    };
-    let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), fds, info_write.as_raw_fd());
+    let ca = ca_fd.as_ref().map(AsRawFd::as_raw_fd);
+    let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), ca, info_write.as_raw_fd(), owner);
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
     // `--from-command` secrets are run outside the jail by a runner of their own
@@ -352,19 +340,16 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         &[runner_end.as_raw_fd()],
         shares::Attach::default(),
         Vec::new(),
-        None,
     )?;
     drop(runner_end);
     let runner = runner.id().and_then(ProcRef::of);
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
-    let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd(), dir_fd.as_raw_fd(), exe_fd.as_raw_fd()];
-    keep.extend(fds.private);
-    keep.extend(fds.ca);
-    let child =
-        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs, owner)?;
+    let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
+    keep.extend(ca);
+    let child = spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)?;
     drop(info_write);
     drop(helper_end);
-    drop((dir_fd, exe_fd, private_fd, ca_fd));
+    drop(ca_fd);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read)
         .map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
@@ -440,10 +425,8 @@ fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
 /// Starts `program args` in a new session with stdin closed, stdout and stderr
 /// appended to `log` (open to append), exactly the environment `env`, `keep`
 /// (descriptors the child inherits) left open across exec, the shares made `noexec` in
-/// a mount namespace of its own ([`shares::Attach`]), the child moved into the cgroups
-/// whose `cgroup.procs` are `procs` before it runs anything, and, with `as_user`
-/// (uid, gid), as that user without supplementary groups.
-#[allow(clippy::too_many_arguments)]
+/// a mount namespace of its own ([`shares::Attach`]), and the child moved into the
+/// cgroups whose `cgroup.procs` are `procs` before it runs anything.
 fn spawn(
     program: &Path,
     args: &[String],
@@ -452,15 +435,10 @@ fn spawn(
     keep: &[i32],
     attach: shares::Attach,
     procs: Vec<OwnedFd>,
-    as_user: Option<(u32, u32)>,
 ) -> Result<tokio::process::Child, JailError> {
     let clone = || log.try_clone().map_err(JailError::Pipe);
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(clone()?).stderr(clone()?);
-    if let Some((uid, gid)) = as_user {
-        // std drops root's supplementary groups (setgroups(0)) before setuid.
-        cmd.uid(uid).gid(gid);
-    }
     let keep = keep.to_vec();
     let proc_fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: only async-signal-safe calls run between fork and exec (setsid, fcntl,
