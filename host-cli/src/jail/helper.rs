@@ -104,10 +104,17 @@ pub fn bwrap_args(
     for etc in ETC {
         a.extend(["--ro-bind-try".into(), (*etc).into(), (*etc).into()]);
     }
-    if let (Some(path), Some(fd)) = (std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()), ca) {
+    if let (Some(path), Some(fd)) = (std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()), ca)
+    {
         // A copy: the helper's user may not read the file where it is.
         open_dir(&mut a, Path::new(&path).parent());
-        a.extend(["--perms".into(), "0444".into(), "--ro-bind-data".into(), fd.to_string(), s(Path::new(&path))]);
+        a.extend([
+            "--perms".into(),
+            "0444".into(),
+            "--ro-bind-data".into(),
+            fd.to_string(),
+            s(Path::new(&path)),
+        ]);
     }
     a.extend(["--dev", "/dev", "--proc", "/proc", "--chdir", "/"].map(String::from));
     // The kernel's settings, written by uid: read-only.
@@ -165,8 +172,15 @@ fn drop_to((uid, gid): (u32, u32), secrets: Option<&Secrets>) -> Vec<String> {
     a.push("--".into());
     a.extend(["setpriv".into(), format!("--reuid={uid}"), format!("--regid={gid}")]);
     a.extend(
-        ["--clear-groups", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--no-new-privs", "--"]
-            .map(String::from),
+        [
+            "--clear-groups",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+            "--no-new-privs",
+            "--",
+        ]
+        .map(String::from),
     );
     a
 }
@@ -191,7 +205,12 @@ pub fn give_dir(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 pub fn open_log(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     use std::os::unix::fs::MetadataExt;
-    let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let flags = OFlags::WRONLY
+        | OFlags::APPEND
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::CLOEXEC;
     let file = std::fs::File::from(rustix::fs::open(path, flags, Mode::from_raw_mode(0o600))?);
     let meta = file.metadata()?;
     if !meta.is_file() || meta.nlink() != 1 {
@@ -240,7 +259,8 @@ mod tests {
             store: "/s/.secrets".into(),
             private: "/s/.secrets/sandboxes/abc".into(),
         };
-        let a = bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, None);
+        let a =
+            bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, None);
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
         assert!(has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
         assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
@@ -257,9 +277,25 @@ mod tests {
         assert!(!a.iter().any(|x| x == "--die-with-parent"), "a sandbox outlives its command");
 
         // As root: never uid 0; the view's state and store (bwrap's) become the user's.
-        let a = bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, Some((995, 996)));
+        let a = bwrap_args(
+            Path::new("/opt/atoll"),
+            Path::new("/s/sandboxes/abc"),
+            Some(&secrets),
+            None,
+            9,
+            Some((995, 996)),
+        );
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
-        assert!(has(&["995:996", "/s", "/s/.secrets", "--", "setpriv", "--reuid=995", "--regid=996", "--clear-groups"]));
+        assert!(has(&[
+            "995:996",
+            "/s",
+            "/s/.secrets",
+            "--",
+            "setpriv",
+            "--reuid=995",
+            "--regid=996",
+            "--clear-groups"
+        ]));
         assert!(has(&["--bounding-set=-all"]) && has(&["--no-new-privs", "--"]) && !has(&["--unshare-user"]));
     }
 }

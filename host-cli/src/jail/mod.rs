@@ -139,8 +139,8 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
     let log_file = crate::vmm::safe_fs::open_append(log)
         .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
-    let child = spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e
-    {
+    let child =
+        spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
             JailError::Process(ProcessError::Spawn { program, source }) => {
                 match attach.share_error(&source) {
                     Some(share) => share.into(),
@@ -315,7 +315,8 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     if let Some(owner) = owner {
         hand_to_helper(dir, secrets.as_ref(), owner)?;
     }
-    let log_file = helper::open_log(log, owner).map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
+    let log_file = helper::open_log(log, owner)
+        .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
     let group = cgroup::Cgroup::prepare_helper(&id)?;
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let (info_read, info_write) =
@@ -346,7 +347,8 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
     let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
     keep.extend(ca);
-    let child = spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)?;
+    let child =
+        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)?;
     drop(info_write);
     drop(helper_end);
     drop(ca_fd);
@@ -382,7 +384,10 @@ fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u3
             .map_err(|source| JailError::User(user::UserError::Grant { path: path.to_path_buf(), source }))
     };
     crate::sandbox::network::config::prepare_net_dir(dir, Some(owner)).map_err(|source| {
-        JailError::User(user::UserError::Grant { path: crate::sandbox::network::config::net_dir(dir), source })
+        JailError::User(user::UserError::Grant {
+            path: crate::sandbox::network::config::net_dir(dir),
+            source,
+        })
     })?;
     if let Some(s) = secrets {
         give(&s.private)?;

@@ -91,7 +91,10 @@ pub fn open_hostile(path: &Path) -> std::io::Result<std::fs::File> {
     if meta.nlink() != 1 || !trusted_owner(meta.uid()) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
-            format!("{} has another name or an owner atoll does not trust; it was not written by atoll", path.display()),
+            format!(
+                "{} has another name or an owner atoll does not trust; it was not written by atoll",
+                path.display()
+            ),
         ));
     }
     Ok(f)
