@@ -238,7 +238,7 @@ mod tests {
         std::fs::hard_link(&victim, &json).unwrap();
         assert!(NetConfig::load(d.path()).is_err(), "a file with another name is read");
         std::fs::remove_file(&json).unwrap();
-        std::fs::write(&json, vec![b' '; MAX_JSON_BYTES as usize + 1]).unwrap();
+        std::fs::write(&json, vec![b' '; usize::try_from(MAX_JSON_BYTES).unwrap() + 1]).unwrap();
         assert!(NetConfig::load(d.path()).is_err(), "an oversized file is read");
         std::fs::remove_file(&json).unwrap();
         rustix::fs::mknodat(
