@@ -273,7 +273,9 @@ mod tests {
         assert!(has(&["--unshare-ipc"]) && has(&["--unshare-uts"]) && !has(&["--unshare-net"]));
         assert!(has(&["--unshare-pid", "--as-pid-1"]) && has(&["--ro-bind", "/proc/sys", "/proc/sys"]));
         assert!(!a.iter().any(|x| x.contains("kill")), "no capability is kept");
-        assert!(!a.iter().any(|x| x == "/home" || x == "/root" || x == "/s/sandboxes"));
+        assert!(!a.iter().any(|x| x == "/home" || x == "/root"));
+        // Other sandboxes stay out: their parent is an empty directory of the view.
+        assert!(!has(&["--bind", "/s/sandboxes", "/s/sandboxes"]) && has(&["--dir", "/s/sandboxes"]));
         assert!(!a.iter().any(|x| x == "--die-with-parent"), "a sandbox outlives its command");
 
         // As root: never uid 0; the view's state and store (bwrap's) become the user's.
