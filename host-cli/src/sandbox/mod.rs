@@ -410,7 +410,7 @@ pub fn agent_address(record: &state::Record) -> Address {
 /// the template's `template.json`), never from the guest.
 pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandDefaults> {
     let Address::Unix(socket) = addr else { return None };
-    let dir = socket.parent()?;
+    let dir = crate::sandbox::network::config::sandbox_dir_of_agent_socket(socket)?;
     let record: state::Record =
         serde_json::from_slice(&std::fs::read(dir.join(state::RECORD_FILE)).ok()?).ok()?;
     let template = template_defaults(&record);

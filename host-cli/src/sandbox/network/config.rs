@@ -36,6 +36,12 @@ pub fn agent_socket_path(dir: &Path) -> PathBuf {
     net_dir(dir).join(crate::vmm::agent_link::AGENT_SOCKET)
 }
 
+/// The sandbox directory whose agent link is `socket` (`<dir>/net/agent.sock`).
+pub fn sandbox_dir_of_agent_socket(socket: &Path) -> Option<&Path> {
+    let net = socket.parent()?;
+    (net.file_name()? == NET_DIR).then(|| net.parent()).flatten()
+}
+
 /// The Unix socket QEMU's NIC connects to (`-netdev stream`), in the part of the
 /// sandbox directory QEMU sees.
 pub fn frames_path(dir: &Path) -> PathBuf {
@@ -206,6 +212,13 @@ pub fn chown_file(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_socket_names_its_sandbox_directory() {
+        let dir = Path::new("/s/sandboxes/abc");
+        assert_eq!(sandbox_dir_of_agent_socket(&agent_socket_path(dir)), Some(dir));
+        assert_eq!(sandbox_dir_of_agent_socket(Path::new("/tmp/agent.sock")), None);
+    }
 
     #[test]
     fn round_trips_and_a_damaged_file_says_what_to_do() {
