@@ -457,6 +457,39 @@ fn helper_cannot_touch_what_atoll_trusts(atoll: &Atoll, id: &str, helper: u64) {
     assert!(out.contains("NET-OWN"), "the helper lost its own directory: {out}{err}");
     assert_eq!(sha256(&dir.join("sandbox.json")), record_before, "sandbox.json changed");
     assert!(!dir.join("planted").exists() && dir.join("net").is_dir() && dir.join("vm").is_dir());
+    helper_plants_are_not_read_as_atolls(atoll, &dir, helper);
+}
+
+/// `net.json` is the helper's to write, so root atoll reads it as hostile: a link the
+/// helper puts in its place (to a root-only file atoll would show) is not followed, and a
+/// FIFO there is not waited on.
+fn helper_plants_are_not_read_as_atolls(atoll: &Atoll, dir: &Path, helper: u64) {
+    let info = || {
+        let out = wait_bounded(atoll.command(&["--json", "info", "jailed"]).spawn().unwrap(), HANG_GUARD)
+            .expect("atoll info hung on what the helper planted");
+        text(&out.stdout) + &text(&out.stderr)
+    };
+    let json = dir.join("net/net.json");
+    let saved = std::fs::read(&json).unwrap();
+    let owner = std::fs::metadata(&json).unwrap();
+    let decoy = dir.join("decoy-net.json");
+    std::fs::write(&decoy, r#"{"network":"none","policy":{"allow_out":["decoy.example"]},"ports":[]}"#)
+        .unwrap();
+    // What atoll shows when it reads that content (a file of its own in the place).
+    std::fs::copy(&decoy, &json).unwrap();
+    assert!(info().contains("decoy.example"), "the decoy would not show: {}", info());
+    let d = dir.display();
+    let (code, out, err) =
+        as_qemu(helper, &format!("rm -f {d}/net/net.json && ln -s ../decoy-net.json {d}/net/net.json"));
+    assert_eq!(code, Some(0), "the helper could not plant a link in its own directory: {out}{err}");
+    assert!(!info().contains("decoy.example"), "atoll followed the helper's link: {}", info());
+    let (code, out, err) = as_qemu(helper, &format!("rm -f {d}/net/net.json && mkfifo {d}/net/net.json"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let _ = info();
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(&decoy).unwrap();
+    std::fs::write(&json, saved).unwrap();
+    std::os::unix::fs::chown(&json, Some(owner.uid()), Some(owner.gid())).unwrap();
 }
 
 fn sha256(path: &Path) -> String {
