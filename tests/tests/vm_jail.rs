@@ -486,6 +486,21 @@ fn helper_plants_are_not_read_as_atolls(atoll: &Atoll, dir: &Path, helper: u64) 
     let (code, out, err) = as_qemu(helper, &format!("rm -f {d}/net/net.json && mkfifo {d}/net/net.json"));
     assert_eq!(code, Some(0), "{out}{err}");
     let _ = info();
+    // The agent link's socket, moved aside by the helper and a link to it put in its
+    // place: root atoll's client refuses the link (it could name any socket root can
+    // reach) instead of following it.
+    let exec = || atoll.run(&["-s", "jailed", "exec", "--", "true"]);
+    assert!(exec().status.success(), "exec before the plant: {}", text(&exec().stderr));
+    let plant = format!("mv {d}/net/agent.sock {d}/net/agent.real && ln -s agent.real {d}/net/agent.sock");
+    let (code, out, err) = as_qemu(helper, &plant);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let refused = exec();
+    assert!(!refused.status.success(), "atoll followed the helper's link to a socket");
+    assert!(text(&refused.stderr).contains("not a socket"), "{}", text(&refused.stderr));
+    let restore = format!("rm {d}/net/agent.sock && mv {d}/net/agent.real {d}/net/agent.sock");
+    let (code, out, err) = as_qemu(helper, &restore);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(exec().status.success(), "exec after the plant: {}", text(&exec().stderr));
     std::fs::remove_file(&json).unwrap();
     std::fs::remove_file(&decoy).unwrap();
     std::fs::write(&json, saved).unwrap();
