@@ -58,7 +58,7 @@ pub struct Secrets {
 /// including) the program, showing it `secrets` ([`secrets`]) and, with `ca`, a copy of
 /// `ATOLL_SECRETS_CA_FILE` ([`ca_copy`]); bwrap writes the helper's pid as JSON to
 /// `info_fd`. With `run_as` (uid, gid: atoll is root), the helper is started as that
-/// user without supplementary groups or capabilities ([`drop_to`]).
+/// user without supplementary groups or capabilities (`drop_to`).
 pub fn bwrap_args(
     exe: &Path,
     dir: &Path,
@@ -229,7 +229,7 @@ pub fn open_log(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<std::
 /// A copy of `ATOLL_SECRETS_CA_FILE` (the roots the secrets swap trusts besides the
 /// system's) for bwrap to put in the helper's view: the helper's user may not read the
 /// file where it is. `None` when unset or unreadable (the helper then says so, as
-/// unjailed); at most [`MAX_CA_BYTES`].
+/// unjailed); at most 16 MiB.
 pub fn ca_copy() -> std::io::Result<Option<std::os::fd::OwnedFd>> {
     use std::io::{Read, Seek, Write};
     let Some(path) = std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()) else {

@@ -306,7 +306,7 @@ impl JailedHelper {
 /// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, the
 /// helper runs as the `atoll` system user, without supplementary groups or
 /// capabilities ([`helper::bwrap_args`]), and is handed what it needs
-/// ([`hand_to_helper`]).
+/// (`hand_to_helper`).
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
