@@ -413,8 +413,14 @@ pub async fn dial(addr: &Address) -> Result<AgentStream, ConnectError> {
     };
     match addr {
         Address::Unix(path) => {
-            let s = tokio::net::UnixStream::connect(path).await.map_err(|e| failed(e, Some(path)))?;
-            Ok(AgentStream::Unix(s))
+            // A sandbox's agent link lies in its network helper's own directory, which a
+            // helper taken over by its guest can write: a link planted there is refused.
+            let s = if crate::sandbox::network::config::sandbox_dir_of_agent_socket(path).is_some() {
+                crate::vmm::safe_fs::connect_unix(path).await
+            } else {
+                tokio::net::UnixStream::connect(path).await
+            };
+            Ok(AgentStream::Unix(s.map_err(|e| failed(e, Some(path)))?))
         }
         Address::HybridVsock { path, port } => {
             // A guest restored from a snapshot can still hold vsock sockets of connections

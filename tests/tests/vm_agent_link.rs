@@ -29,7 +29,7 @@ fn vm_agent_link_serves_a_vm_its_snapshot_and_a_replugged_fork() {
     let src_dir = dir_of(&atoll, "src");
     assert_eq!(
         created["address"].as_str(),
-        Some(format!("unix://{}", src_dir.join("agent.sock").display()).as_str()),
+        Some(format!("unix://{}", src_dir.join("net/agent.sock").display()).as_str()),
         "a sandbox's agent address is its agent link"
     );
     assert_eq!(

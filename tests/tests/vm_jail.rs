@@ -135,7 +135,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 
     // Every socket of the sandbox is 0600, whatever QEMU's umask.
-    for socket in ["vm/qmp.sock", "vm/agent.port", "net.ctl", "agent.sock"] {
+    for socket in ["vm/qmp.sock", "vm/agent.port", "net/net.ctl", "net/agent.sock"] {
         let mode = std::fs::symlink_metadata(atoll.state_dir().join(&id).join(socket)).unwrap().mode();
         assert_eq!(mode & 0o7777, 0o600, "{socket} has mode {:o}", mode & 0o7777);
     }
@@ -332,6 +332,31 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     }
     if rustix::process::geteuid().is_root() {
         assert_eq!(status_field(helper, "Groups"), "", "the helper keeps root's supplementary groups");
+        // Never root: the `atoll` system user, its own group.
+        for key in ["Uid", "Gid"] {
+            let ids = status_field(helper, key);
+            assert!(ids.split_whitespace().all(|i| i != "0"), "the helper's {key}s: {ids}");
+        }
+        helper_cannot_touch_what_atoll_trusts(atoll, id, helper);
+    }
+    // Its own cgroup beside the sandbox's, where the host has a writable tree.
+    let cgroups = std::fs::read_to_string(format!("/proc/{helper}/cgroup")).unwrap();
+    let suffix = format!("/atoll/{id}.net");
+    let v1 = Path::new("/sys/fs/cgroup/memory/atoll").is_dir();
+    let v2 = Path::new("/sys/fs/cgroup/atoll").is_dir() && !v1;
+    if v1 || v2 {
+        let line = cgroups
+            .lines()
+            .find(|l| if v1 { l.split(':').nth(1) == Some("memory") } else { l.starts_with("0::") })
+            .unwrap_or_else(|| panic!("no memory cgroup line: {cgroups}"));
+        assert!(line.ends_with(&suffix), "the helper is not in its own cgroup: {cgroups}");
+        let limit = if v1 {
+            Path::new("/sys/fs/cgroup/memory").join(format!("atoll/{id}.net/memory.limit_in_bytes"))
+        } else {
+            Path::new("/sys/fs/cgroup").join(format!("atoll/{id}.net/memory.max"))
+        };
+        let limit: u64 = std::fs::read_to_string(&limit).unwrap().trim().parse().unwrap();
+        assert!((256 << 20..=2 << 30).contains(&limit), "the helper's memory limit {limit}");
     }
     for ns in ["mnt", "pid", "ipc", "uts"] {
         let theirs = std::fs::read_link(format!("/proc/{helper}/ns/{ns}")).unwrap();
@@ -360,7 +385,7 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     let (s, dir) = (state.display(), state.join(id));
     let script = format!(
         "for p in /root /home; do [ -e $p ] && echo \"SEES $p: $(ls -A $p | tr '\\n' ' ')\"; done
-         [ -r {dir}/net.json ] && [ -S {dir}/agent.sock ] && echo SEES-OWN
+         [ -r {dir}/net/net.json ] && [ -S {dir}/net/agent.sock ] && echo SEES-OWN
          [ -e {s}/decoy ] && echo SEES-OTHER-SANDBOX
          [ -e {s}/.secrets/sandboxes/decoy ] && echo SEES-OTHER-CA
          [ -d {s}/.secrets/sandboxes/{id} ] && echo SEES-OWN-SECRETS
@@ -400,6 +425,86 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
     std::fs::remove_dir_all(store.join("sandboxes/decoy")).unwrap();
     std::fs::remove_file(own_bindings).unwrap();
     std::fs::remove_file(stored).unwrap();
+}
+
+/// From a compromised helper's seat (its mount namespace, its uid and gid, no groups
+/// or capabilities), atoll's own files of the sandbox cannot be written, replaced or
+/// removed, nor can anything be made beside them: `sandbox.json` (pids root atoll
+/// signals, paths it uses), the sandbox directory itself, `vm/`'s entry. Each attempt
+/// fails with EACCES or EPERM, and the record is unchanged on the host.
+fn helper_cannot_touch_what_atoll_trusts(atoll: &Atoll, id: &str, helper: u64) {
+    let dir = atoll.state_dir().join(id);
+    let record_before = sha256(&dir.join("sandbox.json"));
+    let d = dir.display();
+    let script = format!(
+        r#"for op in "echo x >> {d}/sandbox.json" "cat {d}/sandbox.json" "ln -sf /etc/passwd {d}/sandbox.json" \
+              "rm -f {d}/sandbox.json" "touch {d}/planted" "mv {d}/net {d}/net.old" "mv {d}/vm {d}/vm.old" \
+              "chmod 0777 {d}" "mkdir {d}/parked"; do
+             if err=$(sh -c "$op" 2>&1); then echo "DID: $op"; else echo "REFUSED: $op: $err"; fi
+           done
+           ls {d}/net/net.json >/dev/null && echo NET-OWN"#
+    );
+    let (_, out, err) = as_qemu(helper, &script);
+    assert!(!out.contains("DID:"), "the helper changed atoll's files: {out}{err}");
+    let refused: Vec<&str> = out.lines().filter(|l| l.starts_with("REFUSED:")).collect();
+    assert_eq!(refused.len(), 9, "{out}{err}");
+    for line in refused {
+        assert!(
+            line.contains("Permission denied") || line.contains("Operation not permitted"),
+            "refused for another reason than EACCES/EPERM: {line}"
+        );
+    }
+    assert!(out.contains("NET-OWN"), "the helper lost its own directory: {out}{err}");
+    assert_eq!(sha256(&dir.join("sandbox.json")), record_before, "sandbox.json changed");
+    assert!(!dir.join("planted").exists() && dir.join("net").is_dir() && dir.join("vm").is_dir());
+    helper_plants_are_not_read_as_atolls(atoll, &dir, helper);
+}
+
+/// `net.json` is the helper's to write, so root atoll reads it as hostile: a link the
+/// helper puts in its place (to a root-only file atoll would show) is not followed, and a
+/// FIFO there is not waited on.
+fn helper_plants_are_not_read_as_atolls(atoll: &Atoll, dir: &Path, helper: u64) {
+    let info = || {
+        let out = wait_bounded(atoll.command(&["--json", "info", "jailed"]).spawn().unwrap(), HANG_GUARD)
+            .expect("atoll info hung on what the helper planted");
+        text(&out.stdout) + &text(&out.stderr)
+    };
+    let json = dir.join("net/net.json");
+    let saved = std::fs::read(&json).unwrap();
+    let owner = std::fs::metadata(&json).unwrap();
+    let decoy = dir.join("decoy-net.json");
+    std::fs::write(&decoy, r#"{"network":"none","policy":{"allow_out":["decoy.example"]},"ports":[]}"#)
+        .unwrap();
+    // What atoll shows when it reads that content (a file of its own in the place).
+    std::fs::copy(&decoy, &json).unwrap();
+    assert!(info().contains("decoy.example"), "the decoy would not show: {}", info());
+    let d = dir.display();
+    let (code, out, err) =
+        as_qemu(helper, &format!("rm -f {d}/net/net.json && ln -s ../decoy-net.json {d}/net/net.json"));
+    assert_eq!(code, Some(0), "the helper could not plant a link in its own directory: {out}{err}");
+    assert!(!info().contains("decoy.example"), "atoll followed the helper's link: {}", info());
+    let (code, out, err) = as_qemu(helper, &format!("rm -f {d}/net/net.json && mkfifo {d}/net/net.json"));
+    assert_eq!(code, Some(0), "{out}{err}");
+    let _ = info();
+    // The agent link's socket, moved aside by the helper and a link to it put in its
+    // place: root atoll's client refuses the link (it could name any socket root can
+    // reach) instead of following it.
+    let exec = || atoll.run(&["-s", "jailed", "exec", "--", "true"]);
+    assert!(exec().status.success(), "exec before the plant: {}", text(&exec().stderr));
+    let plant = format!("mv {d}/net/agent.sock {d}/net/agent.real && ln -s agent.real {d}/net/agent.sock");
+    let (code, out, err) = as_qemu(helper, &plant);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let refused = exec();
+    assert!(!refused.status.success(), "atoll followed the helper's link to a socket");
+    assert!(text(&refused.stderr).contains("not a socket"), "{}", text(&refused.stderr));
+    let restore = format!("rm {d}/net/agent.sock && mv {d}/net/agent.real {d}/net/agent.sock");
+    let (code, out, err) = as_qemu(helper, &restore);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(exec().status.success(), "exec after the plant: {}", text(&exec().stderr));
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(&decoy).unwrap();
+    std::fs::write(&json, saved).unwrap();
+    std::os::unix::fs::chown(&json, Some(owner.uid()), Some(owner.gid())).unwrap();
 }
 
 fn sha256(path: &Path) -> String {

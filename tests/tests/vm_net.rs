@@ -243,7 +243,7 @@ fn vm_net_default_policy_allowlist_live_set_and_audit_log() {
     }
     let _ = flooding.wait();
     let helper_log = std::fs::read_to_string(
-        atoll.state_dir().join(created["id"].as_str().unwrap()).join("net-helper.log"),
+        atoll.state_dir().join(created["id"].as_str().unwrap()).join("net/net-helper.log"),
     )
     .unwrap_or_default();
     assert!(helper_log.len() < 64 * 1024, "net-helper.log grew to {} bytes", helper_log.len());

@@ -14,6 +14,13 @@ use std::path::{Path, PathBuf};
 pub const OVERHEAD_MIB: u64 = 512;
 /// Most tasks (threads included) one sandbox's QEMU may have.
 pub const PIDS_MAX: u32 = 512;
+/// The memory of a sandbox's network helper: its stack's buffers at most (1024 flows of
+/// 384 KiB, 384 MiB), DNS and the TLS of the secrets swap, and the program.
+pub const HELPER_MEMORY_MIB: u64 = 768;
+/// Most tasks (threads included) a network helper may have.
+pub const HELPER_PIDS_MAX: u32 = 256;
+/// The suffix of a network helper's group, beside its sandbox's (`<id>.net`).
+const HELPER_SUFFIX: &str = ".net";
 /// The v1 controllers used, each its own hierarchy.
 const V1: [&str; 3] = ["memory", "pids", "cpu"];
 /// Where cgroups are mounted.
@@ -94,8 +101,22 @@ impl Cgroup {
     /// Makes (or reuses) the group of sandbox `id` with its limits; `None` when this
     /// host has no writable cgroup tree (the sandbox then runs without one).
     pub fn prepare(id: &str, memory_mib: u32, cpus: u32) -> Result<Option<Cgroup>, CgroupError> {
+        let memory = (u64::from(memory_mib) + OVERHEAD_MIB) << 20;
+        Cgroup::make(id, memory, PIDS_MAX, cpus)
+    }
+
+    /// Makes (or reuses) the group of sandbox `id`'s network helper, `<id>.net` beside
+    /// the sandbox's: its own limits ([`HELPER_MEMORY_MIB`], [`HELPER_PIDS_MAX`], one
+    /// vCPU's weight), so that a helper taken over by its guest meets them and not the
+    /// host's, and cannot spend QEMU's (an OOM there ends the helper, not the guest).
+    /// `None` without a writable tree, as for QEMU.
+    pub fn prepare_helper(id: &str) -> Result<Option<Cgroup>, CgroupError> {
+        Cgroup::make(&format!("{id}{HELPER_SUFFIX}"), HELPER_MEMORY_MIB << 20, HELPER_PIDS_MAX, 1)
+    }
+
+    fn make(name: &str, memory: u64, pids: u32, cpus: u32) -> Result<Option<Cgroup>, CgroupError> {
         let Ok((kind, parents)) = parents() else { return Ok(None) };
-        let dirs: Vec<PathBuf> = parents.iter().map(|p| p.join(id)).collect();
+        let dirs: Vec<PathBuf> = parents.iter().map(|p| p.join(name)).collect();
         for d in &dirs {
             if let Err(source) = std::fs::create_dir(d)
                 && source.kind() != std::io::ErrorKind::AlreadyExists
@@ -103,23 +124,22 @@ impl Cgroup {
                 return Err(CgroupError::Write { path: d.clone(), source });
             }
         }
-        let memory = (u64::from(memory_mib) + OVERHEAD_MIB) << 20;
         let limits: Vec<(PathBuf, String)> = match kind {
             Kind::V2 => vec![
                 (dirs[0].join("memory.max"), memory.to_string()),
-                (dirs[0].join("pids.max"), PIDS_MAX.to_string()),
+                (dirs[0].join("pids.max"), pids.to_string()),
                 (dirs[0].join("cpu.weight"), (100 * cpus).clamp(1, 10_000).to_string()),
             ],
             Kind::V1 => vec![
                 (dirs[0].join("memory.limit_in_bytes"), memory.to_string()),
-                (dirs[1].join("pids.max"), PIDS_MAX.to_string()),
+                (dirs[1].join("pids.max"), pids.to_string()),
                 (dirs[2].join("cpu.shares"), (1024 * cpus).clamp(2, 262_144).to_string()),
             ],
         };
         let group = Cgroup { dirs };
         for (path, value) in limits {
             if let Err(source) = std::fs::write(&path, value) {
-                remove(id);
+                remove_group(&parents, name);
                 return Err(CgroupError::Write { path, source });
             }
         }
@@ -143,11 +163,17 @@ impl Cgroup {
     }
 }
 
-/// Removes sandbox `id`'s group once its processes are gone (bwrap may take a moment
-/// to follow QEMU out); leaves it, with a warning, if something still runs in it.
+/// Removes sandbox `id`'s group and its helper's once their processes are gone (bwrap
+/// may take a moment to follow QEMU out); leaves one, with a warning, if something
+/// still runs in it.
 pub fn remove(id: &str) {
     let Ok((_, parents)) = parents() else { return };
-    for dir in parents.iter().map(|p| p.join(id)) {
+    remove_group(&parents, id);
+    remove_group(&parents, &format!("{id}{HELPER_SUFFIX}"));
+}
+
+fn remove_group(parents: &[PathBuf], name: &str) {
+    for dir in parents.iter().map(|p| p.join(name)) {
         for tries in 0.. {
             match std::fs::remove_dir(&dir) {
                 Ok(()) => break,

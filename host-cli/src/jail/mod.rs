@@ -120,7 +120,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         grant_files(spec, run_as)?;
     }
     if root {
-        // A port an earlier QEMU of this sandbox made was handed to root
+        // A port an earlier QEMU of this sandbox made was handed to the helper's user
         // ([`own_agent_port`]): the new QEMU could not replace it in the sticky `vm/`.
         let port = spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET);
         if std::fs::symlink_metadata(&port)
@@ -137,8 +137,10 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let mut keep = opened.raw_fds();
     keep.push(info_write.as_raw_fd());
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
+    let log_file = crate::vmm::safe_fs::open_append(log)
+        .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
     let child =
-        spawn(&bwrap, &args, log, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
+        spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
             JailError::Process(ProcessError::Spawn { program, source }) => {
                 match attach.share_error(&source) {
                     Some(share) => share.into(),
@@ -157,8 +159,8 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         why: format!("QEMU (pid {pid}) ended at once"),
         log: launcher::tail(log, 5),
     })?;
-    if root {
-        tokio::spawn(own_agent_port(spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET)));
+    if let Some(owner) = user::for_helper()? {
+        tokio::spawn(own_agent_port(spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET), owner));
     }
     Ok(JailedQemu { child, qemu })
 }
@@ -166,15 +168,15 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
 /// How long QEMU may take to make its agent port (under TCG, on a busy host).
 const AGENT_PORT_WAIT: Duration = Duration::from_secs(60);
 
-/// When atoll is root, the network helper runs as uid 0 without capabilities, so it can
-/// connect only to sockets whose mode lets root's uid write them; QEMU (another user)
-/// makes `vm/agent.port` with its own umask. Once it exists, it is handed to root, 0600:
-/// the helper connects, and QEMU, which listens on it, needs no access to the file. A
-/// link in its place is refused, never followed.
-async fn own_agent_port(port: std::path::PathBuf) {
+/// When atoll is root, the network helper runs as the `atoll` user (`owner`), so it can
+/// connect only to sockets that user may write; QEMU (maybe another user) makes
+/// `vm/agent.port` with its own umask. Once it exists, it is handed to the helper's
+/// user, 0600: the helper connects, and QEMU, which listens on it, needs no access to
+/// the file. A link in its place is refused, never followed.
+async fn own_agent_port(port: std::path::PathBuf, owner: (u32, u32)) {
     let deadline = Instant::now() + AGENT_PORT_WAIT;
     loop {
-        match own_socket(&port) {
+        match own_socket(&port, owner) {
             Ok(()) => return,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -187,15 +189,16 @@ async fn own_agent_port(port: std::path::PathBuf) {
     }
 }
 
-/// Makes the socket `path` root's, 0600 (a link or any other file is refused).
-fn own_socket(path: &Path) -> std::io::Result<()> {
+/// Makes the socket `path` `owner`'s (uid, gid), 0600 (a link or any other file is
+/// refused).
+fn own_socket(path: &Path, owner: (u32, u32)) -> std::io::Result<()> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a socket"));
     }
-    let (uid, gid) = (rustix::fs::Uid::ROOT, rustix::fs::Gid::ROOT);
+    let (uid, gid) = (rustix::fs::Uid::from_raw(owner.0), rustix::fs::Gid::from_raw(owner.1));
     rustix::fs::chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
     // chmod through the descriptor's /proc link acts on what it names (not a link).
     rustix::fs::chmod(format!("/proc/self/fd/{}", fd.as_raw_fd()), Mode::from_raw_mode(0o600))?;
@@ -300,13 +303,27 @@ impl JailedHelper {
 
 /// Starts the network helper (`exe args`) of the sandbox in `dir` in its jail
 /// ([`helper`]), detached, with the scrubbed environment, stdout and stderr appended
-/// to `log`.
+/// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, the
+/// helper runs as the `atoll` system user, without supplementary groups or
+/// capabilities ([`helper::bwrap_args`]), and is handed what it needs
+/// (`hand_to_helper`).
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
+    let owner = user::for_helper()?;
+    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let secrets = helper::secrets(dir);
+    if let Some(owner) = owner {
+        hand_to_helper(dir, secrets.as_ref(), owner)?;
+    }
+    let log_file = helper::open_log(log, owner)
+        .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
+    let group = cgroup::Cgroup::prepare_helper(&id)?;
+    let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let (info_read, info_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
-    let secrets = helper::secrets(dir);
-    let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), info_write.as_raw_fd());
+    let ca_fd = helper::ca_copy().map_err(JailError::Pipe)?;
+    let ca = ca_fd.as_ref().map(AsRawFd::as_raw_fd);
+    let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), ca, info_write.as_raw_fd(), owner);
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
     // `--from-command` secrets are run outside the jail by a runner of their own
@@ -315,11 +332,11 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let runner_args =
         ["secret-runner", "--dir", &dir.display().to_string(), "--fd", &runner_end.as_raw_fd().to_string()]
             .map(String::from);
-    // Dropped unwaited: tokio reaps it when it exits.
+    // Dropped unwaited: tokio reaps it when it exits. It stays atoll's user, unjailed.
     let runner = spawn(
         exe,
         &runner_args,
-        log,
+        &log_file,
         env::helper(),
         &[runner_end.as_raw_fd()],
         shares::Attach::default(),
@@ -328,10 +345,13 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     drop(runner_end);
     let runner = runner.id().and_then(ProcRef::of);
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
-    let keep = [info_write.as_raw_fd(), helper_end.as_raw_fd()];
-    let child = spawn(&bwrap, &bwrap_args, log, env::helper(), &keep, shares::Attach::default(), Vec::new())?;
+    let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
+    keep.extend(ca);
+    let child =
+        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)?;
     drop(info_write);
     drop(helper_end);
+    drop(ca_fd);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read)
         .map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
@@ -340,6 +360,39 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         log: launcher::tail(log, 5),
     })?;
     Ok(JailedHelper { child, helper, runner })
+}
+
+/// Hands the helper's user `owner` (atoll being root) what the helper opens itself, and
+/// nothing more: the sandbox directory to pass through (`root:atoll`, `0710`: not to
+/// list, not to write), `vm/` (`root:atoll`, sticky `1770`, as for QEMU: it binds the
+/// NIC's socket there and cannot replace what is not its own), the logs it bounds
+/// (`qemu.log`, `vm/console.log`: `0660`), its own `net/` and its private directory in
+/// the secrets store (its user's, `0700`). `sandbox.json` and the rest stay root's.
+fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u32)) -> Result<(), JailError> {
+    let (uid, gid) = owner;
+    let run_as = user::RunAs { uid, gid, atoll_gid: gid };
+    let paths = crate::vmm::state::Paths::in_dir(dir, false);
+    user::grant(dir, run_as, 0o710)?;
+    user::grant(&paths.vm, run_as, 0o1770)?;
+    for log in [&paths.qemu_log, &paths.console_log] {
+        crate::vmm::safe_fs::open_append(log)
+            .map_err(|source| user::UserError::Grant { path: log.clone(), source })?;
+        user::grant(log, run_as, 0o660)?;
+    }
+    let give = |path: &Path| {
+        helper::give_dir(path, uid, gid)
+            .map_err(|source| JailError::User(user::UserError::Grant { path: path.to_path_buf(), source }))
+    };
+    crate::sandbox::network::config::prepare_net_dir(dir, Some(owner)).map_err(|source| {
+        JailError::User(user::UserError::Grant {
+            path: crate::sandbox::network::config::net_dir(dir),
+            source,
+        })
+    })?;
+    if let Some(s) = secrets {
+        give(&s.private)?;
+    }
+    Ok(())
 }
 
 /// bwrap's `--info-fd` report: `{"child-pid": N, ...}` once the sandbox runs.
@@ -375,25 +428,22 @@ fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
 }
 
 /// Starts `program args` in a new session with stdin closed, stdout and stderr
-/// appended to `log`, exactly the environment `env`, `keep` (descriptors the child
-/// inherits) left open across exec, the shares made `noexec` in a mount namespace of
-/// its own ([`shares::Attach`]), and the child moved into the cgroups
-/// whose `cgroup.procs` are `procs` before it runs anything.
+/// appended to `log` (open to append), exactly the environment `env`, `keep`
+/// (descriptors the child inherits) left open across exec, the shares made `noexec` in
+/// a mount namespace of its own ([`shares::Attach`]), and the child moved into the
+/// cgroups whose `cgroup.procs` are `procs` before it runs anything.
 fn spawn(
     program: &Path,
     args: &[String],
-    log: &Path,
+    log: &std::fs::File,
     env: Vec<(String, String)>,
     keep: &[i32],
     attach: shares::Attach,
     procs: Vec<OwnedFd>,
 ) -> Result<tokio::process::Child, JailError> {
-    let open_log = || {
-        crate::vmm::safe_fs::open_append(log)
-            .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })
-    };
+    let clone = || log.try_clone().map_err(JailError::Pipe);
     let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(open_log()?).stderr(open_log()?);
+    cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(clone()?).stderr(clone()?);
     let keep = keep.to_vec();
     let proc_fds: Vec<i32> = procs.iter().map(AsRawFd::as_raw_fd).collect();
     // SAFETY: only async-signal-safe calls run between fork and exec (setsid, fcntl,
@@ -428,7 +478,6 @@ pub fn describe() -> String {
         Ok(_) => "own mount/pid/ipc/uts/net namespaces (bwrap), no capabilities",
         Err(_) => "bwrap missing: QEMU cannot start (install bubblewrap)",
     };
-    let helper =
-        "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities";
+    let helper = "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities, the `atoll` user when run as root, its own cgroup";
     format!("seccomp ({SECCOMP}); {ns}; {}; {helper}", cgroup::describe())
 }

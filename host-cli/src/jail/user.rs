@@ -136,6 +136,22 @@ fn system_user() -> Result<(u32, u32), UserError> {
     lookup(USER).ok_or(UserError::Create { output })
 }
 
+/// Who the network helper runs as: `None` when atoll is not root (it keeps the user's
+/// uid in a user namespace of its own); else the `atoll` system user's (uid, gid),
+/// created on first use, as for QEMU.
+pub fn for_helper() -> Result<Option<(u32, u32)>, UserError> {
+    if !rustix::process::geteuid().is_root() {
+        return Ok(None);
+    }
+    system_user().map(Some)
+}
+
+/// The uid a file written by the network helper may have besides the effective
+/// user's: the `atoll` system user's when atoll is root (never created here).
+pub fn helper_uid() -> Option<u32> {
+    rustix::process::geteuid().is_root().then(|| lookup(USER).map(|(uid, _)| uid)).flatten()
+}
+
 /// `name`'s (uid, gid) from /etc/passwd.
 fn lookup(name: &str) -> Option<(u32, u32)> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;

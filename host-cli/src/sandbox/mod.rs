@@ -392,7 +392,7 @@ pub fn jail_status() -> String {
     crate::jail::describe()
 }
 
-/// The agent's address: `unix://<dir>/agent.sock`, the agent link that the sandbox's
+/// The agent's address: `unix://<dir>/net/agent.sock`, the agent link that the sandbox's
 /// `atoll net-helper` serves over the VM's virtio-serial port ([`crate::vmm::agent_link`]).
 pub fn agent_address(record: &state::Record) -> Address {
     if record.vhost.is_some() {
@@ -401,7 +401,7 @@ pub fn agent_address(record: &state::Record) -> Address {
         let path = record.paths.dir.join("vm.vsock");
         return Address::HybridVsock { path, port: atoll_proto::limits::DEFAULT_AGENT_PORT };
     }
-    Address::Unix(record.paths.dir.join(crate::vmm::agent_link::AGENT_SOCKET))
+    Address::Unix(crate::sandbox::network::config::agent_socket_path(&record.paths.dir))
 }
 
 /// The command defaults (an image's Env, WorkingDir, User) of the template the sandbox
@@ -410,7 +410,7 @@ pub fn agent_address(record: &state::Record) -> Address {
 /// the template's `template.json`), never from the guest.
 pub fn command_defaults(addr: &Address) -> Option<crate::vmm::template::CommandDefaults> {
     let Address::Unix(socket) = addr else { return None };
-    let dir = socket.parent()?;
+    let dir = crate::sandbox::network::config::sandbox_dir_of_agent_socket(socket)?;
     let record: state::Record =
         serde_json::from_slice(&std::fs::read(dir.join(state::RECORD_FILE)).ok()?).ok()?;
     let template = template_defaults(&record);

@@ -376,10 +376,12 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
     Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make is `vm/agent.port`.
+/// Unix socket paths hold at most 107 bytes; the longest we make are `vm/agent.port`
+/// and the helper's `net/agent.sock`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
     const MAX: usize = 107;
-    let longest = dir.join(VM_DIR).join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
+    let port = dir.join(VM_DIR).join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
+    let longest = port.max(crate::sandbox::network::config::agent_socket_path(dir).as_os_str().len());
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
     }

@@ -5,7 +5,7 @@
 //! writes them (atoll-net's [`atoll_net::log`]); this side only reads, so the log of a
 //! sandbox whose helper died is still there.
 
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use atoll_net::log::{AuditLog, Record};
@@ -36,9 +36,9 @@ pub fn read(name_or_id: &str, query: LogQuery) -> Result<Vec<Record>, NetError> 
     let mut out: Vec<Record> = Vec::new();
     for path in AuditLog::paths(&audit_log_path(&record.paths.dir)) {
         for file in [AuditLog::rotated_path(&path), path] {
-            let Ok(f) = std::fs::File::open(&file) else { continue };
+            let Ok(f) = open(&file) else { continue };
             out.extend(
-                BufReader::new(f)
+                BufReader::new(f.take(MAX_FILE_BYTES))
                     .lines()
                     .map_while(Result::ok)
                     .filter_map(|l| parse(&l))
@@ -54,6 +54,16 @@ pub fn read(name_or_id: &str, query: LogQuery) -> Result<Vec<Record>, NetError> 
         out.drain(..skip);
     }
     Ok(out)
+}
+
+/// The most read of one file of the log: twice what the helper lets it grow to before
+/// it rotates (a helper taken over by a guest may write more, which is not read).
+const MAX_FILE_BYTES: u64 = 2 * atoll_net::log::ROTATE_BYTES;
+
+/// Opens a file of the log as hostile (the helper, which a guest may have taken over,
+/// writes it): no link followed, no FIFO waited on, one name, a trusted owner.
+fn open(path: &Path) -> std::io::Result<std::fs::File> {
+    super::config::open_hostile(path)
 }
 
 fn parse(line: &str) -> Option<Record> {
@@ -115,12 +125,12 @@ impl FileFollower {
     }
 
     fn read_from(&mut self, path: &Path, offset: u64) -> Vec<Record> {
-        let Ok(mut f) = std::fs::File::open(path) else { return Vec::new() };
+        let Ok(mut f) = open(path) else { return Vec::new() };
         if f.seek(SeekFrom::Start(offset)).is_err() {
             return Vec::new();
         }
         let mut text = std::mem::take(&mut self.partial);
-        let read = std::io::Read::read_to_string(&mut f, &mut text).unwrap_or(0);
+        let read = std::io::Read::read_to_string(&mut f.take(MAX_FILE_BYTES), &mut text).unwrap_or(0);
         self.offset = offset + read as u64;
         // A line still being written stays for the next call.
         let complete = text.rfind('\n').map_or(0, |i| i + 1);

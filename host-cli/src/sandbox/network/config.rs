@@ -2,6 +2,13 @@
 //! policy and the published ports, which the helper rewrites (temp file, then rename) on every change,
 //! so that `atoll info` and `atoll port ls` can still say what was there after the helper
 //! died.
+//!
+//! Everything the helper makes lies in `net/` ([`NET_DIR`]), a directory of the helper's
+//! own user (the `atoll` system user when atoll is root, see docs/security.md): its
+//! sockets (`net.ctl`, `agent.sock`), `net.json`, its log and the audit log, each rotated
+//! by rename there. Nothing else of the sandbox directory is the helper's to write, so
+//! what atoll reads back from `net/` is read as hostile ([`NetConfig::load`], the audit
+//! log reader): no link followed, no FIFO waited on, a bounded size, an owner checked.
 
 use std::path::{Path, PathBuf};
 
@@ -9,9 +16,30 @@ use serde::{Deserialize, Serialize};
 
 use super::spec::{NetworkMode, PublishedPort};
 
+/// The helper's own directory in the sandbox directory.
+pub const NET_DIR: &str = "net";
+/// The largest `net.json` read (a policy of a few thousand rules and every port fits).
+pub const MAX_JSON_BYTES: u64 = 1 << 20;
+
+/// The helper's own directory of the sandbox in `dir`.
+pub fn net_dir(dir: &Path) -> PathBuf {
+    dir.join(NET_DIR)
+}
+
 /// The helper's control socket (JSON lines).
 pub fn ctl_path(dir: &Path) -> PathBuf {
-    dir.join("net.ctl")
+    net_dir(dir).join("net.ctl")
+}
+
+/// The agent link's socket ([`crate::vmm::agent_link`]), which the helper serves.
+pub fn agent_socket_path(dir: &Path) -> PathBuf {
+    net_dir(dir).join(crate::vmm::agent_link::AGENT_SOCKET)
+}
+
+/// The sandbox directory whose agent link is `socket` (`<dir>/net/agent.sock`).
+pub fn sandbox_dir_of_agent_socket(socket: &Path) -> Option<&Path> {
+    let net = socket.parent()?;
+    (net.file_name()? == NET_DIR).then(|| net.parent()).flatten()
 }
 
 /// The Unix socket QEMU's NIC connects to (`-netdev stream`), in the part of the
@@ -22,17 +50,60 @@ pub fn frames_path(dir: &Path) -> PathBuf {
 
 /// The helper's record of the network.
 pub fn json_path(dir: &Path) -> PathBuf {
-    dir.join("net.json")
+    net_dir(dir).join("net.json")
 }
 
 /// The audit log of connections (JSON lines).
 pub fn audit_log_path(dir: &Path) -> PathBuf {
-    dir.join("net.log")
+    net_dir(dir).join("net.log")
 }
 
 /// The helper's own messages.
 pub fn helper_log_path(dir: &Path) -> PathBuf {
-    dir.join("net-helper.log")
+    net_dir(dir).join("net-helper.log")
+}
+
+/// Makes (or reuses) the helper's directory of the sandbox in `dir`, mode 0700, owned
+/// by `owner` (uid, gid) when given (atoll is root and the helper runs as `atoll`).
+/// A link or anything but a directory in its place is refused, never followed.
+pub fn prepare_net_dir(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<PathBuf> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let path = net_dir(dir);
+    match rustix::fs::mkdir(&path, Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let fd = rustix::fs::open(&path, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    if let Some((uid, gid)) = owner {
+        let (uid, gid) = (rustix::fs::Uid::from_raw(uid), rustix::fs::Gid::from_raw(gid));
+        rustix::fs::chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
+    }
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o700))?;
+    Ok(path)
+}
+
+/// Whether a file of the helper's directory owned by `uid` may be trusted as atoll's or
+/// its helper's: the effective user's, root's, or (atoll being root) the helper's.
+pub fn trusted_owner(uid: u32) -> bool {
+    uid == rustix::process::geteuid().as_raw() || uid == 0 || crate::jail::user::helper_uid() == Some(uid)
+}
+
+/// Opens `path` in the helper's directory to read it as hostile: no link followed, no
+/// FIFO waited on, a regular file with one name and a trusted owner ([`trusted_owner`]).
+pub fn open_hostile(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::MetadataExt;
+    let f = crate::vmm::safe_fs::open_read(path)?;
+    let meta = f.metadata()?;
+    if meta.nlink() != 1 || !trusted_owner(meta.uid()) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} has another name or an owner atoll does not trust; it was not written by atoll",
+                path.display()
+            ),
+        ));
+    }
+    Ok(f)
 }
 
 /// Why `net.json` could not be read or written.
@@ -85,12 +156,37 @@ pub struct NetConfig {
 }
 
 impl NetConfig {
-    /// Reads `dir/net.json`.
+    /// Reads `net.json` of the sandbox in `dir`, as hostile ([`open_hostile`]), at most
+    /// [`MAX_JSON_BYTES`]: the helper, which a guest may have taken over, writes it.
     pub fn load(dir: &Path) -> Result<NetConfig, ConfigError> {
+        use std::io::Read;
         let path = json_path(dir);
-        let text = crate::vmm::safe_fs::read_owned(&path)
-            .map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let read = |path: &Path| -> std::io::Result<Vec<u8>> {
+            let mut text = Vec::new();
+            open_hostile(path)?.take(MAX_JSON_BYTES + 1).read_to_end(&mut text)?;
+            if text.len() as u64 > MAX_JSON_BYTES {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("it is over {MAX_JSON_BYTES} bytes"),
+                ));
+            }
+            Ok(text)
+        };
+        let text = read(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
         serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path, source })
+    }
+
+    /// Writes `net.json` for the helper about to start in `dir` (its directory made
+    /// first), given to the helper's user `owner` when atoll is root.
+    pub fn save_for_helper(&self, dir: &Path, owner: Option<(u32, u32)>) -> Result<(), ConfigError> {
+        let path = json_path(dir);
+        let write = |source| ConfigError::Write { path: path.clone(), source };
+        prepare_net_dir(dir, owner).map_err(write)?;
+        self.save(dir)?;
+        if let Some((uid, gid)) = owner {
+            chown_file(&path, uid, gid).map_err(write)?;
+        }
+        Ok(())
     }
 
     /// Writes `dir/net.json` atomically (an exclusive temp file, then rename).
@@ -101,9 +197,28 @@ impl NetConfig {
     }
 }
 
+/// Gives the file `path` (a link is refused) to `uid`:`gid`.
+pub fn chown_file(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) == FileType::Symlink {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a symbolic link is in its place"));
+    }
+    let (uid, gid) = (rustix::fs::Uid::from_raw(uid), rustix::fs::Gid::from_raw(gid));
+    rustix::fs::chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_socket_names_its_sandbox_directory() {
+        let dir = Path::new("/s/sandboxes/abc");
+        assert_eq!(sandbox_dir_of_agent_socket(&agent_socket_path(dir)), Some(dir));
+        assert_eq!(sandbox_dir_of_agent_socket(Path::new("/tmp/agent.sock")), None);
+    }
 
     #[test]
     fn round_trips_and_a_damaged_file_says_what_to_do() {
@@ -114,9 +229,39 @@ mod tests {
             ports: vec![PublishedPort::new(80, "127.0.0.1:4000".parse().unwrap())],
             stale_flows: vec![("10.0.2.15:4000".parse().unwrap(), "192.0.2.1:80".parse().unwrap())],
         };
-        c.save(d.path()).unwrap();
+        c.save_for_helper(d.path(), None).unwrap();
         assert_eq!(NetConfig::load(d.path()).unwrap(), c);
         std::fs::write(json_path(d.path()), "{").unwrap();
         assert!(NetConfig::load(d.path()).unwrap_err().to_string().contains("atoll kill"));
+    }
+
+    /// What a helper taken over by a guest could put in place of `net.json` is refused:
+    /// a link, a file with another name, a file over the bound, a FIFO (not waited on).
+    #[test]
+    fn a_planted_net_json_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        NetConfig::default().save_for_helper(d.path(), None).unwrap();
+        let json = json_path(d.path());
+        let victim = d.path().join("victim.json");
+        std::fs::write(&victim, "{\"network\":\"none\"}").unwrap();
+        std::fs::remove_file(&json).unwrap();
+        std::os::unix::fs::symlink(&victim, &json).unwrap();
+        assert!(NetConfig::load(d.path()).is_err(), "a link is followed");
+        std::fs::remove_file(&json).unwrap();
+        std::fs::hard_link(&victim, &json).unwrap();
+        assert!(NetConfig::load(d.path()).is_err(), "a file with another name is read");
+        std::fs::remove_file(&json).unwrap();
+        std::fs::write(&json, vec![b' '; usize::try_from(MAX_JSON_BYTES).unwrap() + 1]).unwrap();
+        assert!(NetConfig::load(d.path()).is_err(), "an oversized file is read");
+        std::fs::remove_file(&json).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &json,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        assert!(NetConfig::load(d.path()).is_err(), "a FIFO is read");
     }
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::UnixStream;
 
 use super::spec::PortSpec;
 
@@ -108,11 +107,17 @@ impl Request {
     }
 }
 
+/// The longest reply read from the helper (a status with a policy of thousands of rules,
+/// or the flows of 1024 connections, are far smaller).
+const MAX_REPLY: u64 = 4 << 20;
+
 /// Sends `req` to the helper listening on `ctl` and returns its result as `T`.
 pub async fn call<T: DeserializeOwned>(ctl: &Path, req: &Request) -> Result<T, ControlError> {
     let op = req.op();
     let exchange = |why: String| ControlError::Exchange { op, why };
-    let mut stream = UnixStream::connect(ctl)
+    // The helper, which a guest may have taken over, owns the socket's directory: a
+    // link in its place is refused, and its reply is read to a bound.
+    let mut stream = crate::vmm::safe_fs::connect_unix(ctl)
         .await
         .map_err(|source| ControlError::Connect { path: ctl.to_path_buf(), source })?;
     let talk = async {
@@ -120,7 +125,10 @@ pub async fn call<T: DeserializeOwned>(ctl: &Path, req: &Request) -> Result<T, C
         line.push(b'\n');
         stream.write_all(&line).await.map_err(|e| exchange(e.to_string()))?;
         let mut reply = String::new();
-        BufReader::new(&mut stream).read_line(&mut reply).await.map_err(|e| exchange(e.to_string()))?;
+        tokio::io::AsyncReadExt::take(BufReader::new(&mut stream), MAX_REPLY)
+            .read_line(&mut reply)
+            .await
+            .map_err(|e| exchange(e.to_string()))?;
         serde_json::from_str::<Reply>(&reply).map_err(|e| exchange(format!("{e}: {reply:?}")))
     };
     let reply = tokio::time::timeout(CALL_TIMEOUT, talk)

@@ -52,7 +52,10 @@ pub fn spawn(
 /// Writes `config` as `net.json` (its ports are published afterwards, through the
 /// helper) and starts `atoll net-helper` for the sandbox in `dir`, in its jail.
 pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedHelper, HelperStartError> {
-    NetConfig { ports: Vec::new(), ..config.clone() }.save(dir)?;
+    // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
+    // root), made before it starts.
+    let owner = crate::jail::user::for_helper().map_err(|e| HelperStartError::Spawn(e.into()))?;
+    NetConfig { ports: Vec::new(), ..config.clone() }.save_for_helper(dir, owner)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
     Ok(crate::jail::start_helper(&exe, &args, dir, &config::helper_log_path(dir))?)

@@ -60,7 +60,7 @@ pub(super) enum ForwardError {
 
 /// The published ports of one sandbox.
 pub(super) struct Forwarder {
-    /// The sandbox directory (net.json, sandbox.json).
+    /// The sandbox directory (its `net/net.json`).
     dir: PathBuf,
     agent: Address,
     client: OnceCell<Client>,
@@ -234,6 +234,7 @@ mod tests {
 
     fn forwarder(dir: &std::path::Path) -> Arc<Forwarder> {
         let agent = Address::Unix(dir.join("no-agent.sock"));
+        crate::sandbox::network::config::prepare_net_dir(dir, None).unwrap();
         Forwarder::new(dir.to_path_buf(), agent, NetConfig::default())
     }
 

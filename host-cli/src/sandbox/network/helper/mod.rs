@@ -2,16 +2,19 @@
 //! ports. `atoll create` starts it before QEMU, records its pid, and `atoll kill` stops
 //! it; it outlives pauses.
 //!
-//! - The agent link ([`crate::vmm::agent_link`]): `agent.sock`, where every call of
+//! - The agent link ([`crate::vmm::agent_link`]): `net/agent.sock`, where every call of
 //!   `atoll` and `atoll mcp` to this sandbox's agent goes, multiplexed over the VM's
 //!   virtio-serial port (QEMU's `agent.port`). Every sandbox has it, also `--net none`.
 //! - `forward`: published ports, each connection carried over the agent link.
-//! - `server`: the control socket `net.ctl` the CLI and MCP tools talk to.
-//! - [`log`]: `net-helper.log`, rate-limited and rotated.
+//! - `server`: the control socket `net/net.ctl` the CLI and MCP tools talk to.
+//! - [`log`]: `net/net-helper.log`, rate-limited and rotated.
 //! - [`console`]: the serial console `vm/console.log`, kept under a bound.
 //! - The network, when the sandbox has one: the atoll-net engine ([`atoll_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
-//!   connection and DNS query by the policy and writes the audit log `net.log`.
+//!   connection and DNS query by the policy and writes the audit log `net/net.log`.
+//!
+//! What it writes lies in `net/`, its own directory ([`config::NET_DIR`]), besides the
+//! NIC's socket in `vm/` and the bounds it keeps on `vm/console.log` and `qemu.log`.
 //!
 //! It is ready once `net.ctl` exists; `net.sock` and `agent.sock` are bound before
 //! that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
@@ -33,11 +36,11 @@ use crate::vmm::agent_link;
 /// Why the helper could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum HelperError {
-    /// `net.json` or `sandbox.json` could not be read.
+    /// `net.json` could not be read.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The sandbox record is missing or damaged.
-    #[error("could not read the sandbox record in {}", dir.display())]
+    /// The directory given is not a sandbox's (named by its id).
+    #[error("{} is not a sandbox directory (named by the sandbox's id)", dir.display())]
     Record {
         /// The sandbox directory.
         dir: PathBuf,
@@ -81,10 +84,14 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();
     let stale_flows = std::mem::take(&mut config.stale_flows);
-    let record = crate::vmm::safe_fs::read_owned(&dir.join(crate::vmm::state::RECORD_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_slice::<crate::vmm::state::Record>(&t).ok())
-        .ok_or_else(|| HelperError::Record { dir: dir.to_path_buf() })?;
+    // The sandbox's id is its directory's name; `sandbox.json` is atoll's, not the
+    // helper's to read (it runs as another user when atoll is root).
+    let id = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|id| crate::vmm::template::is_plain_name(id))
+        .ok_or_else(|| HelperError::Record { dir: dir.to_path_buf() })?
+        .to_owned();
     config.save(dir)?;
     let engine = match config.network {
         NetworkMode::Default => {
@@ -92,19 +99,19 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
             let log = config::audit_log_path(dir);
             let mut engine = atoll_net::EngineConfig::new(frames, log, config.policy.clone());
             engine.stale_flows = stale_flows;
-            engine.secrets = Some(crate::secrets::for_helper(dir, &record.id)?);
+            engine.secrets = Some(crate::secrets::for_helper(dir, &id)?);
             Some(atoll_net::Engine::start(engine)?)
         }
         NetworkMode::None => None,
     };
-    let link_socket = dir.join(agent_link::AGENT_SOCKET);
+    let link_socket = config::agent_socket_path(dir);
     let link = agent_link::start(
         &dir.join(crate::vmm::state::VM_DIR).join(agent_link::PORT_SOCKET),
         &link_socket,
         agent_link::LINK_WAIT,
     )?;
     let forwarder =
-        forward::Forwarder::new(dir.to_path_buf(), crate::sandbox::agent_address(&record), config);
+        forward::Forwarder::new(dir.to_path_buf(), atoll_proto::Address::Unix(link_socket.clone()), config);
     let ctl = bind(&config::ctl_path(dir))?;
     // QEMU's own log (its stderr, appended) is bounded the same way as the console:
     // a guest that makes QEMU warn over and over cannot grow it without bound.
