@@ -347,18 +347,31 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
     let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
     keep.extend(ca);
-    let child =
-        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)?;
+    // A helper that does not start takes its runner (and its bwrap) with it, so a
+    // failed start leaves no process behind for the caller to find.
+    let give_up = |e: JailError, child: Option<&mut tokio::process::Child>| {
+        if let Some(c) = child {
+            let _ = c.start_kill();
+        }
+        if let Some(r) = runner {
+            r.kill_now();
+        }
+        e
+    };
+    let mut child =
+        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)
+            .map_err(|e| give_up(e, None))?;
     drop(info_write);
     drop(helper_end);
     drop(ca_fd);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
-    let pid = read_child_pid(info_read)
-        .map_err(|why| JailError::HelperNoPid { why, log: launcher::tail(log, 5) })?;
-    let helper = ProcRef::of(pid).ok_or_else(|| JailError::HelperNoPid {
-        why: format!("the network helper (pid {pid}) ended at once"),
-        log: launcher::tail(log, 5),
+    let pid = read_child_pid(info_read).map_err(|why| {
+        give_up(JailError::HelperNoPid { why, log: launcher::tail(log, 5) }, Some(&mut child))
     })?;
+    let Some(helper) = ProcRef::of(pid) else {
+        let why = format!("the network helper (pid {pid}) ended at once");
+        return Err(give_up(JailError::HelperNoPid { why, log: launcher::tail(log, 5) }, Some(&mut child)));
+    };
     Ok(JailedHelper { child, helper, runner })
 }
 

@@ -44,9 +44,9 @@ pub fn resolve(name: &str, source: &Source) -> Result<String, String> {
 /// without the trailing newline, must be a valid value. It may run for
 /// [`COMMAND_TIMEOUT`]; when `sh` ends, what is left of its group (a background child
 /// still holding the output, say) is killed, and the output is read for at most
-/// [`AFTER_EXIT`] more: nothing the command starts can keep the caller waiting. At
+/// `AFTER_EXIT` more: nothing the command starts can keep the caller waiting. At
 /// most [`store::VALUE_MAX`](super::store::VALUE_MAX) + 1 bytes of stdout and
-/// [`ERR_KEPT`] of stderr are kept; the rest is read and dropped.
+/// `ERR_KEPT` of stderr are kept; the rest is read and dropped.
 pub fn run(command: &str) -> Result<String, String> {
     use std::os::unix::process::CommandExt;
     let mut child = Command::new("/bin/sh")
