@@ -54,6 +54,20 @@ fn dir_of(atoll: &Atoll, name: &str) -> PathBuf {
 
 const ALLOWED_BODY: &str = "hello from 203.0.113.10 host=allowed.test sni=-\n";
 
+/// What a network helper taken over by its guest can do to its own `net.json` (the
+/// helper's file, in its own directory): record a policy that allows everything. Written
+/// as the helper writes it (a temp file renamed over, the helper's owner kept).
+fn widen_in_helpers_own_file(dir: &std::path::Path) {
+    let path = dir.join("net/net.json");
+    let meta = std::fs::metadata(&path).unwrap();
+    let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["policy"] = serde_json::json!({ "allow_out": [], "deny_out": [] });
+    let tmp = dir.join("net/.net.json.planted");
+    std::fs::write(&tmp, serde_json::to_vec(&config).unwrap()).unwrap();
+    std::os::unix::fs::chown(&tmp, Some(std::os::unix::fs::MetadataExt::uid(&meta)), None).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}
+
 #[test]
 fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     let world = World::create();
@@ -70,6 +84,10 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
         atoll.sh("src", "grep -c ':0007 01 ' /proc/net/tcp || true").trim() != "0"
     });
 
+    // The source's helper (taken over, say) widens the policy in its own file: the
+    // snapshot, the forks and `net show` keep the policy atoll gave it.
+    widen_in_helpers_own_file(&dir_of(&atoll, "src"));
+    assert_eq!(atoll.json(&["net", "show", "src"])["deny_out"], serde_json::json!([denied]));
     let snap = atoll.json(&["snapshot", "create", "src", "--name", "net1"]);
     assert_eq!(snap["name"], "net1");
     // The source runs on with its own helper and its connection.
@@ -110,6 +128,8 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     let port = atoll.json(&["port", "publish", "f2", "8000"]);
     let host_port = port["host_port"].as_u64().expect("a host port");
     let f2_dir = dir_of(&atoll, "f2");
+    // Parking does not carry a policy the helper wrote into its own file either.
+    widen_in_helpers_own_file(&f2_dir);
     assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
     assert_eq!(atoll.json(&["inspect", "f2"])["network"]["helper"], "parked");

@@ -57,7 +57,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
     let tpl = snapshot::usable(&snap)?;
     // Its own policy and published ports (at the same host ports) come back with it.
     let mut net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
-    if let Ok(own) = NetConfig::load(&record.paths.dir) {
+    if let Ok(own) = crate::sandbox::network::config::NetAuthority::load(&record.paths.dir) {
         net.config.policy = own.policy;
     }
     let mut persist = |r: &Record| Ok(r.save()?);

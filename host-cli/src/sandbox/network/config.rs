@@ -197,6 +197,67 @@ impl NetConfig {
     }
 }
 
+/// atoll's own record of a sandbox's network mode and egress policy, beside
+/// `sandbox.json` and outside `net/`: written by atoll whenever it gives the helper a
+/// policy (at its start, and by `atoll net set` once the helper took it), and read
+/// wherever atoll carries the policy on (`atoll net show`, a snapshot, a park, the
+/// next `net set`), so that what a helper taken over by its guest writes into its own
+/// `net.json` never becomes a policy atoll hands on. When atoll is root the helper
+/// cannot write the sandbox directory (docs/security.md section 3).
+pub fn authority_path(dir: &Path) -> PathBuf {
+    dir.join("net-policy.json")
+}
+
+/// What [`authority_path`] holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetAuthority {
+    /// Whether the sandbox has a NIC.
+    pub network: NetworkMode,
+    /// The egress policy atoll gave the helper last.
+    #[serde(default)]
+    pub policy: atoll_net::policy::Policy,
+}
+
+impl NetAuthority {
+    /// Writes atoll's record for the sandbox in `dir` atomically (atoll's own file).
+    pub fn save(&self, dir: &Path) -> Result<(), ConfigError> {
+        let path = authority_path(dir);
+        let json = serde_json::to_vec_pretty(self).expect("the network policy always serializes");
+        crate::vmm::safe_fs::write_atomic(&path, &json).map_err(|source| ConfigError::Write { path, source })
+    }
+
+    /// atoll's record for the sandbox in `dir`: read without following a link, at most
+    /// [`MAX_JSON_BYTES`], owned by this user. A sandbox made before the record existed
+    /// has only its helper's `net.json`, which is read then ([`NetConfig::load`]).
+    pub fn load(dir: &Path) -> Result<NetAuthority, ConfigError> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let path = authority_path(dir);
+        let read = |path: &Path| -> std::io::Result<Vec<u8>> {
+            let f = crate::vmm::safe_fs::open_read(path)?;
+            if f.metadata()?.uid() != rustix::process::geteuid().as_raw() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "not atoll's own file",
+                ));
+            }
+            let mut text = Vec::new();
+            f.take(MAX_JSON_BYTES + 1).read_to_end(&mut text)?;
+            if text.len() as u64 > MAX_JSON_BYTES {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "it is too large"));
+            }
+            Ok(text)
+        };
+        match read(&path) {
+            Ok(text) => serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                NetConfig::load(dir).map(|c| NetAuthority { network: c.network, policy: c.policy })
+            }
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+}
+
 /// Gives the file `path` (a link is refused) to `uid`:`gid`.
 pub fn chown_file(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};

@@ -55,6 +55,7 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedH
     // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
     // root), made before it starts.
     let owner = crate::jail::user::for_helper().map_err(|e| HelperStartError::Spawn(e.into()))?;
+    config::NetAuthority { network: config.network, policy: config.policy.clone() }.save(dir)?;
     NetConfig { ports: Vec::new(), ..config.clone() }.save_for_helper(dir, owner)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
@@ -177,7 +178,9 @@ pub async fn publish_restored(dir: &Path, net: &RestoredNet) -> Result<(), crate
 /// helper that does not answer gives none, with a warning: a restored guest then
 /// resets only the connections it writes to).
 pub async fn for_snapshot(dir: &Path) -> Option<crate::vmm::snapfile::SnapshotNet> {
-    let config = NetConfig::load(dir).ok()?;
+    // atoll's own record, not the helper's `net.json` (a helper taken over by its guest
+    // writes that one).
+    let config = config::NetAuthority::load(dir).ok()?;
     if config.network != NetworkMode::Default {
         return None;
     }

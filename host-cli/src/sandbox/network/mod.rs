@@ -142,9 +142,13 @@ pub async fn view_live(record: &Record) -> NetView {
     view
 }
 
-/// The network view of `record`, from its `net.json` and its helper's liveness.
+/// The network view of `record`: its network and policy from atoll's own record
+/// ([`config::NetAuthority`]), its ports from the helper's `net.json`, and its helper's
+/// liveness.
 pub fn view(record: &Record) -> NetView {
     let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
+    let authority = config::NetAuthority::load(&record.paths.dir)
+        .unwrap_or(config::NetAuthority { network: config.network, policy: config.policy.clone() });
     let (helper, helper_pid) = match record.net_helper {
         Some(p) if p.is_alive() => ("running", Some(p.pid)),
         None if record.parked => ("parked", None),
@@ -153,11 +157,11 @@ pub fn view(record: &Record) -> NetView {
     };
     let texts = |rules: &[atoll_net::policy::Rule]| rules.iter().map(ToString::to_string).collect();
     NetView {
-        network: config.network,
+        network: authority.network,
         helper: helper.into(),
         helper_pid,
-        allow_out: texts(&config.policy.allow_out),
-        deny_out: texts(&config.policy.deny_out),
+        allow_out: texts(&authority.policy.allow_out),
+        deny_out: texts(&authority.policy.deny_out),
         ports: config.ports.into_iter().map(|p| p.named(&record.name)).collect(),
         audit_log_error: None,
         audit_log_failed_writes: 0,

@@ -4,7 +4,7 @@
 use atoll_net::policy::{Policy, Rule};
 use serde::Serialize;
 
-use super::config::NetConfig;
+use super::config::NetAuthority;
 use super::control::Request;
 use super::{NetError, NetworkMode, ask, lookup, with_helper};
 
@@ -88,10 +88,10 @@ impl PolicyUpdate {
     }
 }
 
-/// The sandbox's policy as recorded in its `net.json`.
+/// The sandbox's policy as atoll last gave it to the helper ([`NetAuthority`]).
 pub fn show(name_or_id: &str) -> Result<PolicyView, NetError> {
     let record = lookup(name_or_id)?;
-    let config = NetConfig::load(&record.paths.dir)?;
+    let config = NetAuthority::load(&record.paths.dir)?;
     let helper = super::view(&record).helper;
     Ok(PolicyView::of(record.name, config.network, &config.policy, helper))
 }
@@ -100,9 +100,11 @@ pub fn show(name_or_id: &str) -> Result<PolicyView, NetError> {
 /// from now on follow it, connections already open are left alone.
 pub async fn set(name_or_id: &str, update: PolicyUpdate) -> Result<PolicyView, NetError> {
     let record = with_helper(name_or_id).await?;
-    let config = NetConfig::load(&record.paths.dir)?;
+    let config = NetAuthority::load(&record.paths.dir)?;
     let policy = update.apply(config.policy, &record.name)?;
-    let policy: Policy = ask(&record, &Request::SetPolicy { policy }).await?;
+    let _: Policy = ask(&record, &Request::SetPolicy { policy: policy.clone() }).await?;
+    // Recorded as atoll asked it, not as the helper answered.
+    NetAuthority { network: config.network, policy: policy.clone() }.save(&record.paths.dir)?;
     Ok(PolicyView::of(record.name, config.network, &policy, "running".into()))
 }
 
