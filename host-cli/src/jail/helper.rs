@@ -140,7 +140,16 @@ pub fn bwrap_args(
         a.extend(["--bind".into(), s(private), s(private)]);
     }
     open_dir(&mut a, dir.parent());
-    a.extend(["--bind".into(), s(dir), s(dir)]);
+    // The sandbox directory read-only, with writable only what the helper writes: its
+    // own `net/`, `vm/` (the NIC's socket, the console log it bounds) and `qemu.log`
+    // (which it bounds too; made before it starts). So even with the user's own uid
+    // (atoll not root) it cannot rewrite `sandbox.json`, atoll's policy record or the
+    // disk.
+    let paths = crate::vmm::state::Paths::in_dir(dir, false);
+    a.extend(["--ro-bind".into(), s(dir), s(dir)]);
+    for rw in [&crate::sandbox::network::config::net_dir(dir), &paths.vm, &paths.qemu_log] {
+        a.extend(["--bind".into(), s(rw), s(rw)]);
+    }
     open_dir(&mut a, exe.parent());
     a.extend(["--ro-bind".into(), s(exe), s(exe)]);
     a.extend(["--info-fd".into(), info_fd.to_string()]);
@@ -262,7 +271,10 @@ mod tests {
         let a =
             bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, None);
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
-        assert!(has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
+        assert!(has(&["--ro-bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc/net", "/s/sandboxes/abc/net"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc/vm", "/s/sandboxes/abc/vm"]));
+        assert!(!has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
         assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
         assert!(has(&["--unshare-user"]) && has(&["--cap-drop", "ALL"]));
         assert!(has(&["--info-fd", "9"]));

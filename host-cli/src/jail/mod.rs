@@ -310,6 +310,10 @@ impl JailedHelper {
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
+    // `qemu.log` is bound writable into the helper's view (it bounds it): it must exist.
+    let qemu_log = crate::vmm::state::Paths::in_dir(dir, false).qemu_log;
+    crate::vmm::safe_fs::open_append(&qemu_log)
+        .map_err(|source| ProcessError::Log { path: qemu_log.clone(), source })?;
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let secrets = helper::secrets(dir);
     if let Some(owner) = owner {
