@@ -239,7 +239,7 @@ fn open_ids(path: &Path) -> Vec<(u64, u64)> {
 /// A host folder, canonical (absolute, `.`, `..` and links resolved), resolved one
 /// component at a time ([`crate::jail::share_path`]). A link is followed only if no
 /// sandbox of this state directory could have put it there: one inside a folder that a
-/// sandbox not dead shares read-write (recognised by path, and by device and inode
+/// sandbox with a record there shares read-write (recognised by path, and by device and inode
 /// among the link's folder and the folders above it, so another bind mount of the share
 /// counts too), or inside the state directory, is refused ([`MountError::LinkInShare`]),
 /// before it is followed. Used by both faces' `--mount`/`mounts`, `--allow-mount` and MCP
@@ -292,19 +292,24 @@ struct Wall {
     who: &'static str,
 }
 
-/// The walls of this user's state directory: the directory itself (sandboxes' QEMU and
+/// The walls of this user's state directory ([`walls_in`]).
+fn walls_of_state() -> Vec<Wall> {
+    crate::vmm::dirs::state_dir().map(|state| walls_in(&state)).unwrap_or_default()
+}
+
+/// The walls of the state directory `state`: the directory itself (sandboxes' QEMU and
 /// network helpers write there) and each read-write share of each sandbox whose record
-/// it holds and that is not dead (parked ones count: they come back with the same
-/// shares). Records are read as [`crate::vmm::state::load_all`] checks them (owned by us,
-/// not links, named for their id); a share counts only with an absolute path, at most
+/// it holds, running or not: a link its guest planted stays after the guest stops, and
+/// whether its QEMU runs is read from the record, which its network helper can write.
+/// Records are read as [`crate::vmm::state::load_all`] checks them (owned by us, not
+/// links, named for their id); a share counts only with an absolute path, at most
 /// [`MAX_MOUNTS`] of a record. One whose folder cannot be stat'ed now still counts by
 /// its path.
-fn walls_of_state() -> Vec<Wall> {
-    let Ok(state) = crate::vmm::dirs::state_dir() else { return Vec::new() };
+fn walls_in(state: &Path) -> Vec<Wall> {
     let stat_id = |p: &Path| rustix::fs::stat(p).ok().map(|st| dev_ino(&st));
     let mut walls = Vec::new();
-    if let Some(id) = stat_id(&state) {
-        let path = std::fs::canonicalize(&state).unwrap_or(state.clone());
+    if let Some(id) = stat_id(state) {
+        let path = std::fs::canonicalize(state).unwrap_or(state.into());
         walls.push(Wall {
             path,
             id: Some(id),
@@ -312,11 +317,7 @@ fn walls_of_state() -> Vec<Wall> {
             who: "a sandbox's processes",
         });
     }
-    for record in crate::vmm::state::load_all(&state).into_iter().flatten() {
-        let dead = !record.parked && record.qemu.is_some_and(|p| !p.is_alive());
-        if dead {
-            continue;
-        }
+    for record in crate::vmm::state::load_all(state).into_iter().flatten() {
         for m in
             record.storage.mounts.iter().filter(|m| !m.read_only && m.host.is_absolute()).take(MAX_MOUNTS)
         {
@@ -638,6 +639,32 @@ mod tests {
         let _ = std::process::Command::new("umount").arg(&alias).status();
         assert!(holds.unwrap_err().contains("holds atoll's state directory"));
         assert!(inside.unwrap_err().contains("is inside atoll's state directory"));
+    }
+
+    #[test]
+    fn a_stopped_sandboxs_read_write_share_is_still_a_wall() {
+        use crate::vmm::process::ProcRef;
+        use crate::vmm::state::{Allocation, Paths, Record};
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (state, share) = (top.join("state"), top.join("share"));
+        std::fs::create_dir_all(state.join("abc123")).unwrap();
+        std::fs::create_dir(&share).unwrap();
+        std::os::unix::fs::symlink("/", share.join("out")).unwrap();
+        let dir = state.join("abc123");
+        let alloc = Allocation { id: "abc123".into(), name: "web".into(), dir: dir.clone() };
+        let mut record =
+            Record::starting(alloc, "minimal".into(), 256, 1, "tcg".into(), Paths::in_dir(&dir, false));
+        record.storage.mounts = vec![Mount { host: share.clone(), guest: "/w".into(), read_only: false }];
+        // Its QEMU ended (or its helper wrote so in its record).
+        let mut gone = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        record.qemu = ProcRef::of(gone.id());
+        gone.kill().unwrap();
+        gone.wait().unwrap();
+        assert!(record.qemu.is_some_and(|p| !p.is_alive()));
+        record.save().unwrap();
+        let e = canonical_dir_among(&share.join("out/etc"), || walls_in(&state)).unwrap_err().to_string();
+        assert!(e.contains("sandbox `web` shares read-write"), "{e}");
     }
 
     #[test]
