@@ -172,6 +172,15 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
         assert!(atoll.sandbox_dirs().is_empty(), "{args:?} left a sandbox directory");
         assert!(processes_mentioning(atoll.state_dir()).is_empty(), "{args:?} left a process");
     }
+    // A host path that is not UTF-8 is a usage error, not a panic.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"/tmp/atoll-\xff:/w");
+    for json in [&[][..], &["--json"][..]] {
+        let out =
+            atoll.command(&["create", "--net", "none"]).args(json).arg("--mount").arg(odd).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+    }
 }
 
 #[test]
