@@ -122,9 +122,9 @@ pub fn run(command: &str) -> Result<String, String> {
 /// `close_range`'s flag that marks the range close-on-exec instead of closing it.
 const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// How long the output may still be read once `sh` has ended.
-const AFTER_EXIT: Duration = Duration::from_millis(500);
+pub const AFTER_EXIT: Duration = Duration::from_millis(500);
 /// How much of stderr is kept (for the error message).
-const ERR_KEPT: usize = 4096;
+pub const ERR_KEPT: usize = 4096;
 /// How often the command's end is checked while its output is awaited.
 const POLL_STEP: Duration = Duration::from_millis(20);
 
