@@ -137,7 +137,8 @@ pub fn runtime(bulk: bool) -> io::Result<tokio::runtime::Runtime> {
 }
 
 fn usage_error(e: &clap::Error) -> ExitCode {
-    let json = std::env::args().any(|a| a == "--json");
+    // Not `args()`: it panics on an argument that is not UTF-8 (the one clap refused).
+    let json = std::env::args_os().any(|a| a == "--json");
     match e.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
             let _ = e.print();

@@ -114,12 +114,18 @@ async def test_folders_outside_the_roots_are_refused_naming_the_roots(dirs: Path
 
 async def test_a_folder_holding_the_state_directory_is_refused_even_inside_a_root(dirs: Path) -> None:
     """A client whose root holds atoll's state directory still cannot share that folder
-    (its guest would see every sandbox's records and sockets), nor the state directory."""
+    (its guest would see every sandbox's records and sockets), nor the state directory,
+    nor a folder inside it."""
     env = {"ATOLL_STATE_DIR": str(dirs / "state")}
     async with session_with_roots([dirs], env=env) as session:
         for host in (dirs, dirs / "state"):
             text = await call_err(session, "sandbox_create", network="none", mounts=[mount(host)])
             assert "holds atoll's state directory" in text, (host, text)
+        # Nor a folder inside it: the secrets store (every secret's value), read-only even.
+        (dirs / "state" / ".secrets").mkdir(mode=0o700)
+        secrets = mount(dirs / "state" / ".secrets", read_only=True)
+        text = await call_err(session, "sandbox_create", network="none", mounts=[secrets])
+        assert "is inside atoll's state directory" in text, text
         assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
 
 

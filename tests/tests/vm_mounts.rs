@@ -144,10 +144,19 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
     let state = atoll.state_dir().display().to_string();
     let state_parent = atoll.state_dir().parent().unwrap().display().to_string();
     let holds = "holds atoll's state directory";
+    // Inside it: the secrets store (every secret's value) and a sandbox's directory.
+    let secrets = atoll.state_dir().join(".secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    let secrets = secrets.display().to_string();
+    let inside = "is inside atoll's state directory";
+    // Read-write around the data directory: the kernel and templates later sandboxes boot.
+    let data = atoll_tests::data_dir().display().to_string();
     for (args, says) in [
         (vec!["--mount", "/:/host"], holds),
         (vec!["--mount", &format!("{state_parent}:/host:ro")], holds),
         (vec!["--mount", &format!("{state}:/host")], holds),
+        (vec!["--mount", &format!("{secrets}:/host:ro")], inside),
+        (vec!["--mount", &format!("{data}:/host:rw")], "atoll's data directory"),
         (vec!["--mount", "/nonexistent/atoll-mount:/work"], "does not exist"),
         (vec!["--mount", &format!("{dir}:work")], "relative"),
         (vec!["--mount", &format!("{dir}:/work"), "--mount", &format!("{dir}:/work/")], "two host folders"),
@@ -162,6 +171,15 @@ fn vm_bad_mounts_and_disk_sizes_are_usage_errors_that_start_nothing() {
         assert!(text(&out.stderr).contains(says), "{args:?}: {}", text(&out.stderr));
         assert!(atoll.sandbox_dirs().is_empty(), "{args:?} left a sandbox directory");
         assert!(processes_mentioning(atoll.state_dir()).is_empty(), "{args:?} left a process");
+    }
+    // A host path that is not UTF-8 is a usage error, not a panic.
+    use std::os::unix::ffi::OsStrExt;
+    let odd = std::ffi::OsStr::from_bytes(b"/tmp/atoll-\xff:/w");
+    for json in [&[][..], &["--json"][..]] {
+        let out =
+            atoll.command(&["create", "--net", "none"]).args(json).arg("--mount").arg(odd).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
     }
 }
 

@@ -21,6 +21,11 @@ use rustix::io::Errno;
 /// Most links followed in one path, as the kernel's own limit (`ELOOP` past it).
 pub const MAX_LINKS: usize = 40;
 
+/// Longest path, given or found, in bytes, as the kernel's `PATH_MAX` (`ENAMETOOLONG`
+/// past it, as `realpath` says): what the walk holds (its components, a descriptor for
+/// each folder down to where it is) stays bounded whatever a caller or a link names.
+pub const MAX_PATH: usize = 4096;
+
 /// A symbolic link met on the way, before it is followed.
 #[derive(Debug)]
 pub struct Link<'a> {
@@ -80,6 +85,9 @@ pub fn resolve<E>(
     } else {
         std::env::current_dir().map_err(WalkError::Io)?.join(path)
     };
+    if full.as_os_str().len() >= MAX_PATH {
+        return Err(io(Errno::NAMETOOLONG));
+    }
     let root = open_step(rustix::fs::CWD, OsStr::new("/"))?;
     if FileType::from_raw_mode(root.1.st_mode) != FileType::Directory {
         return Err(WalkError::NotDir);
@@ -89,12 +97,16 @@ pub fn resolve<E>(
     let mut todo: Vec<OsString> = Vec::new();
     push_components(&mut todo, &full);
     let mut links = 0;
+    // Bytes of the walk's position as a path (each folder's name and its `/`).
+    let mut depth_bytes = 0;
     while let Some(name) = todo.pop() {
         match name.as_bytes() {
             b"" | b"." => continue,
             b".." => {
-                if stack.len() > 1 {
-                    stack.pop();
+                if stack.len() > 1
+                    && let Some(up) = stack.pop()
+                {
+                    depth_bytes -= up.name.len() + 1;
                 }
                 continue;
             }
@@ -103,7 +115,13 @@ pub fn resolve<E>(
         let top = stack.last().ok_or(WalkError::Missing)?;
         let (fd, st) = open_step(&top.fd, &name)?;
         match FileType::from_raw_mode(st.st_mode) {
-            FileType::Directory => stack.push(Step { name, fd, id: id(&st) }),
+            FileType::Directory => {
+                depth_bytes += name.len() + 1;
+                if depth_bytes >= MAX_PATH {
+                    return Err(io(Errno::NAMETOOLONG));
+                }
+                stack.push(Step { name, fd, id: id(&st) });
+            }
             FileType::Symlink => {
                 links += 1;
                 if links > MAX_LINKS {
@@ -117,6 +135,7 @@ pub fn resolve<E>(
                 judge(&link).map_err(WalkError::Refused)?;
                 if link.target.is_absolute() {
                     stack.truncate(1);
+                    depth_bytes = 0;
                 }
                 push_components(&mut todo, &link.target);
             }
@@ -241,6 +260,32 @@ mod tests {
         assert!(matches!(walk(&top.join("file")).0, Err(WalkError::NotDir)));
         assert!(matches!(walk(&top.join("to-file")).0, Err(WalkError::NotDir)));
         assert!(matches!(walk(&top.join("file/..")).0, Err(WalkError::NotDir)));
+    }
+
+    #[test]
+    fn paths_longer_than_path_max_are_refused_given_or_reached_through_links() {
+        use rustix::fs::{Mode, OFlags};
+        let too_long = |r: Result<PathBuf, WalkError<()>>| matches!(r, Err(WalkError::Io(ref e)) if e.raw_os_error() == Some(Errno::NAMETOOLONG.raw_os_error()));
+        // Given: a model's 1 MB of `./` is refused before anything is held for it.
+        assert!(too_long(walk(Path::new(&"./".repeat(1 << 19))).0));
+        // Reached: two links, each within PATH_MAX, lead 3000 folders deep (6000 bytes).
+        let d = tempfile::tempdir().unwrap();
+        let top = canonical(d.path());
+        let mut at = rustix::fs::open(&top, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for _ in 0..3000 {
+            rustix::fs::mkdirat(&at, "a", Mode::from_raw_mode(0o700)).unwrap();
+            at = rustix::fs::openat(&at, "a", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        let half = vec!["a"; 1500].join("/");
+        symlink(&half, top.join("l1")).unwrap();
+        let mut mid = rustix::fs::open(&top, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for _ in 0..1500 {
+            mid = rustix::fs::openat(&mid, "a", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        rustix::fs::symlinkat(half.as_str(), &mid, "l2").unwrap();
+        assert!(too_long(walk(&top.join("l1/l2")).0));
+        // Within the limit, the same links resolve.
+        assert!(walk(&top.join("l1")).0.is_ok());
     }
 
     #[test]

@@ -95,6 +95,29 @@ pub enum MountError {
         /// The state directory.
         state: PathBuf,
     },
+    /// A host folder inside atoll's state directory (the secrets store, a sandbox's
+    /// directory).
+    #[error(
+        "host folder `{}` is inside atoll's state directory `{}` (the secrets store, every sandbox's records, disks and sockets): a guest must not see or change it; share a folder outside it",
+        host.display(), state.display()
+    )]
+    InState {
+        /// The folder.
+        host: PathBuf,
+        /// The state directory.
+        state: PathBuf,
+    },
+    /// A read-write host folder that holds or lies in atoll's data directory.
+    #[error(
+        "host folder `{}` would be shared read-write with atoll's data directory `{}` in it or around it (the kernel, templates and guest agent every later sandbox boots from): a guest could change what other sandboxes run; share it read-only (:ro) or share a folder that does not contain it",
+        host.display(), data.display()
+    )]
+    DataDir {
+        /// The folder.
+        host: PathBuf,
+        /// The data directory.
+        data: PathBuf,
+    },
     /// A snapshot or park of a sandbox with host folders.
     #[error(
         "sandbox `{0}` has host folders (--mount), which snapshots and parking cannot carry; snapshot a sandbox made without --mount, or copy files in with `atoll cp`"
@@ -145,26 +168,78 @@ pub fn parse_mount(text: &str) -> Result<Mount, MountError> {
         return Err(MountError::Syntax(text.into()));
     }
     let host = canonical_dir(Path::new(host))?;
-    not_holding_state(&host)?;
+    not_near_state(&host, read_only)?;
     Ok(Mount { host, guest: guest_path(guest)?, read_only })
 }
 
-/// Refuses a canonical host folder that is, or holds, this user's state directory
-/// (sharing `/` or a home folder would show a guest every sandbox's records and
-/// sockets, and the MCP token).
-fn not_holding_state(host: &Path) -> Result<(), MountError> {
+/// Refuses a canonical host folder that is, holds or lies inside this user's state
+/// directory (sharing `/` or a home folder would show a guest every sandbox's records
+/// and sockets, and the MCP token; its `.secrets` holds every secret's value), and a
+/// read-write one that holds or lies inside the data directory (kernel, templates and
+/// guest agent of every later sandbox).
+fn not_near_state(host: &Path, read_only: bool) -> Result<(), MountError> {
     let Ok(state) = crate::vmm::dirs::state_dir() else { return Ok(()) };
-    let state = std::fs::canonicalize(&state).unwrap_or(state);
-    if state.starts_with(host) {
-        return Err(MountError::HoldsState { host: host.into(), state });
+    let data = if read_only { None } else { crate::vmm::dirs::data_dir().ok() };
+    refuse_near(host, &state, data.as_deref())
+}
+
+/// [`not_near_state`] with the directories given. "Holds" and "inside" are by path (the
+/// directory made canonical as far as it exists) and by device and inode (the folder
+/// among the directory's ancestors, or the directory among the folder's), so the same
+/// folder reached through a bind mount counts too.
+fn refuse_near(host: &Path, state: &Path, data: Option<&Path>) -> Result<(), MountError> {
+    let host_ids = open_ids(host);
+    let near = |dir: &Path| -> Option<(PathBuf, bool)> {
+        let dir = canonical_as_far_as_it_exists(dir);
+        let dir_ids = open_ids(&dir);
+        let holds = dir.starts_with(host) || host_ids.first().is_some_and(|h| dir_ids.contains(h));
+        let inside = host.starts_with(&dir) || dir_ids.first().is_some_and(|d| host_ids.contains(d));
+        (holds || inside).then_some((dir, holds))
+    };
+    match near(state) {
+        Some((state, true)) => return Err(MountError::HoldsState { host: host.into(), state }),
+        Some((state, false)) => return Err(MountError::InState { host: host.into(), state }),
+        None => {}
+    }
+    if let Some((data, _)) = data.and_then(near) {
+        return Err(MountError::DataDir { host: host.into(), data });
     }
     Ok(())
+}
+
+/// `path` made canonical up to its deepest existing folder, the rest appended as given
+/// (a state directory not made yet is still known under the name it will have).
+fn canonical_as_far_as_it_exists(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(up), Some(name)) => {
+                rest.push(name.to_owned());
+                at = up;
+            }
+            _ => return path.into(),
+        }
+    }
+}
+
+/// Device and inode of the folder at `path` and of each folder above it (empty if it
+/// cannot be opened).
+fn open_ids(path: &Path) -> Vec<(u64, u64)> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    rustix::fs::open(path, flags, Mode::empty())
+        .map(|fd| ancestors(std::os::fd::AsFd::as_fd(&fd)))
+        .unwrap_or_default()
 }
 
 /// A host folder, canonical (absolute, `.`, `..` and links resolved), resolved one
 /// component at a time ([`crate::jail::share_path`]). A link is followed only if no
 /// sandbox of this state directory could have put it there: one inside a folder that a
-/// sandbox not dead shares read-write (recognised by path, and by device and inode
+/// sandbox with a record there shares read-write (recognised by path, and by device and inode
 /// among the link's folder and the folders above it, so another bind mount of the share
 /// counts too), or inside the state directory, is refused ([`MountError::LinkInShare`]),
 /// before it is followed. Used by both faces' `--mount`/`mounts`, `--allow-mount` and MCP
@@ -217,19 +292,24 @@ struct Wall {
     who: &'static str,
 }
 
-/// The walls of this user's state directory: the directory itself (sandboxes' QEMU and
+/// The walls of this user's state directory ([`walls_in`]).
+fn walls_of_state() -> Vec<Wall> {
+    crate::vmm::dirs::state_dir().map(|state| walls_in(&state)).unwrap_or_default()
+}
+
+/// The walls of the state directory `state`: the directory itself (sandboxes' QEMU and
 /// network helpers write there) and each read-write share of each sandbox whose record
-/// it holds and that is not dead (parked ones count: they come back with the same
-/// shares). Records are read as [`crate::vmm::state::load_all`] checks them (owned by us,
-/// not links, named for their id); a share counts only with an absolute path, at most
+/// it holds, running or not: a link its guest planted stays after the guest stops, and
+/// whether its QEMU runs is read from the record, which its network helper can write.
+/// Records are read as [`crate::vmm::state::load_all`] checks them (owned by us, not
+/// links, named for their id); a share counts only with an absolute path, at most
 /// [`MAX_MOUNTS`] of a record. One whose folder cannot be stat'ed now still counts by
 /// its path.
-fn walls_of_state() -> Vec<Wall> {
-    let Ok(state) = crate::vmm::dirs::state_dir() else { return Vec::new() };
+fn walls_in(state: &Path) -> Vec<Wall> {
     let stat_id = |p: &Path| rustix::fs::stat(p).ok().map(|st| dev_ino(&st));
     let mut walls = Vec::new();
-    if let Some(id) = stat_id(&state) {
-        let path = std::fs::canonicalize(&state).unwrap_or(state.clone());
+    if let Some(id) = stat_id(state) {
+        let path = std::fs::canonicalize(state).unwrap_or(state.into());
         walls.push(Wall {
             path,
             id: Some(id),
@@ -237,11 +317,7 @@ fn walls_of_state() -> Vec<Wall> {
             who: "a sandbox's processes",
         });
     }
-    for record in crate::vmm::state::load_all(&state).into_iter().flatten() {
-        let dead = !record.parked && record.qemu.is_some_and(|p| !p.is_alive());
-        if dead {
-            continue;
-        }
+    for record in crate::vmm::state::load_all(state).into_iter().flatten() {
         for m in
             record.storage.mounts.iter().filter(|m| !m.read_only && m.host.is_absolute()).take(MAX_MOUNTS)
         {
@@ -302,7 +378,7 @@ pub fn check(mounts: &[Mount]) -> Result<(), MountError> {
         if canonical_dir(&m.host)? != m.host {
             return Err(MountError::NotCanonical(m.host.clone()));
         }
-        not_holding_state(&m.host)?;
+        not_near_state(&m.host, m.read_only)?;
         if guest_path(&m.guest)? != m.guest {
             return Err(MountError::GuestPath { path: m.guest.clone(), why: "is not normalized" });
         }
@@ -512,8 +588,91 @@ mod tests {
     }
 
     #[test]
+    fn folders_holding_or_inside_the_state_directory_and_read_write_ones_near_the_data_directory_are_refused()
+    {
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (state, data, other) =
+            (top.join("home/.local/state/atoll"), top.join("home/.local/share/atoll"), top.join("proj"));
+        for dir in [state.join(".secrets"), state.join("0123abcd"), data.join("templates"), other.clone()] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let err =
+            |host: &Path, data: Option<&Path>| refuse_near(host, &state, data).map_err(|e| e.to_string());
+        // Holding it (as before), and now inside it: the secrets store, a sandbox's directory.
+        assert!(err(&top.join("home"), None).unwrap_err().contains("holds atoll's state directory"));
+        for inside in [state.join(".secrets"), state.join("0123abcd")] {
+            let e = err(&inside, None).unwrap_err();
+            assert!(e.contains("is inside atoll's state directory") && e.contains("secrets store"), "{e}");
+        }
+        // Read-write near the data directory (the kernel and templates of later sandboxes).
+        for near in [top.join("home/.local/share"), data.clone(), data.join("templates")] {
+            let e = err(&near, Some(&data)).unwrap_err();
+            assert!(e.contains("data directory") && e.contains(":ro"), "{e}");
+        }
+        assert!(err(&other, Some(&data)).is_ok() && err(&data, None).is_ok());
+        // A state directory not made yet is known by the name it will have.
+        let later = top.join("home/.local/state/none-yet/atoll");
+        assert!(refuse_near(&top.join("home/.local/state"), &later, None).is_err());
+        // A prefix of the name that is not a folder above it holds nothing.
+        std::fs::create_dir_all(top.join("home/.local/state/atol")).unwrap();
+        assert!(err(&top.join("home/.local/state/atol"), None).is_ok());
+    }
+
+    #[test]
+    fn the_state_directory_reached_through_a_bind_mount_is_refused_too() {
+        // Needs root (mount --bind); skipped, saying so, as an ordinary user.
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: needs root for a bind mount");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (state, alias) = (top.join("home/.local/state/atoll"), top.join("alias"));
+        std::fs::create_dir_all(state.join(".secrets")).unwrap();
+        std::fs::create_dir(&alias).unwrap();
+        let ok = std::process::Command::new("mount").arg("--bind").arg(top.join("home")).arg(&alias).status();
+        assert!(ok.unwrap().success());
+        let holds = refuse_near(&alias, &state, None).map_err(|e| e.to_string());
+        let inside =
+            refuse_near(&alias.join(".local/state/atoll/.secrets"), &state, None).map_err(|e| e.to_string());
+        let _ = std::process::Command::new("umount").arg(&alias).status();
+        assert!(holds.unwrap_err().contains("holds atoll's state directory"));
+        assert!(inside.unwrap_err().contains("is inside atoll's state directory"));
+    }
+
+    #[test]
+    fn a_stopped_sandboxs_read_write_share_is_still_a_wall() {
+        use crate::vmm::process::ProcRef;
+        use crate::vmm::state::{Allocation, Paths, Record};
+        let d = tempfile::tempdir().unwrap();
+        let top = std::fs::canonicalize(d.path()).unwrap();
+        let (state, share) = (top.join("state"), top.join("share"));
+        std::fs::create_dir_all(state.join("abc123")).unwrap();
+        std::fs::create_dir(&share).unwrap();
+        std::os::unix::fs::symlink("/", share.join("out")).unwrap();
+        let dir = state.join("abc123");
+        let alloc = Allocation { id: "abc123".into(), name: "web".into(), dir: dir.clone() };
+        let mut record =
+            Record::starting(alloc, "minimal".into(), 256, 1, "tcg".into(), Paths::in_dir(&dir, false));
+        record.storage.mounts = vec![Mount { host: share.clone(), guest: "/w".into(), read_only: false }];
+        // Its QEMU ended (or its helper wrote so in its record).
+        let mut gone = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        record.qemu = ProcRef::of(gone.id());
+        gone.kill().unwrap();
+        gone.wait().unwrap();
+        assert!(record.qemu.is_some_and(|p| !p.is_alive()));
+        record.save().unwrap();
+        let e = canonical_dir_among(&share.join("out/etc"), || walls_in(&state)).unwrap_err().to_string();
+        assert!(e.contains("sandbox `web` shares read-write"), "{e}");
+    }
+
+    #[test]
     fn one_folder_per_guest_path() {
-        let m = |g: &str| Mount { host: "/".into(), guest: g.into(), read_only: false };
+        // Not `/`: it holds the state directory whenever that exists under $HOME.
+        let d = tempfile::tempdir().unwrap();
+        let host = std::fs::canonicalize(d.path()).unwrap();
+        let m = |g: &str| Mount { host: host.clone(), guest: g.into(), read_only: false };
         assert!(check(&[m("/a"), m("/a/b")]).is_ok());
         assert!(check(&[m("/a"), m("/a")]).unwrap_err().to_string().contains("`/a`"));
         assert!(check(&vec![m("/x"); 9]).is_err());

@@ -49,14 +49,25 @@ pub fn resolve(name: &str, source: &Source) -> Result<String, String> {
 /// `ERR_KEPT` of stderr are kept; the rest is read and dropped.
 pub fn run(command: &str) -> Result<String, String> {
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new("/bin/sh")
+    let mut command_line = Command::new("/bin/sh");
+    command_line
         .args(["-c", command])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot run `{command}`: {e}"))?;
+        .process_group(0);
+    // Nothing of this process's but the three pipes reaches the command (nor what it
+    // leaves running): a descriptor it was handed open across exec (the runner's line
+    // to its helper) is marked close-on-exec in the child, after the pipes are in place.
+    // SAFETY: close_range is async-signal-safe and allocates nothing.
+    unsafe {
+        command_line.pre_exec(|| {
+            // CLOSE_RANGE_CLOEXEC (Linux 5.11); an older kernel leaves them as they are.
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
+            Ok(())
+        });
+    }
+    let mut child = command_line.spawn().map_err(|e| format!("cannot run `{command}`: {e}"))?;
     let group = child.id();
     let pipes = [child.stdout.take().map(OwnedFd::from), child.stderr.take().map(OwnedFd::from)];
     let mut output = Output::new(pipes);
@@ -64,12 +75,15 @@ pub fn run(command: &str) -> Result<String, String> {
     let mut ended: Option<(std::process::ExitStatus, Instant)> = None;
     loop {
         if ended.is_none() {
-            match child.try_wait() {
-                Ok(Some(status)) => {
+            // Seen ended but not reaped yet: its pid, the group's number, cannot be
+            // taken by another process before the group is killed.
+            match exited_unreaped(group) {
+                Ok(true) => {
                     kill_group(group);
+                    let status = child.wait().map_err(|e| format!("waiting for `{command}`: {e}"))?;
                     ended = Some((status, Instant::now() + AFTER_EXIT));
                 }
-                Ok(None) => {}
+                Ok(false) => {}
                 Err(e) => {
                     kill_group(group);
                     let _ = child.wait();
@@ -105,12 +119,22 @@ pub fn run(command: &str) -> Result<String, String> {
     Ok(value)
 }
 
+/// `close_range`'s flag that marks the range close-on-exec instead of closing it.
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// How long the output may still be read once `sh` has ended.
-const AFTER_EXIT: Duration = Duration::from_millis(500);
+pub const AFTER_EXIT: Duration = Duration::from_millis(500);
 /// How much of stderr is kept (for the error message).
-const ERR_KEPT: usize = 4096;
+pub const ERR_KEPT: usize = 4096;
 /// How often the command's end is checked while its output is awaited.
 const POLL_STEP: Duration = Duration::from_millis(20);
+
+/// Whether the child `pid` has ended, leaving it unreaped (`waitid(WNOWAIT)`).
+fn exited_unreaped(pid: u32) -> std::io::Result<bool> {
+    use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+    let pid = Pid::from_raw(pid.cast_signed()).ok_or(std::io::ErrorKind::InvalidInput)?;
+    let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    Ok(waitid(WaitId::Pid(pid), options)?.is_some())
+}
 
 /// SIGKILLs what is left of the process group `group`.
 fn kill_group(group: u32) {
@@ -225,6 +249,19 @@ mod tests {
         let pid = std::fs::read_to_string(&pidfile).unwrap();
         let _ = std::process::Command::new("kill").arg(pid.trim()).status();
         assert_eq!(value.unwrap(), "value-from-a-command");
+    }
+
+    #[test]
+    fn a_descriptor_kept_open_across_exec_does_not_reach_the_command() {
+        use std::os::fd::AsRawFd;
+        // As the runner's line to its helper arrives: open across exec.
+        // (Numbered high: the shell's own listing of /proc/self/fd takes a low one.)
+        let (pair, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+        let line = rustix::io::fcntl_dupfd_cloexec(&pair, 200).unwrap();
+        rustix::io::fcntl_setfd(&line, rustix::io::FdFlags::empty()).unwrap();
+        let open = run("cd /proc/self/fd && echo x *").unwrap();
+        let fd = line.as_raw_fd().to_string();
+        assert!(!open.split(' ').any(|n| n == fd), "fd {fd} is open in the command: {open}");
     }
 
     #[test]

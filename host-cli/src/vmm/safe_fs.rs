@@ -59,9 +59,21 @@ pub fn read_owned(path: &Path) -> io::Result<Vec<u8>> {
         ));
     }
     let mut out = Vec::new();
-    f.read_to_end(&mut out)?;
+    (&mut f).take(RECORD_MAX + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > RECORD_MAX {
+        return Err(io::Error::other(format!(
+            "{} is larger than {} MiB; no record atoll writes is",
+            path.display(),
+            RECORD_MAX >> 20
+        )));
+    }
     Ok(out)
 }
+
+/// Largest record read back: far above any atoll writes, far below what a helper that
+/// can write its sandbox directory could plant (a sparse file of a terabyte costs it
+/// no disk, and every `atoll ls` reads every record).
+pub const RECORD_MAX: u64 = 16 << 20;
 
 /// Copies `from` (not followed if a link) to `to` through an exclusive temp file
 /// beside `to`, renamed over it, so `to` is never seen half-written and nothing
@@ -213,6 +225,13 @@ mod tests {
         assert_eq!(read_owned(&rec).unwrap(), b"{\"a\":1}");
         let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 4, "no temp file is left: {names:?}");
+
+        // A huge sparse record is refused after RECORD_MAX + 1 bytes, not read whole.
+        let huge = std::fs::File::create(&rec).unwrap();
+        huge.set_len(1 << 40).unwrap();
+        let e = read_owned(&rec).unwrap_err().to_string();
+        assert!(e.contains("larger than 16 MiB"), "{e}");
+        std::fs::remove_file(&rec).unwrap();
 
         let sock = d.path().join("s.sock");
         let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
