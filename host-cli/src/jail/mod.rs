@@ -190,13 +190,18 @@ async fn own_agent_port(port: std::path::PathBuf, owner: (u32, u32)) {
 }
 
 /// Makes the socket `path` `owner`'s (uid, gid), 0600 (a link or any other file is
-/// refused).
+/// refused, and so is a socket with another name: the helper can make names in `vm/`,
+/// and a hard link there to a socket of QEMU's other user, where the kernel allows one
+/// (`fs.protected_hardlinks` off), would hand it that socket).
 fn own_socket(path: &Path, owner: (u32, u32)) -> std::io::Result<()> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     let fd = rustix::fs::open(path, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
     let st = rustix::fs::fstat(&fd)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::Socket {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a socket"));
+    }
+    if st.st_nlink != 1 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a socket with another name"));
     }
     let (uid, gid) = (rustix::fs::Uid::from_raw(owner.0), rustix::fs::Gid::from_raw(owner.1));
     rustix::fs::chownat(&fd, "", Some(uid), Some(gid), AtFlags::EMPTY_PATH)?;
@@ -497,4 +502,23 @@ pub fn describe() -> String {
     };
     let helper = "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities, the `atoll` user when run as root, its own cgroup";
     format!("seccomp ({SECCOMP}); {ns}; {}; {helper}", cgroup::describe())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket given to the helper's user must have one name: a hard link to another
+    /// socket (QEMU's control socket, say) put in the port's place is refused.
+    #[test]
+    fn a_socket_with_another_name_is_not_handed_over() {
+        let d = tempfile::tempdir().unwrap();
+        let (port, other) = (d.path().join("agent.port"), d.path().join("qmp.sock"));
+        let _listener = std::os::unix::net::UnixListener::bind(&other).unwrap();
+        let me = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+        own_socket(&other, me).expect("a socket with one name is handed over");
+        std::fs::hard_link(&other, &port).unwrap();
+        let err = own_socket(&port, me).expect_err("a hard link to another socket was handed over");
+        assert!(err.to_string().contains("another name"), "{err}");
+    }
 }

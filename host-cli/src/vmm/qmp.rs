@@ -12,6 +12,12 @@ use tokio::net::UnixStream;
 const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest reply line we accept.
 const MAX_LINE: usize = 1 << 20;
+/// Most asynchronous events kept for [`Qmp::wait_event`] (the oldest go first): what
+/// answers on the socket may not be QEMU (a process of QEMU's uid can put its own
+/// socket there), and its events must not grow atoll's memory.
+const MAX_EVENTS: usize = 64;
+/// The longest event name kept (QEMU's are short: `MIGRATION`, `STOP`).
+const MAX_EVENT_NAME: usize = 64;
 
 /// Why a QMP exchange failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,8 +104,17 @@ impl Qmp {
         let line = format!("{request}\n");
         let io = |source| QmpError::Io { command: command.into(), source };
         self.writer.write_all(line.as_bytes()).await.map_err(io)?;
+        self.reply(command).await
+    }
+
+    /// Reads until the reply to `command`, within [`QMP_TIMEOUT`] in all: events read
+    /// past are kept (bounded), and a peer that sends only events is given up on.
+    async fn reply(&mut self, command: &str) -> Result<Value, QmpError> {
+        let deadline = tokio::time::Instant::now() + QMP_TIMEOUT;
         loop {
-            let msg = self.read_message(command).await?;
+            let msg = tokio::time::timeout_at(deadline, self.read_message(command))
+                .await
+                .map_err(|_| QmpError::Timeout { command: command.into() })??;
             if let Some(ret) = msg.get("return") {
                 return Ok(ret.clone());
             }
@@ -109,10 +124,21 @@ impl Qmp {
             }
             // Anything else is an asynchronous event (STOP, RESUME, ...): kept for
             // `wait_event`.
-            if let Some(name) = msg.get("event").and_then(Value::as_str) {
-                self.events.push(name.to_string());
-            }
+            self.note_event(&msg);
         }
+    }
+
+    /// Keeps the name of the event `msg` for [`Qmp::wait_event`]: at most
+    /// [`MAX_EVENTS`] names of at most [`MAX_EVENT_NAME`] bytes.
+    fn note_event(&mut self, msg: &Value) {
+        let Some(name) = msg.get("event").and_then(Value::as_str) else { return };
+        if name.len() > MAX_EVENT_NAME {
+            return;
+        }
+        if self.events.len() >= MAX_EVENTS {
+            self.events.remove(0);
+        }
+        self.events.push(name.to_string());
     }
 
     /// Waits up to `limit` for the event `name`, counting those already read past;
@@ -131,11 +157,7 @@ impl Qmp {
             match tokio::time::timeout(left, self.read_message(name)).await {
                 Err(_) | Ok(Err(QmpError::Timeout { .. })) => return Ok(false),
                 Ok(Err(e)) => return Err(e),
-                Ok(Ok(msg)) => {
-                    if let Some(event) = msg.get("event").and_then(Value::as_str) {
-                        self.events.push(event.to_string());
-                    }
-                }
+                Ok(Ok(msg)) => self.note_event(&msg),
             }
         }
     }
@@ -172,19 +194,7 @@ impl Qmp {
             }
         };
         self.writer.write_all(&line.as_bytes()[first..]).await.map_err(io)?;
-        loop {
-            let msg = self.read_message(command).await?;
-            if msg.get("return").is_some() {
-                return Ok(());
-            }
-            if let Some(err) = msg.get("error") {
-                let message = err.get("desc").and_then(Value::as_str).unwrap_or("no description").to_string();
-                return Err(QmpError::Refused { command: command.into(), message });
-            }
-            if let Some(name) = msg.get("event").and_then(Value::as_str) {
-                self.events.push(name.to_string());
-            }
-        }
+        self.reply(command).await.map(drop)
     }
 
     /// Whether the guest CPUs run: `query-status`'s `running`.
@@ -251,6 +261,47 @@ mod tests {
         assert!(!qmp.is_running().await.unwrap());
         let seen = server.await.unwrap();
         assert!(seen[0].contains("qmp_capabilities") && seen[1].contains("query-status"), "{seen:?}");
+    }
+
+    /// What answers on the control socket may be a process of QEMU's uid (the network
+    /// helper, when both run as `atoll`) that sends events and never a reply: atoll gives
+    /// up within its timeout, keeping a bounded list of events, instead of waiting (and
+    /// growing) for ever.
+    #[tokio::test]
+    async fn a_peer_sending_only_events_is_given_up_on() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("qmp.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            let (r, mut w) = s.into_split();
+            let mut lines = BufReader::new(r).lines();
+            w.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n").await.unwrap();
+            lines.next_line().await.unwrap();
+            w.write_all(b"{\"return\": {}}\n").await.unwrap();
+            lines.next_line().await.unwrap();
+            let mut n = 0u64;
+            loop {
+                let event = format!("{{\"event\": \"E{n}\", \"timestamp\": {{}}}}\n");
+                if w.write_all(event.as_bytes()).await.is_err() {
+                    return n;
+                }
+                n += 1;
+                if n % 64 == 0 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        });
+        let mut qmp = Qmp::connect(&path).await.unwrap();
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(QMP_TIMEOUT * 2, qmp.execute("query-status")).await;
+        let answer = answer.expect("atoll waited past twice its timeout on a peer sending only events");
+        assert!(matches!(answer, Err(QmpError::Timeout { .. })), "{answer:?}");
+        assert!(started.elapsed() < QMP_TIMEOUT + Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(qmp.events.len() <= MAX_EVENTS, "{} events kept", qmp.events.len());
+        drop(qmp);
+        let sent = server.await.unwrap();
+        assert!(sent > MAX_EVENTS as u64, "the peer sent only {sent} events");
     }
 
     #[tokio::test]
