@@ -287,7 +287,7 @@ mod tests {
                     return n;
                 }
                 n += 1;
-                if n % 64 == 0 {
+                if n.is_multiple_of(64) {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
