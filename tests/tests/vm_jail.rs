@@ -286,6 +286,9 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     console_flood_stays_bounded(&atoll, &id);
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
     quotas_refuse_at_once(&atoll);
+    if as_root {
+        helper_cannot_reach_a_shareless_qemu(&atoll);
+    }
 
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -713,6 +716,45 @@ fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
 
 /// With two sandboxes running (`jailed`, `plain`), a third over each host quota is
 /// refused at once, saying what to park or kill, and leaves nothing behind.
+/// A sandbox without shares: its QEMU runs as the `atoll` user, its helper as
+/// `atoll-net`. From the helper's seat, QEMU's control socket (in `vm/`, which the
+/// helper shares with QEMU for the NIC's socket) can be neither connected to nor
+/// removed and replaced, so a taken-over helper can neither drive QEMU nor answer atoll
+/// in its place.
+fn helper_cannot_reach_a_shareless_qemu(atoll: &Atoll) {
+    let created = atoll.json(&["create", "--name", "shareless", "--timeout", "240s"]);
+    let id = created["id"].as_str().unwrap();
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(id).join("sandbox.json")).unwrap())
+            .unwrap();
+    let (qemu, helper) =
+        (record["qemu"]["pid"].as_u64().unwrap(), record["net_helper"]["pid"].as_u64().unwrap());
+    let uid = |pid| status_field(pid, "Uid").split_whitespace().next().unwrap().to_string();
+    assert_ne!(uid(qemu), uid(helper), "the helper runs as QEMU's user");
+    assert_ne!(uid(helper), "0");
+    let qmp = atoll.state_dir().join(id).join("vm/qmp.sock");
+    let script = format!(
+        r#"python3 -c 'import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("{q}"); print("CONNECTED")
+except OSError as e:
+    print("REFUSED", e)'
+rm -f {q} && echo REMOVED || echo KEPT"#,
+        q = qmp.display()
+    );
+    let (_, out, err) = as_qemu(helper, &script);
+    assert!(out.contains("REFUSED") && out.contains("Permission denied"), "{out}{err}");
+    assert!(out.contains("KEPT") && !out.contains("REMOVED"), "{out}{err}");
+    // QEMU still answers atoll on it.
+    assert_eq!(atoll.json(&["pause", "shareless"])["state"], "paused");
+    let out = atoll.run(&["resume", "shareless"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(atoll.sh("shareless", "echo alive"), "alive\n");
+    let out = atoll.run(&["kill", "shareless"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
 fn quotas_refuse_at_once(atoll: &Atoll) {
     let before = atoll.sandbox_dirs().len();
     for (var, value, says) in [

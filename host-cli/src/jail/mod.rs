@@ -500,7 +500,7 @@ pub fn describe() -> String {
         Ok(_) => "own mount/pid/ipc/uts/net namespaces (bwrap), no capabilities",
         Err(_) => "bwrap missing: QEMU cannot start (install bubblewrap)",
     };
-    let helper = "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities, the `atoll` user when run as root, its own cgroup";
+    let helper = "network helper: own mount/pid/ipc/uts namespaces (bwrap), seccomp deny-list, no capabilities, the `atoll-net` user (not QEMU's) when run as root, its own cgroup";
     format!("seccomp ({SECCOMP}); {ns}; {}; {helper}", cgroup::describe())
 }
 

@@ -20,15 +20,21 @@ use crate::vmm::storage::Storage;
 
 /// The system user (and group) jailed processes run as when atoll runs as root.
 pub const USER: &str = "atoll";
+/// The system user network helpers run as when atoll runs as root: not QEMU's `atoll`
+/// (a QEMU without shares runs as that one, and its control socket is its user's
+/// alone), in the `atoll` group (what it shares with QEMU: the NIC's socket, `vm/`).
+pub const HELPER_USER: &str = "atoll-net";
 
 /// Why the unprivileged user could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum UserError {
     /// `useradd` failed.
     #[error(
-        "could not create the system user `{USER}` that QEMU runs as ({output}); create it with `useradd --system --user-group {USER}`"
+        "could not create the system user `{user}` that atoll's jailed processes run as ({output}); create it with `useradd --system --user-group {USER}`, then `useradd --system --gid {USER} {HELPER_USER}`"
     )]
     Create {
+        /// Which user.
+        user: &'static str,
         /// What useradd said.
         output: String,
     },
@@ -133,23 +139,47 @@ fn system_user() -> Result<(u32, u32), UserError> {
         Err(e) => e.to_string(),
     };
     // Another atoll may have created it meanwhile (useradd then says it exists).
-    lookup(USER).ok_or(UserError::Create { output })
+    lookup(USER).ok_or(UserError::Create { user: USER, output })
 }
 
 /// Who the network helper runs as: `None` when atoll is not root (it keeps the user's
-/// uid in a user namespace of its own); else the `atoll` system user's (uid, gid),
-/// created on first use, as for QEMU.
+/// uid in a user namespace of its own); else the `atoll-net` system user's uid
+/// ([`HELPER_USER`]) with the `atoll` group's gid, both created on first use.
 pub fn for_helper() -> Result<Option<(u32, u32)>, UserError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
-    system_user().map(Some)
+    let (_, atoll_gid) = system_user()?;
+    if let Some((uid, _)) = lookup(HELPER_USER) {
+        return Ok(Some((uid, atoll_gid)));
+    }
+    let out = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-user-group",
+            "--gid",
+            USER,
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+        ])
+        .args(["--shell", "/usr/sbin/nologin", "--comment", "atoll sandboxes (network helpers)", HELPER_USER])
+        .output();
+    let output = match out {
+        Ok(o) if o.status.success() => String::new(),
+        Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        Err(e) => e.to_string(),
+    };
+    // Another atoll may have created it meanwhile (useradd then says it exists).
+    lookup(HELPER_USER)
+        .map(|(uid, _)| Some((uid, atoll_gid)))
+        .ok_or(UserError::Create { user: HELPER_USER, output })
 }
 
 /// The uid a file written by the network helper may have besides the effective
-/// user's: the `atoll` system user's when atoll is root (never created here).
+/// user's: the `atoll-net` system user's when atoll is root (never created here).
 pub fn helper_uid() -> Option<u32> {
-    rustix::process::geteuid().is_root().then(|| lookup(USER).map(|(uid, _)| uid)).flatten()
+    rustix::process::geteuid().is_root().then(|| lookup(HELPER_USER).map(|(uid, _)| uid)).flatten()
 }
 
 /// `name`'s (uid, gid) from /etc/passwd.
