@@ -126,20 +126,7 @@ fn choose(owners: &[Owner], atoll: (u32, u32)) -> Result<RunAs, UserError> {
 
 /// The `atoll` system user's (uid, gid), created on first use.
 fn system_user() -> Result<(u32, u32), UserError> {
-    if let Some(ids) = lookup(USER) {
-        return Ok(ids);
-    }
-    let out = std::process::Command::new("useradd")
-        .args(["--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent"])
-        .args(["--shell", "/usr/sbin/nologin", "--comment", "atoll sandboxes (QEMU)", USER])
-        .output();
-    let output = match out {
-        Ok(o) if o.status.success() => String::new(),
-        Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
-        Err(e) => e.to_string(),
-    };
-    // Another atoll may have created it meanwhile (useradd then says it exists).
-    lookup(USER).ok_or(UserError::Create { user: USER, output })
+    ensure_user(USER, &["--user-group"], "atoll sandboxes (QEMU)")
 }
 
 /// Who the network helper runs as: `None` when atoll is not root (it keeps the user's
@@ -150,20 +137,22 @@ pub fn for_helper() -> Result<Option<(u32, u32)>, UserError> {
         return Ok(None);
     }
     let (_, atoll_gid) = system_user()?;
-    if let Some((uid, _)) = lookup(HELPER_USER) {
-        return Ok(Some((uid, atoll_gid)));
+    let (uid, _) =
+        ensure_user(HELPER_USER, &["--no-user-group", "--gid", USER], "atoll sandboxes (network helpers)")?;
+    Ok(Some((uid, atoll_gid)))
+}
+
+/// The system user `name`'s (uid, gid), made with `useradd --system` and `group_args`
+/// (no home, no shell) if it does not exist yet.
+fn ensure_user(name: &'static str, group_args: &[&str], comment: &str) -> Result<(u32, u32), UserError> {
+    if let Some(ids) = lookup(name) {
+        return Ok(ids);
     }
     let out = std::process::Command::new("useradd")
-        .args([
-            "--system",
-            "--no-user-group",
-            "--gid",
-            USER,
-            "--no-create-home",
-            "--home-dir",
-            "/nonexistent",
-        ])
-        .args(["--shell", "/usr/sbin/nologin", "--comment", "atoll sandboxes (network helpers)", HELPER_USER])
+        .arg("--system")
+        .args(group_args)
+        .args(["--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"])
+        .args(["--comment", comment, name])
         .output();
     let output = match out {
         Ok(o) if o.status.success() => String::new(),
@@ -171,9 +160,7 @@ pub fn for_helper() -> Result<Option<(u32, u32)>, UserError> {
         Err(e) => e.to_string(),
     };
     // Another atoll may have created it meanwhile (useradd then says it exists).
-    lookup(HELPER_USER)
-        .map(|(uid, _)| Some((uid, atoll_gid)))
-        .ok_or(UserError::Create { user: HELPER_USER, output })
+    lookup(name).ok_or(UserError::Create { user: name, output })
 }
 
 /// The uid a file written by the network helper may have besides the effective
