@@ -87,7 +87,7 @@ fn agent_link() -> ExitCode {
         about = "Serve a VM's agent link (its virtio-serial port) on a Unix socket for every client"
     )]
     struct LinkCli {
-        /// QEMU's chardev socket of the port atoll.agent (`<sandbox dir>/vm/agent.port`).
+        /// QEMU's chardev socket of the port atoll.agent (`<sandbox dir>/vm/wire/agent.port`).
         #[arg(long, value_name = "PATH")]
         port: std::path::PathBuf,
         /// The Unix socket to serve (`<sandbox dir>/agent.sock`); reach the agent with

@@ -508,8 +508,88 @@ fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "the real share\nread-only\nhooks\n");
     assert_eq!(std::fs::read_to_string(share.join("written")).unwrap(), "from-guest\n");
+    ordinary_users_helper_reaches_neither_qemu_nor_atolls_record(&dirs[0], me);
+    let out = run(&["pause", "u"]);
+    assert!(out.status.success(), "atoll no longer drives QEMU: {}", text(&out.stderr));
+    let out = run(&["resume", "u"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let out = run(&["kill", "u"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The network helper of an ordinary user's atoll has the user's own uid, as QEMU does
+/// (checked), so only its view keeps it from QEMU's control socket and atoll's record.
+/// From its seat (its user and mount namespaces, its uid, no capabilities), neither
+/// `vm/qmp.sock` (which would let it drive QEMU, or answer atoll in QEMU's place) nor
+/// `sandbox.json`, the disk overlay or atoll's policy record is in sight, and what it
+/// writes where they would be leaves the host's files as they were; what it uses is
+/// there (its agent link, QEMU's agent port): the check can fail.
+fn ordinary_users_helper_reaches_neither_qemu_nor_atolls_record(dir: &Path, me: u32) {
+    if !rustix::process::geteuid().is_root() {
+        // Entering the helper's mount namespace takes root (the suite runs as root).
+        eprintln!("not root: the ordinary user's helper is not attacked from its seat");
+        return;
+    }
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+    let helper = record["net_helper"]["pid"].as_u64().expect("the helper's pid is recorded");
+    let uid = |pid: u64| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status.lines().find(|l| l.starts_with("Uid:")).unwrap().split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_eq!(uid(helper), me.to_string(), "the helper runs as the ordinary user");
+    assert_eq!(uid(qemu_pid(dir)), me.to_string(), "QEMU runs as the ordinary user");
+    assert!(dir.join("vm/qmp.sock").exists(), "QEMU's control socket is on the host");
+    let record_before = std::fs::read(dir.join("sandbox.json")).unwrap();
+    let d = dir.display();
+    let script = format!(
+        r#"for f in sandbox.json net-policy.json vm/qmp.sock vm/rootfs.qcow2; do
+             test -e "{d}/$f" && echo "SEES: $f"
+           done
+           python3 -c 'import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("{d}/vm/qmp.sock"); print("CONNECTED")
+except OSError as e:
+    print("REFUSED", e)'
+           echo planted > {d}/sandbox.json 2>/dev/null
+           echo "IN-DIR: $(ls -A {d} | tr '\n' ' ')"
+           echo "IN-VM: $(ls -A {d}/vm | tr '\n' ' ')"
+           test -S {d}/net/agent.sock && echo OWN-LINK
+           test -S {d}/vm/wire/agent.port && echo WIRE"#
+    );
+    // Its mount namespace (entered as root: bwrap nests the helper's user namespace in
+    // the one owning it), then its uid and gid, no groups, no capabilities.
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.args(["-t", &helper.to_string(), "-m", "--", "setpriv"]);
+    let id = me.to_string();
+    cmd.args([
+        "--reuid",
+        &id,
+        "--regid",
+        &id,
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]);
+    let out = cmd.args(["/bin/sh", "-c", &script]).output().expect("nsenter");
+    let (out, err) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.contains("OWN-LINK") && out.contains("WIRE"), "not the helper's view: {out}{err}");
+    assert!(!out.contains("SEES:"), "the helper sees what is not its own: {out}{err}");
+    assert!(
+        out.contains("REFUSED") && out.contains("No such file"),
+        "QEMU's control socket is reachable: {out}{err}"
+    );
+    let line = |tag: &str| out.lines().find(|l| l.starts_with(tag)).unwrap_or_default().to_string();
+    for shown in line("IN-DIR:").split_whitespace().skip(1) {
+        assert!(["net", "vm", "qemu.log", "sandbox.json"].contains(&shown), "{shown} is in its view: {out}");
+    }
+    let in_vm = line("IN-VM:");
+    let mut vm: Vec<&str> = in_vm.split_whitespace().skip(1).collect();
+    vm.sort_unstable();
+    assert_eq!(vm, ["console.log", "wire"], "{out}");
+    assert_eq!(std::fs::read(dir.join("sandbox.json")).unwrap(), record_before, "sandbox.json changed");
 }
 
 /// The swap race of

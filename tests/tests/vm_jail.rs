@@ -135,7 +135,7 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 
     // Every socket of the sandbox is 0600, whatever QEMU's umask.
-    for socket in ["vm/qmp.sock", "vm/agent.port", "net/net.ctl", "net/agent.sock"] {
+    for socket in ["vm/qmp.sock", "vm/wire/agent.port", "net/net.ctl", "net/agent.sock"] {
         let mode = std::fs::symlink_metadata(atoll.state_dir().join(&id).join(socket)).unwrap().mode();
         assert_eq!(mode & 0o7777, 0o600, "{socket} has mode {:o}", mode & 0o7777);
     }
@@ -433,35 +433,38 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
 /// From a compromised helper's seat (its mount namespace, its uid and gid, no groups
 /// or capabilities), atoll's own files of the sandbox cannot be written, replaced or
 /// removed, nor can anything be made beside them: `sandbox.json` (pids root atoll
-/// signals, paths it uses), the sandbox directory itself, `vm/`'s entry. Each attempt
-/// fails with EACCES or EPERM, and the record is unchanged on the host.
+/// signals, paths it uses), the sandbox directory itself, `vm/`'s entry. `sandbox.json`
+/// is not even in its view; each attempt fails (ENOENT, EACCES, EPERM or EBUSY), and the
+/// record is unchanged on the host.
 fn helper_cannot_touch_what_atoll_trusts(atoll: &Atoll, id: &str, helper: u64) {
     let dir = atoll.state_dir().join(id);
     let record_before = sha256(&dir.join("sandbox.json"));
     let d = dir.display();
     let script = format!(
         r#"for op in "echo x >> {d}/sandbox.json" "cat {d}/sandbox.json" "ln -sf /etc/passwd {d}/sandbox.json" \
-              "rm -f {d}/sandbox.json" "touch {d}/planted" "mv {d}/net {d}/net.old" "mv {d}/vm {d}/vm.old" \
+              "rm {d}/sandbox.json" "touch {d}/planted" "mv {d}/net {d}/net.old" "mv {d}/vm {d}/vm.old" \
               "chmod 0777 {d}" "mkdir {d}/parked"; do
              if err=$(sh -c "$op" 2>&1); then echo "DID: $op"; else echo "REFUSED: $op: $err"; fi
            done
-           ls {d}/net/net.json >/dev/null && echo NET-OWN"#
+           ls {d}/net/net.json >/dev/null && echo NET-OWN
+           test -e {d}/sandbox.json && echo SEES-RECORD"#
     );
     let (_, out, err) = as_qemu(helper, &script);
     assert!(!out.contains("DID:"), "the helper changed atoll's files: {out}{err}");
     let refused: Vec<&str> = out.lines().filter(|l| l.starts_with("REFUSED:")).collect();
     assert_eq!(refused.len(), 9, "{out}{err}");
     for line in refused {
-        // EACCES/EPERM (the directory's owner and mode), EROFS (the sandbox directory is
-        // read-only in the helper's view) or EBUSY (`net/` and `vm/` are mount points).
+        // ENOENT (not in the helper's view at all), EACCES/EPERM (the view's directory
+        // is root's) or EBUSY (`net/` is a mount point).
         assert!(
-            ["Permission denied", "Operation not permitted", "Read-only file system", "busy"]
+            ["No such file", "Permission denied", "Operation not permitted", "Read-only file system", "busy"]
                 .iter()
                 .any(|why| line.contains(why)),
             "refused for another reason than its walls: {line}"
         );
     }
     assert!(out.contains("NET-OWN"), "the helper lost its own directory: {out}{err}");
+    assert!(!out.contains("SEES-RECORD"), "sandbox.json is in the helper's view: {out}{err}");
     assert_eq!(sha256(&dir.join("sandbox.json")), record_before, "sandbox.json changed");
     assert!(!dir.join("planted").exists() && dir.join("net").is_dir() && dir.join("vm").is_dir());
     helper_plants_are_not_read_as_atolls(atoll, &dir, helper);
@@ -717,10 +720,12 @@ fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
 /// With two sandboxes running (`jailed`, `plain`), a third over each host quota is
 /// refused at once, saying what to park or kill, and leaves nothing behind.
 /// A sandbox without shares: its QEMU runs as the `atoll` user, its helper as
-/// `atoll-net`. From the helper's seat, QEMU's control socket (in `vm/`, which the
-/// helper shares with QEMU for the NIC's socket) can be neither connected to nor
-/// removed and replaced, so a taken-over helper can neither drive QEMU nor answer atoll
-/// in its place.
+/// `atoll-net`. From the helper's seat, QEMU's control socket (in `vm/`, of which the
+/// helper's view holds only `wire/`, shared with QEMU for the NIC's socket and the
+/// agent port, and the console log) is not in sight, so it can be neither connected to
+/// nor removed and replaced: a taken-over helper can neither drive QEMU nor answer
+/// atoll in its place. (An ordinary user's helper, which has QEMU's uid:
+/// `attack_shares::ordinary_users_helper_reaches_neither_qemu_nor_atolls_record`.)
 fn helper_cannot_reach_a_shareless_qemu(atoll: &Atoll) {
     let created = atoll.json(&["create", "--name", "shareless", "--timeout", "240s"]);
     let id = created["id"].as_str().unwrap();
@@ -733,6 +738,7 @@ fn helper_cannot_reach_a_shareless_qemu(atoll: &Atoll) {
     assert_ne!(uid(qemu), uid(helper), "the helper runs as QEMU's user");
     assert_ne!(uid(helper), "0");
     let qmp = atoll.state_dir().join(id).join("vm/qmp.sock");
+    assert!(qmp.exists(), "QEMU's control socket is on the host");
     let script = format!(
         r#"python3 -c 'import socket
 s = socket.socket(socket.AF_UNIX)
@@ -740,12 +746,18 @@ try:
     s.connect("{q}"); print("CONNECTED")
 except OSError as e:
     print("REFUSED", e)'
-rm -f {q} && echo REMOVED || echo KEPT"#,
-        q = qmp.display()
+test -e {q} && echo SEES-QMP
+rm {q} && echo REMOVED || echo KEPT
+test -S {w}/agent.port && echo WIRE"#,
+        q = qmp.display(),
+        w = atoll.state_dir().join(id).join("vm/wire").display(),
     );
     let (_, out, err) = as_qemu(helper, &script);
-    assert!(out.contains("REFUSED") && out.contains("Permission denied"), "{out}{err}");
-    assert!(out.contains("KEPT") && !out.contains("REMOVED"), "{out}{err}");
+    // Not in its view at all (only `vm/wire/` and the console log of `vm/` are).
+    assert!(out.contains("REFUSED") && out.contains("No such file"), "{out}{err}");
+    assert!(!out.contains("SEES-QMP") && out.contains("KEPT") && !out.contains("REMOVED"), "{out}{err}");
+    assert!(out.contains("WIRE"), "not the helper's view: {out}{err}");
+    assert!(qmp.exists(), "QEMU's control socket is gone");
     // QEMU still answers atoll on it.
     assert_eq!(atoll.json(&["pause", "shareless"])["state"], "paused");
     let out = atoll.run(&["resume", "shareless"]);

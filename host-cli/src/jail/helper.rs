@@ -3,7 +3,7 @@
 //! listens on published ports on the host's network), PID 1 of its own namespace (no
 //! other process is visible to it, its watcher included, and anything it forks dies
 //! with it), no capabilities, no new privileges, never root: bwrap (and so the helper)
-//! runs as atoll's user, or, when atoll is root, as the `atoll` system user
+//! runs as atoll's user, or, when atoll is root, as the `atoll-net` system user
 //! ([`super::user::for_helper`]) with no supplementary group, in a user namespace of its
 //! own, and sees a root holding only
 //!
@@ -12,12 +12,13 @@
 //!   `ATOLL_SECRETS_CA_FILE`), read-only; a minimal `/dev` and its own `/proc`, with
 //!   the kernel's settings (`/proc/sys`, `/proc/sysrq-trigger`) read-only;
 //! - the atoll program itself, read-only;
-//! - its own sandbox directory, through which (when atoll is root) it may only pass
-//!   (`root:atoll`, `0710`) to what is its own: `net/` (its sockets, `net.json`, its
-//!   logs; its user's, `0700`), `vm/` (`root:atoll`, sticky `1770`, where it binds the
-//!   NIC's socket and connects to QEMU's `agent.port`), and the two logs it bounds
-//!   (`vm/console.log`, `qemu.log`, `root:atoll` `0660`); not `sandbox.json`, nor any
-//!   other sandbox's;
+//! - of its own sandbox directory, only what it uses, on directories of the view's
+//!   own: `net/` (its sockets, `net.json`, its logs; its user's, `0700`), `vm/wire/`
+//!   (`root:atoll`, sticky `1770` when atoll is root, where it binds the NIC's socket
+//!   and connects to QEMU's `agent.port`), and the two logs it bounds
+//!   (`vm/console.log`, `qemu.log`, `root:atoll` `0660`); not `sandbox.json`, atoll's
+//!   policy record, nor the rest of `vm/` (QEMU's control socket, disk and RAM), nor
+//!   any other sandbox's;
 //! - of the secrets store, only its sandbox's private directory (read-write: its CA is
 //!   made there). Secrets' bindings and values come from the secrets runner outside the
 //!   jail (`secrets::runner`), which also resumes a paused sandbox for it.
@@ -140,14 +141,22 @@ pub fn bwrap_args(
         a.extend(["--bind".into(), s(private), s(private)]);
     }
     open_dir(&mut a, dir.parent());
-    // The sandbox directory read-only, with writable only what the helper writes: its
-    // own `net/`, `vm/` (the NIC's socket, the console log it bounds) and `qemu.log`
-    // (which it bounds too; made before it starts). So even with the user's own uid
-    // (atoll not root) it cannot rewrite `sandbox.json`, atoll's policy record or the
-    // disk.
+    // Of the sandbox directory, only what the helper uses, each bound where it is: its
+    // own `net/`, `vm/wire/` (the NIC's socket, QEMU's agent port) and the two logs it
+    // bounds (made before it starts), on directories of the view's own. Nothing else of
+    // the sandbox is in sight: not `sandbox.json`, atoll's policy record or tokens, nor
+    // QEMU's control socket, disk or RAM in `vm/`. So even with the user's own uid
+    // (atoll not root), which QEMU may have too, it can neither rewrite atoll's files
+    // nor drive QEMU.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    a.extend(["--ro-bind".into(), s(dir), s(dir)]);
-    for rw in [&crate::sandbox::network::config::net_dir(dir), &paths.vm, &paths.qemu_log] {
+    open_dir(&mut a, Some(dir));
+    open_dir(&mut a, Some(&paths.vm));
+    for rw in [
+        &crate::sandbox::network::config::net_dir(dir),
+        &crate::vmm::state::wire_dir(dir),
+        &paths.console_log,
+        &paths.qemu_log,
+    ] {
         a.extend(["--bind".into(), s(rw), s(rw)]);
     }
     open_dir(&mut a, exe.parent());
@@ -271,10 +280,18 @@ mod tests {
         let a =
             bwrap_args(Path::new("/opt/atoll"), Path::new("/s/sandboxes/abc"), Some(&secrets), None, 9, None);
         let has = |w: &[&str]| a.windows(w.len()).any(|x| x.iter().zip(w).all(|(p, q)| p == q));
-        assert!(has(&["--ro-bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
+        // Of its sandbox directory, its own pieces alone, on directories of the view.
+        assert!(has(&["--dir", "/s/sandboxes/abc"]) && has(&["--dir", "/s/sandboxes/abc/vm"]));
         assert!(has(&["--bind", "/s/sandboxes/abc/net", "/s/sandboxes/abc/net"]));
-        assert!(has(&["--bind", "/s/sandboxes/abc/vm", "/s/sandboxes/abc/vm"]));
-        assert!(!has(&["--bind", "/s/sandboxes/abc", "/s/sandboxes/abc"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc/vm/wire", "/s/sandboxes/abc/vm/wire"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc/vm/console.log", "/s/sandboxes/abc/vm/console.log"]));
+        assert!(has(&["--bind", "/s/sandboxes/abc/qemu.log", "/s/sandboxes/abc/qemu.log"]));
+        for whole in ["/s/sandboxes/abc", "/s/sandboxes/abc/vm"] {
+            assert!(
+                !has(&["--bind", whole, whole]) && !has(&["--ro-bind", whole, whole]),
+                "{whole} is shown"
+            );
+        }
         assert!(has(&["--ro-bind", "/opt/atoll", "/opt/atoll"]));
         assert!(has(&["--unshare-user"]) && has(&["--cap-drop", "ALL"]));
         assert!(has(&["--info-fd", "9"]));

@@ -80,6 +80,22 @@ pub enum JailError {
     /// A shared folder could not be opened safely.
     #[error(transparent)]
     Share(#[from] shares::ShareError),
+    /// `vm/wire/`, where QEMU and the network helper meet, could not be made.
+    #[error("could not make {} (where QEMU and the network helper meet): {source}; remove what is there", path.display())]
+    Wire {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Makes `vm/wire/` of the sandbox in `dir` if it is missing.
+fn ensure_wire(dir: &Path) -> Result<(), JailError> {
+    crate::vmm::state::ensure_wire_dir(dir)
+        .map(drop)
+        .map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })
 }
 
 /// A jailed QEMU: the `bwrap` process that watches it (it ends when QEMU ends, with
@@ -104,6 +120,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         qemu_args = crate::vmm::migrate::restore_args(qemu_args);
     }
     // The shares first: a folder that cannot be opened safely leaves nothing made.
+    ensure_wire(&spec.paths.dir)?;
     let binds = namespaces::binds(spec);
     let inner: Vec<&Path> = binds
         .iter()
@@ -121,8 +138,8 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     }
     if root {
         // A port an earlier QEMU of this sandbox made was handed to the helper's user
-        // ([`own_agent_port`]): the new QEMU could not replace it in the sticky `vm/`.
-        let port = spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET);
+        // ([`own_agent_port`]): the new QEMU could not replace it in the sticky `wire/`.
+        let port = crate::vmm::agent_link::port_path(&spec.paths.dir);
         if std::fs::symlink_metadata(&port)
             .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
         {
@@ -160,7 +177,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         log: launcher::tail(log, 5),
     })?;
     if let Some(owner) = user::for_helper()? {
-        tokio::spawn(own_agent_port(spec.paths.vm.join(crate::vmm::agent_link::PORT_SOCKET), owner));
+        tokio::spawn(own_agent_port(crate::vmm::agent_link::port_path(&spec.paths.dir), owner));
     }
     Ok(JailedQemu { child, qemu })
 }
@@ -170,7 +187,7 @@ const AGENT_PORT_WAIT: Duration = Duration::from_secs(60);
 
 /// When atoll is root, the network helper runs as the `atoll` user (`owner`), so it can
 /// connect only to sockets that user may write; QEMU (maybe another user) makes
-/// `vm/agent.port` with its own umask. Once it exists, it is handed to the helper's
+/// `vm/wire/agent.port` with its own umask. Once it exists, it is handed to the helper's
 /// user, 0600: the helper connects, and QEMU, which listens on it, needs no access to
 /// the file. A link in its place is refused, never followed.
 async fn own_agent_port(port: std::path::PathBuf, owner: (u32, u32)) {
@@ -238,12 +255,13 @@ pub async fn end_monitor(monitor: Option<ProcRef>) {
     }
 }
 
-/// Hands QEMU's user what it opens itself: its `vm/` directory (to make its sockets
-/// in), the disk overlay, the console log, the NIC's socket and a restore's private
-/// copy of guest RAM, none of them followed if a link stands in its place.
+/// Hands QEMU's user what it opens itself: its `vm/` directory and `vm/wire/` (to make
+/// its sockets in), the disk overlay, the console log, the NIC's socket and a restore's
+/// private copy of guest RAM, none of them followed if a link stands in its place.
 fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
     let p = spec.paths;
     user::grant(&p.vm, run_as, 0o1770)?;
+    user::grant(&crate::vmm::state::wire_dir(&p.dir), run_as, 0o1770)?;
     crate::vmm::safe_fs::open_append(&p.console_log)
         .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
     let mut files = vec![p.console_log.clone()];
@@ -260,13 +278,13 @@ fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> 
     Ok(())
 }
 
-/// Makes the sockets QEMU made in `vm/` (QMP, the agent link's port) 0600 once they
+/// Makes the sockets QEMU made (QMP, the agent link's port, the desktop's VNC) 0600 once they
 /// exist (QEMU makes them with its own umask): only their owner, and root, connect.
 /// A socket that is missing or replaced by a link is left alone (and never followed).
 pub fn restrict_sockets(paths: &crate::vmm::state::Paths) {
     for socket in [
         paths.qmp_socket.clone(),
-        paths.vm.join(crate::vmm::agent_link::PORT_SOCKET),
+        crate::vmm::agent_link::port_path(&paths.dir),
         paths.vm.join(crate::desktop::view::VNC_SOCKET),
     ] {
         if let Err(e) = crate::vmm::safe_fs::set_mode(&socket, 0o600) {
@@ -315,10 +333,14 @@ impl JailedHelper {
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
-    // `qemu.log` is bound writable into the helper's view (it bounds it): it must exist.
-    let qemu_log = crate::vmm::state::Paths::in_dir(dir, false).qemu_log;
-    crate::vmm::safe_fs::open_append(&qemu_log)
-        .map_err(|source| ProcessError::Log { path: qemu_log.clone(), source })?;
+    // What is bound writable into the helper's view must exist: `vm/wire/` and the two
+    // logs it bounds.
+    let paths = crate::vmm::state::Paths::in_dir(dir, false);
+    ensure_wire(dir)?;
+    for log in [&paths.qemu_log, &paths.console_log] {
+        crate::vmm::safe_fs::open_append(log)
+            .map_err(|source| ProcessError::Log { path: log.clone(), source })?;
+    }
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let secrets = helper::secrets(dir);
     if let Some(owner) = owner {
@@ -385,17 +407,18 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
 }
 
 /// Hands the helper's user `owner` (atoll being root) what the helper opens itself, and
-/// nothing more: the sandbox directory to pass through (`root:atoll`, `0710`: not to
-/// list, not to write), `vm/` (`root:atoll`, sticky `1770`, as for QEMU: it binds the
+/// nothing more: `vm/wire/` (`root:atoll`, sticky `1770`, as for QEMU: it binds the
 /// NIC's socket there and cannot replace what is not its own), the logs it bounds
 /// (`qemu.log`, `vm/console.log`: `0660`), its own `net/` and its private directory in
-/// the secrets store (its user's, `0700`). `sandbox.json` and the rest stay root's.
+/// the secrets store (its user's, `0700`). The sandbox directory and `vm/` are not its
+/// to list or write (`root:atoll` `0710`; bwrap, still root, binds what it needs into
+/// its view). `sandbox.json` and the rest stay root's.
 fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u32)) -> Result<(), JailError> {
     let (uid, gid) = owner;
     let run_as = user::RunAs { uid, gid, atoll_gid: gid };
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
     user::grant(dir, run_as, 0o710)?;
-    user::grant(&paths.vm, run_as, 0o1770)?;
+    user::grant(&crate::vmm::state::wire_dir(dir), run_as, 0o1770)?;
     for log in [&paths.qemu_log, &paths.console_log] {
         crate::vmm::safe_fs::open_append(log)
             .map_err(|source| user::UserError::Grant { path: log.clone(), source })?;

@@ -13,7 +13,7 @@ pub const QEMU: &str = "qemu-system-x86_64";
 pub const QEMU_IMG: &str = "qemu-img";
 /// QEMU id of the virtio-serial bus the agent link's port sits on.
 pub const AGENT_SERIAL_BUS: &str = "vser0";
-/// QEMU id of the chardev behind the agent link's port (`<dir>/vm/agent.port`).
+/// QEMU id of the chardev behind the agent link's port (`<dir>/vm/wire/agent.port`).
 pub const AGENT_PORT_CHARDEV: &str = "agentport";
 /// QEMU id of the agent link's port, for `device_del`/`device_add` on a restore.
 pub const AGENT_PORT_DEVICE: &str = "agentport0";
@@ -232,7 +232,7 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-chardev".into(),
         format!(
             "socket,id={AGENT_PORT_CHARDEV},path={},server=on,wait=off",
-            p.vm.join(crate::vmm::agent_link::PORT_SOCKET).display()
+            crate::vmm::agent_link::port_path(&p.dir).display()
         ),
         "-device".into(),
         agent_port_device(),
@@ -367,7 +367,7 @@ mod tests {
         assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
         assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
         assert!(args.iter().any(|a| a == "file,id=console,path=/s/id/vm/console.log,append=on"), "{args:?}");
-        assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/agent.port,")));
+        assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/wire/agent.port,")));
         assert!(args.iter().any(|a| a.starts_with("unix:/s/id/vm/qmp.sock,")));
         let ram = Path::new("/snaps/a,b/ram.bin");
         let args = qemu_args(&VmSpec { ram: GuestRam::Snapshot(ram), ..spec });
@@ -398,7 +398,8 @@ mod tests {
         assert!(args.windows(2).any(|w| w[0] == "-initrd" && w[1] == "/t/initrd.cpio"));
         assert!(append(&args).contains(" atoll.net=10.0.2.15/24,10.0.2.2"), "{}", append(&args));
         assert!(
-            args.iter().any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/vm/net.sock")
+            args.iter()
+                .any(|a| a == "stream,id=net0,server=off,addr.type=unix,addr.path=/s/id/vm/wire/net.sock")
         );
         assert!(args.iter().any(|a| a.starts_with("virtio-net-pci,netdev=net0,mac=52:54:00:12:34:56")));
         let args = qemu_args(&VmSpec { network: false, ..spec });

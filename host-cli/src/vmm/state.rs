@@ -14,6 +14,33 @@ use super::template::is_plain_name;
 pub const RECORD_FILE: &str = "sandbox.json";
 /// The subdirectory of a sandbox directory that its jailed QEMU sees ([`Paths::vm`]).
 pub const VM_DIR: &str = "vm";
+/// The subdirectory of `vm/` that QEMU shares with the network helper ([`wire_dir`]).
+pub const WIRE_DIR: &str = "wire";
+
+/// `<dir>/vm/wire`: the two sockets between QEMU and the sandbox's network helper (the
+/// NIC's `net.sock`, which the helper binds, and the agent port `agent.port`, which
+/// QEMU makes), and nothing else. It is all of `vm/` the helper's view holds (with the
+/// console log it bounds): QEMU's control socket, its disk and its RAM stay out of the
+/// helper's sight, even when both run as the same user.
+pub fn wire_dir(dir: &Path) -> PathBuf {
+    dir.join(VM_DIR).join(WIRE_DIR)
+}
+
+/// Makes `<dir>/vm/wire` (`0700`) if it is missing (a sandbox parked by an atoll older
+/// than the directory is started again), refusing anything but a directory there.
+pub fn ensure_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    let wire = wire_dir(dir);
+    match std::fs::DirBuilder::new().mode(0o700).create(&wire) {
+        Ok(()) => std::fs::set_permissions(&wire, std::fs::Permissions::from_mode(0o700))?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if !std::fs::symlink_metadata(&wire)?.is_dir() {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a directory"));
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(wire)
+}
 
 /// Why the state directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -370,17 +397,18 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
         // `vm/` to QEMU's group when QEMU runs as another user).
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
         std::fs::DirBuilder::new().mode(0o700).create(&vm)?;
-        std::fs::set_permissions(&vm, std::fs::Permissions::from_mode(0o700))
+        std::fs::set_permissions(&vm, std::fs::Permissions::from_mode(0o700))?;
+        ensure_wire_dir(&dir).map(drop)
     });
     made.map_err(|source| StateError::CreateDir { path: dir.clone(), source })?;
     Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make are `vm/agent.port`
-/// and the helper's `net/agent.sock`.
+/// Unix socket paths hold at most 107 bytes; the longest we make are
+/// `vm/wire/agent.port` and the helper's `net/agent.sock`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
     const MAX: usize = 107;
-    let port = dir.join(VM_DIR).join(crate::vmm::agent_link::PORT_SOCKET).as_os_str().len();
+    let port = crate::vmm::agent_link::port_path(dir).as_os_str().len();
     let longest = port.max(crate::sandbox::network::config::agent_socket_path(dir).as_os_str().len());
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });

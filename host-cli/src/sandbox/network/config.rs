@@ -43,9 +43,9 @@ pub fn sandbox_dir_of_agent_socket(socket: &Path) -> Option<&Path> {
 }
 
 /// The Unix socket QEMU's NIC connects to (`-netdev stream`), in the part of the
-/// sandbox directory QEMU sees.
+/// sandbox directory QEMU shares with the helper (`vm/wire/`).
 pub fn frames_path(dir: &Path) -> PathBuf {
-    dir.join(crate::vmm::state::VM_DIR).join("net.sock")
+    crate::vmm::state::wire_dir(dir).join("net.sock")
 }
 
 /// The helper's record of the network.

@@ -2,7 +2,7 @@
 //! virtio-serial port, shared by every client of a Unix socket.
 //!
 //! QEMU serves the port `atoll.agent` on a Unix socket in the sandbox directory
-//! (`-chardev socket,id=agentport,path=<dir>/vm/agent.port,server=on,wait=off`), and
+//! (`-chardev socket,id=agentport,path=<dir>/vm/wire/agent.port,server=on,wait=off`), and
 //! takes one connection at a time. This module keeps that one connection and
 //! multiplexes clients onto it:
 //!
@@ -28,8 +28,14 @@ use std::time::Duration;
 
 use tokio::net::UnixListener;
 
-/// The QEMU chardev socket of the agent's port, in the sandbox directory.
+/// The QEMU chardev socket of the agent's port ([`port_path`]).
 pub const PORT_SOCKET: &str = "agent.port";
+
+/// Where QEMU serves the agent's port for the sandbox in `dir`: in `vm/wire/`, the part
+/// of the sandbox directory QEMU shares with the network helper.
+pub fn port_path(dir: &Path) -> PathBuf {
+    crate::vmm::state::wire_dir(dir).join(PORT_SOCKET)
+}
 /// The socket clients of the agent connect to, in the sandbox directory.
 pub const AGENT_SOCKET: &str = "agent.sock";
 /// How long a request waits by default for the link to come (back) up before it fails.

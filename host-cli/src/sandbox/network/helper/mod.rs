@@ -105,11 +105,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         NetworkMode::None => None,
     };
     let link_socket = config::agent_socket_path(dir);
-    let link = agent_link::start(
-        &dir.join(crate::vmm::state::VM_DIR).join(agent_link::PORT_SOCKET),
-        &link_socket,
-        agent_link::LINK_WAIT,
-    )?;
+    let link = agent_link::start(&agent_link::port_path(dir), &link_socket, agent_link::LINK_WAIT)?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), atoll_proto::Address::Unix(link_socket.clone()), config);
     let ctl = bind(&config::ctl_path(dir))?;
