@@ -6,6 +6,7 @@
 
 use super::create::{Cleanup, CreateOptions};
 use super::network::lifecycle::RestoredNet;
+use super::spare_ram::Spare;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
 use crate::vmm::snapfile::Snapshot;
@@ -29,18 +30,20 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         ports_required: true,
         ..RestoredNet::of(snap.meta.network.as_ref())
     };
-    start(&snap, &tpl, opts, &net, format!("snapshot {snap_name}")).await
+    start(&snap, &tpl, opts, &net, format!("snapshot {snap_name}"), Spare::None).await
 }
 
 /// Starts a sandbox from `snap` (checked usable, with its template `tpl`), named and
 /// timed by `opts`, with the network helper `net`; `started_from` is what `atoll inspect`
-/// shows.
+/// shows; `spare` whether the snapshot keeps a spare of its guest RAM
+/// ([`super::spare_ram`]).
 pub(super) async fn start(
     snap: &Snapshot,
     tpl: &Template,
     opts: &CreateOptions,
     net: &RestoredNet,
     started_from: String,
+    spare: Spare,
 ) -> Result<SandboxInfo, SandboxError> {
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
@@ -82,7 +85,7 @@ pub(super) async fn start(
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout).await?
+        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout, spare).await?
     };
     guard.set(|r| {
         r.ready = true;
