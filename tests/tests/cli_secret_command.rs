@@ -1,0 +1,139 @@
+//! Attack (issue 30, the secrets runner): a `--from-command` command that leaves a
+//! process behind in a session of its own (`setsid` in a double fork, as a daemon
+//! does) must not have it run on as the user after its run. Through the real `atoll`
+//! binary, on both paths that run a command: `atoll secret set`'s check, and the
+//! `atoll secret-runner` a sandbox's network helper asks for a value (started here as
+//! atoll starts it, with a socket pair, and asked as the helper asks: `V` + name). As
+//! root, and as an ordinary user (uid [`atoll_tests::vm::SHARE_OWNER`] through
+//! `setpriv`) when the tests run as root. No VM: the runner is the same binary and
+//! code whether a helper or this test holds the other end.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use atoll_tests::vm::{HANG_GUARD, SHARE_OWNER, short_tempdir, text, wait_bounded};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+/// `atoll ARGS` with state directory `state`, as an ordinary user when `ordinary`.
+fn atoll(state: &Path, ordinary: bool, args: &[&str]) -> Command {
+    let mut cmd = if ordinary {
+        let id = SHARE_OWNER.to_string();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"]);
+        c.arg(atoll_tests::workspace_bin("atoll"));
+        c
+    } else {
+        Command::new(atoll_tests::workspace_bin("atoll"))
+    };
+    cmd.env_remove("ATOLL_AGENT")
+        .env_remove("ATOLL_SANDBOX")
+        .env("ATOLL_STATE_DIR", state)
+        .env("HOME", state)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// The processes whose command line holds `marker` (killed, so a failure leaves
+/// nothing behind).
+fn running_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if cmdline.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+            let pid = entry.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            found.push(format!("{pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    found
+}
+
+/// A command that prints a value only once a process it started has moved to a
+/// session of its own, whose parent has already exited (a double fork).
+fn escaping_command(dir: &Path, marker: &str) -> String {
+    let ready = dir.join(format!("moved-{marker}"));
+    let r = ready.display();
+    format!(
+        "rm -f {r}; (setsid sh -c ': > {r}; exec sleep {marker}' &)\n\
+         until [ -e {r} ]; do sleep 0.01; done; echo value-from-a-command"
+    )
+}
+
+/// `secret set` and the runner, as root (`ordinary` false) or as an ordinary user.
+fn nothing_outlives_a_command(ordinary: bool) {
+    let state = short_tempdir();
+    if ordinary {
+        std::os::unix::fs::chown(state.path(), Some(SHARE_OWNER), Some(SHARE_OWNER)).unwrap();
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let marker = format!("978.{}{}{nanos}", std::process::id(), u8::from(ordinary));
+    let command = escaping_command(state.path(), &marker);
+
+    // The check `secret set` runs.
+    let mut set = atoll(
+        state.path(),
+        ordinary,
+        &["secret", "set", "tok", "--host", "api.example.test", "--from-command", &command, "--cache", "1s"],
+    );
+    let out = wait_bounded(set.spawn().unwrap(), HANG_GUARD).expect("secret set hung");
+    let left = running_with(&marker);
+    assert!(out.status.success(), "secret set --from-command: {}", text(&out.stderr));
+    assert!(left.is_empty(), "`atoll secret set`'s check left {left:?} running");
+
+    // The runner beside a sandbox's helper: the secret bound to sandbox `reaptest`.
+    let id = "reaptest";
+    let bindings = state.path().join(".secrets/bindings");
+    std::fs::create_dir_all(&bindings).unwrap();
+    let file = bindings.join(format!("{id}.json"));
+    let placeholder = format!("atoll-secret-tok-{}", "0".repeat(32));
+    std::fs::write(&file, serde_json::json!([{"env": "TOK", "secret": "tok", "placeholder": placeholder}]).to_string())
+        .unwrap();
+    if ordinary {
+        for p in [&bindings, &file] {
+            std::os::unix::fs::chown(p, Some(SHARE_OWNER), Some(SHARE_OWNER)).unwrap();
+        }
+    }
+    let (helper, runner_end): (OwnedFd, OwnedFd) =
+        rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+    let sandbox_dir = state.path().join(id);
+    let mut runner = atoll(
+        state.path(),
+        ordinary,
+        &["secret-runner", "--dir", sandbox_dir.to_str().unwrap(), "--fd", "3"],
+    );
+    let raw = runner_end.as_raw_fd();
+    // SAFETY: dup2 is async-signal-safe; it gives the child the runner's end as fd 3
+    // (without close-on-exec), as atoll hands it on.
+    unsafe {
+        runner.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = runner.spawn().unwrap();
+    drop(runner_end);
+    rustix::net::send(&helper, b"Vtok", SendFlags::NOSIGNAL).unwrap();
+    let mut buf = [0u8; 512];
+    let (n, _) = rustix::net::recv(&helper, &mut buf, RecvFlags::empty()).unwrap();
+    let left = running_with(&marker);
+    let answer = String::from_utf8_lossy(&buf[1..n]).into_owned();
+    drop(helper);
+    let out = wait_bounded(child, HANG_GUARD).expect("the runner did not exit with its helper's end closed");
+    assert_eq!((buf[0], answer.as_str()), (0, "value-from-a-command"), "runner: {}", text(&out.stderr));
+    assert!(left.is_empty(), "the secrets runner left {left:?} running after the command's run");
+}
+
+#[test]
+fn a_command_s_escaped_process_outlives_neither_secret_set_nor_the_runner() {
+    nothing_outlives_a_command(false);
+    if rustix::process::geteuid().is_root() {
+        nothing_outlives_a_command(true);
+    }
+}
