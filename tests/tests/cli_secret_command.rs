@@ -39,18 +39,16 @@ fn atoll(state: &Path, ordinary: bool, args: &[&str]) -> Command {
 }
 
 /// The processes whose command line holds `marker` (killed, so a failure leaves
-/// nothing behind).
+/// nothing behind), with their command lines.
 fn running_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
-        if cmdline.windows(marker.len()).any(|w| w == marker.as_bytes()) {
-            let pid = entry.file_name().to_string_lossy().into_owned();
+    running_with_no_kill(marker)
+        .into_iter()
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let _ = Command::new("kill").args(["-KILL", &pid]).status();
-            found.push(format!("{pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
-        }
-    }
-    found
+            format!("{pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        })
+        .collect()
 }
 
 /// A command that prints a value only once a process it started has moved to a
@@ -91,15 +89,19 @@ fn nothing_outlives_a_command(ordinary: bool) {
     std::fs::create_dir_all(&bindings).unwrap();
     let file = bindings.join(format!("{id}.json"));
     let placeholder = format!("atoll-secret-tok-{}", "0".repeat(32));
-    std::fs::write(&file, serde_json::json!([{"env": "TOK", "secret": "tok", "placeholder": placeholder}]).to_string())
-        .unwrap();
+    std::fs::write(
+        &file,
+        serde_json::json!([{"env": "TOK", "secret": "tok", "placeholder": placeholder}]).to_string(),
+    )
+    .unwrap();
     if ordinary {
         for p in [&bindings, &file] {
             std::os::unix::fs::chown(p, Some(SHARE_OWNER), Some(SHARE_OWNER)).unwrap();
         }
     }
     let (helper, runner_end): (OwnedFd, OwnedFd) =
-        rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None).unwrap();
+        rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+            .unwrap();
     let sandbox_dir = state.path().join(id);
     let mut runner = atoll(
         state.path(),
@@ -128,6 +130,44 @@ fn nothing_outlives_a_command(ordinary: bool) {
     let out = wait_bounded(child, HANG_GUARD).expect("the runner did not exit with its helper's end closed");
     assert_eq!((buf[0], answer.as_str()), (0, "value-from-a-command"), "runner: {}", text(&out.stderr));
     assert!(left.is_empty(), "the secrets runner left {left:?} running after the command's run");
+
+    // The caller killed mid-run (SIGKILL: nothing of atoll's own runs after it): the
+    // command's keeper sees it die and ends what the command started.
+    let ready = state.path().join("moved-long");
+    let (m1, m2) = (format!("{marker}1"), format!("{marker}2"));
+    let long = format!("(setsid sh -c ': > {r}; exec sleep {m1}' &); exec sleep {m2}", r = ready.display());
+    let set = atoll(
+        state.path(),
+        ordinary,
+        &["secret", "set", "long", "--host", "api.example.test", "--from-command", &long],
+    )
+    .spawn()
+    .unwrap();
+    atoll_tests::vm::wait_until("the long command to start", HANG_GUARD, || {
+        ready.exists() && !running_with_no_kill(&m2).is_empty()
+    });
+    rustix::process::kill_process(rustix::process::Pid::from_child(&set), rustix::process::Signal::KILL)
+        .unwrap();
+    let _ = wait_bounded(set, HANG_GUARD);
+    let gone = |m: &str| running_with_no_kill(m).is_empty();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(gone(&m1) && gone(&m2)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let left = [running_with(&m1), running_with(&m2)].concat();
+    assert!(left.is_empty(), "killing `atoll secret set` mid-run left {left:?} running");
+}
+
+/// The processes whose command line holds `marker`, left as they are.
+fn running_with_no_kill(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if cmdline.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+            found.push(entry.file_name().to_string_lossy().into_owned());
+        }
+    }
+    found
 }
 
 #[test]

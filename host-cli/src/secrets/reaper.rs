@@ -255,9 +255,7 @@ fn kill_all(deadline: Instant) -> (u32, bool) {
 /// process's children); returns how many there were, or `Err` if the list cannot be read.
 fn for_each_child(mut f: impl FnMut(libc::pid_t)) -> Result<u32, ()> {
     // SAFETY: opens a file read-only; the path is a NUL-terminated literal.
-    let fd = unsafe {
-        libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC)
-    };
+    let fd = unsafe { libc::open(c"/proc/thread-self/children".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return Err(());
     }

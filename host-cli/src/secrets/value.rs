@@ -279,7 +279,8 @@ mod tests {
     fn marker() -> String {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
         format!("977.{}{n}{nanos}", std::process::id())
     }
 
@@ -348,7 +349,8 @@ mod tests {
         let m2 = marker();
         let dir = tempfile::tempdir().unwrap();
         let ready = dir.path().join("ready");
-        let command = format!("setsid sleep {m} & (setsid sleep {m2} &); touch {}; exec sleep {m}", ready.display());
+        let command =
+            format!("setsid sleep {m} & (setsid sleep {m2} &); touch {}; exec sleep {m}", ready.display());
         let keeper = std::thread::spawn(move || super::run_for(&command, std::time::Duration::from_secs(1)));
         let err = keeper.join().unwrap().unwrap_err();
         assert!(ready.exists(), "the command did not run: {err}");
