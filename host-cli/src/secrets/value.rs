@@ -61,6 +61,10 @@ fn run_for(command: &str, limit: Duration) -> Result<String, String> {
     use std::os::unix::process::CommandExt;
     let (report, report_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("cannot run `{command}`: {e}"))?;
+    // Above stdin, stdout and stderr, which the child's own pipes are put on before the
+    // keeper runs (a caller started with one of them closed gets it from `pipe`).
+    let report_end = rustix::io::fcntl_dupfd_cloexec(&report_end, 3)
+        .map_err(|e| format!("cannot run `{command}`: {e}"))?;
     let report_fd = report_end.as_raw_fd();
     let caller = rustix::process::getpid().as_raw_nonzero().get();
     let mut command_line = Command::new("/bin/sh");
