@@ -170,10 +170,44 @@ fn running_with_no_kill(marker: &str) -> Vec<String> {
     found
 }
 
+/// As an ordinary user, a descendant that became root (a setuid-root `setpriv` that
+/// sets all its uids to 0, as `sudo` does) cannot be killed: the run fails, saying so,
+/// instead of returning a value while it runs on. (The test then ends it as root.)
+fn a_process_that_changed_user_fails_the_run() {
+    let state = short_tempdir();
+    std::os::unix::fs::chown(state.path(), Some(SHARE_OWNER), Some(SHARE_OWNER)).unwrap();
+    let setuid = state.path().join("setpriv");
+    std::fs::copy("/usr/bin/setpriv", &setuid).unwrap();
+    std::fs::set_permissions(&setuid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    let marker = format!("979.{}{nanos}", std::process::id());
+    let ready = state.path().join("root-now");
+    let command = format!(
+        "(setsid {s} --reuid 0 --regid 0 --clear-groups sh -c ': > {r}; exec sleep {marker}' &)\n\
+         until [ -e {r} ]; do sleep 0.01; done; echo value-from-a-command",
+        s = setuid.display(),
+        r = ready.display()
+    );
+    let mut set = atoll(
+        state.path(),
+        true,
+        &["secret", "set", "su", "--host", "api.example.test", "--from-command", &command],
+    );
+    let out = wait_bounded(set.spawn().unwrap(), HANG_GUARD).expect("secret set hung");
+    let _ = std::fs::remove_file(&setuid);
+    let left = running_with(&marker);
+    assert!(ready.exists(), "the setuid step did not run: {}", text(&out.stderr));
+    assert_eq!(left.len(), 1, "the root descendant is not what was left: {left:?}");
+    assert!(!out.status.success(), "secret set succeeded with a root process left running");
+    let err = text(&out.stderr);
+    assert!(err.contains("left 1 process(es) running that atoll could not kill"), "{err}");
+}
+
 #[test]
 fn a_command_s_escaped_process_outlives_neither_secret_set_nor_the_runner() {
     nothing_outlives_a_command(false);
     if rustix::process::geteuid().is_root() {
         nothing_outlives_a_command(true);
+        a_process_that_changed_user_fails_the_run();
     }
 }
