@@ -6,12 +6,15 @@
 //!
 //! - [`store`]: one file per secret, 0600 in a 0700 directory of the state directory.
 //! - [`value`]: a value when needed (`--from-command` outputs cached in memory).
+//! - [`reaper`]: the keeper a `--from-command` command runs under, which leaves
+//!   nothing of it running.
 //! - [`binding`]: a sandbox's bindings and CA, the command defaults they add.
 //! - `guest`: the sandbox CA into the guest's trust store, before the first binding.
 //! - `source`: the helper's view of the bindings, read again for each request.
 
 pub mod binding;
 mod guest;
+pub mod reaper;
 pub mod runner;
 mod source;
 pub mod store;
