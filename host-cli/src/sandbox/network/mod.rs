@@ -142,14 +142,19 @@ pub async fn view_live(record: &Record) -> NetView {
     view
 }
 
-/// The network view of `record`: its network, policy and ports from atoll's own record
-/// ([`config::NetAuthority`], which falls back to the helper's `net.json` for what a
-/// record made before it lacks), and its helper's liveness.
+/// The network view of `record`: its network and policy from atoll's own record
+/// ([`config::NetAuthority`]), and its helper's liveness. Its ports: for a parked
+/// sandbox, those atoll publishes again when it comes back (atoll's own record,
+/// [`config::NetAuthority::own_ports`]); else those its helper lists in its `net.json`,
+/// what it holds now (read as hostile, only shown).
 pub fn view(record: &Record) -> NetView {
-    let authority = config::NetAuthority::load(&record.paths.dir).unwrap_or_else(|_| {
-        let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
-        config::NetAuthority { network: config.network, policy: config.policy, ports: None }
+    let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
+    let authority = config::NetAuthority::load(&record.paths.dir).unwrap_or(config::NetAuthority {
+        network: config.network,
+        policy: config.policy.clone(),
+        ports: None,
     });
+    let ports = if record.parked { config::NetAuthority::own_ports(&record.paths.dir) } else { config.ports };
     let (helper, helper_pid) = match record.net_helper {
         Some(p) if p.is_alive() => ("running", Some(p.pid)),
         None if record.parked => ("parked", None),
@@ -163,10 +168,7 @@ pub fn view(record: &Record) -> NetView {
         helper_pid,
         allow_out: texts(&authority.policy.allow_out),
         deny_out: texts(&authority.policy.deny_out),
-        ports: config::NetAuthority::own_ports(&record.paths.dir)
-            .into_iter()
-            .map(|p| p.named(&record.name))
-            .collect(),
+        ports: ports.into_iter().map(|p| p.named(&record.name)).collect(),
         audit_log_error: None,
         audit_log_failed_writes: 0,
     }
