@@ -383,10 +383,10 @@ mod tests {
         let net = NetConfig { ports: vec![planted.clone()], ..NetConfig::default() };
         net.save_for_helper(d.path(), None).unwrap();
         // No record of atoll's, or one without ports: the helper's file, as before.
-        assert_eq!(NetAuthority::own_ports(d.path()), [planted.clone()]);
+        assert_eq!(NetAuthority::own_ports(d.path()), std::slice::from_ref(&planted));
         std::fs::write(authority_path(d.path()), r#"{"network":"default"}"#).unwrap();
         assert_eq!(NetAuthority::load(d.path()).unwrap().ports, None);
-        assert_eq!(NetAuthority::own_ports(d.path()), [planted.clone()]);
+        assert_eq!(NetAuthority::own_ports(d.path()), std::slice::from_ref(&planted));
 
         NetAuthority::starting(NetworkMode::Default, Default::default()).save(d.path()).unwrap();
         assert!(NetAuthority::own_ports(d.path()).is_empty());
