@@ -1,7 +1,7 @@
-//! The network files of a sandbox directory, and `net.json`: the network mode, the egress
-//! policy and the published ports, which the helper rewrites (temp file, then rename) on every change,
-//! so that `atoll info` and `atoll port ls` can still say what was there after the helper
-//! died.
+//! The network files of a sandbox directory: `net.json`, the network mode, the egress
+//! policy and the published ports as the helper holds them, which it rewrites (temp
+//! file, then rename) on every change; and atoll's own record of what it asked of the
+//! helper ([`NetAuthority`]), which is what atoll hands on.
 //!
 //! Everything the helper makes lies in `net/` ([`NET_DIR`]), a directory of the helper's
 //! own user (the `atoll` system user when atoll is root, see docs/security.md): its
