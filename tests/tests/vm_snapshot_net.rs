@@ -8,12 +8,16 @@
 //! denied one, logs only its own connections, gets none of the source's published
 //! ports, and sees the connection it inherited reset instead of hung. A fork then parks
 //! and comes back with its policy, its published port (same host port) and a working
-//! network.
+//! network. Before parking, its helper (as if taken over by its guest) moves that port in
+//! its own `net.json` to another host port on every address: the unpark publishes it
+//! again only where the operator asked.
 
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use atoll_tests::netns::{DENIED_HOST, OTHER_HOST, World};
+use atoll_tests::netns::{CLIENT_ADDR, DENIED_HOST, OTHER_HOST, World};
 use atoll_tests::processes_mentioning;
 use atoll_tests::vm::{Atoll, text, wait_until};
 use serde_json::Value;
@@ -54,18 +58,56 @@ fn dir_of(atoll: &Atoll, name: &str) -> PathBuf {
 
 const ALLOWED_BODY: &str = "hello from 203.0.113.10 host=allowed.test sni=-\n";
 
-/// What a network helper taken over by its guest can do to its own `net.json` (the
-/// helper's file, in its own directory): record a policy that allows everything. Written
-/// as the helper writes it (a temp file renamed over, the helper's owner kept).
-fn widen_in_helpers_own_file(dir: &std::path::Path) {
+/// Rewrites the `net.json` of the sandbox in `dir` with `change`, as a network helper
+/// taken over by its guest can (the helper's file, in its own directory): written as the
+/// helper writes it (a temp file renamed over, the helper's owner kept).
+fn rewrite_helpers_own_file(dir: &std::path::Path, change: impl FnOnce(&mut Value)) {
     let path = dir.join("net/net.json");
     let meta = std::fs::metadata(&path).unwrap();
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    config["policy"] = serde_json::json!({ "allow_out": [], "deny_out": [] });
+    change(&mut config);
     let tmp = dir.join("net/.net.json.planted");
     std::fs::write(&tmp, serde_json::to_vec(&config).unwrap()).unwrap();
     std::os::unix::fs::chown(&tmp, Some(std::os::unix::fs::MetadataExt::uid(&meta)), None).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
+}
+
+/// What a taken-over helper writes to widen its policy: one that allows everything.
+fn widen_in_helpers_own_file(dir: &std::path::Path) {
+    rewrite_helpers_own_file(dir, |c| c["policy"] = serde_json::json!({ "allow_out": [], "deny_out": [] }));
+}
+
+/// What a taken-over helper writes to have the sandbox's next helper publish its ports
+/// elsewhere: every published port moved to host port `port`, on every address.
+fn plant_ports_in_helpers_own_file(dir: &std::path::Path, port: u16) {
+    rewrite_helpers_own_file(dir, |c| {
+        for p in c["ports"].as_array_mut().expect("net.json lists its ports") {
+            p["bind"] = "0.0.0.0".into();
+            p["host_port"] = port.into();
+            p["url"] = format!("http://127.0.0.1:{port}").into();
+        }
+    });
+}
+
+/// Runs `f` in the client namespace, where atoll and its helpers run.
+fn in_client<R: Send + 'static>(world: &World, f: impl FnOnce() -> R + Send + 'static) -> R {
+    world.client.spawn_in(f).join().expect("the thread in the client namespace")
+}
+
+/// Whether a TCP connection to `addr` is accepted.
+fn accepts(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_secs(5)).is_ok()
+}
+
+/// `data` sent to `addr` and what comes back once the write side is closed.
+fn round_trip(addr: SocketAddr, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    conn.write_all(data)?;
+    conn.shutdown(std::net::Shutdown::Write)?;
+    let mut back = Vec::new();
+    conn.read_to_end(&mut back)?;
+    Ok(back)
 }
 
 #[test]
@@ -124,20 +166,58 @@ fn vm_snapshot_net_forks_each_get_their_own_network_and_park_keeps_it() {
     assert_eq!(atoll.sh("src", "cat /tmp/held.done 2>/dev/null || echo open"), "open\n");
 
     // Parking a networked sandbox: no process left, its helper included; a published
-    // port is listed without waking it, and comes back at the same host port.
+    // port is listed without waking it, and comes back at the same host port, on the
+    // address it was asked for (loopback), with its guest server (an echo) behind it.
+    let out = atoll.run(&["-s", "f2", "run", "-d", "--", "nc", "-ll", "-p", "8000", "-e", "cat"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
     let port = atoll.json(&["port", "publish", "f2", "8000"]);
+    assert_eq!(port["bind"], "127.0.0.1", "{port}");
     let host_port = port["host_port"].as_u64().expect("a host port");
+    let asked = SocketAddr::from((Ipv4Addr::LOCALHOST, u16::try_from(host_port).unwrap()));
+    wait_until("the echo through the published port", Duration::from_secs(60), || {
+        in_client(&world, move || round_trip(asked, b"ping").is_ok_and(|b| b == b"ping"))
+    });
     let f2_dir = dir_of(&atoll, "f2");
-    // Parking does not carry a policy the helper wrote into its own file either.
+    // Parking does not carry a policy the helper wrote into its own file either, nor the
+    // ports it wrote there: another host port, on every address.
     widen_in_helpers_own_file(&f2_dir);
+    let planted =
+        in_client(&world, || TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    plant_ports_in_helpers_own_file(&f2_dir, planted);
     assert_eq!(atoll.json(&["pause", "--to-disk", "f2"])["state"], "parked");
     assert!(processes_mentioning(&f2_dir).is_empty(), "{:?}", processes_mentioning(&f2_dir));
     assert_eq!(atoll.json(&["inspect", "f2"])["network"]["helper"], "parked");
-    assert_eq!(atoll.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));
+    let listed_parked = atoll.json(&["port", "ls", "f2"]);
     assert_eq!(atoll.state_of("f2").as_deref(), Some("parked"));
     // Any command brings it back, with its network and policy.
     assert_eq!(get_allowed(&atoll, "f2"), ALLOWED_BODY);
     assert_eq!(atoll.state_of("f2").as_deref(), Some("running"));
+    // Its port listens where the operator asked, and only there: not at the planted
+    // host port, and not on the client's other address.
+    let on_planted = SocketAddr::from((Ipv4Addr::LOCALHOST, planted));
+    let on_every_address = SocketAddr::from((CLIENT_ADDR, asked.port()));
+    let (planted_accepts, wildcard_accepts, echo) = in_client(&world, move || {
+        (
+            accepts(on_planted),
+            accepts(on_every_address),
+            round_trip(asked, b"pong").map_err(|e| e.to_string()),
+        )
+    });
+    assert!(!planted_accepts, "the unpark published the host port the helper planted ({on_planted})");
+    assert!(
+        !wildcard_accepts,
+        "the unpark published on every address, as the helper planted ({on_every_address})"
+    );
+    assert_eq!(echo.as_deref(), Ok(&b"pong"[..]), "the port asked for at {asked}");
+    let listed = atoll.json(&["port", "ls", "f2"]);
+    assert_eq!(
+        (listed[0]["bind"].as_str(), listed[0]["host_port"].as_u64()),
+        (Some("127.0.0.1"), Some(host_port)),
+        "{listed}"
+    );
+    // Listed while parked as atoll recorded it, not as the helper's file said.
+    assert_eq!(listed_parked[0]["bind"], "127.0.0.1", "{listed_parked}");
+    assert_eq!(listed_parked[0]["host_port"].as_u64(), Some(host_port), "{listed_parked}");
     assert_eq!(connect(&atoll, "f2", &denied), "rc=1\n");
     assert_eq!(tcp_log(&atoll, "f2", &denied).len(), 2, "the log goes on across the park");
     assert_eq!(atoll.json(&["port", "ls", "f2"])[0]["host_port"].as_u64(), Some(host_port));

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::control::{live, stop_processes};
-use super::network::config::NetConfig;
+use super::network::config::NetAuthority;
 use super::network::lifecycle::RestoredNet;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::snapfile;
@@ -57,7 +57,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
     let tpl = snapshot::usable(&snap)?;
     // Its own policy and published ports (at the same host ports) come back with it.
     let mut net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
-    if let Ok(own) = crate::sandbox::network::config::NetAuthority::load(&record.paths.dir) {
+    if let Ok(own) = NetAuthority::load(&record.paths.dir) {
         net.config.policy = own.policy;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
@@ -77,8 +77,10 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
         record.vhost = None;
         record.net_helper = None;
         record.secret_runner = None;
-        // The next try publishes the same ports again.
-        if let Err(e) = (NetConfig { ports: own_ports(&net), ..net.config.clone() }).save(&record.paths.dir) {
+        // The next try publishes the same ports again (the helper that failed to come
+        // up may have recorded some of them only).
+        let ports = own_ports(&net);
+        if let Err(e) = NetAuthority::update(&record.paths.dir, |a| a.ports = Some(ports)) {
             tracing::warn!("{e}");
         }
         record.save()?;
@@ -101,7 +103,7 @@ pub(super) async fn unpark_if_parked(name_or_id: &str) -> Result<Record, Sandbox
     Ok(record)
 }
 
-/// The ports `net` publishes again, as `net.json` records them.
+/// The ports `net` publishes again, as atoll's own record keeps them.
 fn own_ports(net: &RestoredNet) -> Vec<super::network::PublishedPort> {
     net.ports
         .iter()

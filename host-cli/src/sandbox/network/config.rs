@@ -1,7 +1,7 @@
-//! The network files of a sandbox directory, and `net.json`: the network mode, the egress
-//! policy and the published ports, which the helper rewrites (temp file, then rename) on every change,
-//! so that `atoll info` and `atoll port ls` can still say what was there after the helper
-//! died.
+//! The network files of a sandbox directory: `net.json`, the network mode, the egress
+//! policy and the published ports as the helper holds them, which it rewrites (temp
+//! file, then rename) on every change; and atoll's own record of what it asked of the
+//! helper ([`NetAuthority`]), which is what atoll hands on.
 //!
 //! Everything the helper makes lies in `net/` ([`NET_DIR`]), a directory of the helper's
 //! own user (the `atoll` system user when atoll is root, see docs/security.md): its
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::{NetworkMode, PublishedPort};
+use super::spec::{NetworkMode, PortSpec, PublishedPort};
 
 /// The helper's own directory in the sandbox directory.
 pub const NET_DIR: &str = "net";
@@ -197,13 +197,15 @@ impl NetConfig {
     }
 }
 
-/// atoll's own record of a sandbox's network mode and egress policy, beside
-/// `sandbox.json` and outside `net/`: written by atoll whenever it gives the helper a
-/// policy (at its start, and by `atoll net set` once the helper took it), and read
-/// wherever atoll carries the policy on (`atoll net show`, a snapshot, a park, the
-/// next `net set`), so that what a helper taken over by its guest writes into its own
-/// `net.json` never becomes a policy atoll hands on. When atoll is root the helper
-/// cannot write the sandbox directory (docs/security.md section 3).
+/// atoll's own record of a sandbox's network mode, egress policy and published ports,
+/// beside `sandbox.json` and outside `net/`: written by atoll whenever it gives the
+/// helper a policy (at its start, and by `atoll net set` once the helper took it) and
+/// whenever the helper published or unpublished a port atoll asked for, and read
+/// wherever atoll carries them on (`atoll net show`, `atoll info`, `atoll port ls` of a
+/// parked sandbox, a snapshot, a park and its unpark, a restore), so that what a helper
+/// taken over by its guest writes into its own `net.json` never becomes a policy or a
+/// host port atoll hands on. When atoll is root the helper cannot write the sandbox
+/// directory (docs/security.md section 3).
 pub fn authority_path(dir: &Path) -> PathBuf {
     dir.join("net-policy.json")
 }
@@ -216,9 +218,85 @@ pub struct NetAuthority {
     /// The egress policy atoll gave the helper last.
     #[serde(default)]
     pub policy: atoll_net::policy::Policy,
+    /// The ports atoll had the helper publish, by guest port, at the bind address atoll
+    /// asked for and the host port it asked for (or, asked for none, the one the helper
+    /// answered it took): what an unpark or a restore publishes again. `None` in a record
+    /// written before atoll kept its ports (until the sandbox's next helper start): its
+    /// ports are then those of the helper's `net.json`, as they were before
+    /// ([`NetAuthority::own_ports`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<PublishedPort>>,
 }
 
 impl NetAuthority {
+    /// A record for a helper about to start with `network` and `policy`, which has
+    /// published no port yet.
+    pub fn starting(network: NetworkMode, policy: atoll_net::policy::Policy) -> NetAuthority {
+        NetAuthority { network, policy, ports: Some(Vec::new()) }
+    }
+
+    /// Changes atoll's record for the sandbox in `dir` with `change`, under an exclusive
+    /// lock on the sandbox directory (two `atoll port` commands at once each keep their
+    /// port), and returns what was written.
+    pub fn update(dir: &Path, change: impl FnOnce(&mut NetAuthority)) -> Result<NetAuthority, ConfigError> {
+        use rustix::fs::{FlockOperation, Mode, OFlags};
+        let path = authority_path(dir);
+        let locked =
+            rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                .and_then(|fd| rustix::fs::flock(&fd, FlockOperation::LockExclusive).map(|()| fd))
+                .map_err(|e| ConfigError::Write { path: path.clone(), source: e.into() })?;
+        let mut record = NetAuthority::load(dir)?;
+        change(&mut record);
+        record.save(dir)?;
+        drop(locked);
+        Ok(record)
+    }
+
+    /// Records that the helper of the sandbox in `dir` published `spec`, answering that
+    /// it took host port `answered`: kept as asked (the bind address, and the host port
+    /// when one was asked for), not as the helper answered.
+    pub fn record_published(dir: &Path, spec: &PortSpec, answered: u16) -> Result<(), ConfigError> {
+        let port = PublishedPort::new(
+            spec.guest_port,
+            std::net::SocketAddr::new(spec.bind, spec.host_port.unwrap_or(answered)),
+        );
+        NetAuthority::update(dir, |a| {
+            if let Some(ports) = &mut a.ports {
+                ports.retain(|p| p.guest_port != port.guest_port);
+                ports.push(port);
+                ports.sort_by_key(|p| p.guest_port);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Records that guest port `guest_port` of the sandbox in `dir` is no longer
+    /// published.
+    pub fn record_unpublished(dir: &Path, guest_port: u16) -> Result<(), ConfigError> {
+        NetAuthority::update(dir, |a| {
+            if let Some(ports) = &mut a.ports {
+                ports.retain(|p| p.guest_port != guest_port);
+            }
+        })?;
+        Ok(())
+    }
+
+    /// The ports the sandbox in `dir` publishes again when its guest comes back (an
+    /// unpark, a restore), as atoll recorded them. A sandbox whose record predates the
+    /// ports (no `ports` in it, or no record at all) falls back to its helper's
+    /// `net.json`, as before atoll kept them: such a record gets its own list at the
+    /// sandbox's next helper start. Unreadable: none.
+    pub fn own_ports(dir: &Path) -> Vec<PublishedPort> {
+        match NetAuthority::load(dir) {
+            Ok(NetAuthority { ports: Some(ports), .. }) => ports,
+            Ok(NetAuthority { ports: None, .. }) => NetConfig::load(dir).map(|c| c.ports).unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!("{e}; no port is published again");
+                Vec::new()
+            }
+        }
+    }
+
     /// Writes atoll's record for the sandbox in `dir` atomically (atoll's own file).
     pub fn save(&self, dir: &Path) -> Result<(), ConfigError> {
         let path = authority_path(dir);
@@ -250,9 +328,8 @@ impl NetAuthority {
         };
         match read(&path) {
             Ok(text) => serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                NetConfig::load(dir).map(|c| NetAuthority { network: c.network, policy: c.policy })
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => NetConfig::load(dir)
+                .map(|c| NetAuthority { network: c.network, policy: c.policy, ports: None }),
             Err(source) => Err(ConfigError::Read { path, source }),
         }
     }
@@ -272,6 +349,7 @@ pub fn chown_file(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::spec;
     use super::*;
 
     #[test]
@@ -294,6 +372,45 @@ mod tests {
         assert_eq!(NetConfig::load(d.path()).unwrap(), c);
         std::fs::write(json_path(d.path()), "{").unwrap();
         assert!(NetConfig::load(d.path()).unwrap_err().to_string().contains("atoll kill"));
+    }
+
+    /// The ports atoll publishes again come from its own record, as asked, whatever the
+    /// helper's `net.json` says; a record made before atoll kept ports falls back to it.
+    #[test]
+    fn own_ports_are_atolls_record_as_asked_not_net_json() {
+        let d = tempfile::tempdir().unwrap();
+        let planted = PublishedPort::new(80, "0.0.0.0:4444".parse().unwrap());
+        let net = NetConfig { ports: vec![planted.clone()], ..NetConfig::default() };
+        net.save_for_helper(d.path(), None).unwrap();
+        // No record of atoll's, or one without ports: the helper's file, as before.
+        assert_eq!(NetAuthority::own_ports(d.path()), std::slice::from_ref(&planted));
+        std::fs::write(authority_path(d.path()), r#"{"network":"default"}"#).unwrap();
+        assert_eq!(NetAuthority::load(d.path()).unwrap().ports, None);
+        assert_eq!(NetAuthority::own_ports(d.path()), std::slice::from_ref(&planted));
+
+        NetAuthority::starting(NetworkMode::Default, Default::default()).save(d.path()).unwrap();
+        assert!(NetAuthority::own_ports(d.path()).is_empty());
+        let asked = PortSpec { guest_port: 80, host_port: Some(4000), bind: spec::DEFAULT_BIND };
+        // The helper answers another host port: the one asked for is kept.
+        NetAuthority::record_published(d.path(), &asked, 4444).unwrap();
+        let ephemeral = PortSpec { guest_port: 22, host_port: None, bind: spec::DEFAULT_BIND };
+        NetAuthority::record_published(d.path(), &ephemeral, 40000).unwrap();
+        let ports = NetAuthority::own_ports(d.path());
+        assert_eq!(
+            ports,
+            [
+                PublishedPort::new(22, "127.0.0.1:40000".parse().unwrap()),
+                PublishedPort::new(80, "127.0.0.1:4000".parse().unwrap())
+            ]
+        );
+        // A policy change keeps them; an unpublish drops one.
+        NetAuthority::update(d.path(), |a| a.policy = Default::default()).unwrap();
+        assert_eq!(NetAuthority::own_ports(d.path()), ports);
+        NetAuthority::record_unpublished(d.path(), 22).unwrap();
+        assert_eq!(
+            NetAuthority::own_ports(d.path()),
+            [PublishedPort::new(80, "127.0.0.1:4000".parse().unwrap())]
+        );
     }
 
     /// What a helper taken over by a guest could put in place of `net.json` is refused:

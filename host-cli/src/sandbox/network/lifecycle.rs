@@ -55,7 +55,9 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedH
     // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
     // root), made before it starts.
     let owner = crate::jail::user::for_helper().map_err(|e| HelperStartError::Spawn(e.into()))?;
-    config::NetAuthority { network: config.network, policy: config.policy.clone() }.save(dir)?;
+    // A new helper has published nothing: the ports atoll asks of it are recorded one by
+    // one as it takes them ([`publish_at_create`]).
+    config::NetAuthority::starting(config.network, config.policy.clone()).save(dir)?;
     NetConfig { ports: Vec::new(), ..config.clone() }.save_for_helper(dir, owner)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
@@ -106,16 +108,22 @@ pub async fn stop(helper: Option<ProcRef>, runner: Option<ProcRef>, force: bool)
 }
 
 /// Publishes `ports` through the helper of the sandbox in `dir`, which is still being
-/// created; the first refusal is returned (and `atoll create` undoes everything).
+/// created, each recorded in atoll's own record as asked
+/// ([`config::NetAuthority::record_published`]); the first refusal is returned (and
+/// `atoll create` undoes everything).
 pub async fn publish_at_create(
     dir: &Path,
     ports: &[super::PortSpec],
 ) -> Result<(), crate::sandbox::SandboxError> {
     for spec in ports {
+        let failed =
+            |reason: String| crate::sandbox::SandboxError::Publish { guest_port: spec.guest_port, reason };
         let req = super::control::Request::Publish { spec: *spec };
-        super::control::call::<super::PublishedPort>(&config::ctl_path(dir), &req).await.map_err(|e| {
-            crate::sandbox::SandboxError::Publish { guest_port: spec.guest_port, reason: e.to_string() }
-        })?;
+        let port = super::control::call::<super::PublishedPort>(&config::ctl_path(dir), &req)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        config::NetAuthority::record_published(dir, spec, port.host_port)
+            .map_err(|e| failed(e.to_string()))?;
     }
     Ok(())
 }
@@ -149,10 +157,11 @@ impl RestoredNet {
     }
 
     /// The same, publishing again the ports `dir`'s sandbox has now, at their host
-    /// ports (read before its helper is replaced).
+    /// ports and bind addresses (read before its helper is replaced) as atoll recorded
+    /// them ([`config::NetAuthority::own_ports`]), never as the helper's `net.json`
+    /// says: a helper taken over by its guest writes that one.
     pub fn with_own_ports(mut self, dir: &Path) -> RestoredNet {
-        let ports = NetConfig::load(dir).map(|c| c.ports).unwrap_or_default();
-        self.ports = ports
+        self.ports = config::NetAuthority::own_ports(dir)
             .iter()
             .map(|p| super::PortSpec { guest_port: p.guest_port, host_port: Some(p.host_port), bind: p.bind })
             .collect();

@@ -143,12 +143,18 @@ pub async fn view_live(record: &Record) -> NetView {
 }
 
 /// The network view of `record`: its network and policy from atoll's own record
-/// ([`config::NetAuthority`]), its ports from the helper's `net.json`, and its helper's
-/// liveness.
+/// ([`config::NetAuthority`]), and its helper's liveness. Its ports: for a parked
+/// sandbox, those atoll publishes again when it comes back (atoll's own record,
+/// [`config::NetAuthority::own_ports`]); else those its helper lists in its `net.json`,
+/// what it holds now (read as hostile, only shown).
 pub fn view(record: &Record) -> NetView {
     let config = NetConfig::load(&record.paths.dir).unwrap_or_default();
-    let authority = config::NetAuthority::load(&record.paths.dir)
-        .unwrap_or(config::NetAuthority { network: config.network, policy: config.policy.clone() });
+    let authority = config::NetAuthority::load(&record.paths.dir).unwrap_or(config::NetAuthority {
+        network: config.network,
+        policy: config.policy.clone(),
+        ports: None,
+    });
+    let ports = if record.parked { config::NetAuthority::own_ports(&record.paths.dir) } else { config.ports };
     let (helper, helper_pid) = match record.net_helper {
         Some(p) if p.is_alive() => ("running", Some(p.pid)),
         None if record.parked => ("parked", None),
@@ -162,7 +168,7 @@ pub fn view(record: &Record) -> NetView {
         helper_pid,
         allow_out: texts(&authority.policy.allow_out),
         deny_out: texts(&authority.policy.deny_out),
-        ports: config.ports.into_iter().map(|p| p.named(&record.name)).collect(),
+        ports: ports.into_iter().map(|p| p.named(&record.name)).collect(),
         audit_log_error: None,
         audit_log_failed_writes: 0,
     }
@@ -213,10 +219,19 @@ pub struct Publication {
     pub listening: Option<bool>,
 }
 
+/// Asks the helper of `record` to publish `spec`, and records the port in atoll's own
+/// record as asked ([`config::NetAuthority::record_published`]): the capability behind
+/// `atoll port publish` and the MCP tools.
+async fn publish_recorded(record: &Record, spec: PortSpec) -> Result<PublishedPort, NetError> {
+    let port: PublishedPort = ask(record, &Request::Publish { spec }).await?;
+    config::NetAuthority::record_published(&record.paths.dir, &spec, port.host_port)?;
+    Ok(port)
+}
+
 /// Publishes a guest port of the sandbox on the host.
 pub async fn publish(name_or_id: &str, spec: PortSpec) -> Result<Publication, NetError> {
     let record = with_helper(name_or_id).await?;
-    let port: PublishedPort = ask(&record, &Request::Publish { spec }).await?;
+    let port = publish_recorded(&record, spec).await?;
     let listening = listens(&record, port.guest_port).await;
     Ok(Publication { port: port.named(&record.name), listening })
 }
@@ -230,16 +245,19 @@ pub async fn ensure_published(name_or_id: &str, guest_port: u16) -> Result<Publi
         Some(p) => p,
         None => {
             let spec = PortSpec { guest_port, host_port: None, bind: spec::DEFAULT_BIND };
-            ask(&record, &Request::Publish { spec }).await?
+            publish_recorded(&record, spec).await?
         }
     };
     let listening = listens(&record, guest_port).await;
     Ok(Publication { port: port.named(&record.name), listening })
 }
 
-/// Stops publishing a guest port; connections through it are closed.
+/// Stops publishing a guest port; connections through it are closed. atoll's own
+/// record drops the port first, so it is not published again by a later unpark or
+/// restore even when the helper does not answer.
 pub async fn unpublish(name_or_id: &str, guest_port: u16) -> Result<PublishedPort, NetError> {
     let record = with_helper(name_or_id).await?;
+    config::NetAuthority::record_unpublished(&record.paths.dir, guest_port)?;
     ask(&record, &Request::Unpublish { guest_port }).await
 }
 
@@ -257,8 +275,9 @@ pub struct PortList {
 pub async fn ports(name_or_id: &str) -> Result<PortList, NetError> {
     let record = lookup(name_or_id)?;
     if record.parked {
-        // Listed without waking it: they are published again when it comes back.
-        let ports = NetConfig::load(&record.paths.dir)?.ports;
+        // Listed without waking it, from atoll's own record: they are published again,
+        // as listed, when it comes back.
+        let ports = config::NetAuthority::own_ports(&record.paths.dir);
         return Ok(PortList {
             ports: ports.into_iter().map(|p| p.named(&record.name)).collect(),
             parked: true,

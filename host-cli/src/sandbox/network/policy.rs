@@ -104,7 +104,7 @@ pub async fn set(name_or_id: &str, update: PolicyUpdate) -> Result<PolicyView, N
     let policy = update.apply(config.policy, &record.name)?;
     let _: Policy = ask(&record, &Request::SetPolicy { policy: policy.clone() }).await?;
     // Recorded as atoll asked it, not as the helper answered.
-    NetAuthority { network: config.network, policy: policy.clone() }.save(&record.paths.dir)?;
+    NetAuthority::update(&record.paths.dir, |a| a.policy = policy.clone())?;
     Ok(PolicyView::of(record.name, config.network, &policy, "running".into()))
 }
 
