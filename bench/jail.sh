@@ -28,6 +28,9 @@
 #        R=3 E=5 bench/jail.sh    fewer
 #        PROFILE=release bench/jail.sh   both commands built in release (default: debug)
 #        NEW=6965a53 bench/jail.sh       the commit that added the jail against its parent
+#        BASE=self OLD_ENV='ATOLL_RAM_SPARE=off' bench/jail.sh
+#                                 both sides this work tree's command, the old one run
+#                                 with OLD_ENV (what a switch's default saves)
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,12 +44,22 @@ case "$profile" in
     *) echo "bench/jail.sh: PROFILE must be debug or release, not '$profile'" >&2; exit 2 ;;
 esac
 
+# shellcheck disable=SC2206 # OLD_ENV is split into its VAR=value words on purpose
+old_env=(${OLD_ENV:-})
 first_jail=$(git log --format=%H --diff-filter=A -- host-cli/src/jail/mod.rs | tail -n1)
 if [[ -z "$first_jail" && -z "${BASE:-}" ]]; then
     echo "bench/jail.sh: no commit adds host-cli/src/jail/mod.rs in this history; set BASE=<commit>" >&2
     exit 2
 fi
-base=$(git rev-parse --verify "${BASE:-$first_jail^}^{commit}")
+if [[ "${BASE:-}" == self ]]; then
+    base=$(git rev-parse HEAD)
+    old_label="the same, ${OLD_ENV:-no OLD_ENV}"
+    new_label_head="this work tree"
+else
+    base=$(git rev-parse --verify "${BASE:-$first_jail^}^{commit}")
+    old_label="before the jail"
+    new_label_head="with the jail"
+fi
 cache="$repo/target/jail-base"
 # Builds the host command at commit $2 from an export in $cache/$1 (the commit written
 # beside it) with the target directory $3 (one per side: with git archive's mtimes, one
@@ -62,9 +75,11 @@ build_at() {
     (cd "$dir" && CARGO_TARGET_DIR="$target" cargo build --quiet "${flag[@]}" -p atoll)
     cp "$target/$profile/atoll" "$dir.atoll"
 }
-echo "bench/jail.sh: building the old command ($(git log -1 --format='%h %s' "$base" | cut -c1-70))" >&2
-build_at src "$base" "$cache/target"
-old_bin="$cache/src.atoll"
+if [[ "${BASE:-}" != self ]]; then
+    echo "bench/jail.sh: building the old command ($(git log -1 --format='%h %s' "$base" | cut -c1-70))" >&2
+    build_at src "$base" "$cache/target"
+    old_bin="$cache/src.atoll"
+fi
 if [[ -n "${NEW:-}" ]]; then
     # NEW=<commit>: the new side from git too (say the commit that added the jail, to
     # see it alone).
@@ -81,6 +96,7 @@ else
     new_bin="$repo/target/$profile/atoll"
 fi
 
+[[ "${BASE:-}" == self ]] && old_bin="$new_bin"
 declare -A bin state
 bin[old]="$old_bin"
 bin[new]="$new_bin"
@@ -98,7 +114,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-run() { local s="$1"; shift; ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" "$@"; }
+run() {
+    local s="$1" e=()
+    shift
+    [[ "$s" == old ]] && e=("${old_env[@]}")
+    env "${e[@]}" ATOLL_STATE_DIR="${state[$s]}" "${bin[$s]}" "$@"
+}
 now() { date +%s.%N; }
 # Side $1 creates sandbox $2 (extra create arguments follow; environment from the caller)
 # and runs one exec; prints seconds.
@@ -166,10 +187,10 @@ row() {
     printf '| %s | %.3f s (%.3f-%.3f) | %.3f s (%.3f-%.3f) | %.3fx |\n' "$what" "$o" "$ol" "$oh" "$n" "$nl" "$nh" \
         "$(echo "$n / $o" | bc -l)"
 }
-echo "old: ${base:0:7} (before the jail); new: $new_label; $profile builds"
+echo "old: ${base:0:7} ($old_label); new: $new_label; $profile builds"
 echo "$rounds rounds, $execs execs per side per round; $(nproc) CPUs; load average at start $load_start, at end $load_end"
 echo
-echo "| | before the jail | with the jail | new/old |"
+echo "| | $old_label | $new_label_head | new/old |"
 echo "|---|---|---|---|"
 row "cold \`atoll create\` until the first exec answers" "${cold[old]}" "${cold[new]}"
 row "\`atoll create\` from the template snapshot until the first exec answers" "${warm[old]}" "${warm[new]}"
@@ -177,7 +198,7 @@ row "exec round trip (\`atoll exec -- true\`, one call)" "${calls[old]}" "${call
 echo
 echo "Where a restore's time goes: each step of \`atoll -vv create\` (restore: ...), ms since the step before, median (min-max)"
 echo
-echo "| step | before the jail | with the jail |"
+echo "| step | $old_label | $new_label_head |"
 echo "|---|---|---|"
 step_row() {
     local name="$1" s out=()
