@@ -13,9 +13,6 @@
 //! again when taken (a regular file with one name and `ram.bin`'s length, else it is
 //! removed and a copy made). A snapshot holds at most one spare; it goes with the
 //! snapshot's directory when the snapshot is replaced or removed.
-//!
-//! `ATOLL_RAM_SPARE=off` turns spares off (a restore copies, as before, and keeps
-//! none): for a host short of disk, and to measure what the spare saves.
 
 use std::path::Path;
 
@@ -38,17 +35,10 @@ pub(super) enum Spare {
     None,
 }
 
-impl Spare {
-    /// Whether a spare is kept: asked for, and not turned off (`ATOLL_RAM_SPARE=off`).
-    fn kept(self) -> bool {
-        self == Spare::Keep && std::env::var_os("ATOLL_RAM_SPARE").is_none_or(|v| v != "off")
-    }
-}
-
 /// Puts a private copy of `snap`'s guest RAM at `to`: the spare, when `spare` keeps
 /// one and a sound one is there, else a copy.
 pub(super) fn take(snap: &Snapshot, to: &Path, spare: Spare) -> Result<(), SandboxError> {
-    if spare.kept() && std::fs::rename(snap.dir.join(SPARE), to).is_ok() {
+    if spare == Spare::Keep && std::fs::rename(snap.dir.join(SPARE), to).is_ok() {
         if sound(snap, to) {
             tracing::debug!("guest RAM: the spare copy taken");
             return Ok(());
@@ -62,7 +52,7 @@ pub(super) fn take(snap: &Snapshot, to: &Path, spare: Spare) -> Result<(), Sandb
 /// Makes the next spare of `snap` if `spare` keeps one and none is there. It is a
 /// saving only: a failure (a full disk, a snapshot removed meanwhile) is logged.
 pub(super) fn refill(snap: &Snapshot, spare: Spare) {
-    if !spare.kept() || std::fs::symlink_metadata(snap.dir.join(SPARE)).is_ok() {
+    if spare == Spare::None || std::fs::symlink_metadata(snap.dir.join(SPARE)).is_ok() {
         return;
     }
     if let Err(e) = safe_fs::copy_new(&snap.dir, crate::vmm::snapfile::RAM_FILE, SPARE) {
