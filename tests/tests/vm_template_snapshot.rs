@@ -78,7 +78,6 @@ fn vm_template_snapshot_minimal_restores_falls_back_and_is_replaced() {
     let random = |s: &str| atoll.sh(s, "head -c 16 /dev/urandom | od -An -tx1");
     assert_ne!(random("a"), random("b"));
     assert_eq!(vsock_backends_mentioning(atoll.state_dir()), Vec::<String>::new(), "no vsock backend runs");
-    spare_ram_is_taken_and_made_again(&atoll, &saved[0]);
     // A shape that has none: the first create boots and saves one. The egress rules are
     // the create's own, not those of the sandbox that was saved.
     let c = atoll.create_with("c", &["--deny-out", "192.0.2.0/24"]);
@@ -219,44 +218,4 @@ fn vm_template_snapshot_the_first_sandbox_of_a_shape_takes_no_command_before_it_
     assert_eq!(second["started_from"], "template snapshot", "{second}");
     assert_eq!(atoll.sh("second", "test -e /tmp/poison && echo yes || echo no"), "no\n");
     atoll.run(&["kill", "--all"]);
-}
-
-/// A restore takes the template snapshot's spare copy of guest RAM (`ram.spare`, beside
-/// `ram.bin`) and makes the next while its guest starts: after each create one is
-/// there, whole (`ram.bin`'s bytes, mode 0600, one name) and another file than before
-/// (the last one was taken). A spare that is not sound (cut short; a link, even to a
-/// file of the right length) is not used: the create copies `ram.bin` as it would
-/// without one, the link's target is untouched, and a sound spare replaces it.
-fn spare_ram_is_taken_and_made_again(atoll: &Atoll, snapshot: &std::path::Path) {
-    use std::os::unix::fs::MetadataExt;
-    let (ram, spare) = (snapshot.join("ram.bin"), snapshot.join("ram.spare"));
-    let whole = |why: &str| {
-        let m = std::fs::symlink_metadata(&spare).unwrap_or_else(|e| panic!("no spare {why}: {e}"));
-        assert!(m.is_file() && m.nlink() == 1 && m.mode() & 0o777 == 0o600, "{why}: {m:?}");
-        let same = std::process::Command::new("cmp").arg("-s").arg(&ram).arg(&spare).status().unwrap();
-        assert!(same.success(), "the spare {why} is not ram.bin's copy");
-        m.ino()
-    };
-    let first = whole("after a restore");
-    atoll.create_with("s1", &["--net", "none"]);
-    assert_ne!(whole("after the next restore"), first, "the restore did not take the spare");
-    assert_eq!(atoll.sh("s1", "hostname"), "s1\n");
-
-    let cut = std::fs::OpenOptions::new().write(true).open(&spare).unwrap();
-    cut.set_len(std::fs::metadata(&ram).unwrap().len() / 2).unwrap();
-    drop(cut);
-    assert_eq!(atoll.create_with("s2", &["--net", "none"])["started_from"], "template snapshot");
-    assert_eq!(atoll.sh("s2", "hostname"), "s2\n");
-    whole("after a cut-short one");
-
-    let decoy = atoll.state_dir().join("decoy-ram");
-    std::fs::File::create(&decoy).unwrap().set_len(std::fs::metadata(&ram).unwrap().len()).unwrap();
-    std::fs::remove_file(&spare).unwrap();
-    std::os::unix::fs::symlink(&decoy, &spare).unwrap();
-    assert_eq!(atoll.create_with("s3", &["--net", "none"])["started_from"], "template snapshot");
-    assert_eq!(atoll.sh("s3", "hostname"), "s3\n");
-    whole("after a link");
-    assert_eq!(std::fs::metadata(&decoy).unwrap().blocks(), 0, "the link's target was written");
-    std::fs::remove_file(&decoy).unwrap();
-    atoll.json(&["kill", "s1", "s2", "s3"]);
 }

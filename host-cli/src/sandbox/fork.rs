@@ -6,7 +6,6 @@
 
 use super::create::{Cleanup, CreateOptions};
 use super::network::lifecycle::RestoredNet;
-use super::spare_ram::Spare;
 use super::{SandboxError, SandboxInfo, machine, snapshot};
 use crate::vmm::dirs;
 use crate::vmm::snapfile::Snapshot;
@@ -30,20 +29,18 @@ pub(super) async fn create_from(snap_name: &str, opts: &CreateOptions) -> Result
         ports_required: true,
         ..RestoredNet::of(snap.meta.network.as_ref())
     };
-    start(&snap, &tpl, opts, &net, format!("snapshot {snap_name}"), Spare::None).await
+    start(&snap, &tpl, opts, &net, format!("snapshot {snap_name}")).await
 }
 
 /// Starts a sandbox from `snap` (checked usable, with its template `tpl`), named and
 /// timed by `opts`, with the network helper `net`; `started_from` is what `atoll inspect`
-/// shows; `spare` whether the snapshot keeps a spare of its guest RAM
-/// ([`super::spare_ram`]).
+/// shows.
 pub(super) async fn start(
     snap: &Snapshot,
     tpl: &Template,
     opts: &CreateOptions,
     net: &RestoredNet,
     started_from: String,
-    spare: Spare,
 ) -> Result<SandboxInfo, SandboxError> {
     if opts.timeout.is_zero() {
         return Err(SandboxError::BadResources("--timeout must be more than 0 s".into()));
@@ -85,7 +82,7 @@ pub(super) async fn start(
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout, spare).await?
+        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout).await?
     };
     guard.set(|r| {
         r.ready = true;

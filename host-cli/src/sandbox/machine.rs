@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::network::lifecycle::{self, RestoredNet};
-use super::{SandboxError, agent_address, own, spare_ram};
+use super::{SandboxError, agent_address, own};
 use crate::client::{Client, ClientError};
 use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, VmSpec};
 use crate::vmm::migrate;
@@ -75,8 +75,7 @@ pub(super) async fn run_on(record: &Record, limit: Duration) -> Result<(), Sandb
 /// then the guest is made its own machine ([`own`]). Its network helper, which QEMU's
 /// NIC connects to and which serves the agent link, starts first, as `net` says.
 /// `persist` records each process as it starts, so that whoever undoes a failure finds
-/// them. `spare` says whether the snapshot keeps a spare copy of its guest RAM for the
-/// next restore ([`spare_ram`]). Returns the agent's version.
+/// them. Returns the agent's version.
 pub(super) async fn bring_up(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
@@ -84,19 +83,17 @@ pub(super) async fn bring_up(
     template: &Template,
     net: &RestoredNet,
     limit: Duration,
-    spare: spare_ram::Spare,
 ) -> Result<String, SandboxError> {
     let started = Instant::now();
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // QEMU 7.2 opens guest RAM's file read-write: it gets a private copy (holes stay
-    // holes, [`spare_ram`]), so no restored QEMU can change the snapshot for later
-    // restores. The copy is taken or made while the network helper starts (neither
-    // needs the other); both are awaited before either's failure is returned, so
-    // nothing is left writing.
+    // holes), so no restored QEMU can change the snapshot for later restores. The copy
+    // is made while the network helper starts (neither needs the other); both are
+    // awaited before either's failure is returned, so nothing is left writing.
     let ram = record.paths.vm.join(PRIVATE_RAM);
-    let (taken, to) = (snap.clone(), ram.clone());
-    let copying = tokio::task::spawn_blocking(move || spare_ram::take(&taken, &to, spare));
+    let (from, to) = (snap.ram(), ram.clone());
+    let copying = tokio::task::spawn_blocking(move || copy_file(&from, &to));
     let helper_up = start_helper(record, persist, net).await;
     let copied = copying.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     helper_up?;
@@ -126,26 +123,7 @@ pub(super) async fn bring_up(
     let _ = std::fs::remove_file(&ram);
     crate::jail::restrict_sockets(&record.paths);
     step("QEMU answers");
-    // The next restore's spare is made while this guest starts, and awaited whatever
-    // happens: nothing is left writing once this returns.
-    let next = snap.clone();
-    let refilling = tokio::task::spawn_blocking(move || spare_ram::refill(&next, spare));
-    let up = load_and_reach(record, &mut qmp, &mut child, snap, limit, step).await;
-    let _ = refilling.await;
-    up
-}
-
-/// The rest of [`bring_up`] once QEMU answers: the state loaded, the guest run and its
-/// agent reached and made its own machine.
-async fn load_and_reach(
-    record: &mut Record,
-    qmp: &mut Qmp,
-    child: &mut tokio::process::Child,
-    snap: &Snapshot,
-    limit: Duration,
-    step: impl Fn(&str),
-) -> Result<String, SandboxError> {
-    match migrate::load(qmp, &snap.memory(), limit).await {
+    match migrate::load(&mut qmp, &snap.memory(), limit).await {
         // QEMU ends on a stream it cannot read; its log says why.
         Err(migrate::MigrateError::Qmp(e)) => {
             let exited = tokio::time::timeout(Duration::from_secs(2), child.wait()).await.is_ok();
@@ -160,7 +138,7 @@ async fn load_and_reach(
     }
     step("state loaded");
     let name = record.name.clone();
-    let reached = run_and_reach(record, qmp, limit, Hello::Restored(&name)).await?;
+    let reached = run_and_reach(record, &mut qmp, limit, Hello::Restored(&name)).await?;
     step("agent answers");
     if !reached.made_own {
         own::by_hand(&reached.client, &name).await.map_err(|e| revive(record, e))?;

@@ -43,7 +43,6 @@ pub mod quota;
 pub mod run_code;
 pub mod save_template;
 pub mod snapshot;
-mod spare_ram;
 pub mod target;
 pub mod template_snap;
 

@@ -308,17 +308,7 @@ pub async fn restore(
         machine::copy_file(&disk, overlay)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(
-        &mut record,
-        &mut persist,
-        &snap,
-        &tpl,
-        &net,
-        timeout,
-        super::spare_ram::Spare::None,
-    )
-    .await
-    {
+    if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
         // Nothing half-running is left: the sandbox shows as dead and `atoll kill` removes it.
         stop_processes(&record, true).await;
         return Err(e);

@@ -112,7 +112,7 @@ pub(super) async fn try_restore(
         ports: opts.publish.clone(),
         ports_required: true,
     };
-    match fork::start(&snap, &tpl, opts, &net, STARTED_FROM.into(), super::spare_ram::Spare::Keep).await {
+    match fork::start(&snap, &tpl, opts, &net, STARTED_FROM.into()).await {
         Ok(info) => Ok(Some(info)),
         Err(e) if boot_meets_it_too(&e) => Err(e),
         Err(e) => {

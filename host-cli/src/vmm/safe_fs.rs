@@ -88,40 +88,6 @@ pub fn copy(from: &Path, to: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Copies the file `from` of the directory `dir` (not followed if a link) to `name` in
-/// the same directory, if nothing is there yet: into an unnamed file (`O_TMPFILE`, mode
-/// 0600) given its name only once it is whole, so no reader ever sees it half-written
-/// and a copy cut short (the process killed, the disk full) leaves nothing behind.
-/// Both names are taken in the one directory opened first, so the copy is of that
-/// directory's file even if another directory is renamed into its place meanwhile.
-/// Holes stay holes. `Ok(false)` when `name` already exists (another copy made it).
-pub fn copy_new(dir: &Path, from: &str, name: &str) -> io::Result<bool> {
-    let dir = rustix::fs::open(dir, OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-    let src = File::from(rustix::fs::openat(
-        &dir,
-        from,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?);
-    if !src.metadata()?.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
-    }
-    let tmp = rustix::fs::openat(
-        &dir,
-        ".",
-        OFlags::TMPFILE | OFlags::RDWR | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    let tmp = File::from(tmp);
-    copy_sparse(&src, &tmp)?;
-    let unnamed = format!("/proc/self/fd/{}", tmp.as_raw_fd());
-    match rustix::fs::linkat(rustix::fs::CWD, &unnamed, &dir, name, AtFlags::SYMLINK_FOLLOW) {
-        Ok(()) => Ok(true),
-        Err(rustix::io::Errno::EXIST) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Copies the data of `src` into `dst` range by range (`SEEK_DATA`/`SEEK_HOLE`,
 /// `copy_file_range`), leaving holes as holes, and gives `dst` the same length.
 fn copy_sparse(src: &File, dst: &File) -> io::Result<()> {
@@ -232,33 +198,6 @@ fn split(path: &Path) -> io::Result<(PathBuf, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `copy_new` names its copy only when whole, keeps holes, never replaces what is
-    /// there, and leaves no file when the copy fails.
-    #[test]
-    fn a_new_copy_is_named_only_when_whole() {
-        use std::io::{Seek, SeekFrom};
-        let d = tempfile::tempdir().unwrap();
-        let from = d.path().join("ram.bin");
-        let mut f = File::create(&from).unwrap();
-        f.seek(SeekFrom::Start(8 << 20)).unwrap();
-        f.write_all(b"data after a hole").unwrap();
-        drop(f);
-        assert!(copy_new(d.path(), "ram.bin", "spare").unwrap());
-        let spare = d.path().join("spare");
-        assert_eq!(std::fs::read(&spare).unwrap(), std::fs::read(&from).unwrap());
-        let meta = std::fs::metadata(&spare).unwrap();
-        assert!(meta.blocks() * 512 < 1 << 20, "the hole was filled: {} blocks", meta.blocks());
-        assert_eq!(meta.mode() & 0o777, 0o600);
-        std::fs::write(&spare, "kept").unwrap();
-        assert!(!copy_new(d.path(), "ram.bin", "spare").unwrap(), "an existing file is not replaced");
-        assert_eq!(std::fs::read(&spare).unwrap(), b"kept");
-        // A source that is a link is refused, and nothing is named.
-        std::os::unix::fs::symlink(&from, d.path().join("link")).unwrap();
-        assert!(copy_new(d.path(), "link", "other").is_err());
-        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names.len(), 3, "no other file is left: {names:?}");
-    }
 
     /// A link planted at the record's old temp name, at the record itself or at a log
     /// is never written through; a socket is reached only where no link stands.
