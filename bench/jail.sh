@@ -28,7 +28,7 @@
 #        R=3 E=5 bench/jail.sh    fewer
 #        PROFILE=release bench/jail.sh   both commands built in release (default: debug)
 #        NEW=6965a53 bench/jail.sh       the commit that added the jail against its parent
-#        BASE=self OLD_ENV='ATOLL_RAM_SPARE=off' bench/jail.sh
+#        BASE=self OLD_ENV='VAR=value' bench/jail.sh
 #                                 both sides this work tree's command, the old one run
 #                                 with OLD_ENV (what a switch's default saves)
 set -euo pipefail
