@@ -404,12 +404,22 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
     Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make are
-/// `vm/wire/agent.port` and the helper's `net/agent.sock`.
+/// Unix socket paths hold at most 107 bytes; the longest we bind are the temporary name
+/// of the helper's NIC socket (`vm/wire/net.sock.new`), QEMU's `vm/wire/agent.port` and
+/// the helper's `net/agent.sock`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
+    use crate::sandbox::network::{config, helper::bind_tmp_path};
     const MAX: usize = 107;
-    let port = crate::vmm::agent_link::port_path(dir).as_os_str().len();
-    let longest = port.max(crate::sandbox::network::config::agent_socket_path(dir).as_os_str().len());
+    let longest = [
+        crate::vmm::agent_link::port_path(dir),
+        config::agent_socket_path(dir),
+        bind_tmp_path(&config::frames_path(dir)),
+        bind_tmp_path(&config::ctl_path(dir)),
+    ]
+    .iter()
+    .map(|p| p.as_os_str().len())
+    .max()
+    .unwrap_or(0);
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
     }
@@ -518,5 +528,12 @@ mod tests {
     fn refuses_socket_paths_that_are_too_long() {
         let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
         assert!(matches!(check_socket_path_len(&long), Err(StateError::PathTooLong { .. })));
+        // The helper binds `vm/wire/net.sock` as `net.sock.new` first: 21 bytes past the
+        // directory, so one of 87 bytes is refused (it failed later, in the helper), and
+        // one of 86 fits.
+        let dir = |len: usize| PathBuf::from(format!("/tmp/{}", "x".repeat(len - 5)));
+        let err = check_socket_path_len(&dir(87)).unwrap_err();
+        assert!(matches!(err, StateError::PathTooLong { len: 108, max: 107, .. }), "{err}");
+        check_socket_path_len(&dir(86)).unwrap();
     }
 }
