@@ -770,10 +770,12 @@ test -S {w}/agent.port && echo WIRE"#,
 
 /// The agent port in `vm/wire/` is the helper's user's once QEMU made it
 /// (`own_agent_port`), so a taken-over helper can put anything in its place: a link to
-/// QEMU's control socket (`../qmp.sock`), or a directory holding a link out. Neither is
-/// followed, and neither keeps the sandbox down: parked, it comes back, with a new
-/// agent port of QEMU's, each time (else QEMU, which cannot remove the helper's entry
-/// from the sticky `wire/`, fails to start and the parked sandbox is lost).
+/// QEMU's control socket (`../qmp.sock`), or a directory holding a link out; and so in
+/// place of its own NIC's socket, with a FIFO at the name the next helper binds it under
+/// first. None is followed, and none keeps the sandbox down: parked, it comes back,
+/// with a new agent port of QEMU's, each time (else QEMU, which cannot remove the
+/// helper's entry from the sticky `wire/`, or the next helper, which cannot bind where a
+/// directory is, fails to start and the parked sandbox is lost).
 fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut helper: u64) {
     let dir = atoll.state_dir().join(id);
     let wire = dir.join("vm/wire");
@@ -782,6 +784,10 @@ fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut 
     for plant in [
         format!("mv {w}/agent.port {w}/agent.port.old && ln -s ../qmp.sock {w}/agent.port"),
         format!("rm {w}/agent.port && mkdir {w}/agent.port && ln -s /etc {w}/agent.port/etc"),
+        // Its own NIC's socket (QEMU stays connected to it while it runs).
+        format!(
+            "rm {w}/net.sock && mkdir {w}/net.sock && ln -s /etc {w}/net.sock/etc && mkfifo {w}/net.sock.new"
+        ),
     ] {
         let (_, out, err) = as_qemu(helper, &format!("{plant} && echo PLANTED"));
         assert!(out.contains("PLANTED"), "the helper could not plant ({plant}): {out}{err}");

@@ -342,10 +342,12 @@ impl JailedHelper {
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
-    // What is bound writable into the helper's view must exist: `vm/wire/` and the two
-    // logs it bounds.
+    // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
+    // the helper starts before QEMU, and nothing the last ones left there is kept) and
+    // the two logs it bounds.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    ensure_wire(dir)?;
+    crate::vmm::state::renew_wire_dir(dir)
+        .map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })?;
     for log in [&paths.qemu_log, &paths.console_log] {
         crate::vmm::safe_fs::open_append(log)
             .map_err(|source| ProcessError::Log { path: log.clone(), source })?;

@@ -42,6 +42,24 @@ pub fn ensure_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(wire)
 }
 
+/// Makes `<dir>/vm/wire` anew, empty ([`ensure_wire_dir`]): whatever was there is
+/// removed, never followed (a link there, or in it, is removed itself). Nothing in it
+/// outlives the sandbox's QEMU and helper (the helper binds its socket anew, QEMU makes
+/// its port), and what the last ones left can be anything either could make: a link, a
+/// FIFO, a directory in a socket's place, which would keep the next helper or QEMU from
+/// binding there, and so a parked sandbox from coming back. Only while neither runs
+/// (before the helper, which starts first).
+pub fn renew_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    let wire = wire_dir(dir);
+    match std::fs::symlink_metadata(&wire) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&wire)?,
+        Ok(_) => std::fs::remove_file(&wire)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    ensure_wire_dir(dir)
+}
+
 /// Why the state directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -522,6 +540,40 @@ mod tests {
         assert!(matches!(find(d.path(), ""), Err(StateError::NotFound(_))), "an empty name names none");
         let err = find(d.path(), "zzz").unwrap_err().to_string();
         assert!(err.contains("atoll ls"), "{err}");
+    }
+
+    /// What the last helper or QEMU left in `vm/wire/` (a directory in a socket's place
+    /// holding a link out, a FIFO; or a link in place of `wire/` itself) is removed, what
+    /// the links name is kept, and `wire/` is an empty directory of its own again.
+    #[test]
+    fn wire_is_made_anew_without_following_what_was_planted() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let d = tempfile::tempdir().unwrap();
+        let (dir, outside) = (d.path().join("s"), d.path().join("outside"));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kept"), "kept").unwrap();
+        std::fs::create_dir_all(dir.join(VM_DIR)).unwrap();
+        let wire = ensure_wire_dir(&dir).unwrap();
+        std::fs::create_dir(wire.join("net.sock")).unwrap();
+        symlink(&outside, wire.join("net.sock/out")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &wire.join("agent.port"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for round in 0..2 {
+            let made = renew_wire_dir(&dir).unwrap();
+            let meta = std::fs::symlink_metadata(&made).unwrap();
+            assert!(meta.is_dir() && meta.mode() & 0o7777 == 0o700, "round {round}: {meta:?}");
+            assert_eq!(std::fs::read_dir(&made).unwrap().count(), 0, "round {round}: not empty");
+            assert_eq!(std::fs::read_to_string(outside.join("kept")).unwrap(), "kept", "followed");
+            // Then a link in place of `wire/` itself.
+            std::fs::remove_dir(&made).unwrap();
+            symlink(&outside, &made).unwrap();
+        }
     }
 
     #[test]
