@@ -772,7 +772,8 @@ test -S {w}/agent.port && echo WIRE"#,
 /// (`own_agent_port`), so a taken-over helper can put anything in its place: a link to
 /// QEMU's control socket (`../qmp.sock`), or a directory holding a link out; and so in
 /// place of its own NIC's socket, with a FIFO at the name the next helper binds it under
-/// first. None is followed, and none keeps the sandbox down: parked, it comes back,
+/// first, and a directory where the next helper binds its control socket first, in its
+/// own `net/`. None is followed, and none keeps the sandbox down: parked, it comes back,
 /// with a new agent port of QEMU's, each time (else QEMU, which cannot remove the
 /// helper's entry from the sticky `wire/`, or the next helper, which cannot bind where a
 /// directory is, fails to start and the parked sandbox is lost).
@@ -781,12 +782,16 @@ fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut 
     let wire = dir.join("vm/wire");
     let port = wire.join("agent.port");
     let w = wire.display();
+    let n = dir.join("net");
+    let n = n.display();
     for plant in [
         format!("mv {w}/agent.port {w}/agent.port.old && ln -s ../qmp.sock {w}/agent.port"),
         format!("rm {w}/agent.port && mkdir {w}/agent.port && ln -s /etc {w}/agent.port/etc"),
-        // Its own NIC's socket (QEMU stays connected to it while it runs).
+        // Its own NIC's socket (QEMU stays connected to it while it runs), and in its own
+        // `net/`, a directory at the name its control socket is bound under first.
         format!(
-            "rm {w}/net.sock && mkdir {w}/net.sock && ln -s /etc {w}/net.sock/etc && mkfifo {w}/net.sock.new"
+            "rm {w}/net.sock && mkdir {w}/net.sock && ln -s /etc {w}/net.sock/etc && mkfifo {w}/net.sock.new \
+             && mkdir {n}/net.ctl.new && ln -s /etc {n}/net.ctl.new/etc"
         ),
     ] {
         let (_, out, err) = as_qemu(helper, &format!("{plant} && echo PLANTED"));
