@@ -83,7 +83,7 @@ pub fn prepare_net_dir(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result
 }
 
 /// Removes from the helper's directory `net/` of the sandbox in `dir` everything but
-/// regular files (its record and logs): a socket there is stale once its helper ended,
+/// regular files (its record and logs) not named as its sockets: a socket there is stale once its helper ended,
 /// and a directory, a link or a FIFO is nothing a helper makes: one its guest made after
 /// taking it over would keep the next helper from binding its sockets (or atoll from
 /// writing `net.json`), and so a parked sandbox from coming back. Nothing is followed.
@@ -99,10 +99,12 @@ pub fn clear_stale(dir: &Path) -> std::io::Result<()> {
         let entry = entry?;
         // The entry's own type: a link is not followed.
         let kind = entry.file_type()?;
-        if kind.is_file() {
+        let path = entry.path();
+        // A regular file is kept, unless in a socket's place (where the next helper's
+        // agent link refuses anything but a socket).
+        if kind.is_file() && ![ctl_path(dir), agent_socket_path(dir)].contains(&path) {
             continue;
         }
-        let path = entry.path();
         if kind.is_dir() { std::fs::remove_dir_all(&path)? } else { std::fs::remove_file(&path)? }
     }
     Ok(())
@@ -310,7 +312,8 @@ mod tests {
     use super::*;
 
     /// What a former helper left in `net/` other than regular files (a stale socket, a
-    /// directory in place of a socket holding a link out, a link, a FIFO) is removed,
+    /// directory in place of a socket holding a link out, a link, a FIFO), or a regular
+    /// file in a socket's place, is removed,
     /// nothing followed; its record and logs are kept.
     #[test]
     fn stale_entries_of_the_helper_are_cleared_without_following() {
@@ -325,7 +328,8 @@ mod tests {
         std::fs::write(net.join("net.log"), "log").unwrap();
         std::fs::create_dir(net.join("net.ctl.new")).unwrap();
         symlink(&outside, net.join("net.ctl.new/out")).unwrap();
-        symlink(&outside, net.join("agent.sock")).unwrap();
+        symlink(&outside, net.join("net-dns.log")).unwrap();
+        std::fs::write(net.join("agent.sock"), "not a socket").unwrap();
         let _stale = std::os::unix::net::UnixListener::bind(net.join("net.ctl")).unwrap();
         let fifo = net.join(".1.sock");
         let mode = rustix::fs::Mode::from_raw_mode(0o600);
