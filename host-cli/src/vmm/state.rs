@@ -558,7 +558,7 @@ mod tests {
         symlink(&outside, wire.join("net.sock/out")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &wire.join("agent.port"),
+            wire.join("agent.port"),
             rustix::fs::FileType::Fifo,
             rustix::fs::Mode::from_raw_mode(0o600),
             0,

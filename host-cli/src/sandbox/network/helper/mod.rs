@@ -131,7 +131,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     ended
 }
 
-/// The temporary name [`bind`] binds `path`'s socket under (`<path>.new`): the longest
+/// The temporary name the helper binds `path`'s socket under (`<path>.new`): the longest
 /// socket path the helper binds, which the sandbox directory's length must leave room
 /// for (`vmm::state`'s check at allocation).
 pub fn bind_tmp_path(path: &Path) -> std::path::PathBuf {
