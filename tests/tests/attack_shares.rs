@@ -515,6 +515,64 @@ fn attack_shares_of_an_ordinary_user_are_noexec_on_qemus_side() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = run(&["kill", "u"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    ordinary_users_helper_cannot_keep_a_parked_sandbox_down(&run, &state, me);
+}
+
+/// The ordinary user's helper, QEMU's uid, may put anything in place of QEMU's agent port
+/// in `vm/wire/`: a directory (which QEMU, which only unlinks what is there, cannot
+/// remove) holding a link to a directory of the user's. A sandbox parked after that
+/// still comes back, and the link is not followed: what it names is kept (sandboxes
+/// with shares cannot be parked: this one has none).
+fn ordinary_users_helper_cannot_keep_a_parked_sandbox_down(
+    run: &dyn Fn(&[&str]) -> std::process::Output,
+    state: &Path,
+    me: u32,
+) {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: the ordinary user's helper is not attacked from its seat");
+        return;
+    }
+    let out = run(&["create", "--name", "p", "--net", "none"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dir = state.join(text(&out.stdout).trim());
+    let record = |what: &str| {
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+        r[what]["pid"].as_u64()
+    };
+    let helper = record("net_helper").expect("the helper's pid is recorded");
+    let canary = state.join("canary");
+    std::fs::create_dir_all(&canary).unwrap();
+    std::fs::write(canary.join("kept"), "kept\n").unwrap();
+    for c in [&canary, &canary.join("kept")] {
+        // The user's, so that atoll (the user) could remove it if it followed the link.
+        std::os::unix::fs::chown(c, Some(me), Some(me)).unwrap();
+    }
+    let w = dir.join("vm/wire");
+    let script = format!(
+        "cd {w} && rm agent.port && mkdir agent.port && ln -s {c} agent.port/canary && echo PLANTED",
+        w = w.display(),
+        c = canary.display()
+    );
+    let id = me.to_string();
+    let out = std::process::Command::new("nsenter")
+        .args(["-t", &helper.to_string(), "-m", "--", "setpriv", "--reuid", &id, "--regid", &id])
+        .args(["--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--", "/bin/sh", "-c", &script])
+        .output()
+        .expect("nsenter");
+    assert!(text(&out.stdout).contains("PLANTED"), "{}{}", text(&out.stdout), text(&out.stderr));
+    let out = run(&["pause", "--to-disk", "p"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(&["resume", "p"]);
+    assert!(out.status.success(), "a helper's plant kept the parked sandbox down: {}", text(&out.stderr));
+    let out = run(&["-s", "p", "exec", "--", "echo", "back"]);
+    assert_eq!(text(&out.stdout), "back\n", "{}", text(&out.stderr));
+    let port = std::fs::symlink_metadata(w.join("agent.port")).unwrap();
+    assert!(port.file_type().is_socket(), "QEMU's agent port is not back: {port:?}");
+    assert!(record("qemu").is_some());
+    assert_eq!(std::fs::read_to_string(canary.join("kept")).unwrap(), "kept\n", "the link was followed");
+    let out = run(&["kill", "p"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 /// The network helper of an ordinary user's atoll has the user's own uid, as QEMU does

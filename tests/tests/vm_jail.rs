@@ -8,7 +8,7 @@
 //! `.git` away all fail, while the guest can still write objects and the index, and a
 //! host `git status` afterwards runs nothing. After `atoll kill` the cgroup is gone.
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -763,8 +763,51 @@ test -S {w}/agent.port && echo WIRE"#,
     let out = atoll.run(&["resume", "shareless"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(atoll.sh("shareless", "echo alive"), "alive\n");
+    helper_plants_do_not_keep_a_parked_sandbox_down(atoll, id, helper);
     let out = atoll.run(&["kill", "shareless"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The agent port in `vm/wire/` is the helper's user's once QEMU made it
+/// (`own_agent_port`), so a taken-over helper can put anything in its place: a link to
+/// QEMU's control socket (`../qmp.sock`), or a directory holding a link out; and so in
+/// place of its own NIC's socket, with a FIFO at the name the next helper binds it under
+/// first, and a directory where the next helper binds its control socket first, in its
+/// own `net/`. None is followed, and none keeps the sandbox down: parked, it comes back,
+/// with a new agent port of QEMU's, each time (else QEMU, which cannot remove the
+/// helper's entry from the sticky `wire/`, or the next helper, which cannot bind where a
+/// directory is, fails to start and the parked sandbox is lost).
+fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut helper: u64) {
+    let dir = atoll.state_dir().join(id);
+    let wire = dir.join("vm/wire");
+    let port = wire.join("agent.port");
+    let w = wire.display();
+    let n = dir.join("net");
+    let n = n.display();
+    for plant in [
+        format!("mv {w}/agent.port {w}/agent.port.old && ln -s ../qmp.sock {w}/agent.port"),
+        format!("rm {w}/agent.port && mkdir {w}/agent.port && ln -s /etc {w}/agent.port/etc"),
+        // Its own NIC's socket (QEMU stays connected to it while it runs), and in its own
+        // `net/`, a directory at the name its control socket is bound under first.
+        format!(
+            "rm {w}/net.sock && mkdir {w}/net.sock && ln -s /etc {w}/net.sock/etc && mkfifo {w}/net.sock.new \
+             && mkdir {n}/net.ctl.new && ln -s /etc {n}/net.ctl.new/etc"
+        ),
+    ] {
+        let (_, out, err) = as_qemu(helper, &format!("{plant} && echo PLANTED"));
+        assert!(out.contains("PLANTED"), "the helper could not plant ({plant}): {out}{err}");
+        let out = atoll.run(&["pause", "--to-disk", "shareless"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let out = atoll.run(&["resume", "shareless"]);
+        assert!(out.status.success(), "a helper's plant kept the parked sandbox down: {}", text(&out.stderr));
+        assert_eq!(atoll.sh("shareless", "echo back"), "back\n");
+        let meta = std::fs::symlink_metadata(&port).unwrap();
+        assert!(meta.file_type().is_socket(), "{} is not QEMU's socket: {meta:?}", port.display());
+        assert!(dir.join("vm/qmp.sock").exists() && std::path::Path::new("/etc/passwd").exists());
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap();
+        helper = record["net_helper"]["pid"].as_u64().expect("the new helper's pid is recorded");
+    }
 }
 
 fn quotas_refuse_at_once(atoll: &Atoll) {

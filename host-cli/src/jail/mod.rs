@@ -136,16 +136,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     if let Some(run_as) = run_as {
         grant_files(spec, run_as)?;
     }
-    if root {
-        // A port an earlier QEMU of this sandbox made was handed to the helper's user
-        // ([`own_agent_port`]): the new QEMU could not replace it in the sticky `wire/`.
-        let port = crate::vmm::agent_link::port_path(&spec.paths.dir);
-        if std::fs::symlink_metadata(&port)
-            .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()))
-        {
-            let _ = std::fs::remove_file(&port);
-        }
-    }
+    clear_agent_port(&crate::vmm::agent_link::port_path(&spec.paths.dir));
     let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as, &opened);
     args.push(qemu.display().to_string());
     args.extend(qemu_args);
@@ -180,6 +171,24 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         tokio::spawn(own_agent_port(crate::vmm::agent_link::port_path(&spec.paths.dir), owner));
     }
     Ok(JailedQemu { child, qemu })
+}
+
+/// Removes whatever is where QEMU is to make its agent port, before it starts. A port an
+/// earlier QEMU of this sandbox made was handed to the helper's user ([`own_agent_port`]),
+/// and a helper taken over by its guest may have put a link, a FIFO or a directory in
+/// its place: in the sticky `wire/` (atoll root) the new QEMU could remove none of them
+/// (nor a directory, as any user), would fail to start and the sandbox, parked, would
+/// never come back. Nothing there is followed: `unlink` removes a link itself, and
+/// `remove_dir_all` neither follows a link inside.
+fn clear_agent_port(port: &Path) {
+    let removed = match std::fs::symlink_metadata(port) {
+        Err(_) => return,
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(port),
+        Ok(_) => std::fs::remove_file(port),
+    };
+    if let Err(e) = removed {
+        tracing::warn!("could not remove {} before QEMU makes its agent port there: {e}", port.display());
+    }
 }
 
 /// How long QEMU may take to make its agent port (under TCG, on a busy host).
@@ -333,10 +342,12 @@ impl JailedHelper {
 pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
-    // What is bound writable into the helper's view must exist: `vm/wire/` and the two
-    // logs it bounds.
+    // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
+    // the helper starts before QEMU, and nothing the last ones left there is kept) and
+    // the two logs it bounds.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    ensure_wire(dir)?;
+    crate::vmm::state::renew_wire_dir(dir)
+        .map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })?;
     for log in [&paths.qemu_log, &paths.console_log] {
         crate::vmm::safe_fs::open_append(log)
             .map_err(|source| ProcessError::Log { path: log.clone(), source })?;

@@ -42,6 +42,24 @@ pub fn ensure_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(wire)
 }
 
+/// Makes `<dir>/vm/wire` anew, empty ([`ensure_wire_dir`]): whatever was there is
+/// removed, never followed (a link there, or in it, is removed itself). Nothing in it
+/// outlives the sandbox's QEMU and helper (the helper binds its socket anew, QEMU makes
+/// its port), and what the last ones left can be anything either could make: a link, a
+/// FIFO, a directory in a socket's place, which would keep the next helper or QEMU from
+/// binding there, and so a parked sandbox from coming back. Only while neither runs
+/// (before the helper, which starts first).
+pub fn renew_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    let wire = wire_dir(dir);
+    match std::fs::symlink_metadata(&wire) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&wire)?,
+        Ok(_) => std::fs::remove_file(&wire)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    ensure_wire_dir(dir)
+}
+
 /// Why the state directory could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -404,12 +422,22 @@ pub fn allocate(state: &Path, wanted_name: Option<&str>) -> Result<Allocation, S
     Ok(Allocation { id, name, dir })
 }
 
-/// Unix socket paths hold at most 107 bytes; the longest we make are
-/// `vm/wire/agent.port` and the helper's `net/agent.sock`.
+/// Unix socket paths hold at most 107 bytes; the longest we bind are the temporary name
+/// of the helper's NIC socket (`vm/wire/net.sock.new`), QEMU's `vm/wire/agent.port` and
+/// the helper's `net/agent.sock`.
 fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
+    use crate::sandbox::network::{config, helper::bind_tmp_path};
     const MAX: usize = 107;
-    let port = crate::vmm::agent_link::port_path(dir).as_os_str().len();
-    let longest = port.max(crate::sandbox::network::config::agent_socket_path(dir).as_os_str().len());
+    let longest = [
+        crate::vmm::agent_link::port_path(dir),
+        config::agent_socket_path(dir),
+        bind_tmp_path(&config::frames_path(dir)),
+        bind_tmp_path(&config::ctl_path(dir)),
+    ]
+    .iter()
+    .map(|p| p.as_os_str().len())
+    .max()
+    .unwrap_or(0);
     if longest > MAX {
         return Err(StateError::PathTooLong { path: dir.to_path_buf(), len: longest, max: MAX });
     }
@@ -514,9 +542,50 @@ mod tests {
         assert!(err.contains("atoll ls"), "{err}");
     }
 
+    /// What the last helper or QEMU left in `vm/wire/` (a directory in a socket's place
+    /// holding a link out, a FIFO; or a link in place of `wire/` itself) is removed, what
+    /// the links name is kept, and `wire/` is an empty directory of its own again.
+    #[test]
+    fn wire_is_made_anew_without_following_what_was_planted() {
+        use std::os::unix::fs::{MetadataExt, symlink};
+        let d = tempfile::tempdir().unwrap();
+        let (dir, outside) = (d.path().join("s"), d.path().join("outside"));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kept"), "kept").unwrap();
+        std::fs::create_dir_all(dir.join(VM_DIR)).unwrap();
+        let wire = ensure_wire_dir(&dir).unwrap();
+        std::fs::create_dir(wire.join("net.sock")).unwrap();
+        symlink(&outside, wire.join("net.sock/out")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            wire.join("agent.port"),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        for round in 0..2 {
+            let made = renew_wire_dir(&dir).unwrap();
+            let meta = std::fs::symlink_metadata(&made).unwrap();
+            assert!(meta.is_dir() && meta.mode() & 0o7777 == 0o700, "round {round}: {meta:?}");
+            assert_eq!(std::fs::read_dir(&made).unwrap().count(), 0, "round {round}: not empty");
+            assert_eq!(std::fs::read_to_string(outside.join("kept")).unwrap(), "kept", "followed");
+            // Then a link in place of `wire/` itself.
+            std::fs::remove_dir(&made).unwrap();
+            symlink(&outside, &made).unwrap();
+        }
+    }
+
     #[test]
     fn refuses_socket_paths_that_are_too_long() {
         let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
         assert!(matches!(check_socket_path_len(&long), Err(StateError::PathTooLong { .. })));
+        // The helper binds `vm/wire/net.sock` as `net.sock.new` first: 21 bytes past the
+        // directory, so one of 87 bytes is refused (it failed later, in the helper), and
+        // one of 86 fits.
+        let dir = |len: usize| PathBuf::from(format!("/tmp/{}", "x".repeat(len - 5)));
+        let err = check_socket_path_len(&dir(87)).unwrap_err();
+        assert!(matches!(err, StateError::PathTooLong { len: 108, max: 107, .. }), "{err}");
+        check_socket_path_len(&dir(86)).unwrap();
     }
 }

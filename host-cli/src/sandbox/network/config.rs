@@ -82,6 +82,34 @@ pub fn prepare_net_dir(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result
     Ok(path)
 }
 
+/// Removes from the helper's directory `net/` of the sandbox in `dir` everything but
+/// regular files (its record and logs) not named as its sockets: a socket there is stale once its helper ended,
+/// and a directory, a link or a FIFO is nothing a helper makes: one its guest made after
+/// taking it over would keep the next helper from binding its sockets (or atoll from
+/// writing `net.json`), and so a parked sandbox from coming back. Nothing is followed.
+/// Only while no helper of the sandbox runs (before one starts).
+pub fn clear_stale(dir: &Path) -> std::io::Result<()> {
+    let net = net_dir(dir);
+    match std::fs::symlink_metadata(&net) {
+        Ok(m) if m.is_dir() => {}
+        // Missing, or not a directory: `prepare_net_dir` makes it, or refuses it.
+        _ => return Ok(()),
+    }
+    for entry in std::fs::read_dir(&net)? {
+        let entry = entry?;
+        // The entry's own type: a link is not followed.
+        let kind = entry.file_type()?;
+        let path = entry.path();
+        // A regular file is kept, unless in a socket's place (where the next helper's
+        // agent link refuses anything but a socket).
+        if kind.is_file() && ![ctl_path(dir), agent_socket_path(dir)].contains(&path) {
+            continue;
+        }
+        if kind.is_dir() { std::fs::remove_dir_all(&path)? } else { std::fs::remove_file(&path)? }
+    }
+    Ok(())
+}
+
 /// Whether a file of the helper's directory owned by `uid` may be trusted as atoll's or
 /// its helper's: the effective user's, root's, or (atoll being root) the helper's.
 pub fn trusted_owner(uid: u32) -> bool {
@@ -126,6 +154,15 @@ pub enum ConfigError {
         /// What failed.
         #[source]
         source: serde_json::Error,
+    },
+    /// What a former helper left in `net/` could not be removed.
+    #[error("could not clear {} of what the sandbox's former network helper left there (anything but a regular file); remove that by hand", path.display())]
+    Stale {
+        /// The directory.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
     },
     /// Writing failed.
     #[error("could not write {}; check free space", path.display())]
@@ -351,6 +388,40 @@ pub fn chown_file(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 mod tests {
     use super::super::spec;
     use super::*;
+
+    /// What a former helper left in `net/` other than regular files (a stale socket, a
+    /// directory in place of a socket holding a link out, a link, a FIFO), or a regular
+    /// file in a socket's place, is removed,
+    /// nothing followed; its record and logs are kept.
+    #[test]
+    fn stale_entries_of_the_helper_are_cleared_without_following() {
+        use std::os::unix::fs::symlink;
+        let d = tempfile::tempdir().unwrap();
+        let (dir, outside) = (d.path().join("s"), d.path().join("outside"));
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("kept"), "kept").unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        let net = prepare_net_dir(&dir, None).unwrap();
+        std::fs::write(net.join("net.json"), "{}").unwrap();
+        std::fs::write(net.join("net.log"), "log").unwrap();
+        std::fs::create_dir(net.join("net.ctl.new")).unwrap();
+        symlink(&outside, net.join("net.ctl.new/out")).unwrap();
+        symlink(&outside, net.join("net-dns.log")).unwrap();
+        std::fs::write(net.join("agent.sock"), "not a socket").unwrap();
+        let _stale = std::os::unix::net::UnixListener::bind(net.join("net.ctl")).unwrap();
+        let fifo = net.join(".1.sock");
+        let mode = rustix::fs::Mode::from_raw_mode(0o600);
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, mode, 0).unwrap();
+        clear_stale(&dir).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&net)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["net.json", "net.log"]);
+        assert_eq!(std::fs::read_to_string(outside.join("kept")).unwrap(), "kept", "a link was followed");
+        assert_eq!(std::fs::read_to_string(net.join("net.log")).unwrap(), "log");
+    }
 
     #[test]
     fn the_agent_socket_names_its_sandbox_directory() {

@@ -55,6 +55,8 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedH
     // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
     // root), made before it starts.
     let owner = crate::jail::user::for_helper().map_err(|e| HelperStartError::Spawn(e.into()))?;
+    config::clear_stale(dir)
+        .map_err(|source| config::ConfigError::Stale { path: config::net_dir(dir), source })?;
     // A new helper has published nothing: the ports atoll asks of it are recorded one by
     // one as it takes them ([`publish_at_create`]).
     config::NetAuthority::starting(config.network, config.policy.clone()).save(dir)?;

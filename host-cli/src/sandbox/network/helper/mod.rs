@@ -131,6 +131,15 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     ended
 }
 
+/// The temporary name the helper binds `path`'s socket under (`<path>.new`): the longest
+/// socket path the helper binds, which the sandbox directory's length must leave room
+/// for (`vmm::state`'s check at allocation).
+pub fn bind_tmp_path(path: &Path) -> std::path::PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".new");
+    tmp.into()
+}
+
 /// Binds a Unix socket at `path`, replacing a stale one, 0600 (the jail hands
 /// `net.sock` to QEMU's group). It is bound and listening under a temporary name first
 /// and renamed into place, so the path exists only once a connection to it is accepted:
@@ -140,9 +149,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
 fn bind(path: &Path) -> Result<UnixListener, HelperError> {
     use std::os::unix::fs::PermissionsExt;
     let err = |source| HelperError::Bind { path: path.to_path_buf(), source };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".new");
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = bind_tmp_path(path);
     let _ = std::fs::remove_file(&tmp);
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(&tmp).map_err(err)?;
