@@ -157,8 +157,17 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
     assert!(swaps.load(Ordering::Relaxed) > 100, "the swapper hardly ran");
-    assert_eq!(served, 1, "no create got past the swaps in 30 tries: {refused:?}");
-    eprintln!("served {served}, refused {}: {refused:?}", refused.len());
+    eprintln!("served during the swaps {served}, refused {}: {refused:?}", refused.len());
+    if served == 0 {
+        // On a loaded machine every create may meet a swap (the share's path is opened
+        // more than once): the share itself must still be served once the swaps stop,
+        // so a create that refuses every share cannot pass.
+        let out = run(&["create", "--name", "calm", "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        assert!(out.status.success(), "the share is refused with no swap going on: {}", text(&out.stderr));
+        let out = run(&["-s", "calm", "exec", "--sh", "ls /work"]);
+        assert!(text(&out.stdout).contains("MARKER"), "{}", text(&out.stdout));
+        assert!(run(&["kill", "calm"]).status.success());
+    }
 }
 
 /// Runs `atoll ARGS` of `atoll` in a mount namespace of its own (as root) where `from`
@@ -655,7 +664,8 @@ except OSError as e:
 /// against an ordinary user's atoll, whose jail opens each share's path a second time
 /// (in its own user namespace, to mount the `noexec` copy): each create either fails
 /// saying what is wrong with the folder, or its guest sees the real folder; never the
-/// host's root.
+/// host's root. If no create got past the swaps (a loaded machine), one made after them
+/// must serve the folder.
 #[test]
 fn attack_a_link_to_root_swapped_in_for_an_ordinary_users_share_never_shows_the_host_root() {
     use std::os::unix::fs::chown;
@@ -730,6 +740,15 @@ fn attack_a_link_to_root_swapped_in_for_an_ordinary_users_share_never_shows_the_
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
     assert!(swaps.load(Ordering::Relaxed) > 100, "the swapper hardly ran");
-    assert_eq!(served, 1, "no create got past the swaps in 30 tries: {refused:?}");
-    eprintln!("served {served}, refused {}: {refused:?}", refused.len());
+    eprintln!("served during the swaps {served}, refused {}: {refused:?}", refused.len());
+    if served == 0 {
+        // On a loaded machine every create may meet a swap (the share's path is opened
+        // more than once): the share itself must still be served once the swaps stop,
+        // so a create that refuses every share cannot pass.
+        let out = run(&["create", "--name", "calm", "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        assert!(out.status.success(), "the share is refused with no swap going on: {}", text(&out.stderr));
+        let out = run(&["-s", "calm", "exec", "--sh", "ls /work"]);
+        assert!(text(&out.stdout).contains("MARKER"), "{}", text(&out.stdout));
+        assert!(run(&["kill", "calm"]).status.success());
+    }
 }
