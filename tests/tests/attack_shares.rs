@@ -162,11 +162,12 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
         // On a loaded machine every create may meet a swap (the share's path is opened
         // more than once): the share itself must still be served once the swaps stop,
         // so a create that refuses every share cannot pass.
-        let out = run(&["create", "--name", "calm", "--timeout", "300s", "--net", "none", "--mount", &mount]);
+        let out =
+            atoll.run(&["create", "--name", "calm", "--timeout", "300s", "--net", "none", "--mount", &mount]);
         assert!(out.status.success(), "the share is refused with no swap going on: {}", text(&out.stderr));
-        let out = run(&["-s", "calm", "exec", "--sh", "ls /work"]);
+        let out = atoll.run(&["-s", "calm", "exec", "--sh", "ls /work"]);
         assert!(text(&out.stdout).contains("MARKER"), "{}", text(&out.stdout));
-        assert!(run(&["kill", "calm"]).status.success());
+        assert!(atoll.run(&["kill", "calm"]).status.success());
     }
 }
 
