@@ -127,7 +127,12 @@ fn attack_a_link_to_root_swapped_in_for_a_share_never_shows_the_guest_the_host_r
     let atoll = Atoll::new();
     let mount = format!("{}:/work:rw", share.display());
     let (mut refused, mut served) = (Vec::new(), 0);
-    for i in 0..30 {
+    // At least 30 creates, and on until the swapper has swapped 100 times (on a loaded
+    // machine every create can be refused faster than it swaps), unless one is served.
+    for i in 0..300 {
+        if i >= 30 && swaps.load(Ordering::Relaxed) > 100 {
+            break;
+        }
         let name = format!("r{i}");
         let out =
             atoll.run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
@@ -710,7 +715,12 @@ fn attack_a_link_to_root_swapped_in_for_an_ordinary_users_share_never_shows_the_
     let run = |args: &[&str]| atoll_as_ordinary_user(&state, &data, args);
     let mount = format!("{}:/work:rw", share.display());
     let (mut refused, mut served) = (Vec::new(), 0);
-    for i in 0..30 {
+    // At least 30 creates, and on until the swapper has swapped 100 times (on a loaded
+    // machine every create can be refused faster than it swaps), unless one is served.
+    for i in 0..300 {
+        if i >= 30 && swaps.load(Ordering::Relaxed) > 100 {
+            break;
+        }
         let name = format!("r{i}");
         let out = run(&["create", "--name", &name, "--timeout", "300s", "--net", "none", "--mount", &mount]);
         if !out.status.success() {
