@@ -91,11 +91,10 @@ pub enum JailError {
     },
 }
 
-/// Makes `vm/wire/` of the sandbox in `dir` if it is missing.
-fn ensure_wire(dir: &Path) -> Result<(), JailError> {
-    crate::vmm::state::ensure_wire_dir(dir)
-        .map(drop)
-        .map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })
+/// Makes `vm/wire/` of the sandbox in `dir` with `make` (`state::ensure_wire_dir` or
+/// `state::renew_wire_dir`), saying which directory failed.
+fn make_wire(dir: &Path, make: fn(&Path) -> std::io::Result<std::path::PathBuf>) -> Result<(), JailError> {
+    make(dir).map(drop).map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })
 }
 
 /// A jailed QEMU: the `bwrap` process that watches it (it ends when QEMU ends, with
@@ -120,7 +119,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         qemu_args = crate::vmm::migrate::restore_args(qemu_args);
     }
     // The shares first: a folder that cannot be opened safely leaves nothing made.
-    ensure_wire(&spec.paths.dir)?;
+    make_wire(&spec.paths.dir, crate::vmm::state::ensure_wire_dir)?;
     let binds = namespaces::binds(spec);
     let inner: Vec<&Path> = binds
         .iter()
@@ -346,8 +345,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     // the helper starts before QEMU, and nothing the last ones left there is kept) and
     // the two logs it bounds.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    crate::vmm::state::renew_wire_dir(dir)
-        .map_err(|source| JailError::Wire { path: crate::vmm::state::wire_dir(dir), source })?;
+    make_wire(dir, crate::vmm::state::renew_wire_dir)?;
     for log in [&paths.qemu_log, &paths.console_log] {
         crate::vmm::safe_fs::open_append(log)
             .map_err(|source| ProcessError::Log { path: log.clone(), source })?;
