@@ -60,7 +60,7 @@ fn swap_rig(bindings: Arc<Bindings>) -> (Rig, tempfile::TempDir) {
         Secrets {
             source: bindings,
             ca: Arc::new(atoll_net::secrets::ca::LeafIssuer::from_pem(&cert, &key).unwrap()),
-            upstream: Arc::new(upstream),
+            upstream: Arc::new(atoll_net::secrets::upstream::Upstream::ready(upstream)),
         }
     });
     (rig, dir)

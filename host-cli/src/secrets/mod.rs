@@ -235,7 +235,7 @@ pub fn for_helper(dir: &Path, label: &str) -> Result<atoll_net::secrets::Secrets
         std::env::var_os("ATOLL_SECRETS_CA_FILE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
     let extra: Vec<&Path> = extra.iter().map(|p| p.as_path()).collect();
     let upstream =
-        atoll_net::secrets::upstream::client_config(&extra).map_err(|e| SecretError::Io(e.to_string()))?;
+        atoll_net::secrets::upstream::Upstream::new(&extra).map_err(|e| SecretError::Io(e.to_string()))?;
     Ok(atoll_net::secrets::Secrets {
         source: std::sync::Arc::new(source::SandboxSecrets::new(dir.to_path_buf())),
         ca: std::sync::Arc::new(ca),

@@ -77,7 +77,7 @@ pub struct Secrets {
     /// The sandbox's CA (its leaves are what the guest sees).
     pub ca: Arc<ca::LeafIssuer>,
     /// How real servers are verified.
-    pub upstream: Arc<rustls::ClientConfig>,
+    pub upstream: Arc<upstream::Upstream>,
 }
 
 impl std::fmt::Debug for Secrets {

@@ -235,7 +235,7 @@ impl Conn {
         let _ = tcp.set_nodelay(true);
         let name = rustls_pki_types::ServerName::try_from(self.sni.clone())
             .map_err(|e| format!("`{}` is not a server name: {e}", self.sni))?;
-        let tls = tokio_rustls::TlsConnector::from(self.secrets.upstream.clone())
+        let tls = tokio_rustls::TlsConnector::from(self.secrets.upstream.config().await)
             .connect(name, crate::quickack::QuickAck(tcp))
             .await
             .map_err(|e| {
