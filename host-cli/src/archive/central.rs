@@ -1,0 +1,103 @@
+//! The zip's end records, read before the zip crate parses its index: the entry count
+//! and the index's size there are what the parse will hold in memory, so they are
+//! checked against [`UnpackLimits`] first and a zip that claims too much is refused
+//! without being parsed.
+//!
+//! Only the shape our agent writes (and every common zip tool) passes: the archive ends
+//! with its end record and no comment, and the index ends where the end records begin.
+//! The parse that follows then starts from that same record and reads at most the index.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use super::{ArchiveError, UnpackLimits};
+
+const EOCD_SIG: u32 = 0x0605_4b50;
+const EOCD_LEN: u64 = 22;
+const LOCATOR_SIG: u32 = 0x0706_4b50;
+const LOCATOR_LEN: u64 = 20;
+const EOCD64_SIG: u32 = 0x0606_4b50;
+const EOCD64_LEN: u64 = 56;
+
+/// Bytes of index allowed per entry on average (a 46-byte header, the name, extra
+/// fields), plus a fixed allowance: paths longer than that on average are not a tree
+/// anyone copies, and the parse holds a few times the index in memory.
+pub(super) const INDEX_BYTES_PER_ENTRY: u64 = 1024;
+const INDEX_SLACK: u64 = 64 << 10;
+
+/// What the end records claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct EndRecord {
+    /// Entries in the archive.
+    pub(super) entries: u64,
+    /// Bytes of the index (central directory).
+    pub(super) index_bytes: u64,
+}
+
+fn read_at(file: &File, at: u64, len: u64) -> Result<Vec<u8>, ArchiveError> {
+    let mut buf = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    file.read_exact_at(&mut buf, at).map_err(|_| malformed("it is cut short"))?;
+    Ok(buf)
+}
+
+fn malformed(why: &'static str) -> ArchiveError {
+    ArchiveError::Malformed(why.to_owned())
+}
+
+fn u16_at(b: &[u8], i: usize) -> u64 {
+    u64::from(u16::from_le_bytes([b[i], b[i + 1]]))
+}
+
+fn u32_at(b: &[u8], i: usize) -> u64 {
+    u64::from(u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes")))
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// Reads the end records of `file` and checks them against `limits`.
+pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, ArchiveError> {
+    let len = file.metadata().map_err(|_| malformed("it cannot be read"))?.len();
+    if len < EOCD_LEN {
+        return Err(malformed("it is shorter than a zip's end record"));
+    }
+    let eocd_at = len - EOCD_LEN;
+    let eocd = read_at(file, eocd_at, EOCD_LEN)?;
+    if u32_at(&eocd, 0) != EOCD_SIG as u64 || u16_at(&eocd, 20) != 0 {
+        return Err(malformed("it does not end with a zip end record"));
+    }
+    let (mut entries, mut index_bytes, mut index_at) =
+        (u16_at(&eocd, 10), u32_at(&eocd, 12), u32_at(&eocd, 16));
+    let mut records_at = eocd_at;
+    // A zip64 locator right before the end record: its record's values count (the
+    // larger of both, so neither claim escapes the check).
+    if eocd_at >= LOCATOR_LEN {
+        let locator = read_at(file, eocd_at - LOCATOR_LEN, LOCATOR_LEN)?;
+        if u32_at(&locator, 0) == LOCATOR_SIG as u64 {
+            let at = u64_at(&locator, 8);
+            if at.checked_add(EOCD64_LEN) != Some(eocd_at - LOCATOR_LEN) {
+                return Err(malformed("its zip64 end record is not where its locator says"));
+            }
+            let eocd64 = read_at(file, at, EOCD64_LEN)?;
+            if u32_at(&eocd64, 0) != EOCD64_SIG as u64 {
+                return Err(malformed("its zip64 end record is missing"));
+            }
+            entries = entries.max(u64_at(&eocd64, 32));
+            index_bytes = index_bytes.max(u64_at(&eocd64, 40));
+            index_at = u64_at(&eocd64, 48);
+            records_at = at;
+        }
+    }
+    if entries > limits.max_entries {
+        return Err(ArchiveError::TooManyEntries { count: entries, max: limits.max_entries });
+    }
+    let max_index = limits.max_entries.saturating_mul(INDEX_BYTES_PER_ENTRY).saturating_add(INDEX_SLACK);
+    if index_bytes > max_index {
+        return Err(ArchiveError::IndexTooBig { bytes: index_bytes, max: max_index });
+    }
+    if index_at.checked_add(index_bytes) != Some(records_at) {
+        return Err(malformed("its index does not end where its end records begin"));
+    }
+    Ok(EndRecord { entries, index_bytes })
+}
