@@ -87,6 +87,9 @@ pub enum ArchiveError {
     /// A name given twice.
     #[error("the archive entry `{0}` appears twice; nothing was extracted")]
     Duplicate(String),
+    /// The index lists one name twice (the zip crate keeps one of them).
+    #[error("the archive from the guest lists an entry name twice; nothing was extracted")]
+    ListedTwice,
     /// A name that is a file and a folder (or a file with entries below it).
     #[error("the archive entry `{0}` is both a file and a folder; nothing was extracted")]
     FileAndDir(String),

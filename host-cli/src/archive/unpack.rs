@@ -48,7 +48,7 @@ fn plain_rel(name: &str, shown: &str) -> Result<PathBuf, ArchiveError> {
 /// Checks every entry of `zip`: nothing is written unless all pass.
 fn plan(zip: &mut ZipArchive<File>) -> Result<Vec<Planned>, ArchiveError> {
     if zip.has_duplicate_names() {
-        return Err(ArchiveError::Duplicate("(a name the archive lists twice)".to_owned()));
+        return Err(ArchiveError::ListedTwice);
     }
     let mut plan = Vec::with_capacity(zip.len());
     let (mut files, mut dirs, mut listed_dirs) = (HashSet::new(), HashSet::new(), HashSet::new());
@@ -116,8 +116,7 @@ pub fn unzip_into(
         let mut f = beneath.create_file(&entry.rel, &entry.shown)?;
         // One byte past what is left tells an entry that fits from one that does not.
         let left = limits.max_bytes - stats.file_bytes;
-        let n = io::copy(&mut io::Read::take(data, left.saturating_add(1)), &mut f)
-            .map_err(|source| write_err(&entry.shown, source))?;
+        let n = copy_entry(io::Read::take(data, left.saturating_add(1)), &mut f, &entry.shown)?;
         if n > left {
             return Err(ArchiveError::TooBig { max: limits.max_bytes });
         }
@@ -133,8 +132,25 @@ pub fn unzip_into(
     Ok(stats)
 }
 
-fn write_err(shown: &str, source: io::Error) -> ArchiveError {
-    ArchiveError::Io { what: "write", path: Path::new(shown).to_path_buf(), source }
+/// Copies an entry's inflated bytes to `to`: a read that fails is the archive's fault
+/// (bad data, a CRC or a size that does not match), a write that fails the host's.
+fn copy_entry(mut from: impl io::Read, to: &mut File, shown: &str) -> Result<u64, ArchiveError> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut total = 0u64;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ArchiveError::Malformed(format!("entry `{shown}`: {e}"))),
+        };
+        io::Write::write_all(to, &buf[..n]).map_err(|source| ArchiveError::Io {
+            what: "write",
+            path: Path::new(shown).to_path_buf(),
+            source,
+        })?;
+        total += n as u64;
+    }
 }
 
 #[cfg(test)]
