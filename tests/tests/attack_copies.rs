@@ -259,12 +259,18 @@ impl Host {
     /// Nothing but the canaries, unchanged, at and above the destination.
     fn untouched(&self, case: &str) {
         let names = |p: &Path| {
-            let mut v: Vec<String> =
-                std::fs::read_dir(p).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            let mut v: Vec<String> = std::fs::read_dir(p)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
             v.sort();
             v
         };
-        assert_eq!(names(&self.root.path().join("host")), ["canary"], "{case}: left something at the destination");
+        assert_eq!(
+            names(&self.root.path().join("host")),
+            ["canary"],
+            "{case}: left something at the destination"
+        );
         assert_eq!(names(self.root.path()), ["canary", "host"], "{case}: wrote above the destination");
         for c in [self.root.path().join("canary"), self.root.path().join("host/canary")] {
             assert_eq!(std::fs::read(&c).unwrap(), CANARY, "{case}: {} changed", c.display());
@@ -327,8 +333,16 @@ fn hostile_zips_are_refused_and_leave_nothing() {
         ("headers that lie about sizes", liar, vec!["nothing was extracted"]),
         ("entries sharing one bomb's data", overlap, vec!["header inconsistency", "nothing was extracted"]),
         ("more entries than the cap", many, vec!["60000 entries, over the limit of 1000", "--max-entries"]),
-        ("`../x`", zip("up.zip", vec![file("ok", b"ok"), file("../x", b"x")]), vec!["`../x` would land outside"]),
-        ("`/abs`", zip("abs.zip", vec![file("ok", b"ok"), file("/tmp/abs", b"x")]), vec!["`/tmp/abs` would land outside"]),
+        (
+            "`../x`",
+            zip("up.zip", vec![file("ok", b"ok"), file("../x", b"x")]),
+            vec!["`../x` would land outside"],
+        ),
+        (
+            "`/abs`",
+            zip("abs.zip", vec![file("ok", b"ok"), file("/tmp/abs", b"x")]),
+            vec!["`/tmp/abs` would land outside"],
+        ),
         (
             "`a/../../x`",
             zip("mid.zip", vec![dir("a/"), file("a/../../x", b"x")]),
@@ -390,7 +404,8 @@ fn an_honest_zip_from_the_same_fake_lands_whole() {
     assert!(dst.join("empty").is_dir());
     let mode = std::fs::metadata(dst.join("a/run.sh")).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode & 0o7002, 0, "setuid or world-writable from the guest: {mode:o}");
-    let mut left: Vec<_> = std::fs::read_dir(host.root.path().join("host")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut left: Vec<_> =
+        std::fs::read_dir(host.root.path().join("host")).unwrap().map(|e| e.unwrap().file_name()).collect();
     left.sort();
     assert_eq!(left, ["canary", "out"], "no staging left beside it");
 }

@@ -71,7 +71,7 @@ pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, Arch
         (u16_at(&eocd, 10), u32_at(&eocd, 12), u32_at(&eocd, 16));
     let mut records_at = eocd_at;
     // A zip64 locator right before the end record: its record's values count (the
-    // larger of both, so neither claim escapes the check).
+    // larger of both where both are given, so neither claim escapes the check).
     if eocd_at >= LOCATOR_LEN {
         let locator = read_at(file, eocd_at - LOCATOR_LEN, LOCATOR_LEN)?;
         if u32_at(&locator, 0) == LOCATOR_SIG as u64 {
@@ -83,8 +83,11 @@ pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, Arch
             if u32_at(&eocd64, 0) != EOCD64_SIG as u64 {
                 return Err(malformed("its zip64 end record is missing"));
             }
-            entries = entries.max(u64_at(&eocd64, 32));
-            index_bytes = index_bytes.max(u64_at(&eocd64, 40));
+            // A 32-bit field at its maximum only says "see the zip64 record".
+            let wider =
+                |narrow: u64, marker: u64, wide: u64| if narrow == marker { wide } else { narrow.max(wide) };
+            entries = wider(entries, 0xffff, u64_at(&eocd64, 32));
+            index_bytes = wider(index_bytes, 0xffff_ffff, u64_at(&eocd64, 40));
             index_at = u64_at(&eocd64, 48);
             records_at = at;
         }
@@ -100,4 +103,52 @@ pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, Arch
         return Err(malformed("its index does not end where its end records begin"));
     }
     Ok(EndRecord { entries, index_bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use zip::write::{SimpleFileOptions, ZipWriter};
+
+    use super::*;
+
+    /// The agent's own format (`ZipWriter::new_stream`, data descriptors) past 65,535
+    /// entries, where the zip64 end records take over: counted right, and the parse and
+    /// header check that follow accept it.
+    #[test]
+    fn a_streamed_zip64_archive_passes() {
+        let mut zip = ZipWriter::new_stream(Vec::new());
+        for i in 0..70_000 {
+            zip.start_file(format!("d/{i}"), SimpleFileOptions::default()).unwrap();
+            zip.write_all(b"x").unwrap();
+        }
+        let bytes = zip.finish().unwrap().into_inner();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        let limits = UnpackLimits::default();
+        let end = check(&file, limits).unwrap();
+        assert_eq!(end.entries, 70_000);
+        let err = check(&file, UnpackLimits { max_entries: 69_999, ..limits }).unwrap_err();
+        assert!(matches!(err, ArchiveError::TooManyEntries { count: 70_000, max: 69_999 }), "{err}");
+        let mut archive = zip::ZipArchive::new(file).unwrap();
+        assert_eq!(archive.len(), 70_000);
+        archive.validate_header_consistency().unwrap();
+    }
+
+    #[test]
+    fn an_index_larger_than_the_entry_cap_allows_is_refused_unparsed() {
+        let mut zip = ZipWriter::new(std::io::Cursor::new(Vec::new()));
+        let long = "n".repeat(4000);
+        for i in 0..40 {
+            zip.start_file(format!("{long}{i}"), SimpleFileOptions::default()).unwrap();
+        }
+        let bytes = zip.finish().unwrap().into_inner();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        let limits = UnpackLimits { max_entries: 40, ..UnpackLimits::default() };
+        let err = check(&file, limits).unwrap_err();
+        assert!(matches!(err, ArchiveError::IndexTooBig { .. }), "{err}");
+        assert!(err.to_string().contains("--max-entries"), "{err}");
+    }
 }

@@ -71,7 +71,8 @@ impl Agent for Hostile {
     async fn read_file(&self, _: Request<pb::ReadFileRequest>) -> Answer<Self::ReadFileStream> {
         let (me, (tx, out)) = (self.clone(), channel());
         tokio::spawn(async move {
-            let chunk = |n: usize, size| pb::ReadFileChunk { data: Bytes::from(vec![b'x'; n]), file_size: size };
+            let chunk =
+                |n: usize, size| pb::ReadFileChunk { data: Bytes::from(vec![b'x'; n]), file_size: size };
             match me.mode.as_str() {
                 "file" => {
                     let mut left: usize = me.arg.as_deref().unwrap_or("10").parse().unwrap();
@@ -99,30 +100,36 @@ impl Agent for Hostile {
     type DownloadDirStream = Out<pb::DownloadDirChunk>;
     async fn download_dir(&self, _: Request<pb::DownloadDirRequest>) -> Answer<Self::DownloadDirStream> {
         let (me, (tx, out)) = (self.clone(), channel());
-        tokio::spawn(async move { match me.mode.as_str() {
-            "zip" | "zip-no-summary" => {
-                let zip = std::fs::read(me.arg.as_deref().expect("zip FILE")).expect("read the zip");
-                let zip = Bytes::from(zip);
-                for at in (0..zip.len()).step_by(PIECE) {
-                    if tx.send(Ok(data(zip.slice(at..zip.len().min(at + PIECE))))).await.is_err() {
-                        return;
+        tokio::spawn(async move {
+            match me.mode.as_str() {
+                "zip" | "zip-no-summary" => {
+                    let zip = std::fs::read(me.arg.as_deref().expect("zip FILE")).expect("read the zip");
+                    let zip = Bytes::from(zip);
+                    for at in (0..zip.len()).step_by(PIECE) {
+                        if tx.send(Ok(data(zip.slice(at..zip.len().min(at + PIECE))))).await.is_err() {
+                            return;
+                        }
+                    }
+                    if me.mode == "zip" {
+                        let summary = pb::ArchiveSummary {
+                            files: 1,
+                            archive_bytes: zip.len() as u64,
+                            ..Default::default()
+                        };
+                        let part = pb::download_dir_chunk::Part::Summary(summary);
+                        let _ = tx.send(Ok(pb::DownloadDirChunk { part: Some(part) })).await;
                     }
                 }
-                if me.mode == "zip" {
-                    let summary = pb::ArchiveSummary { files: 1, archive_bytes: zip.len() as u64, ..Default::default() };
-                    let part = pb::download_dir_chunk::Part::Summary(summary);
-                    let _ = tx.send(Ok(pb::DownloadDirChunk { part: Some(part) })).await;
+                "zip-stall" => {
+                    let _ = tx.send(Ok(data(Bytes::from_static(b"PK\x03\x04")))).await;
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                _ => {
+                    let junk = Bytes::from(vec![0x5a; PIECE]);
+                    while tx.send(Ok(data(junk.clone()))).await.is_ok() {}
                 }
             }
-            "zip-stall" => {
-                let _ = tx.send(Ok(data(Bytes::from_static(b"PK\x03\x04")))).await;
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-            _ => {
-                let junk = Bytes::from(vec![0x5a; PIECE]);
-                while tx.send(Ok(data(junk.clone()))).await.is_ok() {}
-            }
-        }});
+        });
         Ok(Response::new(out))
     }
 
@@ -130,7 +137,10 @@ impl Agent for Hostile {
         nope()
     }
     type ExecStreamStream = Out<pb::ExecEvent>;
-    async fn exec_stream(&self, _: Request<Streaming<pb::ExecStreamInput>>) -> Answer<Self::ExecStreamStream> {
+    async fn exec_stream(
+        &self,
+        _: Request<Streaming<pb::ExecStreamInput>>,
+    ) -> Answer<Self::ExecStreamStream> {
         nope()
     }
     async fn start_job(&self, _: Request<pb::StartJobRequest>) -> Answer<pb::Job> {
