@@ -75,6 +75,8 @@ struct Ran {
 }
 
 /// Runs `cmd` to its end (killed past [`BOUND`] plus a margin), with its peak RSS.
+// The child is reaped by `wait4`, which clippy does not see.
+#[allow(clippy::zombie_processes)]
 fn run(mut cmd: Command, stdin: &[u8]) -> Ran {
     let started = Instant::now();
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -163,7 +165,7 @@ fn file(name: &str, content: &[u8]) -> Raw {
         stored: content.to_vec(),
         method: 0,
         crc: crc.sum(),
-        claimed: content.len() as u32,
+        claimed: u32_of(content.len()),
         mode: 0o100644,
         shares: None,
     }
@@ -175,6 +177,14 @@ fn dir(name: &str) -> Raw {
 
 fn symlink(name: &str, target: &str) -> Raw {
     Raw { mode: 0o120777, ..file(name, target.as_bytes()) }
+}
+
+fn u32_of(n: usize) -> u32 {
+    u32::try_from(n).expect("test zips stay under 4 GiB")
+}
+
+fn u16_of(n: usize) -> u16 {
+    u16::try_from(n).expect("test names stay short")
 }
 
 /// Writes `entries` as a zip at `path` (local headers, data, index, end record).
@@ -191,16 +201,16 @@ fn write_zip(path: &Path, entries: &[Raw]) {
         for v in [20u16, 0, e.method, 0, 0] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [e.crc, e.stored.len() as u32, e.claimed] {
+        for v in [e.crc, u32_of(e.stored.len()), e.claimed] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [e.name.len() as u16, 0] {
+        for v in [u16_of(e.name.len()), 0] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(e.name.as_bytes());
         out.extend_from_slice(&e.stored);
     }
-    let index_at = out.len() as u32;
+    let index_at = u32_of(out.len());
     for (i, e) in entries.iter().enumerate() {
         let (src, at) = match e.shares {
             Some(n) => (&entries[n], offsets[n]),
@@ -210,10 +220,10 @@ fn write_zip(path: &Path, entries: &[Raw]) {
         for v in [0x0314u16, 20, 0, src.method, 0, 0] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [src.crc, src.stored.len() as u32, e.claimed] {
+        for v in [src.crc, u32_of(src.stored.len()), e.claimed] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        for v in [e.name.len() as u16, 0, 0, 0, 0] {
+        for v in [u16_of(e.name.len()), 0, 0, 0, 0] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         for v in [e.mode << 16, at] {
@@ -221,7 +231,7 @@ fn write_zip(path: &Path, entries: &[Raw]) {
         }
         out.extend_from_slice(e.name.as_bytes());
     }
-    let index_len = out.len() as u32 - index_at;
+    let index_len = u32_of(out.len()) - index_at;
     let count = u16::try_from(entries.len()).unwrap_or(u16::MAX);
     out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
     for v in [0u16, 0, count, count] {
@@ -487,7 +497,20 @@ fn streams_that_stall_or_never_end_are_given_up() {
 /// 10 MiB inline cap, memory bounded, and the server keeps serving.
 #[test]
 fn the_mcp_tool_gives_up_on_a_zip_that_never_ends() {
-    let agent = Hostile::start("zip-endless", None);
+    mcp_tool_gives_up("zip-endless", "is over the 10 MiB inline limit", 2);
+}
+
+/// `sandbox_files_download_dir` against a zip that stalls: a tool error after the 60 s
+/// a transfer may go silent (`atoll mcp` has no flag for it), once.
+#[test]
+fn the_mcp_tool_gives_up_on_a_zip_that_stalls() {
+    mcp_tool_gives_up("zip-stall", "the agent sent nothing for 60 s", 1);
+}
+
+/// `atoll mcp` against a hostile agent in `mode`: `calls` calls of
+/// `sandbox_files_download_dir`, each a tool error that `says`, in bounded time and RSS.
+fn mcp_tool_gives_up(mode: &str, says: &str, calls: u64) {
+    let agent = Hostile::start(mode, None);
     let mut server = atoll_cmd(&agent.addr(), &["mcp"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -511,7 +534,7 @@ fn the_mcp_tool_gives_up_on_a_zip_that_never_ends() {
         "clientInfo": {"name": "test", "version": "0"}}}));
     answer(1);
     send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    for id in [2, 3] {
+    for id in 2..2 + calls {
         let started = Instant::now();
         send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
             "name": "sandbox_files_download_dir", "arguments": {"path": "/d"}}}));
@@ -519,8 +542,9 @@ fn the_mcp_tool_gives_up_on_a_zip_that_never_ends() {
         let result = &reply["result"];
         assert_eq!(result["isError"], true, "{reply}");
         let text = result["content"][0]["text"].as_str().unwrap_or_default();
-        assert!(text.contains("is over the 10 MiB inline limit") && text.contains("atoll"), "{reply}");
-        assert!(started.elapsed() < BOUND, "the tool call took {:?}", started.elapsed());
+        assert!(text.contains(says), "{reply}");
+        let took = started.elapsed();
+        assert!(took < BOUND + Duration::from_secs(30), "the tool call took {took:?}");
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let hwm: i64 = status

@@ -12,11 +12,11 @@ use std::os::unix::fs::FileExt;
 
 use super::{ArchiveError, UnpackLimits};
 
-const EOCD_SIG: u32 = 0x0605_4b50;
+const EOCD_SIG: u64 = 0x0605_4b50;
 const EOCD_LEN: u64 = 22;
-const LOCATOR_SIG: u32 = 0x0706_4b50;
+const LOCATOR_SIG: u64 = 0x0706_4b50;
 const LOCATOR_LEN: u64 = 20;
-const EOCD64_SIG: u32 = 0x0606_4b50;
+const EOCD64_SIG: u64 = 0x0606_4b50;
 const EOCD64_LEN: u64 = 56;
 
 /// Bytes of index allowed per entry on average (a 46-byte header, the name, extra
@@ -64,7 +64,7 @@ pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, Arch
     }
     let eocd_at = len - EOCD_LEN;
     let eocd = read_at(file, eocd_at, EOCD_LEN)?;
-    if u32_at(&eocd, 0) != EOCD_SIG as u64 || u16_at(&eocd, 20) != 0 {
+    if u32_at(&eocd, 0) != EOCD_SIG || u16_at(&eocd, 20) != 0 {
         return Err(malformed("it does not end with a zip end record"));
     }
     let (mut entries, mut index_bytes, mut index_at) =
@@ -74,13 +74,13 @@ pub(super) fn check(file: &File, limits: UnpackLimits) -> Result<EndRecord, Arch
     // larger of both where both are given, so neither claim escapes the check).
     if eocd_at >= LOCATOR_LEN {
         let locator = read_at(file, eocd_at - LOCATOR_LEN, LOCATOR_LEN)?;
-        if u32_at(&locator, 0) == LOCATOR_SIG as u64 {
+        if u32_at(&locator, 0) == LOCATOR_SIG {
             let at = u64_at(&locator, 8);
             if at.checked_add(EOCD64_LEN) != Some(eocd_at - LOCATOR_LEN) {
                 return Err(malformed("its zip64 end record is not where its locator says"));
             }
             let eocd64 = read_at(file, at, EOCD64_LEN)?;
-            if u32_at(&eocd64, 0) != EOCD64_SIG as u64 {
+            if u32_at(&eocd64, 0) != EOCD64_SIG {
                 return Err(malformed("its zip64 end record is missing"));
             }
             // A 32-bit field at its maximum only says "see the zip64 record".

@@ -215,7 +215,8 @@ mod tests {
 
     #[test]
     fn refuses_bad_names_before_writing_anything() {
-        let cases: &[(&[(&str, &[u8])], &str)] = &[
+        type Entries<'a> = &'a [(&'a str, &'a [u8])];
+        let cases: &[(Entries<'_>, &str)] = &[
             (&[("ok.txt", b"fine"), ("../evil.txt", b"evil")], "outside the target"),
             (&[("ok.txt", b"fine"), ("a/../../evil.txt", b"evil")], "outside the target"),
             (&[("ok.txt", b"fine"), ("/tmp/evil.txt", b"evil")], "outside the target"),

@@ -444,7 +444,7 @@ fn report_skipped(summary: &ArchiveSummary) {
 
 /// `atoll download DIR -o FILE`: the zip itself, to a file or stdout.
 pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
-    let client = ctx.client().await?.with_idle_timeout(args.idle_timeout.into());
+    let client = ctx.client().await?.with_idle_timeout(args.idle_timeout);
     let cap = ZipCap::Bytes(args.max_bytes);
     let summary = if args.output.as_os_str() == "-" {
         let mut stdout = crate::output::stdout();
