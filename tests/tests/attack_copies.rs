@@ -120,6 +120,7 @@ fn run(mut cmd: Command, stdin: &[u8]) -> Ran {
 // ------------------------------------------------------------------- raw zips
 
 /// One entry of a hand-made zip: whatever the writer says, true or not.
+#[derive(Clone)]
 struct Raw {
     name: String,
     /// Bytes as stored (deflated unless `method` is 0).
@@ -324,10 +325,10 @@ fn hostile_zips_are_refused_and_leave_nothing() {
         write_zip(&p, &entries);
         p
     };
-    let bomb = zip("bomb.zip", vec![entry("zeros", 0, BOMB_BYTES)]);
+    let zeros = entry("zeros", 0, BOMB_BYTES);
+    let bomb = zip("bomb.zip", vec![zeros.clone()]);
     assert!(std::fs::metadata(&bomb).unwrap().len() < 512 << 10, "the bomb is small");
-    let mut liar = entry("zeros", 0, BOMB_BYTES);
-    liar.claimed = 100;
+    let liar = Raw { claimed: 100, ..zeros };
     let liar = zip("liar.zip", vec![liar]);
     let mut overlap = vec![entry("f0", 0, 4 << 20)];
     for i in 1..64 {
