@@ -133,6 +133,9 @@ struct Raw {
     mode: u32,
     /// Point this central entry at entry N's local header and data instead of its own.
     shares: Option<usize>,
+    /// No local header of its own: its index entry points at this offset (a local
+    /// header with its name, hidden inside another entry's stored data).
+    hidden_at: Option<u32>,
 }
 
 /// A deflated entry of `len` bytes of `byte`, made without holding them all.
@@ -155,6 +158,7 @@ fn entry(name: &str, byte: u8, len: usize) -> Raw {
         claimed: u32::try_from(len).unwrap_or(u32::MAX),
         mode: 0o100644,
         shares: None,
+        hidden_at: None,
     }
 }
 
@@ -169,6 +173,7 @@ fn file(name: &str, content: &[u8]) -> Raw {
         claimed: u32_of(content.len()),
         mode: 0o100644,
         shares: None,
+        hidden_at: None,
     }
 }
 
@@ -188,28 +193,34 @@ fn u16_of(n: usize) -> u16 {
     u16::try_from(n).expect("test names stay short")
 }
 
+/// `e`'s local header and data.
+fn local(e: &Raw) -> Vec<u8> {
+    let mut out = 0x0403_4b50u32.to_le_bytes().to_vec();
+    for v in [20u16, 0, e.method, 0, 0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [e.crc, u32_of(e.stored.len()), e.claimed] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    for v in [u16_of(e.name.len()), 0] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(e.name.as_bytes());
+    out.extend_from_slice(&e.stored);
+    out
+}
+
 /// Writes `entries` as a zip at `path` (local headers, data, index, end record).
 fn write_zip(path: &Path, entries: &[Raw]) {
     let mut out = Vec::new();
     let mut offsets = Vec::new();
     for e in entries {
-        if e.shares.is_some() {
-            offsets.push(0);
+        if e.shares.is_some() || e.hidden_at.is_some() {
+            offsets.push(e.hidden_at.unwrap_or(0));
             continue;
         }
-        offsets.push(u32::try_from(out.len()).unwrap());
-        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        for v in [20u16, 0, e.method, 0, 0] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [e.crc, u32_of(e.stored.len()), e.claimed] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [u16_of(e.name.len()), 0] {
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        out.extend_from_slice(e.name.as_bytes());
-        out.extend_from_slice(&e.stored);
+        offsets.push(u32_of(out.len()));
+        out.extend_from_slice(&local(e));
     }
     let index_at = u32_of(out.len());
     for (i, e) in entries.iter().enumerate() {
@@ -336,6 +347,12 @@ fn hostile_zips_are_refused_and_leave_nothing() {
         overlap[i].claimed = 4 << 20;
     }
     let overlap = zip("overlap.zip", overlap);
+    // Names and headers that agree, data that overlaps: the stored entry `a` holds
+    // `b`'s whole local header and deflated bomb, and the index points at both.
+    let inner = entry("b", 0, 64 << 20);
+    let outer = file("a", &local(&inner));
+    let hidden = Raw { hidden_at: Some(30 + 1), ..inner };
+    let nested = zip("nested.zip", vec![outer, hidden]);
     let many = zip("many.zip", (0..60_000).map(|i| file(&format!("{i}"), b"")).collect());
     let link_target = outside.path().to_str().unwrap().to_owned();
 
@@ -343,6 +360,7 @@ fn hostile_zips_are_refused_and_leave_nothing() {
         ("a deflate bomb", bomb.clone(), vec!["more than 8388608 bytes", "--max-unpacked-bytes"]),
         ("headers that lie about sizes", liar, vec!["nothing was extracted"]),
         ("entries sharing one bomb's data", overlap, vec!["header inconsistency", "nothing was extracted"]),
+        ("an entry hidden inside another's data", nested, vec!["overlapping", "nothing was extracted"]),
         ("more entries than the cap", many, vec!["60000 entries, over the limit of 1000", "--max-entries"]),
         (
             "`../x`",
