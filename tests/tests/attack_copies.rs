@@ -426,6 +426,12 @@ fn an_honest_zip_from_the_same_fake_lands_whole() {
     let host = Host::new();
     let ran = run(atoll_cmd(&agent.addr(), &strs(&cp_dir(&host, CAP))), b"");
     assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        !ran.stderr.contains('\x1b') && !ran.stderr.contains('\x07'),
+        "a guest's escapes reached the terminal"
+    );
+    assert!(ran.stderr.contains("s0\\u{1b}]0;pwned"), "the first entries left out are named: {}", ran.stderr);
+    assert!(ran.stderr.contains("left out 5 more entries"), "{}", ran.stderr);
     let dst = host.dst();
     assert_eq!(std::fs::read(dst.join("a/run.sh")).unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(std::fs::read(dst.join("a/b/zeros")).unwrap(), vec![0u8; 1 << 20]);

@@ -436,9 +436,17 @@ async fn stream_zip(
     )
 }
 
+/// Skipped entries the guest reports, at most this many (the rest are counted).
+const SKIPPED_SHOWN: usize = 20;
+
+/// Says what the guest left out; its words are escaped (a guest chose them) and only
+/// the first [`SKIPPED_SHOWN`] are shown.
 fn report_skipped(summary: &ArchiveSummary) {
-    for s in &summary.skipped {
-        tracing::warn!("the guest left out {}: {}", s.path, s.reason);
+    for s in summary.skipped.iter().take(SKIPPED_SHOWN) {
+        tracing::warn!("the guest left out {}: {}", s.path.escape_debug(), s.reason.escape_debug());
+    }
+    if let Some(more) = summary.skipped.len().checked_sub(SKIPPED_SHOWN).filter(|n| *n > 0) {
+        tracing::warn!("the guest left out {more} more entries");
     }
 }
 

@@ -4,7 +4,8 @@
 //! DownloadDir as MODE says; every other call is UNIMPLEMENTED.
 //!
 //! Modes (what a copy out of the guest meets):
-//! - `zip FILE`: every path is a folder; its zip is FILE's bytes, then a summary.
+//! - `zip FILE`: every path is a folder; its zip is FILE's bytes, then a summary that
+//!   lists 25 entries left out, named with terminal escapes.
 //! - `zip-stall`: every path is a folder; one piece of zip, then nothing, for ever.
 //! - `zip-endless`: every path is a folder; zip bytes that never end.
 //! - `zip-no-summary FILE`: FILE's bytes and then the stream ends without a summary.
@@ -111,9 +112,17 @@ impl Agent for Hostile {
                         }
                     }
                     if me.mode == "zip" {
+                        // Entries "left out", named with terminal escapes, more than are shown.
+                        let skipped = (0..25)
+                            .map(|i| pb::SkippedEntry {
+                                path: format!("s{i}\x1b]0;pwned\x07"),
+                                reason: "\x1b[2Ja link".into(),
+                            })
+                            .collect();
                         let summary = pb::ArchiveSummary {
                             files: 1,
                             archive_bytes: zip.len() as u64,
+                            skipped,
                             ..Default::default()
                         };
                         let part = pb::download_dir_chunk::Part::Summary(summary);
