@@ -65,7 +65,14 @@ pub struct Client {
     link: Link,
     /// What commands get when their spec does not say (a template's image config).
     defaults: Option<std::sync::Arc<crate::vmm::template::CommandDefaults>>,
+    /// How long a transfer out of the guest may go without a message.
+    idle: Duration,
 }
+
+/// How long a transfer out of the guest (a file read, a directory download) may go
+/// without a message before it is given up: a guest that stalls must not hold a copy
+/// (or an MCP tool call) for ever.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Client {
     /// Reaches the agent at `addr`: dial, handshake, HTTP/2 session and one answered
@@ -130,7 +137,36 @@ impl Client {
         let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::for_address(&addr))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        Client { rpc, addr, link: Link::default(), defaults: None }
+        Client { rpc, addr, link: Link::default(), defaults: None, idle: DEFAULT_IDLE_TIMEOUT }
+    }
+
+    /// This client giving up on a transfer out of the guest after `idle` without a message.
+    pub fn with_idle_timeout(mut self, idle: Duration) -> Client {
+        self.idle = idle;
+        self
+    }
+
+    /// `stream`, ended with [`ClientError::Idle`] when no item comes for `self.idle`.
+    fn idle_bounded<T: Send + 'static>(
+        &self,
+        rpc: &'static str,
+        stream: BoxStream<'static, Result<T>>,
+    ) -> BoxStream<'static, Result<T>> {
+        let idle = self.idle;
+        stream::unfold(Some(stream), move |state| async move {
+            let mut inner = state?;
+            match tokio::time::timeout(idle, inner.next()).await {
+                Ok(Some(item)) => Some((item, Some(inner))),
+                Ok(None) => None,
+                Err(_) => Some((Err(ClientError::Idle { rpc, idle }), None)),
+            }
+        })
+        .boxed()
+    }
+
+    /// `call` (a stream's opening), bounded as its messages are.
+    async fn idle_call<T>(&self, rpc: &'static str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(self.idle, call).await.unwrap_or(Err(ClientError::Idle { rpc, idle: self.idle }))
     }
 
     /// This client with `defaults` for every command it runs (exec, jobs, terminals)
@@ -282,12 +318,19 @@ impl Client {
             max_bytes: opts.max_bytes.unwrap_or(0),
         };
         let err = self.err("ReadFile");
-        let mut chunks = self.rpc.clone().read_file(req).await.map_err(&err)?.into_inner();
-        let first = chunks.message().await.map_err(&err)?;
+        let mut rpc = self.rpc.clone();
+        let (first, chunks) = self
+            .idle_call("ReadFile", async {
+                let mut chunks = rpc.read_file(req).await.map_err(&err)?.into_inner();
+                let first = chunks.message().await.map_err(&err)?;
+                Ok((first, chunks))
+            })
+            .await?;
         let file_size = first.as_ref().map(|c| c.file_size).unwrap_or(0);
         let first = first.map(|c| Ok(c.data));
         let rest = chunks.map(move |c| c.map(|c| c.data).map_err(&err));
-        Ok(FileRead { file_size, chunks: stream::iter(first).chain(rest).boxed() })
+        let chunks = self.idle_bounded("ReadFile", stream::iter(first).chain(rest).boxed());
+        Ok(FileRead { file_size, chunks })
     }
 
     /// Writes `data` to a guest file atomically: the file appears only if every byte
@@ -383,8 +426,10 @@ impl Client {
         use pb::download_dir_chunk::Part;
         let req = pb::DownloadDirRequest { path: path.to_string(), max_bytes: max_bytes.unwrap_or(0) };
         let err = self.err("DownloadDir");
-        let parts = self.rpc.clone().download_dir(req).await.map_err(&err)?.into_inner();
-        Ok(parts
+        let mut rpc = self.rpc.clone();
+        let call = async { rpc.download_dir(req).await.map_err(&err) };
+        let parts = self.idle_call("DownloadDir", call).await?.into_inner();
+        let parts = parts
             .filter_map(move |p| {
                 let out = match p {
                     Err(status) => Some(Err(err(status))),
@@ -396,7 +441,8 @@ impl Client {
                 };
                 async move { out }
             })
-            .boxed())
+            .boxed();
+        Ok(self.idle_bounded("DownloadDir", parts))
     }
 
     /// Extracts the zip read from `zip` into the guest directory `path` (created if

@@ -175,7 +175,7 @@ impl ConnectError {
 }
 
 /// `5 s`, `0.25 s`: how the timeout reads in messages.
-fn seconds(d: Duration) -> String {
+pub(crate) fn seconds(d: Duration) -> String {
     if d.subsec_nanos() == 0 { format!("{} s", d.as_secs()) } else { format!("{} s", d.as_secs_f64()) }
 }
 

@@ -254,12 +254,16 @@ pub struct CpArgs {
     #[arg(long)]
     pub sync: bool,
     /// A directory copied from a guest may unpack to at most this many bytes (the guest
-    /// chooses what it sends; default 4 GiB).
+    /// chooses what it sends; default 4 GiB); so may a file whose size the guest does not
+    /// announce (such as one under /proc). A file of known size stops at that size.
     #[arg(long, value_name = "BYTES", default_value_t = crate::archive::UnpackLimits::DEFAULT_BYTES)]
     pub max_unpacked_bytes: u64,
     /// A directory copied from a guest may hold at most this many files and folders.
     #[arg(long, value_name = "N", default_value_t = crate::archive::UnpackLimits::DEFAULT_ENTRIES)]
     pub max_entries: u64,
+    /// Give up on a copy from a guest when its agent sends nothing for this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
 }
 
 /// `atoll download`.
@@ -270,7 +274,11 @@ pub struct DownloadArgs {
     /// Zip file to write (`-` for stdout).
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
-    /// Fail once the archive grows past this many bytes.
-    #[arg(long, value_name = "BYTES")]
-    pub max_bytes: Option<u64>,
+    /// Fail once the archive grows past this many bytes (default 4 GiB; the guest
+    /// chooses what it sends).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::archive::UnpackLimits::DEFAULT_BYTES)]
+    pub max_bytes: u64,
+    /// Give up when the guest's agent sends nothing for this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
 }

@@ -73,6 +73,18 @@ pub enum ClientError {
         /// The cap in bytes.
         limit: u64,
     },
+    /// A transfer out of the guest went without a message for too long.
+    #[error(
+        "the agent sent nothing for {} while {}; the transfer was given up and nothing was kept (a stuck or busy guest; `atoll cp` and `atoll download` wait longer with --idle-timeout)",
+        crate::connect::seconds(*idle),
+        doing(rpc)
+    )]
+    Idle {
+        /// The RPC in flight.
+        rpc: &'static str,
+        /// How long it waited.
+        idle: std::time::Duration,
+    },
     /// The request was refused before it was sent.
     #[error("{0}")]
     Invalid(String),
@@ -91,6 +103,7 @@ impl ClientError {
             ClientError::Source(_) | ClientError::PortConnection(_) => Code::Aborted,
             ClientError::Protocol { .. } => Code::Internal,
             ClientError::TooLarge { .. } => Code::ResourceExhausted,
+            ClientError::Idle { .. } => Code::DeadlineExceeded,
             ClientError::Invalid(_) => Code::InvalidArgument,
         }
     }
@@ -104,6 +117,7 @@ impl ClientError {
             ClientError::Source(_) | ClientError::PortConnection(_) => "local_io",
             ClientError::Protocol { .. } => "protocol",
             ClientError::TooLarge { .. } => "resource_exhausted",
+            ClientError::Idle { .. } => "deadline_exceeded",
             ClientError::Invalid(_) => "invalid_argument",
             ClientError::Agent { code, .. } => code_name(*code),
         }

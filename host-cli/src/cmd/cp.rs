@@ -64,7 +64,7 @@ pub(super) async fn cp(ctx: &Ctx, args: CpArgs) -> Result<u8> {
             upload(ctx, &client, &src, &path, args.sync).await?
         }
         (Location::Guest { sandbox, path }, Location::Host(dst)) => {
-            let client = ctx.client_for(sandbox.as_deref()).await?;
+            let client = ctx.client_for(sandbox.as_deref()).await?.with_idle_timeout(args.idle_timeout);
             let limits =
                 archive::UnpackLimits { max_entries: args.max_entries, max_bytes: args.max_unpacked_bytes };
             download_any(ctx, &client, &path, &dst, args.sync, limits).await?
@@ -252,8 +252,25 @@ async fn download_any(
     while let Some(chunk) = read.chunks.next().await {
         let chunk = chunk?;
         let len = chunk.len() as u64;
+        bytes = bytes.saturating_add(len);
+        // The size announced is the most an honest agent sends; a file of no announced
+        // size (a /proc file) is held to the unpack cap.
+        if read.file_size > 0 && bytes > read.file_size {
+            anyhow::bail!(
+                "the agent sent more than the {} bytes it announced for {src}; the copy was \
+                 abandoned and nothing was kept (is the guest's agent the one atoll installed?)",
+                read.file_size
+            );
+        }
+        if read.file_size == 0 && bytes > limits.max_bytes {
+            anyhow::bail!(
+                "{src} has no size the guest announces and sent more than --max-unpacked-bytes {}; \
+                 the copy was abandoned and nothing was kept (raise --max-unpacked-bytes if you \
+                 expect that much)",
+                limits.max_bytes
+            );
+        }
         out.write(chunk).await.with_context(|| format!("cannot write {to}"))?;
-        bytes += len;
         bar.inc(len);
     }
     let finished = if sync { out.finish_synced().await } else { out.finish().await.map(drop) };
@@ -271,7 +288,9 @@ async fn download_any(
     Ok(Copied { from: format!(":{src}"), to, kind: "file", bytes, files: None, skipped: vec![] })
 }
 
-/// Downloads `src` as a zip and extracts it to the new host directory `target`.
+/// Downloads `src` as a zip and extracts it to the new host directory `target`. The zip
+/// is held in an unnamed file in the destination's folder (never in a tmpfs `/tmp`, and
+/// nothing to leave behind), at most [`archive::UnpackLimits::max_zip_bytes`] of it.
 async fn download_dir(
     ctx: &Ctx,
     client: &Client,
@@ -280,22 +299,39 @@ async fn download_dir(
     sync: bool,
     limits: archive::UnpackLimits,
 ) -> Result<ArchiveStats> {
-    let zip = tempfile::tempfile().context("could not create a temp file for the zip")?;
+    let zip = tempfile::tempfile_in(parent.via())
+        .with_context(|| format!("cannot create a temp file for the zip in {}", parent.real.display()))?;
     let bar = ctx.out.progress(None, "download");
-    let got = download_zip(client, src, None, zip, &bar).await;
+    let cap = ZipCap::Unpack(limits);
+    let got = download_zip(client, src, cap, zip, &bar).await;
     bar.finish_and_clear();
     let (summary, zip) = got?;
     report_skipped(&summary);
     let (target, shown) = (parent.target(), parent.shown.clone());
     let (staging_parent, real) = (parent.via(), parent.real.clone());
+    let parent_fd = parent.dir.try_clone().context("cannot reopen the destination's folder")?;
     tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
         let staging = tempfile::Builder::new()
             .prefix(".atoll-cp-")
             .tempdir_in(&staging_parent)
             .with_context(|| format!("cannot create a directory in {}", real.display()))?;
+        // The staging folder by handle, opened beneath the destination's folder: every
+        // entry is created beneath it (`archive::beneath`).
+        let name = staging.path().file_name().expect("a temp dir has a name");
+        let flags = rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC;
+        let resolve = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
+        let into = rustix::fs::openat2(&parent_fd, name, flags, rustix::fs::Mode::empty(), resolve)
+            .map_err(|e| match e {
+                rustix::io::Errno::NOSYS => anyhow::Error::from(archive::ArchiveError::NoOpenat2),
+                e => anyhow::Error::from(std::io::Error::from(e)),
+            })
+            .with_context(|| format!("cannot open the staging directory in {}", real.display()))?;
         let mut zip = zip;
         std::io::Seek::rewind(&mut zip)?;
-        let stats = archive::unzip_into(zip, staging.path(), limits)?;
+        let stats = archive::unzip_into(zip, std::os::fd::AsFd::as_fd(&into), limits)?;
         // Renamed first and only then kept, so a failed rename still removes the staging
         // directory.
         std::fs::rename(staging.path(), &target)
@@ -311,17 +347,61 @@ async fn download_dir(
     .await?
 }
 
-/// Downloads the zip of the guest directory `src` into `file`; gives back its summary
-/// and the file, written but not synced.
+/// How many bytes of zip a download takes before it stops.
+#[derive(Debug, Clone, Copy)]
+enum ZipCap {
+    /// `atoll cp` of a folder: what these unpack caps could need.
+    Unpack(archive::UnpackLimits),
+    /// `atoll download --max-bytes`.
+    Bytes(u64),
+}
+
+impl ZipCap {
+    fn bytes(self) -> u64 {
+        match self {
+            ZipCap::Unpack(limits) => limits.max_zip_bytes(),
+            ZipCap::Bytes(max) => max,
+        }
+    }
+
+    /// The agent is asked to stop there too (an honest one says so early); the count
+    /// here is what holds against one that does not.
+    fn ask_agent(self) -> Option<u64> {
+        match self {
+            ZipCap::Unpack(_) => None,
+            ZipCap::Bytes(max) => Some(max),
+        }
+    }
+
+    fn refusal(self, src: &str) -> anyhow::Error {
+        match self {
+            ZipCap::Unpack(limits) => anyhow::anyhow!(
+                "the zip of {src} from the guest passed {} bytes, more than a folder within \
+                 --max-unpacked-bytes {} and --max-entries {} can take; the copy was abandoned and \
+                 nothing was kept (raise those flags if you expect that much)",
+                self.bytes(),
+                limits.max_bytes,
+                limits.max_entries
+            ),
+            ZipCap::Bytes(max) => anyhow::anyhow!(
+                "the zip of {src} from the guest passed --max-bytes {max}; the download was abandoned \
+                 and nothing was kept (raise --max-bytes if you expect that much)"
+            ),
+        }
+    }
+}
+
+/// Downloads the zip of the guest directory `src` into `file`, at most `cap`; gives back
+/// its summary and the file, written but not synced.
 async fn download_zip(
     client: &Client,
     src: &str,
-    max_bytes: Option<u64>,
+    cap: ZipCap,
     file: std::fs::File,
     bar: &ProgressBar,
 ) -> Result<(ArchiveSummary, std::fs::File)> {
     let mut out = FileSink::new(file);
-    let summary = stream_zip(client, src, max_bytes, async |b| {
+    let summary = stream_zip(client, src, cap, async |b| {
         bar.inc(b.len() as u64);
         out.write(b).await
     })
@@ -329,18 +409,25 @@ async fn download_zip(
     Ok((summary, out.finish().await.context("cannot write the zip")?))
 }
 
-/// Streams the zip of the guest directory `src` into `sink`, piece by piece; gives back
-/// its summary.
+/// Streams the zip of the guest directory `src` into `sink`, piece by piece, refusing
+/// more than `cap` bytes of it; gives back its summary.
 async fn stream_zip(
     client: &Client,
     src: &str,
-    max_bytes: Option<u64>,
+    cap: ZipCap,
     mut sink: impl AsyncFnMut(Bytes) -> std::io::Result<()>,
 ) -> Result<ArchiveSummary> {
-    let mut parts = client.download_dir(src, max_bytes).await?;
+    let mut parts = client.download_dir(src, cap.ask_agent()).await?;
+    let mut got = 0u64;
     while let Some(part) = parts.next().await {
         match part? {
-            ArchivePart::Data(b) => sink(b).await.context("cannot write the zip")?,
+            ArchivePart::Data(b) => {
+                got = got.saturating_add(b.len() as u64);
+                if got > cap.bytes() {
+                    return Err(cap.refusal(src));
+                }
+                sink(b).await.context("cannot write the zip")?
+            }
             ArchivePart::Summary(s) => return Ok(s),
         }
     }
@@ -349,19 +436,27 @@ async fn stream_zip(
     )
 }
 
+/// Skipped entries the guest reports, at most this many (the rest are counted).
+const SKIPPED_SHOWN: usize = 20;
+
+/// Says what the guest left out; its words are escaped (a guest chose them) and only
+/// the first [`SKIPPED_SHOWN`] are shown.
 fn report_skipped(summary: &ArchiveSummary) {
-    for s in &summary.skipped {
-        tracing::warn!("the guest left out {}: {}", s.path, s.reason);
+    for s in summary.skipped.iter().take(SKIPPED_SHOWN) {
+        tracing::warn!("the guest left out {}: {}", s.path.escape_debug(), s.reason.escape_debug());
+    }
+    if let Some(more) = summary.skipped.len().checked_sub(SKIPPED_SHOWN).filter(|n| *n > 0) {
+        tracing::warn!("the guest left out {more} more entries");
     }
 }
 
 /// `atoll download DIR -o FILE`: the zip itself, to a file or stdout.
 pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
-    let client = ctx.client().await?;
+    let client = ctx.client().await?.with_idle_timeout(args.idle_timeout);
+    let cap = ZipCap::Bytes(args.max_bytes);
     let summary = if args.output.as_os_str() == "-" {
         let mut stdout = crate::output::stdout();
-        let summary =
-            stream_zip(&client, &args.dir, args.max_bytes, async |b| stdout.write_all(&b).await).await?;
+        let summary = stream_zip(&client, &args.dir, cap, async |b| stdout.write_all(&b).await).await?;
         stdout.flush().await.context("cannot write the zip")?;
         summary
     } else {
@@ -370,7 +465,7 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
         let tmp = tempfile::NamedTempFile::new_in(parent.via())
             .with_context(|| format!("cannot create {}", out.display()))?;
         let bar = ctx.out.progress(None, "download");
-        let got = download_zip(&client, &args.dir, args.max_bytes, tmp.reopen()?, &bar).await;
+        let got = download_zip(&client, &args.dir, cap, tmp.reopen()?, &bar).await;
         bar.finish_and_clear();
         let (summary, file) = got?;
         tokio::task::spawn_blocking(move || file.sync_all())

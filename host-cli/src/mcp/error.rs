@@ -131,7 +131,7 @@ pub enum ToolError {
         path: String,
         /// How much the directory holds, when the agent said.
         size: Option<String>,
-        /// The `atoll` command that downloads it without a cap.
+        /// The `atoll download` command that fetches it to a file (4 GiB by default).
         command: String,
     },
     /// A job id the agent does not know.

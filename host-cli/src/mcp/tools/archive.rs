@@ -79,7 +79,8 @@ impl AtollMcp {
         description = "Download a directory from the sandbox as a zip archive, returned inline as \
             base64 (zip_base64) with file and byte counts. Symlinks, devices and unreadable files \
             are skipped and listed in skipped. Capped at 10 MiB of zip; a larger directory is \
-            refused with the `atoll download` command that fetches it without a cap.",
+            refused with the `atoll download` command that fetches it to a file (up to 4 GiB, or its \
+            --max-bytes).",
         annotations(
             title = "Download a directory as zip",
             read_only_hint = true,
