@@ -289,6 +289,12 @@ pub async fn restore(
             ),
         });
     }
+    // A disk that would make QEMU open another file is refused while the sandbox still
+    // runs as it was.
+    let disk = snap.disk().filter(|_| record.paths.overlay.is_some());
+    if let Some(disk) = &disk {
+        check_snapshot_disk(&snap, disk, &tpl)?;
+    }
     // The sandbox keeps its published ports (at the same host ports); the network and
     // the policy are the snapshot's.
     let net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
@@ -303,9 +309,8 @@ pub async fn restore(
     record.memory_mib = snap.meta.memory_mib;
     record.cpus = snap.meta.cpus;
     record.save()?;
-    if let (Some(disk), Some(overlay)) = (snap.disk(), &record.paths.overlay) {
-        check_snapshot_disk(&disk, &tpl)?;
-        machine::copy_file(&disk, overlay)?;
+    if let (Some(disk), Some(overlay)) = (disk, &record.paths.overlay) {
+        copy_snapshot_disk(&snap, &disk, overlay, &tpl)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
     if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
@@ -317,11 +322,30 @@ pub async fn restore(
 }
 
 /// Refuses a snapshot's disk whose qcow2 header names any backing file but `tpl`'s
-/// image (or an external data file): QEMU would open whatever it names.
-pub(super) fn check_snapshot_disk(disk: &Path, tpl: &Template) -> Result<(), SandboxError> {
-    let base = tpl.rootfs.as_deref().ok_or_else(|| SandboxError::Incompatible {
-        snapshot: disk.display().to_string(),
+/// image read as `raw` (or an external data file): QEMU would open whatever it names.
+pub(super) fn check_snapshot_disk(snap: &Snapshot, disk: &Path, tpl: &Template) -> Result<(), SandboxError> {
+    let base = template_image(&snap.meta.name, tpl)?;
+    crate::vmm::qcow2::check_backing(disk, base)
+        .map_err(|source| SandboxError::AlteredSnapshot { snapshot: snap.meta.name.clone(), source })
+}
+
+/// Copies snapshot `snap`'s checked disk to `overlay` and checks the copy too: it is
+/// what QEMU opens.
+pub(super) fn copy_snapshot_disk(
+    snap: &Snapshot,
+    disk: &Path,
+    overlay: &Path,
+    tpl: &Template,
+) -> Result<(), SandboxError> {
+    machine::copy_file(disk, overlay)?;
+    check_snapshot_disk(snap, overlay, tpl)
+}
+
+/// The image `tpl`'s disks are backed by; `snapshot` names the snapshot (or parked
+/// sandbox) that needs one.
+pub(super) fn template_image<'a>(snapshot: &str, tpl: &'a Template) -> Result<&'a Path, SandboxError> {
+    tpl.rootfs.as_deref().ok_or_else(|| SandboxError::Incompatible {
+        snapshot: snapshot.to_string(),
         why: format!("it has a disk but template `{}` has no disk image", tpl.name),
-    })?;
-    Ok(crate::vmm::qcow2::check_backing(disk, base)?)
+    })
 }
