@@ -27,9 +27,11 @@ pub(crate) fn backing_name(disk: &Path) -> String {
     String::from_utf8(bytes[offset..offset + len].to_vec()).unwrap()
 }
 
-/// Makes a FIFO at `path`.
+/// Makes a FIFO at `path` that anyone may open (QEMU's user too).
 pub(crate) fn fifo(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
     rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, 0o666.into(), 0).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
 }
 
 /// Watches FIFOs for a reader: every 2 ms it opens each for writing without blocking,
@@ -88,11 +90,13 @@ fn poke_u64(disk: &Path, at: u64, value: u64) {
 }
 
 /// Snapshot `snap` (a disk template's, forked before) altered every way below is
-/// refused by `create --from` and by `snapshot restore` into `victim` (running), each
-/// saying the snapshot was altered and what to do, before anything starts: no sandbox
-/// directory or process is left, the victim runs on untouched, and no file the header
-/// named is opened. Then the unaltered snapshot forks again (the positive control).
-pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, victim: &str) {
+/// refused by `create --from` and by `snapshot restore` into `victim` (running, in
+/// directory `victim_dir`), each saying the snapshot was altered and what to do, before
+/// anything starts: no sandbox directory or process is left, the victim runs on
+/// untouched, and no file the header named is opened. The FIFOs named lie in the
+/// victim's `vm/`, which the QEMU of a restore into it sees and may open. Then the
+/// unaltered snapshot forks again (the positive control).
+pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, victim: &str, victim_dir: &Path) {
     let disk = atoll.state_dir().join(".snapshots").join(snap).join("disk.qcow2");
     let template_image = PathBuf::from(backing_name(&disk));
     assert!(template_image.is_absolute() && template_image.is_file(), "{}", template_image.display());
@@ -100,7 +104,7 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
     let l = |n: &str| lure.path().join(n);
     let original = l("original.qcow2");
     std::fs::copy(&disk, &original).unwrap();
-    let (backing_fifo, data_fifo) = (l("backing.fifo"), l("data.fifo"));
+    let (backing_fifo, data_fifo) = (victim_dir.join("vm/backing.fifo"), victim_dir.join("vm/data.fifo"));
     fifo(&backing_fifo);
     // qemu-img writes an image with an external data file only as it creates one (it
     // opens the data file then); the FIFO takes the data file's place afterwards.
@@ -174,6 +178,7 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
         alter();
         let fork = atoll.fails(&["create", "--from", snap, "--name", "evil", "--timeout", "240s"]);
         let restore = atoll.fails(&["snapshot", "restore", victim, snap]);
+        assert_eq!(watch.take(), Vec::<PathBuf>::new(), "{what}: the file the header named was opened");
         for err in [fork, restore] {
             assert!(
                 err.contains(&format!("snapshot `{snap}` was altered"))
@@ -186,7 +191,6 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
         assert!(atoll.state_of("evil").is_none(), "{what}");
         assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "{what}: a process was left");
         assert_eq!(atoll.json(&["inspect", victim])["qemu_pid"], victim_qemu, "{what}: the victim was stopped");
-        assert_eq!(watch.take(), Vec::<PathBuf>::new(), "{what}: the file the header named was opened");
     }
     assert_eq!(atoll.sh(victim, "cat /root/on-disk"), victim_disk, "the victim's disk changed");
 
@@ -196,16 +200,20 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
     assert_eq!(atoll.sh("good", "cat /root/on-disk"), "before\n");
     atoll.json(&["kill", "good"]);
     assert_eq!(watch.take(), Vec::<PathBuf>::new());
+    drop(watch);
+    for f in [&backing_fifo, &data_fifo] {
+        std::fs::remove_file(f).unwrap();
+    }
 }
 
 /// A parked sandbox's overlay, rewritten while it is parked (as its taken-over QEMU could
 /// have before), is refused by `resume` and by a command that would bring it back: it
-/// stays parked with nothing started, and the FIFO named is not opened. With its header
-/// put back, it resumes.
+/// stays parked with nothing started, and the FIFO named (in its own `vm/`) is not
+/// opened. With its header put back, it resumes.
 pub(crate) fn altered_parked_disk_is_refused(atoll: &Atoll, name: &str, dir: &Path) {
     let overlay = dir.join("vm/rootfs.qcow2");
-    let lure = tempfile::tempdir().unwrap();
-    let fifo_path = lure.path().join("backing.fifo");
+    // In its own `vm/`: the QEMU that would resume it sees it there.
+    let fifo_path = dir.join("vm/backing.fifo");
     fifo(&fifo_path);
     let watch = OpenWatch::start(vec![fifo_path.clone()]);
     let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo_path).unwrap();
@@ -220,6 +228,7 @@ pub(crate) fn altered_parked_disk_is_refused(atoll: &Atoll, name: &str, dir: &Pa
     qemu_img(&["rebase", "-u", "-F", "raw", "-b", &fifo_path.display().to_string(), &o]);
     let resume = atoll.fails(&["resume", name]);
     let exec = text(&atoll.run(&["-s", name, "exec", "--", "true"]).stderr);
+    assert_eq!(watch.take(), Vec::<PathBuf>::new(), "the file the overlay named was opened");
     for err in [resume, exec] {
         assert!(
             err.contains(&format!("the disk of parked sandbox `{name}` was altered"))
@@ -231,9 +240,10 @@ pub(crate) fn altered_parked_disk_is_refused(atoll: &Atoll, name: &str, dir: &Pa
     }
     assert_eq!(atoll.state_of(name).as_deref(), Some("parked"));
     assert!(processes_mentioning(dir).is_empty(), "{:?}", processes_mentioning(dir));
-    assert_eq!(watch.take(), Vec::<PathBuf>::new(), "the file the overlay named was opened");
 
     qemu_img(&["rebase", "-u", "-F", "raw", "-b", &template_image, &o]);
     assert_eq!(atoll.json(&["resume", name])["sandbox"]["state"], "running");
     assert_eq!(watch.take(), Vec::<PathBuf>::new());
+    drop(watch);
+    std::fs::remove_file(&fifo_path).unwrap();
 }
