@@ -141,11 +141,12 @@ pub fn check_backing(disk: &Path, base: &Path) -> Result<(), Qcow2Error> {
     }
     match format {
         Some(BACKING_FORMAT) => Ok(()),
-        Some(other) => Err(bad(&format!(
-            "its backing file is read as `{}`, not `raw`",
-            String::from_utf8_lossy(other)
-        ))),
-        None => Err(bad("it names no backing file format, so QEMU would guess it from the template's content")),
+        Some(other) => {
+            Err(bad(&format!("its backing file is read as `{}`, not `raw`", String::from_utf8_lossy(other))))
+        }
+        None => {
+            Err(bad("it names no backing file format, so QEMU would guess it from the template's content"))
+        }
     }
 }
 
@@ -208,12 +209,34 @@ mod tests {
         // Not followed nor waited on: a link to the good image, a FIFO.
         std::os::unix::fs::symlink(p("good.qcow2"), p("link.qcow2")).unwrap();
         let e = check_backing(&d.path().join("link.qcow2"), &base).unwrap_err();
-        assert!(matches!(&e, Qcow2Error::Read { source, .. } if source.raw_os_error() == Some(libc::ELOOP)), "{e}");
-        rustix::fs::mknodat(rustix::fs::CWD, &d.path().join("fifo.qcow2"), rustix::fs::FileType::Fifo, 0o600.into(), 0).unwrap();
+        assert!(
+            matches!(&e, Qcow2Error::Read { source, .. } if source.raw_os_error() == Some(libc::ELOOP)),
+            "{e}"
+        );
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &d.path().join("fifo.qcow2"),
+            rustix::fs::FileType::Fifo,
+            0o600.into(),
+            0,
+        )
+        .unwrap();
         let e = check_backing(&d.path().join("fifo.qcow2"), &base).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
         // A v2 image passes as v3 does.
-        qemu_img(&["create", "-q", "-f", "qcow2", "-o", "compat=0.10", "-F", "raw", "-b", &p("base.img"), &p("v2.qcow2")]);
+        qemu_img(&[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-o",
+            "compat=0.10",
+            "-F",
+            "raw",
+            "-b",
+            &p("base.img"),
+            &p("v2.qcow2"),
+        ]);
         check_backing(&d.path().join("v2.qcow2"), &base).unwrap();
     }
 }

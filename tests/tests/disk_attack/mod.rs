@@ -154,8 +154,16 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
             Box::new(|| std::fs::copy(&with_data_file, &disk).map(drop).unwrap()),
             "external data file".into(),
         ),
-        ("a link to the template's image", Box::new(rebase(&link_name, "raw")), format!("backed by `{link_name}`")),
-        ("a relative path to it", Box::new(rebase(&relative_tpl, "raw")), format!("backed by `{relative_tpl}`")),
+        (
+            "a link to the template's image",
+            Box::new(rebase(&link_name, "raw")),
+            format!("backed by `{link_name}`"),
+        ),
+        (
+            "a relative path to it",
+            Box::new(rebase(&relative_tpl, "raw")),
+            format!("backed by `{relative_tpl}`"),
+        ),
         ("the template's image read as qcow2", Box::new(rebase(&tpl, "qcow2")), "read as `qcow2`".into()),
         (
             "a backing name past the header",
@@ -190,7 +198,11 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
         assert_eq!(atoll.sandbox_dirs(), dirs, "{what}: a refused fork left a sandbox directory");
         assert!(atoll.state_of("evil").is_none(), "{what}");
         assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "{what}: a process was left");
-        assert_eq!(atoll.json(&["inspect", victim])["qemu_pid"], victim_qemu, "{what}: the victim was stopped");
+        assert_eq!(
+            atoll.json(&["inspect", victim])["qemu_pid"],
+            victim_qemu,
+            "{what}: the victim was stopped"
+        );
     }
     assert_eq!(atoll.sh(victim, "cat /root/on-disk"), victim_disk, "the victim's disk changed");
 
@@ -216,7 +228,8 @@ pub(crate) fn altered_parked_disk_is_refused(atoll: &Atoll, name: &str, dir: &Pa
     let fifo_path = dir.join("vm/backing.fifo");
     fifo(&fifo_path);
     let watch = OpenWatch::start(vec![fifo_path.clone()]);
-    let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo_path).unwrap();
+    let reader =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&fifo_path).unwrap();
     wait_until("the watch to see a reader", Duration::from_secs(10), || watch.take().contains(&fifo_path));
     drop(reader);
     std::thread::sleep(Duration::from_millis(20));
