@@ -215,7 +215,7 @@ mod tests {
         );
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &d.path().join("fifo.qcow2"),
+            d.path().join("fifo.qcow2"),
             rustix::fs::FileType::Fifo,
             0o600.into(),
             0,
