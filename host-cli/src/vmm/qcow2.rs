@@ -55,7 +55,7 @@ pub enum Qcow2Error {
     Backing {
         /// The image.
         path: PathBuf,
-        /// The name in its header (lossy).
+        /// The name in its header (lossy, control characters escaped).
         found: String,
         /// The template's image.
         expected: PathBuf,
@@ -118,7 +118,7 @@ pub fn check_backing(disk: &Path, base: &Path) -> Result<(), Qcow2Error> {
     if offset == 0 || found != base.as_os_str().as_encoded_bytes() {
         return Err(Qcow2Error::Backing {
             path: disk.into(),
-            found: String::from_utf8_lossy(found).into(),
+            found: printable(found),
             expected: base.into(),
         });
     }
@@ -141,13 +141,17 @@ pub fn check_backing(disk: &Path, base: &Path) -> Result<(), Qcow2Error> {
     }
     match format {
         Some(BACKING_FORMAT) => Ok(()),
-        Some(other) => {
-            Err(bad(&format!("its backing file is read as `{}`, not `raw`", String::from_utf8_lossy(other))))
-        }
+        Some(other) => Err(bad(&format!("its backing file is read as `{}`, not `raw`", printable(other)))),
         None => {
             Err(bad("it names no backing file format, so QEMU would guess it from the template's content"))
         }
     }
+}
+
+/// Bytes from a header a guest's QEMU may have written, fit for a terminal: lossy UTF-8
+/// with control characters escaped.
+fn printable(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).escape_debug().to_string()
 }
 
 #[cfg(test)]
@@ -223,6 +227,11 @@ mod tests {
         .unwrap();
         let e = check_backing(&d.path().join("fifo.qcow2"), &base).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
+        // A name with terminal control characters is shown escaped.
+        std::fs::copy(p("good.qcow2"), p("escape.qcow2")).unwrap();
+        qemu_img(&["rebase", "-u", "-F", "raw", "-b", "/tmp/\x1b[2Jx", &p("escape.qcow2")]);
+        let e = check_backing(&d.path().join("escape.qcow2"), &base).unwrap_err().to_string();
+        assert!(e.contains("backed by `/tmp/\\u{1b}[2Jx`") && !e.contains('\x1b'), "{e}");
         // A v2 image passes as v3 does.
         qemu_img(&[
             "create",
