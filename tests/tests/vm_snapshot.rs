@@ -303,6 +303,7 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
 
     // Disk headers rewritten to make QEMU open another file are refused before it starts.
     disk_attack::altered_snapshot_disks_are_refused(&atoll, "ds", "d2", &dir_of(&atoll, "d2"));
+    disk_attack::altered_running_disk_is_not_saved(&atoll, "d2", &dir_of(&atoll, "d2"));
     disk_attack::altered_parked_disk_is_refused(&atoll, "d2", &dir_of(&atoll, "d2"));
     assert_eq!(atoll.sh("d2", "cat /root/on-disk"), "fork\n");
 }

@@ -210,6 +210,17 @@ pub enum SandboxError {
         #[source]
         source: crate::vmm::qcow2::Qcow2Error,
     },
+    /// A running sandbox's disk names another file for QEMU to open: not saved.
+    #[error(
+        "the disk of sandbox `{name}` was altered (its QEMU may have been taken over): {source}; no snapshot was saved and it runs on. Remove it with `atoll kill {name}`"
+    )]
+    AlteredSandboxDisk {
+        /// The sandbox.
+        name: String,
+        /// What is wrong with its disk.
+        #[source]
+        source: crate::vmm::qcow2::Qcow2Error,
+    },
     /// A parked sandbox's disk was rewritten to name another file for QEMU to open.
     #[error(
         "the disk of parked sandbox `{name}` was altered while it was parked: {source}; it was not started and stays parked. Remove it with `atoll kill {name}`"

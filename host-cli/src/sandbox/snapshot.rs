@@ -134,6 +134,17 @@ pub(super) async fn save_into(
         qemu.thaw();
     }
     let saved = machine::save(record, &staging, copy_disk).await;
+    // The copy (out of QEMU's sight) must name only the template's image: a taken-over
+    // QEMU writes its own overlay's header, and a snapshot of it would be refused later.
+    let saved = saved.and_then(|saved| match overlay {
+        Some(_) => {
+            let base = template_image(name, tpl)?;
+            crate::vmm::qcow2::check_backing(&staging.disk(), base)
+                .map(|()| saved)
+                .map_err(|source| SandboxError::AlteredSandboxDisk { name: record.name.clone(), source })
+        }
+        None => Ok(saved),
+    });
     let committed = match saved {
         Ok(saved) => {
             // The guest is stopped: its open connections are what a restore resets.

@@ -260,3 +260,34 @@ pub(crate) fn altered_parked_disk_is_refused(atoll: &Atoll, name: &str, dir: &Pa
     drop(watch);
     std::fs::remove_file(&fifo_path).unwrap();
 }
+
+/// A running sandbox's overlay whose header its QEMU rewrote (done here from the host,
+/// bytes in place, as `qemu-img` will not touch an image in use) is not saved as a
+/// snapshot: the save is refused saying the sandbox's disk was altered, no snapshot (nor
+/// its staging) is left, and the sandbox runs on.
+pub(crate) fn altered_running_disk_is_not_saved(atoll: &Atoll, name: &str, dir: &Path) {
+    use std::os::unix::fs::FileExt;
+    let overlay = dir.join("vm/rootfs.qcow2");
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&overlay).unwrap();
+    let mut header = vec![0u8; 4096];
+    f.read_exact_at(&mut header, 0).unwrap();
+    let offset = u64::from_be_bytes(header[8..16].try_into().unwrap());
+    let evil = dir.join("vm/backing.fifo").display().to_string();
+    f.write_all_at(evil.as_bytes(), offset).unwrap();
+    f.write_all_at(&u32::try_from(evil.len()).unwrap().to_be_bytes(), 16).unwrap();
+    let snaps = atoll.state_dir().join(".snapshots");
+    let before: Vec<_> = std::fs::read_dir(&snaps).unwrap().flatten().map(|e| e.file_name()).collect();
+
+    let err = atoll.fails(&["snapshot", "create", name, "--name", "from-altered"]);
+    assert!(
+        err.contains(&format!("the disk of sandbox `{name}` was altered"))
+            && err.contains(&format!("backed by `{evil}`"))
+            && err.contains("no snapshot was saved"),
+        "{err}"
+    );
+    let after: Vec<_> = std::fs::read_dir(&snaps).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(after, before, "a refused save left something in .snapshots");
+    assert_eq!(atoll.state_of(name).as_deref(), Some("running"));
+    assert_eq!(atoll.sh(name, "echo up"), "up\n");
+    f.write_all_at(&header, 0).unwrap();
+}
