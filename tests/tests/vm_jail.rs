@@ -134,6 +134,10 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     assert_eq!(status_field(qemu, "CapEff"), "0000000000000000");
     assert_eq!(status_field(qemu, "CapBnd"), "0000000000000000");
 
+    // The sandbox directory is its owner's alone (0700): neither QEMU's user nor the
+    // helper's passes through it (bwrap binds what each needs into its own view).
+    let dir_mode = std::fs::metadata(atoll.state_dir().join(&id)).unwrap().mode();
+    assert_eq!(dir_mode & 0o7777, 0o700, "the sandbox directory has mode {:o}", dir_mode & 0o7777);
     // Every socket of the sandbox is 0600, whatever QEMU's umask.
     for socket in ["vm/qmp.sock", "vm/wire/agent.port", "net/net.ctl", "net/agent.sock"] {
         let mode = std::fs::symlink_metadata(atoll.state_dir().join(&id).join(socket)).unwrap().mode();

@@ -3,6 +3,8 @@
 //! One source sandbox is booted per template; everything else starts from its
 //! snapshots, which is the point (and keeps the test affordable on 2 cores).
 
+mod disk_attack;
+
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -298,6 +300,12 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
     wait_until("the killed fork's processes to end", Duration::from_secs(30), || {
         processes_mentioning(atoll.state_dir()).len() == running
     });
+
+    // Disk headers rewritten to make QEMU open another file are refused before it starts.
+    disk_attack::altered_snapshot_disks_are_refused(&atoll, "ds", "d2", &dir_of(&atoll, "d2"));
+    disk_attack::altered_running_disk_is_not_saved(&atoll, "d2", &dir_of(&atoll, "d2"));
+    disk_attack::altered_parked_disk_is_refused(&atoll, "d2", &dir_of(&atoll, "d2"));
+    assert_eq!(atoll.sh("d2", "cat /root/on-disk"), "fork\n");
 }
 
 /// A tmpfs mounted on a directory, unmounted on drop.

@@ -419,14 +419,17 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
 /// nothing more: `vm/wire/` (`root:atoll`, sticky `1770`, as for QEMU: it binds the
 /// NIC's socket there and cannot replace what is not its own), the logs it bounds
 /// (`qemu.log`, `vm/console.log`: `0660`), its own `net/` and its private directory in
-/// the secrets store (its user's, `0700`). The sandbox directory and `vm/` are not its
-/// to list or write (`root:atoll` `0710`; bwrap, still root, binds what it needs into
-/// its view). `sandbox.json` and the rest stay root's.
+/// the secrets store (its user's, `0700`). The sandbox directory stays root's `0700`
+/// (set again here: atoll once made it `0710` for the `atoll` group): bwrap, still root,
+/// binds what the helper needs into its view, and QEMU's, on directories of those
+/// views, so neither passes through the directory itself. `sandbox.json` and the rest
+/// stay root's.
 fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u32)) -> Result<(), JailError> {
     let (uid, gid) = owner;
     let run_as = user::RunAs { uid, gid, atoll_gid: gid };
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    user::grant(dir, run_as, 0o710)?;
+    crate::vmm::safe_fs::set_mode(dir, 0o700)
+        .map_err(|source| user::UserError::Grant { path: dir.to_path_buf(), source })?;
     user::grant(&crate::vmm::state::wire_dir(dir), run_as, 0o1770)?;
     for log in [&paths.qemu_log, &paths.console_log] {
         crate::vmm::safe_fs::open_append(log)

@@ -48,6 +48,10 @@ pub(super) async fn start(
     if let Some(name) = opts.name.as_deref().filter(|n| !template::is_plain_name(n)) {
         return Err(state::StateError::BadName(name.to_string()).into());
     }
+    // A disk that would make QEMU open another file is refused before anything is made.
+    if let Some(disk) = snap.disk() {
+        snapshot::check_snapshot_disk(snap, &disk, tpl)?;
+    }
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
     let disk_bytes = snap.disk().and_then(|d| super::quota::usage::qcow2_virtual_size(&d)).unwrap_or(0);
@@ -73,8 +77,7 @@ pub(super) async fn start(
     guard.save()?;
     drop(lock);
     if let (Some(disk), Some(overlay)) = (snap.disk(), &guard.record.paths.overlay) {
-        super::snapshot::check_snapshot_disk(&disk, tpl)?;
-        machine::copy_file(&disk, overlay)?;
+        snapshot::copy_snapshot_disk(snap, &disk, overlay, tpl)?;
     }
     let mut record = guard.record.clone();
     let version = {

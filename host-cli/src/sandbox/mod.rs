@@ -196,9 +196,42 @@ pub enum SandboxError {
     /// A snapshot on disk.
     #[error(transparent)]
     SnapFile(#[from] crate::vmm::snapfile::SnapFileError),
-    /// A snapshot's disk names a backing file other than its template's image.
-    #[error(transparent)]
+    /// A sandbox's disk names a file other than its template's image for QEMU to open.
+    #[error("{0}; refusing to use it")]
     Qcow2(#[from] crate::vmm::qcow2::Qcow2Error),
+    /// A snapshot's disk names a file other than its template's image for QEMU to open.
+    #[error(
+        "snapshot `{snapshot}` was altered (or its template moved): {source}; nothing was started from it. Remove it with `atoll snapshot rm {snapshot}` and take a new one"
+    )]
+    AlteredSnapshot {
+        /// The snapshot.
+        snapshot: String,
+        /// What is wrong with its disk.
+        #[source]
+        source: crate::vmm::qcow2::Qcow2Error,
+    },
+    /// A running sandbox's disk names another file for QEMU to open: not saved.
+    #[error(
+        "the disk of sandbox `{name}` was altered (its QEMU may have been taken over): {source}; no snapshot was saved and it runs on. Remove it with `atoll kill {name}`"
+    )]
+    AlteredSandboxDisk {
+        /// The sandbox.
+        name: String,
+        /// What is wrong with its disk.
+        #[source]
+        source: crate::vmm::qcow2::Qcow2Error,
+    },
+    /// A parked sandbox's disk was rewritten to name another file for QEMU to open.
+    #[error(
+        "the disk of parked sandbox `{name}` was altered while it was parked: {source}; it was not started and stays parked. Remove it with `atoll kill {name}`"
+    )]
+    AlteredParkedDisk {
+        /// The sandbox.
+        name: String,
+        /// What is wrong with its disk.
+        #[source]
+        source: crate::vmm::qcow2::Qcow2Error,
+    },
     /// A VM came back from a snapshot but its agent did not answer.
     #[error("sandbox `{name}` did not come back from its snapshot: {reason}")]
     Revive {

@@ -55,6 +55,14 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
     }
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;
+    // Its QEMU wrote the overlay's header until it was parked: a taken-over one could
+    // have named another file there for the next QEMU to open. Checked while nothing of
+    // it runs, so nothing changes it before that QEMU opens it.
+    if let Some(overlay) = &record.paths.overlay {
+        let base = snapshot::template_image(&record.name, &tpl)?;
+        crate::vmm::qcow2::check_backing(overlay, base)
+            .map_err(|source| SandboxError::AlteredParkedDisk { name: record.name.clone(), source })?;
+    }
     // Its own policy and published ports (at the same host ports) come back with it.
     let mut net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
     if let Ok(own) = NetAuthority::load(&record.paths.dir) {

@@ -134,6 +134,17 @@ pub(super) async fn save_into(
         qemu.thaw();
     }
     let saved = machine::save(record, &staging, copy_disk).await;
+    // The copy (out of QEMU's sight) must name only the template's image: a taken-over
+    // QEMU writes its own overlay's header, and a snapshot of it would be refused later.
+    let saved = saved.and_then(|saved| match overlay {
+        Some(_) => {
+            let base = template_image(name, tpl)?;
+            crate::vmm::qcow2::check_backing(&staging.disk(), base)
+                .map(|()| saved)
+                .map_err(|source| SandboxError::AlteredSandboxDisk { name: record.name.clone(), source })
+        }
+        None => Ok(saved),
+    });
     let committed = match saved {
         Ok(saved) => {
             // The guest is stopped: its open connections are what a restore resets.
@@ -289,6 +300,12 @@ pub async fn restore(
             ),
         });
     }
+    // A disk that would make QEMU open another file is refused while the sandbox still
+    // runs as it was.
+    let disk = snap.disk().filter(|_| record.paths.overlay.is_some());
+    if let Some(disk) = &disk {
+        check_snapshot_disk(&snap, disk, &tpl)?;
+    }
     // The sandbox keeps its published ports (at the same host ports); the network and
     // the policy are the snapshot's.
     let net = RestoredNet::of(snap.meta.network.as_ref()).with_own_ports(&record.paths.dir);
@@ -303,9 +320,8 @@ pub async fn restore(
     record.memory_mib = snap.meta.memory_mib;
     record.cpus = snap.meta.cpus;
     record.save()?;
-    if let (Some(disk), Some(overlay)) = (snap.disk(), &record.paths.overlay) {
-        check_snapshot_disk(&disk, &tpl)?;
-        machine::copy_file(&disk, overlay)?;
+    if let (Some(disk), Some(overlay)) = (disk, &record.paths.overlay) {
+        copy_snapshot_disk(&snap, &disk, overlay, &tpl)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
     if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
@@ -317,11 +333,30 @@ pub async fn restore(
 }
 
 /// Refuses a snapshot's disk whose qcow2 header names any backing file but `tpl`'s
-/// image (or an external data file): QEMU would open whatever it names.
-pub(super) fn check_snapshot_disk(disk: &Path, tpl: &Template) -> Result<(), SandboxError> {
-    let base = tpl.rootfs.as_deref().ok_or_else(|| SandboxError::Incompatible {
-        snapshot: disk.display().to_string(),
+/// image read as `raw` (or an external data file): QEMU would open whatever it names.
+pub(super) fn check_snapshot_disk(snap: &Snapshot, disk: &Path, tpl: &Template) -> Result<(), SandboxError> {
+    let base = template_image(&snap.meta.name, tpl)?;
+    crate::vmm::qcow2::check_backing(disk, base)
+        .map_err(|source| SandboxError::AlteredSnapshot { snapshot: snap.meta.name.clone(), source })
+}
+
+/// Copies snapshot `snap`'s checked disk to `overlay` and checks the copy too: it is
+/// what QEMU opens.
+pub(super) fn copy_snapshot_disk(
+    snap: &Snapshot,
+    disk: &Path,
+    overlay: &Path,
+    tpl: &Template,
+) -> Result<(), SandboxError> {
+    machine::copy_file(disk, overlay)?;
+    check_snapshot_disk(snap, overlay, tpl)
+}
+
+/// The image `tpl`'s disks are backed by; `snapshot` names the snapshot (or parked
+/// sandbox) that needs one.
+pub(super) fn template_image<'a>(snapshot: &str, tpl: &'a Template) -> Result<&'a Path, SandboxError> {
+    tpl.rootfs.as_deref().ok_or_else(|| SandboxError::Incompatible {
+        snapshot: snapshot.to_string(),
         why: format!("it has a disk but template `{}` has no disk image", tpl.name),
-    })?;
-    Ok(crate::vmm::qcow2::check_backing(disk, base)?)
+    })
 }
