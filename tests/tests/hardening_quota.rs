@@ -192,7 +192,11 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     let mut rest = Vec::new();
     std::io::Read::read_to_end(&mut writer, &mut rest).expect("the helper did not close the stream");
     let end = std::fs::read(&log).unwrap();
-    assert!(largest <= (1 << 20) + (64 << 10) && end.len() <= 1 << 20, "qemu.log: {largest}, then {}", end.len());
+    assert!(
+        largest <= (1 << 20) + (64 << 10) && end.len() <= 1 << 20,
+        "qemu.log: {largest}, then {}",
+        end.len()
+    );
     assert!(text(&end).trim_end().ends_with("QEMU-LOG-END"));
 }
 

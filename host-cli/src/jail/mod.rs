@@ -132,7 +132,7 @@ impl QemuLog {
     /// The last `lines` lines of `qemu.log` of a QEMU (and bwrap) that ended (or never
     /// started): the stream is shut for writing and the helper, which closes its end once
     /// it has written everything that came before, is waited for (at most
-    /// [`LOG_SETTLE`]), so that QEMU's last words are in the file.
+    /// 2 s), so that QEMU's last words are in the file.
     pub async fn tail(&mut self, path: &Path, lines: usize) -> String {
         if let Some(stream) = self.0.take() {
             let _ = tokio::task::spawn_blocking(move || settle(&stream)).await;
@@ -199,17 +199,18 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         .map_err(|source| JailError::Stderr { path: stderr_socket, source })?;
     let stderr_fd = OwnedFd::from(stderr.try_clone().map_err(JailError::Pipe)?);
     let mut qemu_log = QemuLog(Some(stderr));
-    let child = spawn(&bwrap, &args, stderr_fd.as_fd(), env::qemu(), &keep, attach.clone(), procs).map_err(
-        |e| match e {
-            JailError::Process(ProcessError::Spawn { program, source }) => {
-                match attach.share_error(&source) {
-                    Some(share) => share.into(),
-                    None => ProcessError::Spawn { program, source }.into(),
+    let child =
+        spawn(&bwrap, &args, stderr_fd.as_fd(), env::qemu(), &keep, attach.clone(), procs).map_err(|e| {
+            match e {
+                JailError::Process(ProcessError::Spawn { program, source }) => {
+                    match attach.share_error(&source) {
+                        Some(share) => share.into(),
+                        None => ProcessError::Spawn { program, source }.into(),
+                    }
                 }
+                e => e,
             }
-            e => e,
-        },
-    )?;
+        })?;
     drop(stderr_fd);
     drop(info_write);
     drop(opened);
@@ -400,7 +401,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let owner = user::for_helper()?;
     // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
     // the helper starts before QEMU, and nothing the last ones left there is kept) and
-    // the two logs it bounds.
+    // the two logs it writes.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
     make_wire(dir, crate::vmm::state::renew_wire_dir)?;
     for log in [&paths.qemu_log, &paths.console_log] {

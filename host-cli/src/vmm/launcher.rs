@@ -371,7 +371,10 @@ mod tests {
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
         assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
-        assert!(args.iter().any(|a| a == "socket,id=console,path=/s/id/vm/wire/tty.sock,server=off"), "{args:?}");
+        assert!(
+            args.iter().any(|a| a == "socket,id=console,path=/s/id/vm/wire/tty.sock,server=off"),
+            "{args:?}"
+        );
         assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/wire/agent.port,")));
         assert!(args.iter().any(|a| a.starts_with("unix:/s/id/vm/qmp.sock,")));
         let ram = Path::new("/snaps/a,b/ram.bin");
