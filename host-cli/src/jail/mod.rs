@@ -121,7 +121,8 @@ pub struct JailedQemu {
 
 /// atoll's copy of the stream QEMU and its bwrap write their stdout and stderr to: the
 /// network helper's `net/stderr.sock`, which it copies to `qemu.log`
-/// (`sandbox::network::helper::console`). Dropped once QEMU runs.
+/// (`sandbox::network::helper::console`). atoll keeps it while it starts QEMU, to read
+/// QEMU's last words if the start fails ([`QemuLog::tail`]), and drops it after.
 #[derive(Debug)]
 pub struct QemuLog(Option<std::os::unix::net::UnixStream>);
 
