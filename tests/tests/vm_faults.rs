@@ -3,7 +3,9 @@
 //! message that says the connection was lost (the sandbox's `atoll net-helper`, which
 //! serves the agent link on `agent.sock`, outlives QEMU, so this proves the link's
 //! stream really sees the end), `atoll ls` must show the sandbox `dead`, and `atoll kill`
-//! must leave no process and no state behind.
+//! must leave no process and no state behind. And the sandbox's network helper is
+//! SIGKILLed while its guest floods the serial console: QEMU's two logs, which only the
+//! helper writes, stay bounded and stop growing.
 //!
 //! These boot the `minimal` template that `rootfs/setup.sh` builds into the atoll data
 //! directory; without it they fail and say so. Each test has its own state directory.
