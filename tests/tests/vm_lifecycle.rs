@@ -158,6 +158,9 @@ fn vm_create_with_a_garbage_kernel_fails_and_leaves_nothing() {
     let atoll = Atoll::with_data_dir(data.path());
     let err = atoll.fails(&["create", "--template", "junk", "--timeout", "60s"]);
     assert!(err.contains("exited while booting") || err.contains("did not answer over its link"), "{err}");
+    // QEMU's own words (its stderr, which the network helper writes to `qemu.log`) are
+    // in the message: the helper had written them by the time atoll read the file.
+    assert!(err.contains("QEMU said: qemu: ") && !err.contains("QEMU said: (empty)"), "{err}");
     assert_eq!(atoll.sandbox_dirs(), Vec::<PathBuf>::new(), "a failed create leaves no sandbox directory");
     assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
     assert_eq!(atoll.states(), vec![]);

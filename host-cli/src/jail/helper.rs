@@ -15,8 +15,8 @@
 //! - of its own sandbox directory, only what it uses, on directories of the view's
 //!   own: `net/` (its sockets, `net.json`, its logs; its user's, `0700`), `vm/wire/`
 //!   (`root:atoll`, sticky `1770` when atoll is root, where it binds the NIC's socket
-//!   and connects to QEMU's `agent.port`), and the two logs it bounds
-//!   (`vm/console.log`, `qemu.log`, `root:atoll` `0660`); not `sandbox.json`, atoll's
+//!   and the console's `tty.sock` and connects to QEMU's `agent.port`), and the two
+//!   logs it writes (`vm/console.log`, `qemu.log`, its user's, `0600`); not `sandbox.json`, atoll's
 //!   policy record, nor the rest of `vm/` (QEMU's control socket, disk and RAM), nor
 //!   any other sandbox's;
 //! - of the secrets store, only its sandbox's private directory (read-write: its CA is
@@ -142,8 +142,8 @@ pub fn bwrap_args(
     }
     open_dir(&mut a, dir.parent());
     // Of the sandbox directory, only what the helper uses, each bound where it is: its
-    // own `net/`, `vm/wire/` (the NIC's socket, QEMU's agent port) and the two logs it
-    // bounds (made before it starts), on directories of the view's own. Nothing else of
+    // own `net/`, `vm/wire/` (the NIC's and the console's sockets, QEMU's agent port)
+    // and the two logs it writes (made before it starts), on directories of the view's own. Nothing else of
     // the sandbox is in sight: not `sandbox.json`, atoll's policy record or tokens, nor
     // QEMU's control socket, disk or RAM in `vm/`. So even with the user's own uid
     // (atoll not root), which QEMU may have too, it can neither rewrite atoll's files

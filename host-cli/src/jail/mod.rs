@@ -30,7 +30,7 @@ pub mod share_path;
 pub mod shares;
 pub mod user;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -80,6 +80,15 @@ pub enum JailError {
     /// A shared folder could not be opened safely.
     #[error(transparent)]
     Share(#[from] shares::ShareError),
+    /// The network helper's socket for QEMU's stderr could not be reached.
+    #[error("could not reach the network helper's socket {} for QEMU's log: {source}; is the helper running? (`atoll kill` the sandbox and start it again)", path.display())]
+    Stderr {
+        /// The socket.
+        path: std::path::PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// `vm/wire/`, where QEMU and the network helper meet, could not be made.
     #[error("could not make {} (where QEMU and the network helper meet): {source}; remove what is there", path.display())]
     Wire {
@@ -98,18 +107,60 @@ fn make_wire(dir: &Path, make: fn(&Path) -> std::io::Result<std::path::PathBuf>)
 }
 
 /// A jailed QEMU: the `bwrap` process that watches it (it ends when QEMU ends, with
-/// QEMU's status), and QEMU's own pid, which is what is signalled, paused and watched.
+/// QEMU's status), QEMU's own pid, which is what is signalled, paused and watched, and
+/// atoll's end of their stderr.
 #[derive(Debug)]
 pub struct JailedQemu {
     /// The watching bwrap.
     pub child: tokio::process::Child,
     /// QEMU itself.
     pub qemu: ProcRef,
+    /// Their stderr, to the network helper.
+    pub log: QemuLog,
+}
+
+/// atoll's copy of the stream QEMU and its bwrap write their stdout and stderr to: the
+/// network helper's `net/stderr.sock`, which it copies to `qemu.log`
+/// (`sandbox::network::helper::console`). atoll keeps it while it starts QEMU, to read
+/// QEMU's last words if the start fails ([`QemuLog::tail`]), and drops it after.
+#[derive(Debug)]
+pub struct QemuLog(Option<std::os::unix::net::UnixStream>);
+
+/// How long atoll waits for the helper to write what an ended QEMU said.
+const LOG_SETTLE: Duration = Duration::from_secs(2);
+
+impl QemuLog {
+    /// The last `lines` lines of `qemu.log` of a QEMU (and bwrap) that ended (or never
+    /// started): the stream is shut for writing and the helper, which closes its end once
+    /// it has written everything that came before, is waited for (at most
+    /// 2 s), so that QEMU's last words are in the file.
+    pub async fn tail(&mut self, path: &Path, lines: usize) -> String {
+        if let Some(stream) = self.0.take() {
+            let _ = tokio::task::spawn_blocking(move || settle(&stream)).await;
+        }
+        launcher::tail(path, lines)
+    }
+}
+
+/// Shuts `stream` for writing and reads it until the other end closes it.
+fn settle(mut stream: &std::os::unix::net::UnixStream) {
+    use std::io::Read;
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(LOG_SETTLE));
+    let deadline = Instant::now() + LOG_SETTLE;
+    let mut buf = [0u8; 256];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
 }
 
 /// Starts QEMU for `spec` in its jail, detached (its own session; it outlives this
-/// command), stdout and stderr appended to the sandbox's `qemu.log`. `restore`: QEMU
-/// waits stopped for a saved state (`-incoming defer`).
+/// command), stdout and stderr a stream to the network helper, which writes them to the
+/// sandbox's `qemu.log` ([`QemuLog`]). `restore`: QEMU waits stopped for a saved state
+/// (`-incoming defer`).
 pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, JailError> {
     let qemu = find_in_path(launcher::QEMU)?;
     let bwrap = find_in_path(BWRAP)?;
@@ -144,32 +195,41 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let mut keep = opened.raw_fds();
     keep.push(info_write.as_raw_fd());
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
-    let log_file = crate::vmm::safe_fs::open_append(log)
-        .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
+    let stderr_socket = crate::sandbox::network::config::stderr_socket_path(&spec.paths.dir);
+    let stderr = crate::vmm::safe_fs::connect_unix_blocking(&stderr_socket)
+        .map_err(|source| JailError::Stderr { path: stderr_socket, source })?;
+    let stderr_fd = OwnedFd::from(stderr.try_clone().map_err(JailError::Pipe)?);
+    let mut qemu_log = QemuLog(Some(stderr));
     let child =
-        spawn(&bwrap, &args, &log_file, env::qemu(), &keep, attach.clone(), procs).map_err(|e| match e {
-            JailError::Process(ProcessError::Spawn { program, source }) => {
-                match attach.share_error(&source) {
-                    Some(share) => share.into(),
-                    None => ProcessError::Spawn { program, source }.into(),
+        spawn(&bwrap, &args, stderr_fd.as_fd(), env::qemu(), &keep, attach.clone(), procs).map_err(|e| {
+            match e {
+                JailError::Process(ProcessError::Spawn { program, source }) => {
+                    match attach.share_error(&source) {
+                        Some(share) => share.into(),
+                        None => ProcessError::Spawn { program, source }.into(),
+                    }
                 }
+                e => e,
             }
-            e => e,
         })?;
+    drop(stderr_fd);
     drop(info_write);
     drop(opened);
     let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))
         .await
         .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    let pid = pid.map_err(|why| JailError::NoPid { why, log: launcher::tail(log, 5) })?;
-    let qemu = ProcRef::of(pid).ok_or_else(|| JailError::NoPid {
-        why: format!("QEMU (pid {pid}) ended at once"),
-        log: launcher::tail(log, 5),
-    })?;
+    let pid = match pid {
+        Ok(pid) => pid,
+        Err(why) => return Err(JailError::NoPid { why, log: qemu_log.tail(log, 5).await }),
+    };
+    let Some(qemu) = ProcRef::of(pid) else {
+        let why = format!("QEMU (pid {pid}) ended at once");
+        return Err(JailError::NoPid { why, log: qemu_log.tail(log, 5).await });
+    };
     if let Some(owner) = user::for_helper()? {
         tokio::spawn(own_agent_port(crate::vmm::agent_link::port_path(&spec.paths.dir), owner));
     }
-    Ok(JailedQemu { child, qemu })
+    Ok(JailedQemu { child, qemu, log: qemu_log })
 }
 
 /// Removes whatever is where QEMU is to make its agent port, before it starts. A port an
@@ -264,15 +324,14 @@ pub async fn end_monitor(monitor: Option<ProcRef>) {
 }
 
 /// Hands QEMU's user what it opens itself: its `vm/` directory and `vm/wire/` (to make
-/// its sockets in), the disk overlay, the console log, the NIC's socket and a restore's
-/// private copy of guest RAM, none of them followed if a link stands in its place.
+/// its sockets in), the disk overlay, the helper's sockets it connects to (the NIC's,
+/// the console's) and a restore's private copy of guest RAM, none of them followed if
+/// a link stands in its place. Not the console log: the helper writes it.
 fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
     let p = spec.paths;
     user::grant(&p.vm, run_as, 0o1770)?;
     user::grant(&crate::vmm::state::wire_dir(&p.dir), run_as, 0o1770)?;
-    crate::vmm::safe_fs::open_append(&p.console_log)
-        .map_err(|source| user::UserError::Grant { path: p.console_log.clone(), source })?;
-    let mut files = vec![p.console_log.clone()];
+    let mut files = vec![crate::sandbox::network::config::console_socket_path(&p.dir)];
     files.extend(p.overlay.iter().filter(|o| o.exists()).cloned());
     if spec.network {
         files.push(crate::sandbox::network::config::frames_path(&p.dir));
@@ -343,7 +402,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let owner = user::for_helper()?;
     // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
     // the helper starts before QEMU, and nothing the last ones left there is kept) and
-    // the two logs it bounds.
+    // the two logs it writes.
     let paths = crate::vmm::state::Paths::in_dir(dir, false);
     make_wire(dir, crate::vmm::state::renew_wire_dir)?;
     for log in [&paths.qemu_log, &paths.console_log] {
@@ -376,7 +435,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let runner = spawn(
         exe,
         &runner_args,
-        &log_file,
+        log_file.as_fd(),
         env::helper(),
         &[runner_end.as_raw_fd()],
         shares::Attach::default(),
@@ -399,7 +458,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
         e
     };
     let mut child =
-        spawn(&bwrap, &bwrap_args, &log_file, env::helper(), &keep, shares::Attach::default(), procs)
+        spawn(&bwrap, &bwrap_args, log_file.as_fd(), env::helper(), &keep, shares::Attach::default(), procs)
             .map_err(|e| give_up(e, None))?;
     drop(info_write);
     drop(helper_end);
@@ -417,13 +476,13 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
 
 /// Hands the helper's user `owner` (atoll being root) what the helper opens itself, and
 /// nothing more: `vm/wire/` (`root:atoll`, sticky `1770`, as for QEMU: it binds the
-/// NIC's socket there and cannot replace what is not its own), the logs it bounds
-/// (`qemu.log`, `vm/console.log`: `0660`), its own `net/` and its private directory in
-/// the secrets store (its user's, `0700`). The sandbox directory stays root's `0700`
-/// (set again here: atoll once made it `0710` for the `atoll` group): bwrap, still root,
-/// binds what the helper needs into its view, and QEMU's, on directories of those
-/// views, so neither passes through the directory itself. `sandbox.json` and the rest
-/// stay root's.
+/// NIC's socket there and cannot replace what is not its own), the logs it writes
+/// (`qemu.log`, `vm/console.log`: its own, `0600`, so QEMU's user, in the same group,
+/// cannot write them), its own `net/` and its private directory in the secrets store
+/// (its user's, `0700`). The sandbox directory stays root's `0700` (set again here:
+/// atoll once made it `0710` for the `atoll` group): bwrap, still root, binds what the
+/// helper needs into its view, and QEMU's, on directories of those views, so neither
+/// passes through the directory itself. `sandbox.json` and the rest stay root's.
 fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u32)) -> Result<(), JailError> {
     let (uid, gid) = owner;
     let run_as = user::RunAs { uid, gid, atoll_gid: gid };
@@ -432,9 +491,11 @@ fn hand_to_helper(dir: &Path, secrets: Option<&helper::Secrets>, owner: (u32, u3
         .map_err(|source| user::UserError::Grant { path: dir.to_path_buf(), source })?;
     user::grant(&crate::vmm::state::wire_dir(dir), run_as, 0o1770)?;
     for log in [&paths.qemu_log, &paths.console_log] {
-        crate::vmm::safe_fs::open_append(log)
-            .map_err(|source| user::UserError::Grant { path: log.clone(), source })?;
-        user::grant(log, run_as, 0o660)?;
+        let give = || {
+            let file = helper::open_log(log, Some(owner))?;
+            rustix::fs::fchmod(&file, rustix::fs::Mode::from_raw_mode(0o600)).map_err(std::io::Error::from)
+        };
+        give().map_err(|source| user::UserError::Grant { path: log.clone(), source })?;
     }
     let give = |path: &Path| {
         helper::give_dir(path, uid, gid)
@@ -485,20 +546,20 @@ fn read_child_pid(from: OwnedFd) -> Result<u32, String> {
 }
 
 /// Starts `program args` in a new session with stdin closed, stdout and stderr
-/// appended to `log` (open to append), exactly the environment `env`, `keep`
+/// `log` (a file open to append, or a stream), exactly the environment `env`, `keep`
 /// (descriptors the child inherits) left open across exec, the shares made `noexec` in
 /// a mount namespace of its own ([`shares::Attach`]), and the child moved into the
 /// cgroups whose `cgroup.procs` are `procs` before it runs anything.
 fn spawn(
     program: &Path,
     args: &[String],
-    log: &std::fs::File,
+    log: std::os::fd::BorrowedFd<'_>,
     env: Vec<(String, String)>,
     keep: &[i32],
     attach: shares::Attach,
     procs: Vec<OwnedFd>,
 ) -> Result<tokio::process::Child, JailError> {
-    let clone = || log.try_clone().map_err(JailError::Pipe);
+    let clone = || log.try_clone_to_owned().map_err(JailError::Pipe);
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args).env_clear().envs(env).stdin(Stdio::null()).stdout(clone()?).stderr(clone()?);
     let keep = keep.to_vec();

@@ -210,6 +210,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
     };
     let jailed = crate::jail::start_qemu(&spec, false).await?;
     let mut qemu_child = jailed.child;
+    let mut qemu_log = jailed.log;
     let qemu_pid = jailed.qemu.pid;
     guard.set(|r| r.qemu = Some(jailed.qemu));
     guard.save()?;
@@ -222,7 +223,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         status = qemu_child.wait() => {
             return Err(SandboxError::BootExited {
                 status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
-                qemu_log: launcher::tail(&paths.qemu_log, 5),
+                qemu_log: qemu_log.tail(&paths.qemu_log, 5).await,
                 console: launcher::tail(&paths.console_log, 20),
             });
         }

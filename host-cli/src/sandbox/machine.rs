@@ -115,9 +115,10 @@ pub(super) async fn bring_up(
     let _ = std::fs::remove_file(&record.paths.qmp_socket);
     let jailed = crate::jail::start_qemu(&spec, true).await?;
     let mut child = jailed.child;
+    let mut qemu_log = jailed.log;
     record.qemu = Some(jailed.qemu);
     persist(record)?;
-    let mut qmp = connect_new(record, &mut child, limit).await?;
+    let mut qmp = connect_new(record, &mut child, &mut qemu_log, limit).await?;
     // QEMU has mapped guest RAM by the time it answers: the name can go (the space
     // is freed when QEMU ends).
     let _ = std::fs::remove_file(&ram);
@@ -128,7 +129,7 @@ pub(super) async fn bring_up(
         Err(migrate::MigrateError::Qmp(e)) => {
             let exited = tokio::time::timeout(Duration::from_secs(2), child.wait()).await.is_ok();
             let reason = if exited {
-                format!("QEMU exited: {}", launcher::tail(&record.paths.qemu_log, 3))
+                format!("QEMU exited: {}", qemu_log.tail(&record.paths.qemu_log, 3).await)
             } else {
                 e.to_string()
             };
@@ -270,6 +271,7 @@ fn revive(record: &Record, e: impl std::fmt::Display) -> SandboxError {
 async fn connect_new(
     record: &Record,
     child: &mut tokio::process::Child,
+    log: &mut crate::jail::QemuLog,
     limit: Duration,
 ) -> Result<Qmp, SandboxError> {
     let socket = &record.paths.qmp_socket;
@@ -283,7 +285,7 @@ async fn connect_new(
         if let Ok(Some(status)) = child.try_wait() {
             return Err(SandboxError::BootExited {
                 status: status.to_string(),
-                qemu_log: launcher::tail(&record.paths.qemu_log, 5),
+                qemu_log: log.tail(&record.paths.qemu_log, 5).await,
                 console: String::new(),
             });
         }

@@ -163,7 +163,8 @@ const HANG_DETECTORS_OFF: &str = "nowatchdog no_timer_check rcupdate.rcu_cpu_sta
      sysctl.kernel.hung_task_timeout_secs=0";
 
 /// QEMU's command line: q35 with the uncompressed kernel's PVH entry, guest RAM as
-/// [`GuestRam`] says, the agent link's virtio-serial port, serial console to a file,
+/// [`GuestRam`] says, the agent link's virtio-serial port, serial console to the
+/// network helper,
 /// QMP on a Unix socket, and no reboot, so a guest panic ends QEMU at once.
 pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
     let p = spec.paths;
@@ -213,10 +214,14 @@ pub fn qemu_args(spec: &VmSpec<'_>) -> Vec<String> {
         "-display".into(),
         "none".into(),
         "-no-reboot".into(),
-        // Appended to, so that the network helper can cut its head off in place and
-        // keep it bounded (`sandbox::network::helper::console`).
+        // To the network helper, which alone writes `vm/console.log` and keeps it
+        // bounded (`sandbox::network::helper::console`). A client without reconnecting:
+        // once the helper is gone, QEMU drops what the guest writes.
         "-chardev".into(),
-        format!("file,id=console,path={},append=on", p.console_log.display()),
+        format!(
+            "socket,id=console,path={},server=off",
+            crate::sandbox::network::config::console_socket_path(&p.dir).display()
+        ),
         "-serial".into(),
         "chardev:console".into(),
         "-qmp".into(),
@@ -366,7 +371,10 @@ mod tests {
         assert!(args.iter().any(|a| a.contains("rootfs.qcow2") && a.ends_with(",cache=unsafe")));
         assert!(args.contains(&"memory-backend-ram,id=mem,size=256M".to_string()));
         assert!(!args.iter().any(|a| a.contains("vsock")), "no vsock device: the agent link replaces it");
-        assert!(args.iter().any(|a| a == "file,id=console,path=/s/id/vm/console.log,append=on"), "{args:?}");
+        assert!(
+            args.iter().any(|a| a == "socket,id=console,path=/s/id/vm/wire/tty.sock,server=off"),
+            "{args:?}"
+        );
         assert!(args.iter().any(|a| a.starts_with("socket,id=agentport,path=/s/id/vm/wire/agent.port,")));
         assert!(args.iter().any(|a| a.starts_with("unix:/s/id/vm/qmp.sock,")));
         let ram = Path::new("/snaps/a,b/ram.bin");

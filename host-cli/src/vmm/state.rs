@@ -433,6 +433,8 @@ fn check_socket_path_len(dir: &Path) -> Result<(), StateError> {
         config::agent_socket_path(dir),
         bind_tmp_path(&config::frames_path(dir)),
         bind_tmp_path(&config::ctl_path(dir)),
+        bind_tmp_path(&config::console_socket_path(dir)),
+        bind_tmp_path(&config::stderr_socket_path(dir)),
     ]
     .iter()
     .map(|p| p.as_os_str().len())

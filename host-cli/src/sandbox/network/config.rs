@@ -48,6 +48,20 @@ pub fn frames_path(dir: &Path) -> PathBuf {
     crate::vmm::state::wire_dir(dir).join("net.sock")
 }
 
+/// The Unix socket QEMU's serial console connects to (`-chardev socket,server=off`), in
+/// `vm/wire/`: the helper writes what comes in to `vm/console.log`
+/// ([`super::helper::console`]).
+pub fn console_socket_path(dir: &Path) -> PathBuf {
+    crate::vmm::state::wire_dir(dir).join("tty.sock")
+}
+
+/// The Unix socket atoll connects to and hands to QEMU (and its bwrap) as stdout and
+/// stderr: the helper writes what comes in to `qemu.log` ([`super::helper::console`]). In
+/// the helper's own `net/`, out of QEMU's sight.
+pub fn stderr_socket_path(dir: &Path) -> PathBuf {
+    net_dir(dir).join("stderr.sock")
+}
+
 /// The helper's record of the network.
 pub fn json_path(dir: &Path) -> PathBuf {
     net_dir(dir).join("net.json")

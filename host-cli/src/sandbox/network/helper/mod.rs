@@ -8,16 +8,19 @@
 //! - `forward`: published ports, each connection carried over the agent link.
 //! - `server`: the control socket `net/net.ctl` the CLI and MCP tools talk to.
 //! - [`log`]: `net/net-helper.log`, rate-limited and rotated.
-//! - [`console`]: the serial console `vm/console.log`, kept under a bound.
+//! - [`console`]: QEMU's two logs, the serial console `vm/console.log` (from QEMU's
+//!   `vm/wire/tty.sock`) and `qemu.log` (its stderr, from `net/stderr.sock`), which
+//!   the helper alone writes, each kept under a bound.
 //! - The network, when the sandbox has one: the atoll-net engine ([`atoll_net::Engine`]) on
 //!   `net.sock`, where QEMU's NIC connects: a userspace TCP/IP stack that decides every
 //!   connection and DNS query by the policy and writes the audit log `net/net.log`.
 //!
 //! What it writes lies in `net/`, its own directory ([`config::NET_DIR`]), besides the
-//! NIC's socket in `vm/` and the bounds it keeps on `vm/console.log` and `qemu.log`.
+//! NIC's and the console's sockets in `vm/wire/` and the two logs it writes,
+//! `vm/console.log` and `qemu.log`.
 //!
-//! It is ready once `net.ctl` exists; `net.sock` and `agent.sock` are bound before
-//! that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
+//! It is ready once `net.ctl` exists; `net.sock`, `agent.sock` and the two log
+//! sockets are bound before that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
 //! helper ready.
 
 pub mod console;
@@ -108,13 +111,13 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let link = agent_link::start(&agent_link::port_path(dir), &link_socket, agent_link::LINK_WAIT)?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), atoll_proto::Address::Unix(link_socket.clone()), config);
+    // QEMU's two logs, before the control socket: QEMU starts once that exists, and
+    // connects to both at once.
+    let tty = bind(&config::console_socket_path(dir))?;
+    let stderr = bind(&config::stderr_socket_path(dir))?;
+    let logs_dir = dir.to_path_buf();
+    let console = tokio::spawn(async move { console::serve(&logs_dir, tty, stderr).await });
     let ctl = bind(&config::ctl_path(dir))?;
-    // QEMU's own log (its stderr, appended) is bounded the same way as the console:
-    // a guest that makes QEMU warn over and over cannot grow it without bound.
-    let paths = crate::vmm::state::Paths::in_dir(dir, false);
-    let console = tokio::spawn(async move {
-        tokio::join!(console::bound(paths.console_log), console::bound(paths.qemu_log));
-    });
     let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(HelperError::Signal)?;
@@ -125,7 +128,13 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         e = link => Err(HelperError::Link(e.unwrap_or_else(|join| std::panic::resume_unwind(join.into_panic())))),
     };
     console.abort();
-    for path in [config::ctl_path(dir), config::frames_path(dir), link_socket] {
+    for path in [
+        config::ctl_path(dir),
+        config::frames_path(dir),
+        link_socket,
+        config::console_socket_path(dir),
+        config::stderr_socket_path(dir),
+    ] {
         let _ = std::fs::remove_file(path);
     }
     ended
