@@ -355,6 +355,11 @@ fn hostile_zips_are_refused_and_leave_nothing() {
     let nested = zip("nested.zip", vec![outer, hidden]);
     let many = zip("many.zip", (0..60_000).map(|i| file(&format!("{i}"), b"")).collect());
     let link_target = outside.path().to_str().unwrap().to_owned();
+    // One folder 32,000 levels deep (a 64 KB name), then a bomb: refused by its depth
+    // before anything is written. Unpacked, the bomb's refusal left a staging folder
+    // that could not be removed (a handle per level; deeper still, the stack overflowed
+    // and atoll aborted).
+    let deep = zip("deep.zip", vec![dir(&"a/".repeat(32_000)), entry("z", 0, 16 << 20)]);
 
     let cases: Vec<(&str, PathBuf, Vec<&str>)> = vec![
         ("a deflate bomb", bomb.clone(), vec!["more than 8388608 bytes", "--max-unpacked-bytes"]),
@@ -389,6 +394,11 @@ fn hostile_zips_are_refused_and_leave_nothing() {
             vec!["both a file and a folder"],
         ),
         ("garbage after the end record", zip("junk.zip", vec![]), vec!["not a well-formed zip"]),
+        (
+            "a folder 32,000 levels deep",
+            deep,
+            vec!["32000 levels deep, over the 256", "nothing was extracted"],
+        ),
     ];
     // A zip of no entries is fine; garbage after its end record is not.
     let junk = zips.path().join("junk.zip");

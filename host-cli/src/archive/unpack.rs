@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use zip::ZipArchive;
 
 use super::beneath::Beneath;
-use super::{ArchiveError, ArchiveStats, UnpackLimits, central, current_umask};
+use super::{ArchiveError, ArchiveStats, MAX_DEPTH, UnpackLimits, central, current_umask};
 
 /// An entry to write.
 struct Planned {
@@ -27,11 +27,16 @@ fn shown(name: &str) -> String {
 }
 
 /// The relative path an entry name stands for; `..`, absolute names, empty or `.`
-/// components are refused.
+/// components, and names over [`MAX_DEPTH`] levels are refused.
 fn plain_rel(name: &str, shown: &str) -> Result<PathBuf, ArchiveError> {
     let trimmed = name.strip_suffix('/').unwrap_or(name);
     if name.starts_with('/') {
         return Err(ArchiveError::Escapes(shown.to_owned()));
+    }
+    let depth = trimmed.split('/').count();
+    if depth > MAX_DEPTH {
+        let start: String = shown.chars().take(64).collect();
+        return Err(ArchiveError::TooDeep { shown: start, depth, max: MAX_DEPTH });
     }
     let mut rel = PathBuf::new();
     for part in trimmed.split('/') {
@@ -280,6 +285,25 @@ mod tests {
         assert!(matches!(err, ArchiveError::TooManyEntries { count: 11, max: 10 }), "{err}");
         assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0, "nothing written");
         assert!(unzip(bomb(10, 1, 0o644), dst.path(), limits).is_ok(), "the cap itself fits");
+    }
+
+    /// A name at [`MAX_DEPTH`] levels unpacks; one level more refuses the archive
+    /// before anything is written.
+    #[test]
+    fn names_deeper_than_the_cap_are_refused_before_writing() {
+        let at_cap = vec!["d"; MAX_DEPTH].join("/");
+        let dst = tempfile::tempdir().unwrap();
+        unzip(zip_of(&[(&at_cap, b"deep")]), dst.path(), UnpackLimits::default()).unwrap();
+        assert_eq!(std::fs::read(dst.path().join(&at_cap)).unwrap(), b"deep");
+        let past = format!("{at_cap}/d/");
+        let dst = tempfile::tempdir().unwrap();
+        let err =
+            unzip(zip_of(&[("ok", b"fine"), (&past, b"")]), dst.path(), UnpackLimits::default()).unwrap_err();
+        assert!(
+            matches!(err, ArchiveError::TooDeep { depth, max: MAX_DEPTH, .. } if depth == MAX_DEPTH + 1),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0, "nothing written");
     }
 
     #[test]
