@@ -1,7 +1,6 @@
 //! [`unzip_into`]: a zip from a guest, checked whole, then unpacked beneath a directory
 //! handle under [`UnpackLimits`].
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -56,7 +55,6 @@ fn plan(zip: &mut ZipArchive<File>) -> Result<Vec<Planned>, ArchiveError> {
         return Err(ArchiveError::ListedTwice);
     }
     let mut plan = Vec::with_capacity(zip.len());
-    let (mut files, mut dirs, mut listed_dirs) = (HashSet::new(), HashSet::new(), HashSet::new());
     for i in 0..zip.len() {
         let entry = zip.by_index_raw(i).map_err(ArchiveError::Zip)?;
         let name = entry.name().map_err(ArchiveError::Zip)?;
@@ -65,27 +63,37 @@ fn plan(zip: &mut ZipArchive<File>) -> Result<Vec<Planned>, ArchiveError> {
             return Err(ArchiveError::Symlink(shown));
         }
         let rel = plain_rel(&name, &shown)?;
-        let is_dir = entry.is_dir();
-        for parent in rel.ancestors().skip(1).filter(|p| !p.as_os_str().is_empty()) {
-            dirs.insert(parent.to_path_buf());
-        }
-        // A folder also implied by a deeper entry is fine; listed twice itself is not.
-        let fresh = if is_dir { listed_dirs.insert(rel.clone()) } else { files.insert(rel.clone()) };
-        if !fresh {
-            return Err(ArchiveError::Duplicate(shown));
-        }
-        if is_dir {
-            dirs.insert(rel.clone());
-        }
-        plan.push(Planned { shown, rel, is_dir, mode: entry.unix_mode() });
+        plan.push(Planned { shown, rel, is_dir: entry.is_dir(), mode: entry.unix_mode() });
     }
-    if let Some(both) = files.intersection(&dirs).next() {
-        return Err(ArchiveError::FileAndDir(shown(&both.to_string_lossy())));
-    }
+    clashes(&plan)?;
     // Entries that share their bytes (the classic small bomb), local headers that
     // disagree with the index, data the index does not list.
     zip.validate_header_consistency().map_err(|e| ArchiveError::Malformed(e.to_string()))?;
     Ok(plan)
+}
+
+/// Refuses a path given twice (a folder implied by deeper entries may also be listed
+/// once) and a file with entries below it. In paths sorted by component, whatever lies
+/// below a path follows it at once, so neighbours are all that is compared: memory and
+/// work grow with the names' bytes, never with their depth times their length (every
+/// folder above every entry, held as its own path, cost that: megabytes an entry).
+fn clashes(plan: &[Planned]) -> Result<(), ArchiveError> {
+    let mut sorted: Vec<&Planned> = plan.iter().collect();
+    sorted.sort_by(|a, b| a.rel.cmp(&b.rel).then(b.is_dir.cmp(&a.is_dir)));
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.rel == b.rel {
+            return Err(if a.is_dir == b.is_dir {
+                ArchiveError::Duplicate(b.shown.clone())
+            } else {
+                ArchiveError::FileAndDir(shown(&a.rel.to_string_lossy()))
+            });
+        }
+        if !a.is_dir && b.rel.starts_with(&a.rel) {
+            return Err(ArchiveError::FileAndDir(shown(&a.rel.to_string_lossy())));
+        }
+    }
+    Ok(())
 }
 
 /// Unpacks the zip in `archive` beneath the directory `into` (a handle), which should
