@@ -311,7 +311,7 @@ pub async fn create_overlay(base: &Path, overlay: &Path, size: Option<u64>) -> R
 }
 
 /// The last `lines` lines of a log file, for error messages ("(empty)" if none), control
-/// characters escaped ([`printable`]).
+/// characters escaped.
 pub fn tail(path: &Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};
     // Only the last 64 KiB are read: a console log can grow large.
