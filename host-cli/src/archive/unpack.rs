@@ -13,8 +13,6 @@ use super::{ArchiveError, ArchiveStats, MAX_DEPTH, UnpackLimits, central, curren
 
 /// An entry to write.
 struct Planned {
-    /// The name as the archive gave it, escaped for messages.
-    shown: String,
     rel: PathBuf,
     is_dir: bool,
     mode: Option<u32>,
@@ -27,22 +25,23 @@ fn shown(name: &str) -> String {
 
 /// The relative path an entry name stands for; `..`, absolute names, empty or `.`
 /// components, and names over [`MAX_DEPTH`] levels are refused.
-fn plain_rel(name: &str, shown: &str) -> Result<PathBuf, ArchiveError> {
+fn plain_rel(name: &str) -> Result<PathBuf, ArchiveError> {
+    let shown = || shown(name);
     let trimmed = name.strip_suffix('/').unwrap_or(name);
     if name.starts_with('/') {
-        return Err(ArchiveError::Escapes(shown.to_owned()));
+        return Err(ArchiveError::Escapes(shown()));
     }
     let depth = trimmed.split('/').count();
     if depth > MAX_DEPTH {
-        let start: String = shown.chars().take(64).collect();
+        let start: String = shown().chars().take(64).collect();
         return Err(ArchiveError::TooDeep { shown: start, depth, max: MAX_DEPTH });
     }
     let mut rel = PathBuf::new();
     for part in trimmed.split('/') {
         match part {
-            ".." => return Err(ArchiveError::Escapes(shown.to_owned())),
-            "" | "." => return Err(ArchiveError::BadName(shown.to_owned())),
-            p if p.contains('\0') => return Err(ArchiveError::BadName(shown.to_owned())),
+            ".." => return Err(ArchiveError::Escapes(shown())),
+            "" | "." => return Err(ArchiveError::BadName(shown())),
+            p if p.contains('\0') => return Err(ArchiveError::BadName(shown())),
             p => rel.push(p),
         }
     }
@@ -58,12 +57,13 @@ fn plan(zip: &mut ZipArchive<File>) -> Result<Vec<Planned>, ArchiveError> {
     for i in 0..zip.len() {
         let entry = zip.by_index_raw(i).map_err(ArchiveError::Zip)?;
         let name = entry.name().map_err(ArchiveError::Zip)?;
-        let shown = shown(&name);
         if entry.is_symlink() {
-            return Err(ArchiveError::Symlink(shown));
+            return Err(ArchiveError::Symlink(shown(&name)));
         }
-        let rel = plain_rel(&name, &shown)?;
-        plan.push(Planned { shown, rel, is_dir: entry.is_dir(), mode: entry.unix_mode() });
+        // Only what is written is held (its name shown only when a message needs it):
+        // the plan costs about the index's bytes once more.
+        let rel = plain_rel(&name)?;
+        plan.push(Planned { rel, is_dir: entry.is_dir(), mode: entry.unix_mode() });
     }
     clashes(&plan)?;
     // Entries that share their bytes (the classic small bomb), local headers that
@@ -84,7 +84,7 @@ fn clashes(plan: &[Planned]) -> Result<(), ArchiveError> {
         let (a, b) = (pair[0], pair[1]);
         if a.rel == b.rel {
             return Err(if a.is_dir == b.is_dir {
-                ArchiveError::Duplicate(b.shown.clone())
+                ArchiveError::Duplicate(shown(&b.rel.to_string_lossy()))
             } else {
                 ArchiveError::FileAndDir(shown(&a.rel.to_string_lossy()))
             });
@@ -117,19 +117,20 @@ pub fn unzip_into(
     let beneath = Beneath::new(into);
     let mut stats = ArchiveStats::default();
     for (i, entry) in plan.into_iter().enumerate() {
+        let shown = &shown(&entry.rel.to_string_lossy());
         if entry.is_dir {
-            beneath.create_dir_all(&entry.rel, &entry.shown)?;
+            beneath.create_dir_all(&entry.rel, shown)?;
             stats.dirs += 1;
             continue;
         }
         if let Some(parent) = entry.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            beneath.create_dir_all(parent, &entry.shown)?;
+            beneath.create_dir_all(parent, shown)?;
         }
         let data = zip.by_index(i).map_err(ArchiveError::Zip)?;
-        let mut f = beneath.create_file(&entry.rel, &entry.shown)?;
+        let mut f = beneath.create_file(&entry.rel, shown)?;
         // One byte past what is left tells an entry that fits from one that does not.
         let left = limits.max_bytes - stats.file_bytes;
-        let n = copy_entry(io::Read::take(data, left.saturating_add(1)), &mut f, &entry.shown)?;
+        let n = copy_entry(io::Read::take(data, left.saturating_add(1)), &mut f, shown)?;
         if n > left {
             return Err(ArchiveError::TooBig { max: limits.max_bytes });
         }
