@@ -355,6 +355,11 @@ fn hostile_zips_are_refused_and_leave_nothing() {
     let nested = zip("nested.zip", vec![outer, hidden]);
     let many = zip("many.zip", (0..60_000).map(|i| file(&format!("{i}"), b"")).collect());
     let link_target = outside.path().to_str().unwrap().to_owned();
+    // One folder 32,000 levels deep (a 64 KB name), then a bomb: refused by its depth
+    // before anything is written. Unpacked, the bomb's refusal left a staging folder
+    // that could not be removed (a handle per level; deeper still, the stack overflowed
+    // and atoll aborted).
+    let deep = zip("deep.zip", vec![dir(&"a/".repeat(32_000)), entry("z", 0, 16 << 20)]);
 
     let cases: Vec<(&str, PathBuf, Vec<&str>)> = vec![
         ("a deflate bomb", bomb.clone(), vec!["more than 8388608 bytes", "--max-unpacked-bytes"]),
@@ -389,6 +394,11 @@ fn hostile_zips_are_refused_and_leave_nothing() {
             vec!["both a file and a folder"],
         ),
         ("garbage after the end record", zip("junk.zip", vec![]), vec!["not a well-formed zip"]),
+        (
+            "a folder 32,000 levels deep",
+            deep,
+            vec!["32000 levels deep, over the 256", "nothing was extracted"],
+        ),
     ];
     // A zip of no entries is fine; garbage after its end record is not.
     let junk = zips.path().join("junk.zip");
@@ -443,6 +453,37 @@ fn an_honest_zip_from_the_same_fake_lands_whole() {
         std::fs::read_dir(host.root.path().join("host")).unwrap().map(|e| e.unwrap().file_name()).collect();
     left.sort();
     assert_eq!(left, ["canary", "out"], "no staging left beside it");
+}
+
+/// Folders deep and long-named within the caps (16 of 256 levels of 250-byte names, a
+/// 1 MB index) cost atoll their bytes, not their depth times their length: each folder
+/// above each entry once held as its own path took 8 MB an entry (170 MB here; with the
+/// default --max-entries a 200 MB index of such names asked for tens of GB).
+#[test]
+fn deep_long_names_cost_their_bytes() {
+    let zips = tempfile::tempdir().unwrap();
+    let path = zips.path().join("long.zip");
+    let level = format!("{}/", "c".repeat(250));
+    let names: Vec<String> = (0..16).map(|i| format!("x{i:02}/{}", level.repeat(255))).collect();
+    write_zip(&path, &names.iter().map(|n| dir(n)).collect::<Vec<_>>());
+    let agent = Hostile::start("zip", Some(&path));
+    let host = Host::new();
+    let ran = run(atoll_cmd(&agent.addr(), &strs(&cp_dir(&host, CAP))), b"");
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(ran.peak_rss_kib < RSS_CAP_KIB, "atoll's peak RSS was {} KiB", ran.peak_rss_kib);
+    for name in &names {
+        let mut at =
+            rustix::fs::open(host.dst(), rustix::fs::OFlags::PATH, rustix::fs::Mode::empty()).unwrap();
+        for part in name.trim_end_matches('/').split('/') {
+            at = rustix::fs::openat(
+                &at,
+                part,
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap_or_else(|e| panic!("{part}: {e}"));
+        }
+    }
 }
 
 /// Streams that stall or never end, for folders (`cp`, `download`) and single files.

@@ -787,7 +787,8 @@ test -S {w}/agent.port && echo WIRE"#,
 /// QEMU's control socket (`../qmp.sock`), or a directory holding a link out; and so in
 /// place of its own NIC's socket, with a FIFO at the name the next helper binds it under
 /// first, and a directory where the next helper binds its control socket first, in its
-/// own `net/`. None is followed, and none keeps the sandbox down: parked, it comes back,
+/// own `net/`; and a folder 66,033 levels deep in `wire/`. None is followed, and none
+/// keeps the sandbox down: parked, it comes back,
 /// with a new agent port of QEMU's, each time (else QEMU, which cannot remove the
 /// helper's entry from the sticky `wire/`, or the next helper, which cannot bind where a
 /// directory is, fails to start and the parked sandbox is lost).
@@ -798,6 +799,9 @@ fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut 
     let w = wire.display();
     let n = dir.join("net");
     let n = n.display();
+    // 2,000 levels a `mkdir -p` (one path under PATH_MAX), the tree so far moved to its
+    // bottom 32 times over (`cd` into it is refused past PATH_MAX).
+    let chain = vec!["a"; 2000].join("/");
     for plant in [
         format!("mv {w}/agent.port {w}/agent.port.old && ln -s ../qmp.sock {w}/agent.port"),
         format!("rm {w}/agent.port && mkdir {w}/agent.port && ln -s /etc {w}/agent.port/etc"),
@@ -806,6 +810,13 @@ fn helper_plants_do_not_keep_a_parked_sandbox_down(atoll: &Atoll, id: &str, mut 
         format!(
             "rm {w}/net.sock && mkdir {w}/net.sock && ln -s /etc {w}/net.sock/etc && mkfifo {w}/net.sock.new \
              && mkdir {n}/net.ctl.new && ln -s /etc {n}/net.ctl.new/etc"
+        ),
+        // A folder 66,033 levels deep in `wire/`, which the next start renews: removed
+        // with a handle per level and recursion it failed past the open-file limit or
+        // overflowed atoll's stack, and the parked sandbox could not come back.
+        format!(
+            "cd {w} && mkdir -p d0/{chain} && i=0 && while [ $i -lt 32 ]; do mkdir -p d1/{chain} \
+             && mv d0 d1/{chain}/ && mv d1 d0 || exit 1; i=$((i+1)); done"
         ),
     ] {
         let (_, out, err) = as_qemu(helper, &format!("{plant} && echo PLANTED"));

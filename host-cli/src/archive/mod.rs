@@ -96,6 +96,19 @@ pub enum ArchiveError {
     /// A name that is not a plain relative path (empty or `.` components).
     #[error("the archive entry `{0}` is not a plain relative path; nothing was extracted")]
     BadName(String),
+    /// A name deeper than [`MAX_DEPTH`] folders: removing a staging folder that deep
+    /// fails (one open handle per level) or overflows the stack, and no real tree is.
+    #[error(
+        "the archive entry `{shown}…` is {depth} levels deep, over the {max} atoll unpacks; nothing was extracted"
+    )]
+    TooDeep {
+        /// The name's start, escaped.
+        shown: String,
+        /// Its components.
+        depth: usize,
+        /// [`MAX_DEPTH`].
+        max: usize,
+    },
     /// Creating an entry met a link on its way (something else put it there).
     #[error("the archive entry `{0}` would be written through a symlink; nothing was extracted")]
     ThroughLink(String),
@@ -113,6 +126,13 @@ pub enum ArchiveError {
         max: u64,
     },
 }
+
+/// Most components in an entry's name. A guest's zip may hold one name of 32,767
+/// levels (`a/a/…`, 64 KiB): created one handle at a time it unpacks, but the staging
+/// folder left by a later refusal could then not be removed (`remove_dir_all` holds a
+/// handle per level and recurses: past the open-file limit it fails, deeper it overflows
+/// the stack and aborts atoll), and no folder worth copying is that deep.
+pub const MAX_DEPTH: usize = 256;
 
 /// Caps on what unpacking one archive from a guest may write on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

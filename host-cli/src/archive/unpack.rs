@@ -1,7 +1,6 @@
 //! [`unzip_into`]: a zip from a guest, checked whole, then unpacked beneath a directory
 //! handle under [`UnpackLimits`].
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -10,12 +9,10 @@ use std::path::{Path, PathBuf};
 use zip::ZipArchive;
 
 use super::beneath::Beneath;
-use super::{ArchiveError, ArchiveStats, UnpackLimits, central, current_umask};
+use super::{ArchiveError, ArchiveStats, MAX_DEPTH, UnpackLimits, central, current_umask};
 
 /// An entry to write.
 struct Planned {
-    /// The name as the archive gave it, escaped for messages.
-    shown: String,
     rel: PathBuf,
     is_dir: bool,
     mode: Option<u32>,
@@ -27,18 +24,24 @@ fn shown(name: &str) -> String {
 }
 
 /// The relative path an entry name stands for; `..`, absolute names, empty or `.`
-/// components are refused.
-fn plain_rel(name: &str, shown: &str) -> Result<PathBuf, ArchiveError> {
+/// components, and names over [`MAX_DEPTH`] levels are refused.
+fn plain_rel(name: &str) -> Result<PathBuf, ArchiveError> {
+    let shown = || shown(name);
     let trimmed = name.strip_suffix('/').unwrap_or(name);
     if name.starts_with('/') {
-        return Err(ArchiveError::Escapes(shown.to_owned()));
+        return Err(ArchiveError::Escapes(shown()));
+    }
+    let depth = trimmed.split('/').count();
+    if depth > MAX_DEPTH {
+        let start: String = shown().chars().take(64).collect();
+        return Err(ArchiveError::TooDeep { shown: start, depth, max: MAX_DEPTH });
     }
     let mut rel = PathBuf::new();
     for part in trimmed.split('/') {
         match part {
-            ".." => return Err(ArchiveError::Escapes(shown.to_owned())),
-            "" | "." => return Err(ArchiveError::BadName(shown.to_owned())),
-            p if p.contains('\0') => return Err(ArchiveError::BadName(shown.to_owned())),
+            ".." => return Err(ArchiveError::Escapes(shown())),
+            "" | "." => return Err(ArchiveError::BadName(shown())),
+            p if p.contains('\0') => return Err(ArchiveError::BadName(shown())),
             p => rel.push(p),
         }
     }
@@ -51,36 +54,46 @@ fn plan(zip: &mut ZipArchive<File>) -> Result<Vec<Planned>, ArchiveError> {
         return Err(ArchiveError::ListedTwice);
     }
     let mut plan = Vec::with_capacity(zip.len());
-    let (mut files, mut dirs, mut listed_dirs) = (HashSet::new(), HashSet::new(), HashSet::new());
     for i in 0..zip.len() {
         let entry = zip.by_index_raw(i).map_err(ArchiveError::Zip)?;
         let name = entry.name().map_err(ArchiveError::Zip)?;
-        let shown = shown(&name);
         if entry.is_symlink() {
-            return Err(ArchiveError::Symlink(shown));
+            return Err(ArchiveError::Symlink(shown(&name)));
         }
-        let rel = plain_rel(&name, &shown)?;
-        let is_dir = entry.is_dir();
-        for parent in rel.ancestors().skip(1).filter(|p| !p.as_os_str().is_empty()) {
-            dirs.insert(parent.to_path_buf());
-        }
-        // A folder also implied by a deeper entry is fine; listed twice itself is not.
-        let fresh = if is_dir { listed_dirs.insert(rel.clone()) } else { files.insert(rel.clone()) };
-        if !fresh {
-            return Err(ArchiveError::Duplicate(shown));
-        }
-        if is_dir {
-            dirs.insert(rel.clone());
-        }
-        plan.push(Planned { shown, rel, is_dir, mode: entry.unix_mode() });
+        // Only what is written is held (its name shown only when a message needs it):
+        // the plan costs about the index's bytes once more.
+        let rel = plain_rel(&name)?;
+        plan.push(Planned { rel, is_dir: entry.is_dir(), mode: entry.unix_mode() });
     }
-    if let Some(both) = files.intersection(&dirs).next() {
-        return Err(ArchiveError::FileAndDir(shown(&both.to_string_lossy())));
-    }
+    clashes(&plan)?;
     // Entries that share their bytes (the classic small bomb), local headers that
     // disagree with the index, data the index does not list.
     zip.validate_header_consistency().map_err(|e| ArchiveError::Malformed(e.to_string()))?;
     Ok(plan)
+}
+
+/// Refuses a path given twice (a folder implied by deeper entries may also be listed
+/// once) and a file with entries below it. In paths sorted by component, whatever lies
+/// below a path follows it at once, so neighbours are all that is compared: memory and
+/// work grow with the names' bytes, never with their depth times their length (every
+/// folder above every entry, held as its own path, cost that: megabytes an entry).
+fn clashes(plan: &[Planned]) -> Result<(), ArchiveError> {
+    let mut sorted: Vec<&Planned> = plan.iter().collect();
+    sorted.sort_by(|a, b| a.rel.cmp(&b.rel).then(b.is_dir.cmp(&a.is_dir)));
+    for pair in sorted.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.rel == b.rel {
+            return Err(if a.is_dir == b.is_dir {
+                ArchiveError::Duplicate(shown(&b.rel.to_string_lossy()))
+            } else {
+                ArchiveError::FileAndDir(shown(&a.rel.to_string_lossy()))
+            });
+        }
+        if !a.is_dir && b.rel.starts_with(&a.rel) {
+            return Err(ArchiveError::FileAndDir(shown(&a.rel.to_string_lossy())));
+        }
+    }
+    Ok(())
 }
 
 /// Unpacks the zip in `archive` beneath the directory `into` (a handle), which should
@@ -104,19 +117,20 @@ pub fn unzip_into(
     let beneath = Beneath::new(into);
     let mut stats = ArchiveStats::default();
     for (i, entry) in plan.into_iter().enumerate() {
+        let shown = &shown(&entry.rel.to_string_lossy());
         if entry.is_dir {
-            beneath.create_dir_all(&entry.rel, &entry.shown)?;
+            beneath.create_dir_all(&entry.rel, shown)?;
             stats.dirs += 1;
             continue;
         }
         if let Some(parent) = entry.rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            beneath.create_dir_all(parent, &entry.shown)?;
+            beneath.create_dir_all(parent, shown)?;
         }
         let data = zip.by_index(i).map_err(ArchiveError::Zip)?;
-        let mut f = beneath.create_file(&entry.rel, &entry.shown)?;
+        let mut f = beneath.create_file(&entry.rel, shown)?;
         // One byte past what is left tells an entry that fits from one that does not.
         let left = limits.max_bytes - stats.file_bytes;
-        let n = copy_entry(io::Read::take(data, left.saturating_add(1)), &mut f, &entry.shown)?;
+        let n = copy_entry(io::Read::take(data, left.saturating_add(1)), &mut f, shown)?;
         if n > left {
             return Err(ArchiveError::TooBig { max: limits.max_bytes });
         }
@@ -280,6 +294,25 @@ mod tests {
         assert!(matches!(err, ArchiveError::TooManyEntries { count: 11, max: 10 }), "{err}");
         assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0, "nothing written");
         assert!(unzip(bomb(10, 1, 0o644), dst.path(), limits).is_ok(), "the cap itself fits");
+    }
+
+    /// A name at [`MAX_DEPTH`] levels unpacks; one level more refuses the archive
+    /// before anything is written.
+    #[test]
+    fn names_deeper_than_the_cap_are_refused_before_writing() {
+        let at_cap = vec!["d"; MAX_DEPTH].join("/");
+        let dst = tempfile::tempdir().unwrap();
+        unzip(zip_of(&[(&at_cap, b"deep")]), dst.path(), UnpackLimits::default()).unwrap();
+        assert_eq!(std::fs::read(dst.path().join(&at_cap)).unwrap(), b"deep");
+        let past = format!("{at_cap}/d/");
+        let dst = tempfile::tempdir().unwrap();
+        let err =
+            unzip(zip_of(&[("ok", b"fine"), (&past, b"")]), dst.path(), UnpackLimits::default()).unwrap_err();
+        assert!(
+            matches!(err, ArchiveError::TooDeep { depth, max: MAX_DEPTH, .. } if depth == MAX_DEPTH + 1),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dst.path()).unwrap().count(), 0, "nothing written");
     }
 
     #[test]

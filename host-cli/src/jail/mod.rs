@@ -242,7 +242,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
 fn clear_agent_port(port: &Path) {
     let removed = match std::fs::symlink_metadata(port) {
         Err(_) => return,
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(port),
+        Ok(m) if m.is_dir() => crate::vmm::safe_fs::remove_tree(port),
         Ok(_) => std::fs::remove_file(port),
     };
     if let Err(e) = removed {

@@ -261,7 +261,7 @@ pub(super) async fn stop_processes(record: &Record, force: bool) {
 pub(super) fn remove_dir(dir: &std::path::Path) -> Result<(), SandboxError> {
     // Its bindings and CA (no values) go with it.
     crate::secrets::binding::forget(dir);
-    match std::fs::remove_dir_all(dir) {
+    match crate::vmm::safe_fs::remove_tree(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(SandboxError::RemoveDir { path: dir.to_path_buf(), source }),

@@ -310,7 +310,8 @@ pub async fn create_overlay(base: &Path, overlay: &Path, size: Option<u64>) -> R
     }
 }
 
-/// The last `lines` lines of a log file, for error messages ("(empty)" if none).
+/// The last `lines` lines of a log file, for error messages ("(empty)" if none), control
+/// characters escaped.
 pub fn tail(path: &Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};
     // Only the last 64 KiB are read: a console log can grow large.
@@ -323,7 +324,25 @@ pub fn tail(path: &Path, lines: usize) -> String {
     let text = String::from_utf8_lossy(&bytes);
     let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let kept = &kept[kept.len().saturating_sub(lines)..];
-    if kept.is_empty() { "(empty)".into() } else { kept.join("\n") }
+    if kept.is_empty() {
+        "(empty)".into()
+    } else {
+        kept.iter().map(|l| printable(l)).collect::<Vec<_>>().join("\n")
+    }
+}
+
+/// `line` with its control characters (a guest's terminal escapes on its console, say)
+/// escaped, tabs kept: what [`tail`] gives lands in error messages on a terminal.
+fn printable(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -438,5 +457,10 @@ mod tests {
         std::fs::write(&f, big).unwrap();
         assert!(tail(&f, 2).ends_with("\nlast"), "reads the end of a large log");
         assert_eq!(tail(&d.path().join("none"), 2), "(empty)");
+        // What a guest's root writes to its console reaches a terminal escaped.
+        std::fs::write(&f, "ok\tline\r\n\x1b]52;c;cHduZWQ=\x07\x1b[2Jgone \u{9b}31m\n").unwrap();
+        let got = tail(&f, 2);
+        assert!(!got.chars().any(|c| c.is_control() && c != '\n' && c != '\t'), "{got:?}");
+        assert_eq!(got, "ok\tline\n\\u{1b}]52;c;cHduZWQ=\\u{7}\\u{1b}[2Jgone \\u{9b}31m");
     }
 }

@@ -188,6 +188,76 @@ pub fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
+/// Removes the folder `path` and everything below it, following no link (a link is
+/// removed itself), with at most three handles open and no recursion, however deep it
+/// is. Whoever planted the tree (a taken-over QEMU or helper in `vm/wire/` or `net/`)
+/// chose its depth, and `std::fs::remove_dir_all` holds a handle per level and recurses:
+/// past the open-file limit it fails (a sandbox that cannot be killed or come back),
+/// deeper it overflows the stack and aborts atoll. Here a folder that is not empty has
+/// its entries moved up into `path` (under fresh names) and is then removed, so no walk
+/// goes more than one level below `path`; each entry is moved at most once.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    use rustix::fs::{Dir, RenameFlags};
+    use rustix::io::Errno;
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let top = rustix::fs::open(path, dir_flags, Mode::empty())?;
+    let skip = |name: &std::ffi::CStr| name == c"." || name == c"..";
+    let mut fresh = 0u64;
+    loop {
+        let mut seen = false;
+        for entry in Dir::read_from(&top)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            if skip(name) {
+                continue;
+            }
+            seen = true;
+            match rustix::fs::unlinkat(&top, name, AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => continue,
+                Err(Errno::ISDIR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            match rustix::fs::unlinkat(&top, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT) => continue,
+                Err(Errno::NOTEMPTY | Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let sub = rustix::fs::openat(&top, name, dir_flags, Mode::empty())?;
+            for inner in Dir::read_from(&sub)? {
+                let inner = inner?;
+                if skip(inner.file_name()) {
+                    continue;
+                }
+                loop {
+                    fresh += 1;
+                    let to = format!(".atoll-rm-{fresh}");
+                    match rustix::fs::renameat_with(
+                        &sub,
+                        inner.file_name(),
+                        &top,
+                        &to,
+                        RenameFlags::NOREPLACE,
+                    ) {
+                        Err(Errno::EXIST) => continue,
+                        Ok(()) | Err(Errno::NOENT) => break,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            // Emptied (an entry the listing missed is met on the next pass).
+            match rustix::fs::unlinkat(&top, name, AtFlags::REMOVEDIR) {
+                Ok(()) | Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !seen {
+            break;
+        }
+    }
+    drop(top);
+    std::fs::remove_dir(path)
+}
+
 fn split(path: &Path) -> io::Result<(PathBuf, String)> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, format!("{} has no file name", path.display()));
     let name = path.file_name().ok_or_else(bad)?.to_string_lossy().into_owned();
@@ -198,6 +268,48 @@ fn split(path: &Path) -> io::Result<(PathBuf, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tree deeper than the open-file limit and than a thread's stack allows
+    /// `remove_dir_all` (a file, a link out and a planted `.atoll-rm-1` at every tenth
+    /// level) is removed whole on a 2 MiB thread under a 256-handle limit, and the
+    /// link's target is untouched.
+    #[test]
+    fn a_tree_of_any_depth_is_removed_without_following_links() {
+        let d = tempfile::tempdir().unwrap();
+        let away = d.path().join("away");
+        std::fs::create_dir(&away).unwrap();
+        std::fs::write(away.join("keep"), b"keep").unwrap();
+        let root = d.path().join("tree");
+        std::fs::create_dir(&root).unwrap();
+        let mut cur = rustix::fs::open(&root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for i in 0..40_000 {
+            if i % 10 == 0 {
+                std::fs::write(format!("/proc/self/fd/{}/f", cur.as_raw_fd()), b"x").unwrap();
+                std::os::unix::fs::symlink(&away, format!("/proc/self/fd/{}/l", cur.as_raw_fd())).unwrap();
+                rustix::fs::mkdirat(&cur, ".atoll-rm-1", Mode::from_raw_mode(0o700)).unwrap();
+            }
+            rustix::fs::mkdirat(&cur, "a", Mode::from_raw_mode(0o700)).unwrap();
+            cur = rustix::fs::openat(&cur, "a", OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        }
+        drop(cur);
+        let limit = rustix::process::Rlimit { current: Some(256), maximum: None };
+        let old = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit { maximum: old.maximum, ..limit },
+        )
+        .unwrap();
+        let r = root.clone();
+        let removed = std::thread::Builder::new().stack_size(2 << 20).spawn(move || remove_tree(&r)).unwrap();
+        removed.join().unwrap().unwrap();
+        rustix::process::setrlimit(rustix::process::Resource::Nofile, old).unwrap();
+        assert!(!root.exists());
+        assert_eq!(std::fs::read(away.join("keep")).unwrap(), b"keep");
+        // A link at the top is refused, not followed.
+        std::os::unix::fs::symlink(&away, d.path().join("top")).unwrap();
+        assert!(remove_tree(&d.path().join("top")).is_err());
+        assert!(away.join("keep").exists());
+    }
 
     /// A link planted at the record's old temp name, at the record itself or at a log
     /// is never written through; a socket is reached only where no link stands.

@@ -52,7 +52,7 @@ pub fn ensure_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
 pub fn renew_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
     let wire = wire_dir(dir);
     match std::fs::symlink_metadata(&wire) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&wire)?,
+        Ok(m) if m.is_dir() => super::safe_fs::remove_tree(&wire)?,
         Ok(_) => std::fs::remove_file(&wire)?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),

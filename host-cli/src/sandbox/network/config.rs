@@ -119,7 +119,7 @@ pub fn clear_stale(dir: &Path) -> std::io::Result<()> {
         if kind.is_file() && ![ctl_path(dir), agent_socket_path(dir)].contains(&path) {
             continue;
         }
-        if kind.is_dir() { std::fs::remove_dir_all(&path)? } else { std::fs::remove_file(&path)? }
+        if kind.is_dir() { crate::vmm::safe_fs::remove_tree(&path)? } else { std::fs::remove_file(&path)? }
     }
     Ok(())
 }
