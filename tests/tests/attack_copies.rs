@@ -13,13 +13,13 @@
 
 mod cli_util;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cli_util::atoll_cmd;
+use cli_util::{McpStdio, atoll_cmd};
 
 /// No case may run longer (the stall cases wait out a 3 s idle timeout).
 const BOUND: Duration = Duration::from_secs(60);
@@ -577,34 +577,11 @@ fn the_mcp_tool_gives_up_on_a_zip_that_stalls() {
 /// `sandbox_files_download_dir`, each a tool error that `says`, in bounded time and RSS.
 fn mcp_tool_gives_up(mode: &str, says: &str, calls: u64) {
     let agent = Hostile::start(mode, None);
-    let mut server = atoll_cmd(&agent.addr(), &["mcp"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn atoll mcp");
-    let pid = server.id();
-    let mut to = server.stdin.take().unwrap();
-    let mut from = BufReader::new(server.stdout.take().unwrap());
-    let mut send = |msg: serde_json::Value| writeln!(to, "{msg}").unwrap();
-    let mut answer = |id: u64| loop {
-        let mut line = String::new();
-        assert!(from.read_line(&mut line).unwrap() > 0, "atoll mcp ended");
-        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-        if v["id"] == id {
-            return v;
-        }
-    };
-    send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"}}}));
-    answer(1);
-    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut mcp = McpStdio::start(atoll_cmd(&agent.addr(), &["mcp"]));
+    let pid = mcp.pid();
     for id in 2..2 + calls {
         let started = Instant::now();
-        send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-            "name": "sandbox_files_download_dir", "arguments": {"path": "/d"}}}));
-        let reply = answer(id);
+        let reply = mcp.call_tool(id, "sandbox_files_download_dir", serde_json::json!({"path": "/d"}));
         let result = &reply["result"];
         assert_eq!(result["isError"], true, "{reply}");
         let text = result["content"][0]["text"].as_str().unwrap_or_default();
@@ -619,7 +596,4 @@ fn mcp_tool_gives_up(mode: &str, says: &str, calls: u64) {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     assert!(hwm < RSS_CAP_KIB, "atoll mcp's peak RSS was {hwm} KiB");
-    drop(to);
-    let _ = server.kill();
-    let _ = server.wait();
 }

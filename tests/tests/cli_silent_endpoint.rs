@@ -10,11 +10,11 @@ mod cli_util;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use atoll_tests::commands::{agent_commands, run_bounded};
-use cli_util::{atoll_cmd, code, stderr};
+use cli_util::{McpStdio, atoll_cmd, code, stderr};
 
 /// The timeout every command gets.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -174,36 +174,18 @@ fn an_mcp_tool_call_gives_up_too() {
         (Endpoint::unix(Silence::AtTheSocket), "sent nothing back within 2 s"),
         (Endpoint::unix(Silence::AfterHttp2Settings), "the agent did not answer within 2 s"),
     ] {
-        let mut server = Command::new(atoll_tests::workspace_bin("atoll"))
-            .env_remove("ATOLL_AGENT")
-            .env_remove("ATOLL_SANDBOX")
-            .args(["--connect-timeout", "2s", "--agent", &e.addr, "mcp"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn atoll mcp");
-        let mut to = server.stdin.take().unwrap();
-        let mut from = BufReader::new(server.stdout.take().unwrap());
-        let mut send = |msg: serde_json::Value| writeln!(to, "{msg}").unwrap();
-        let mut answer = |id: u64| loop {
-            let mut line = String::new();
-            assert!(from.read_line(&mut line).unwrap() > 0, "atoll mcp ended");
-            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-            if v["id"] == id {
-                return v;
-            }
-        };
-        send(serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"}}}));
-        answer(1);
-        send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let mut server = Command::new(atoll_tests::workspace_bin("atoll"));
+        server.env_remove("ATOLL_AGENT").env_remove("ATOLL_SANDBOX").args([
+            "--connect-timeout",
+            "2s",
+            "--agent",
+            &e.addr,
+            "mcp",
+        ]);
+        let mut mcp = McpStdio::start(server);
         for id in [2, 3] {
             let started = Instant::now();
-            send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-                "name": "sandbox_exec", "arguments": {"command": "true"}}}));
-            let reply = answer(id);
+            let reply = mcp.call_tool(id, "sandbox_exec", serde_json::json!({"command": "true"}));
             let took = started.elapsed();
             let result = &reply["result"];
             assert_eq!(result["isError"], true, "{reply}");
@@ -211,8 +193,5 @@ fn an_mcp_tool_call_gives_up_too() {
             assert!(text.contains(said) && text.contains(&e.addr), "{reply}");
             assert!(took < TIMEOUT + MARGIN, "the tool call took {took:?}: {reply}");
         }
-        drop(to);
-        let _ = server.kill();
-        let _ = server.wait();
     }
 }

@@ -2,9 +2,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 
 use sha2::{Digest, Sha256};
 
@@ -92,4 +92,69 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 /// A path as &str.
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("test paths are UTF-8")
+}
+
+/// `atoll mcp` spoken to over stdio in raw JSON-RPC lines (no SDK), for tests of what the
+/// server does against a broken or hostile agent. Killed when dropped.
+pub struct McpStdio {
+    child: Child,
+    to: Option<ChildStdin>,
+    from: BufReader<ChildStdout>,
+}
+
+impl McpStdio {
+    /// Spawns `cmd` (an `atoll ... mcp` command; its stdio is set here) and initializes
+    /// the session.
+    pub fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn atoll mcp");
+        let to = child.stdin.take();
+        let from = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut mcp = Self { child, to, from };
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"}}}));
+        mcp.answer(1);
+        mcp.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    /// The server's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Calls tool `name` with `arguments` as request `id` (from 2 on); the whole reply.
+    pub fn call_tool(&mut self, id: u64, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": name, "arguments": arguments}}));
+        self.answer(id)
+    }
+
+    fn send(&mut self, msg: &serde_json::Value) {
+        writeln!(self.to.as_mut().expect("stdin open"), "{msg}").unwrap();
+    }
+
+    fn answer(&mut self, id: u64) -> serde_json::Value {
+        loop {
+            let mut line = String::new();
+            assert!(self.from.read_line(&mut line).unwrap() > 0, "atoll mcp ended");
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
+        }
+    }
+}
+
+impl Drop for McpStdio {
+    fn drop(&mut self) {
+        drop(self.to.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
