@@ -18,6 +18,7 @@ pub(crate) mod fake;
 mod files;
 mod jobs;
 mod ports;
+mod proof;
 mod system;
 mod terminal;
 
@@ -34,7 +35,7 @@ use tokio::io::AsyncRead;
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
-use crate::connect::{ConnectError, Link};
+use crate::connect::Link;
 
 pub use archive::{ArchivePart, ArchiveSummary, SkippedEntry, UploadSummary};
 pub use error::ClientError;
@@ -56,10 +57,13 @@ pub struct FileRead {
     pub chunks: BoxStream<'static, Result<Bytes>>,
 }
 
+/// The channel to an agent, with its token.
+type Agent = tonic::service::interceptor::InterceptedService<Channel, crate::connect::Bearer>;
+
 /// A connected agent.
 #[derive(Clone)]
 pub struct Client {
-    rpc: AgentClient<tonic::service::interceptor::InterceptedService<Channel, crate::connect::Bearer>>,
+    rpc: AgentClient<proof::Proven<Agent>>,
     addr: Address,
     /// Whether the connection under `rpc` broke (see [`Link`]).
     link: Link,
@@ -77,14 +81,30 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 impl Client {
     /// Reaches the agent at `addr`: dial, handshake, HTTP/2 session and one answered
     /// call, all within `timeout` (`atoll --connect-timeout`). Every face connects
-    /// through here, so no command or tool waits longer than that on an endpoint that
-    /// takes the connection and then says nothing.
+    /// through here or [`Client::open`], so no command or tool waits longer than that on
+    /// an endpoint that takes the connection and then says nothing.
     pub async fn connect(addr: &Address, timeout: Duration) -> Result<Client> {
         let deadline = tokio::time::Instant::now() + timeout;
         let (channel, link) = crate::connect::connect(addr, timeout).await?;
         let mut client = Self::from_channel(channel, addr.clone());
         client.link = link;
         client.answer_by(deadline, timeout).await?;
+        Ok(client)
+    }
+
+    /// Reaches the agent at `addr` as [`Client::connect`] does, bounded the same, but
+    /// proves that it answers beside the first call rather than before it
+    /// ([`proof`]): a command's first call does not wait one more round trip. What the
+    /// proof finds wrong is that call's error, the one `connect` would have given. For a
+    /// caller that makes its calls at once (an `atoll` command); one that keeps a client
+    /// or asks whether the agent answers uses `connect`.
+    pub async fn open(addr: &Address, timeout: Duration) -> Result<Client> {
+        let (channel, link) = crate::connect::connect(addr, timeout).await?;
+        let agent = Agent::new(channel, crate::connect::Bearer::for_address(addr));
+        let mut info = AgentClient::new(agent.clone());
+        let proof = proof::start(async move { info.info(pb::InfoRequest {}).await }, link.clone(), timeout);
+        let mut client = Self::over(proof::Proven::with(agent, proof), addr.clone());
+        client.link = link;
         Ok(client)
     }
 
@@ -105,36 +125,22 @@ impl Client {
         self.answer_by(tokio::time::Instant::now() + timeout, timeout).await
     }
 
-    /// The agent answers one Info call by `deadline` (`timeout` is how the wait reads in
-    /// the message). Any status the agent itself sent counts as an answer (a refused
-    /// token, an older agent): the call that follows reports it. A status an agent link
-    /// made for the agent behind it, or a transport failure, does not.
+    /// The agent answers one Info call by `deadline` ([`proof::answer`]; `timeout` is
+    /// how the wait reads in the message).
     async fn answer_by(&self, deadline: tokio::time::Instant, timeout: Duration) -> Result<()> {
-        let addr = self.addr.clone();
         let mut rpc = self.rpc.clone();
         let call = rpc.info(pb::InfoRequest {});
-        let status = match tokio::time::timeout_at(deadline, call).await {
-            Ok(Ok(_)) => return Ok(()),
-            Ok(Err(status)) => status,
-            Err(_) if self.link.heard_back() => {
-                return Err(ConnectError::Unanswered { addr, timeout }.into());
-            }
-            Err(_) => return Err(ConnectError::Silent { addr, timeout }.into()),
-        };
-        let transport = std::error::Error::source(&status).is_some() || self.link.is_broken();
-        let message = status.message().to_string();
-        match status.code() {
-            _ if transport => Err(ConnectError::Lost { addr, message }.into()),
-            tonic::Code::Unavailable | tonic::Code::Cancelled => {
-                Err(ConnectError::LinkDown { addr, message }.into())
-            }
-            _ => Ok(()),
-        }
+        proof::answer(call, &self.link, deadline, timeout).await.map_err(|u| u.at(&self.addr).into())
     }
 
     /// Wraps a channel that is already connected to `addr`.
     pub fn from_channel(channel: Channel, addr: Address) -> Client {
-        let rpc = AgentClient::with_interceptor(channel, crate::connect::Bearer::for_address(&addr))
+        let agent = Agent::new(channel, crate::connect::Bearer::for_address(&addr));
+        Self::over(proof::Proven::plain(agent), addr)
+    }
+
+    fn over(service: proof::Proven<Agent>, addr: Address) -> Client {
+        let rpc = AgentClient::new(service)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Client { rpc, addr, link: Link::default(), defaults: None, idle: DEFAULT_IDLE_TIMEOUT }

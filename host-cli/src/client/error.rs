@@ -164,6 +164,9 @@ impl ClientError {
     /// an answer cut short on a connection that broke (`link_broken`); either is a lost
     /// connection. Only a status the agent sent whole is the agent's answer.
     pub(crate) fn from_status(status: Status, addr: &Address, rpc: &'static str, link_broken: bool) -> Self {
+        if let Some(unproven) = super::proof::Unproven::in_status(&status) {
+            return ClientError::Unreachable(unproven.at(addr));
+        }
         let lost =
             || ClientError::Disconnected { addr: addr.clone(), rpc, message: status.message().to_string() };
         if std::error::Error::source(&status).is_some() || link_broken {

@@ -70,7 +70,7 @@ impl Ctx {
         let addr = target::resolve_target(agent, sandbox).await?;
         tracing::debug!("connecting to {addr}");
         let defaults = crate::sandbox::command_defaults(&addr);
-        Ok(Client::connect(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
+        Ok(Client::open(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
     }
 
     /// Connects to the named sandbox, or to the global target when `sandbox` is `None`.
@@ -80,7 +80,7 @@ impl Ctx {
             Some(name) => {
                 let addr = target::sandbox_address(name).await?;
                 let defaults = crate::sandbox::command_defaults(&addr);
-                Ok(Client::connect(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
+                Ok(Client::open(&addr, self.global.connect_timeout).await?.with_defaults(defaults))
             }
         }
     }
