@@ -250,3 +250,30 @@ pub(super) fn remove_stale(parent: BorrowedFd<'_>) -> usize {
     }
     removed
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only names of exactly the form atoll gives are taken for a staging folder.
+    #[test]
+    fn only_the_exact_name_form_names_an_owner() {
+        let owner_of = |n: &str| owner(OsStr::new(n));
+        assert_eq!(owner_of(".atoll-cp-12-345-aB3dE6fG"), Some(ProcRef { pid: 12, start_ticks: 345 }));
+        for near in [
+            ".atoll-cp-Ab12Cd",
+            ".atoll-cp-12-345-aB3dE6f",
+            ".atoll-cp-12-345-aB3dE6fGh",
+            ".atoll-cp-12-345-aB3dE6f-",
+            ".atoll-cp-12-aB3dE6fG",
+            ".atoll-cp--345-aB3dE6fG",
+            ".atoll-cp-x2-345-aB3dE6fG",
+            ".atoll-cp-12-345-aB3d.6fG",
+            ".atoll-cp-99999999999999999999999-1-aB3dE6fG",
+            "atoll-cp-12-345-aB3dE6fG",
+            "x.atoll-cp-12-345-aB3dE6fG",
+        ] {
+            assert_eq!(owner_of(near), None, "{near}");
+        }
+    }
+}
