@@ -10,6 +10,7 @@ mod cli_util;
 mod hostile_util;
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -161,7 +162,8 @@ fn staging_of(pid: u32, folder: &Path) -> String {
 /// A folder copy killed mid-transfer leaves its staging folder (and nothing else); the
 /// next folder copy there (the same fake, serving an honest zip) lands and removes it,
 /// and a staging folder whose pid is alive but started later (a reused pid); it leaves
-/// a live copy's staging folder and every look-alike, with what is inside them.
+/// a live copy's staging folder and every look-alike, with what is inside them. In a
+/// folder others can rename entries in, nothing is tidied.
 #[test]
 fn a_folder_copy_killed_mid_transfer_is_tidied_by_the_next() {
     let host = Host::new();
@@ -217,4 +219,22 @@ fn a_folder_copy_killed_mid_transfer_is_tidied_by_the_next() {
     assert_eq!(left, expected);
     assert_eq!(std::fs::read(folder.join("canary")).unwrap(), CANARY);
     kill(live);
+
+    // In a folder others may rename entries in (mode 0777, not sticky), a stale staging
+    // folder of ours might be a folder of ours another user renamed: it is left.
+    let open = host.root.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let stale = format!(".atoll-cp-{DEAD_PID}-1-aOPENaaa");
+    std::fs::create_dir(open.join(&stale)).unwrap();
+    std::fs::write(open.join(&stale).join("keep"), CANARY).unwrap();
+    let out = atoll_cmd(&honest.addr(), &["cp", ":/d", open.join("out").to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(open.join(&stale).join("keep")).unwrap(), CANARY, "tidied where others rename");
+    // Made sticky, the same folder is tidied.
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out =
+        atoll_cmd(&honest.addr(), &["cp", ":/d", open.join("out2").to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!open.join(&stale).exists(), "a stale staging folder in a sticky folder of ours was left");
 }

@@ -10,8 +10,9 @@
 //! folder copy first removes the staging folders beside it whose copy is gone: a name of
 //! exactly that form, a folder (not a link), owned by this user, whose process is not
 //! running (pid and start time: a reused pid is another process) and whose lock is free
-//! (a copy in another pid namespace, whose pid means nothing here, still holds it).
-//! Nothing else is ever removed.
+//! (a copy in another pid namespace, whose pid means nothing here, still holds it), in
+//! a folder this user owns where no one else can rename entries. Nothing else is ever
+//! removed.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -205,7 +206,18 @@ fn open_dir(parent: Option<BorrowedFd<'_>>, name: &Path) -> io::Result<OwnedFd> 
 /// Removes the staging folders in `parent` (a handle) that no live copy owns; gives
 /// back how many. A folder that cannot be read or removed is left, with a warning:
 /// this never stops the copy that tidies.
+///
+/// Only in a folder where no one else can rename entries: one this user owns, writable
+/// by no one else or sticky. Elsewhere another user could rename a folder of ours there
+/// (one they cannot empty) to a staging name, and have this remove what is inside.
 pub(super) fn remove_stale(parent: BorrowedFd<'_>) -> usize {
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(folder) = rustix::fs::fstat(parent) else { return 0 };
+    let others_rename = folder.st_mode & 0o022 != 0 && folder.st_mode & 0o1000 == 0;
+    if folder.st_uid != me || others_rename {
+        tracing::debug!("not tidying staging folders in a folder others can rename entries in");
+        return 0;
+    }
     let listing = match open_dir(Some(parent), Path::new("."))
         .and_then(|d| rustix::fs::Dir::read_from(&d).map_err(io::Error::from))
     {
@@ -215,7 +227,6 @@ pub(super) fn remove_stale(parent: BorrowedFd<'_>) -> usize {
             return 0;
         }
     };
-    let me = rustix::process::geteuid().as_raw();
     let mut removed = 0;
     for entry in listing.flatten() {
         let name = OsStr::from_bytes(entry.file_name().to_bytes());
