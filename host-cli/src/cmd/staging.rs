@@ -154,7 +154,7 @@ impl StagingDir {
         let name = made.path().file_name().expect("a temp dir has a name").to_os_string();
         // From here on the removal is ours (`remove_tree`, which follows no link).
         let path = made.keep();
-        let lock = match open_dir(Some(parent.as_fd()), Path::new(&name)) {
+        let lock = match open_dir(parent.as_fd(), Path::new(&name)) {
             Ok(lock) => lock,
             Err(e) => {
                 let _ = crate::vmm::safe_fs::remove_tree(&path);
@@ -163,8 +163,11 @@ impl StagingDir {
         };
         let dir = StagingDir { parent, name, lock, done: false };
         // Until the lock is taken (microseconds), this live process's pid and start time
-        // in the name are what keep another copy from removing it.
-        rustix::fs::flock(&dir.lock, FlockOperation::NonBlockingLockExclusive)?;
+        // in the name are what keep another copy from removing it; on a file system
+        // without locks (NFS mounted `nolock`) they are all that does.
+        if let Err(e) = rustix::fs::flock(&dir.lock, FlockOperation::NonBlockingLockExclusive) {
+            tracing::debug!("cannot lock the staging folder: {e}");
+        }
         Ok(dir)
     }
 
@@ -192,15 +195,11 @@ impl Drop for StagingDir {
     }
 }
 
-/// Opens the folder `name` in `parent` (or the path `name`) for reading, following no
-/// link at its last component.
-fn open_dir(parent: Option<BorrowedFd<'_>>, name: &Path) -> io::Result<OwnedFd> {
+/// Opens the folder `name` in `parent` for reading, following no link at its last
+/// component.
+fn open_dir(parent: BorrowedFd<'_>, name: &Path) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = match parent {
-        Some(p) => rustix::fs::openat(p, name, flags, Mode::empty())?,
-        None => rustix::fs::open(name, flags, Mode::empty())?,
-    };
-    Ok(fd)
+    Ok(rustix::fs::openat(parent, name, flags, Mode::empty())?)
 }
 
 /// Removes the staging folders in `parent` (a handle) that no live copy owns; gives
@@ -218,7 +217,7 @@ pub(super) fn remove_stale(parent: BorrowedFd<'_>) -> usize {
         tracing::debug!("not tidying staging folders in a folder others can rename entries in");
         return 0;
     }
-    let listing = match open_dir(Some(parent), Path::new("."))
+    let listing = match open_dir(parent, Path::new("."))
         .and_then(|d| rustix::fs::Dir::read_from(&d).map_err(io::Error::from))
     {
         Ok(d) => d,
@@ -235,7 +234,7 @@ pub(super) fn remove_stale(parent: BorrowedFd<'_>) -> usize {
             continue;
         }
         // A link fails O_NOFOLLOW, a file O_DIRECTORY: only a real folder is opened.
-        let Ok(dir) = open_dir(Some(parent), Path::new(name)) else { continue };
+        let Ok(dir) = open_dir(parent, Path::new(name)) else { continue };
         let Ok(meta) = rustix::fs::fstat(&dir) else { continue };
         if meta.st_uid != me {
             continue;
