@@ -12,14 +12,16 @@
 //! fake serving an honest zip gives the right files.
 
 mod cli_util;
+mod hostile_util;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cli_util::{McpStdio, atoll_cmd};
+use hostile_util::{Host, Hostile};
 
 /// No case may run longer (the stall cases wait out a 3 s idle timeout).
 const BOUND: Duration = Duration::from_secs(60);
@@ -29,42 +31,6 @@ const RSS_CAP_KIB: i64 = 96 * 1024;
 const BOMB_BYTES: usize = 256 << 20;
 /// The cap most cases copy under.
 const CAP: &str = "8388608";
-
-/// The fake agent process; killed when dropped.
-struct Hostile {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Hostile {
-    fn start(mode: &str, arg: Option<&Path>) -> Hostile {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("agent.sock");
-        let mut cmd = Command::new(atoll_tests::workspace_bin("hostile-agent"));
-        cmd.arg(&socket).arg(mode).stdin(Stdio::null());
-        if let Some(arg) = arg {
-            cmd.arg(arg);
-        }
-        let child = cmd.spawn().expect("start hostile-agent");
-        let started = Instant::now();
-        while !socket.exists() {
-            assert!(started.elapsed() < Duration::from_secs(20), "hostile-agent did not bind");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Hostile { child, dir }
-    }
-
-    fn addr(&self) -> String {
-        format!("unix://{}", self.dir.path().join("agent.sock").display())
-    }
-}
-
-impl Drop for Hostile {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What one run of atoll did.
 struct Ran {
@@ -257,49 +223,6 @@ fn write_zip(path: &Path, entries: &[Raw]) {
 }
 
 // ------------------------------------------------------------------- the host side
-
-/// A destination folder with a canary in it and one beside it.
-struct Host {
-    root: tempfile::TempDir,
-}
-
-const CANARY: &[u8] = b"the host's own file\n";
-
-impl Host {
-    fn new() -> Host {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("host")).unwrap();
-        std::fs::write(root.path().join("host/canary"), CANARY).unwrap();
-        std::fs::write(root.path().join("canary"), CANARY).unwrap();
-        Host { root }
-    }
-
-    fn dst(&self) -> PathBuf {
-        self.root.path().join("host/out")
-    }
-
-    /// Nothing but the canaries, unchanged, at and above the destination.
-    fn untouched(&self, case: &str) {
-        let names = |p: &Path| {
-            let mut v: Vec<String> = std::fs::read_dir(p)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect();
-            v.sort();
-            v
-        };
-        assert_eq!(
-            names(&self.root.path().join("host")),
-            ["canary"],
-            "{case}: left something at the destination"
-        );
-        assert_eq!(names(self.root.path()), ["canary", "host"], "{case}: wrote above the destination");
-        for c in [self.root.path().join("canary"), self.root.path().join("host/canary")] {
-            assert_eq!(std::fs::read(&c).unwrap(), CANARY, "{case}: {} changed", c.display());
-            assert!(std::fs::symlink_metadata(&c).unwrap().file_type().is_file());
-        }
-    }
-}
 
 /// Runs `atoll --agent ADDR ARGS` and checks it failed as a refusal should.
 fn refused(case: &str, agent: &Hostile, host: &Host, args: &[&str], says: &[&str]) -> Ran {
@@ -567,10 +490,37 @@ fn the_mcp_tool_gives_up_on_a_zip_that_never_ends() {
 }
 
 /// `sandbox_files_download_dir` against a zip that stalls: a tool error after the 60 s
-/// a transfer may go silent (`atoll mcp` has no flag for it), once.
+/// a transfer may go silent by default, once.
 #[test]
 fn the_mcp_tool_gives_up_on_a_zip_that_stalls() {
     mcp_tool_gives_up("zip-stall", "the agent sent nothing for 60 s", 1);
+}
+
+/// `atoll mcp --idle-timeout 3s`: both tools that read from the guest
+/// (`sandbox_files_download_dir` against a zip that stalls, `sandbox_files_read`
+/// against a file that stalls after 5 of its 10 bytes) give up after 3 s of silence, not
+/// the default 60, with a tool error that names the flag; the server keeps serving.
+#[test]
+fn mcp_idle_timeout_bounds_every_read_from_the_guest() {
+    let cases = [
+        ("zip-stall", "sandbox_files_download_dir", serde_json::json!({"path": "/d"})),
+        ("file-stall", "sandbox_files_read", serde_json::json!({"path": "/f"})),
+    ];
+    for (mode, tool, args) in cases {
+        let agent = Hostile::start(mode, None);
+        let mut mcp = McpStdio::start(atoll_cmd(&agent.addr(), &["mcp", "--idle-timeout", "3s"]));
+        for id in 2..4 {
+            let started = Instant::now();
+            let reply = mcp.call_tool(id, tool, args.clone());
+            let took = started.elapsed();
+            assert_eq!(reply["result"]["isError"], true, "{tool}: {reply}");
+            let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+            for says in ["the agent sent nothing for 3 s", "`atoll mcp` wait longer with --idle-timeout"] {
+                assert!(text.contains(says), "{tool}: the error does not say `{says}`: {text}");
+            }
+            assert!(took < Duration::from_secs(30), "{tool} took {took:?}, as if the 60 s default held");
+        }
+    }
 }
 
 /// `atoll mcp` against a hostile agent in `mode`: `calls` calls of

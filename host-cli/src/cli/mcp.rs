@@ -95,6 +95,10 @@ pub struct McpArgs {
     /// e.g. `https://app.example.com` or `http://localhost:5173`.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     pub allowed_origin: Vec<String>,
+    /// Give up on a tool's read from a guest (a file, a folder's zip) when its agent sends
+    /// nothing for this long.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = super::parse_duration)]
+    pub idle_timeout: std::time::Duration,
 }
 
 /// A CIDR (`10.1.0.0/16`) or one address (`127.0.0.1`, a /32 or /128).

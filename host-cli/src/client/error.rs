@@ -75,7 +75,7 @@ pub enum ClientError {
     },
     /// A transfer out of the guest went without a message for too long.
     #[error(
-        "the agent sent nothing for {} while {}; the transfer was given up and nothing was kept (a stuck or busy guest; `atoll cp` and `atoll download` wait longer with --idle-timeout)",
+        "the agent sent nothing for {} while {}; the transfer was given up and nothing was kept (a stuck or busy guest; `atoll cp`, `atoll download` and `atoll mcp` wait longer with --idle-timeout)",
         crate::connect::seconds(*idle),
         doing(rpc)
     )]

@@ -1,17 +1,20 @@
 //! `atoll cp SRC DST` in both directions, and `atoll download DIR -o out.zip`.
 //!
 //! Files stream in chunks (a progress bar on a terminal) and land atomically on both
-//! sides: the agent writes a temp file and renames it; here we write a temp file next to
-//! the destination and rename it. Directories travel as zip archives: host to guest we
-//! zip into a temp file and upload it for the agent to extract; guest to host we
-//! download the zip into a temp file and extract it into a staging directory that is
-//! renamed into place, so a refused or failed archive leaves nothing behind.
+//! sides: the agent writes a temp file and renames it; here we write an unnamed file in
+//! the destination's folder and name it at the end (`staging`). Directories travel as
+//! zip archives: host to guest we zip into a temp file and upload it for the agent to
+//! extract; guest to host we download the zip into an unnamed file and extract it into a
+//! locked staging directory that is renamed into place, so a refused or failed archive
+//! leaves nothing behind, and one killed outright leaves a staging directory that the
+//! next folder copy there removes.
 //!
 //! Like `cp`, a copy is not flushed to disk unless asked: `--sync` fsyncs the
 //! destination (a file, or with syncfs the filesystem a directory was extracted to)
 //! before `atoll cp` returns, on whichever side it lands.
 
 use std::io::IsTerminal;
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -26,6 +29,7 @@ use super::Ctx;
 use super::UsageError;
 use super::file_sink::FileSink;
 use super::location::Location;
+use super::staging::{self, StagedFile, StagingDir};
 use crate::archive::{self, ArchiveStats};
 use crate::cli::{CpArgs, DownloadArgs};
 use crate::client::{ArchivePart, ArchiveSummary, Client, ClientError, FileKind, ReadOpts, WriteOpts};
@@ -197,11 +201,6 @@ impl HostDir {
     fn via(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.dir)))
     }
-
-    /// The target, through the folder's handle.
-    fn target(&self) -> PathBuf {
-        self.via().join(&self.name)
-    }
 }
 
 fn parent_of(path: &Path) -> &Path {
@@ -243,11 +242,11 @@ async fn download_any(
             skipped: vec![],
         });
     }
-    let tmp = tempfile::NamedTempFile::new_in(parent.via())
+    let tmp = StagedFile::new_in(parent.dir.as_fd())
         .with_context(|| format!("cannot create a file in {}", parent.real.display()))?;
     let mut read = client.read_file(src, ReadOpts::default()).await?;
     let bar = ctx.out.progress(Some(read.file_size), "download");
-    let mut out = FileSink::new(tmp.reopen()?);
+    let mut out = FileSink::new(tmp.file()?);
     let mut bytes = 0u64;
     while let Some(chunk) = read.chunks.next().await {
         let chunk = chunk?;
@@ -277,8 +276,8 @@ async fn download_any(
     finished.with_context(|| format!("cannot write {to}"))?;
     bar.finish_and_clear();
     let mode = entry.mode & 0o777 & !archive::current_umask();
-    tmp.as_file().set_permissions(std::fs::Permissions::from_mode(mode))?;
-    tmp.persist(parent.target()).with_context(|| format!("cannot write {to}"))?;
+    tmp.set_mode(mode)?;
+    tmp.persist(parent.dir.as_fd(), &parent.name).with_context(|| format!("cannot write {to}"))?;
     if sync {
         let dir = parent.via();
         tokio::task::spawn_blocking(move || std::fs::File::open(&dir)?.sync_all())
@@ -288,9 +287,11 @@ async fn download_any(
     Ok(Copied { from: format!(":{src}"), to, kind: "file", bytes, files: None, skipped: vec![] })
 }
 
-/// Downloads `src` as a zip and extracts it to the new host directory `target`. The zip
-/// is held in an unnamed file in the destination's folder (never in a tmpfs `/tmp`, and
-/// nothing to leave behind), at most [`archive::UnpackLimits::max_zip_bytes`] of it.
+/// Downloads `src` as a zip and extracts it to the new host directory `target`. Stale
+/// staging folders beside it go first, then this copy's own is made (before the
+/// transfer, so a host that cannot take it says so at once). The zip is held in an
+/// unnamed file in the destination's folder (never in a tmpfs `/tmp`, and nothing to
+/// leave behind), at most [`archive::UnpackLimits::max_zip_bytes`] of it.
 async fn download_dir(
     ctx: &Ctx,
     client: &Client,
@@ -299,6 +300,31 @@ async fn download_dir(
     sync: bool,
     limits: archive::UnpackLimits,
 ) -> Result<ArchiveStats> {
+    let parent_fd = parent.dir.try_clone().context("cannot reopen the destination's folder")?;
+    let real = parent.real.clone();
+    let (staging, into) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let removed = staging::remove_stale(parent_fd.as_fd());
+        if removed > 0 {
+            tracing::info!("removed {removed} staging folders that killed copies left in {}", real.display());
+        }
+        let staging = StagingDir::create(&parent_fd)
+            .with_context(|| format!("cannot create a directory in {}", real.display()))?;
+        // The staging folder by handle, opened beneath the destination's folder: every
+        // entry is created beneath it (`archive::beneath`).
+        let flags = rustix::fs::OFlags::PATH
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC;
+        let resolve = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
+        let into = rustix::fs::openat2(&parent_fd, staging.name(), flags, rustix::fs::Mode::empty(), resolve)
+            .map_err(|e| match e {
+                rustix::io::Errno::NOSYS => anyhow::Error::from(archive::ArchiveError::NoOpenat2),
+                e => anyhow::Error::from(std::io::Error::from(e)),
+            })
+            .with_context(|| format!("cannot open the staging directory in {}", real.display()))?;
+        Ok((staging, into))
+    })
+    .await??;
     let zip = tempfile::tempfile_in(parent.via())
         .with_context(|| format!("cannot create a temp file for the zip in {}", parent.real.display()))?;
     let bar = ctx.out.progress(None, "download");
@@ -307,39 +333,16 @@ async fn download_dir(
     bar.finish_and_clear();
     let (summary, zip) = got?;
     report_skipped(&summary);
-    let (target, shown) = (parent.target(), parent.shown.clone());
-    let (staging_parent, real) = (parent.via(), parent.real.clone());
-    let parent_fd = parent.dir.try_clone().context("cannot reopen the destination's folder")?;
+    let (name, shown) = (parent.name.clone(), parent.shown.clone());
     tokio::task::spawn_blocking(move || -> Result<ArchiveStats> {
-        let staging = tempfile::Builder::new()
-            .prefix(".atoll-cp-")
-            .tempdir_in(&staging_parent)
-            .with_context(|| format!("cannot create a directory in {}", real.display()))?;
-        // The staging folder by handle, opened beneath the destination's folder: every
-        // entry is created beneath it (`archive::beneath`).
-        let name = staging.path().file_name().expect("a temp dir has a name");
-        let flags = rustix::fs::OFlags::PATH
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC;
-        let resolve = rustix::fs::ResolveFlags::BENEATH | rustix::fs::ResolveFlags::NO_SYMLINKS;
-        let into = rustix::fs::openat2(&parent_fd, name, flags, rustix::fs::Mode::empty(), resolve)
-            .map_err(|e| match e {
-                rustix::io::Errno::NOSYS => anyhow::Error::from(archive::ArchiveError::NoOpenat2),
-                e => anyhow::Error::from(std::io::Error::from(e)),
-            })
-            .with_context(|| format!("cannot open the staging directory in {}", real.display()))?;
         let mut zip = zip;
         std::io::Seek::rewind(&mut zip)?;
-        let stats = archive::unzip_into(zip, std::os::fd::AsFd::as_fd(&into), limits)?;
-        // Renamed first and only then kept, so a failed rename still removes the staging
-        // directory.
-        std::fs::rename(staging.path(), &target)
-            .with_context(|| format!("cannot create {}", shown.display()))?;
-        let _ = staging.keep();
+        // A refusal drops `staging`, which removes it.
+        let stats = archive::unzip_into(zip, into.as_fd(), limits)?;
+        let done = staging.rename_to(&name).with_context(|| format!("cannot create {}", shown.display()))?;
         if sync {
-            std::fs::File::open(&target)
-                .and_then(|dir| rustix::fs::syncfs(&dir).map_err(std::io::Error::from))
+            rustix::fs::syncfs(&done)
+                .map_err(std::io::Error::from)
                 .with_context(|| format!("cannot sync {}", shown.display()))?;
         }
         Ok(stats)
@@ -462,16 +465,17 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
     } else {
         let out = &args.output;
         let parent = HostDir::open(out)?;
-        let tmp = tempfile::NamedTempFile::new_in(parent.via())
+        let tmp = StagedFile::new_in(parent.dir.as_fd())
             .with_context(|| format!("cannot create {}", out.display()))?;
         let bar = ctx.out.progress(None, "download");
-        let got = download_zip(&client, &args.dir, cap, tmp.reopen()?, &bar).await;
+        let got = download_zip(&client, &args.dir, cap, tmp.file()?, &bar).await;
         bar.finish_and_clear();
         let (summary, file) = got?;
         tokio::task::spawn_blocking(move || file.sync_all())
             .await?
             .with_context(|| format!("cannot write {}", out.display()))?;
-        tmp.persist(parent.target()).with_context(|| format!("cannot write {}", out.display()))?;
+        tmp.persist(parent.dir.as_fd(), &parent.name)
+            .with_context(|| format!("cannot write {}", out.display()))?;
         summary
     };
     report_skipped(&summary);

@@ -36,6 +36,7 @@ pub(crate) async fn mcp(ctx: &Ctx, args: McpArgs) -> Result<u8> {
         tracing::info!("atoll mcp: guest tools default to {pinned}");
     }
     let server = AtollMcp::new(pinned, ctx.global.connect_timeout)
+        .idle_timeout(args.idle_timeout)
         .allow_mounts(allowed)
         .allow_private_egress(args.allow_private_egress.clone())
         .allow_registry_credentials(args.registry_credentials)

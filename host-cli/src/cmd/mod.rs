@@ -37,6 +37,7 @@ mod sandbox;
 mod secret;
 mod shell;
 mod snapshot;
+mod staging;
 mod stats;
 mod system;
 mod template;

@@ -50,6 +50,8 @@ pub enum ServeError {
 pub struct AtollMcp {
     pinned: Option<Target>,
     connect_timeout: Duration,
+    /// How long a read from a guest may go without a message (`--idle-timeout`).
+    idle_timeout: Duration,
     router: ToolRouter<AtollMcp>,
     clients: Arc<Mutex<HashMap<Address, Client>>>,
     allowed_mounts: Arc<Vec<std::path::PathBuf>>,
@@ -91,6 +93,7 @@ impl AtollMcp {
         AtollMcp {
             pinned,
             connect_timeout,
+            idle_timeout: crate::client::DEFAULT_IDLE_TIMEOUT,
             router,
             clients: Arc::default(),
             allowed_mounts: Arc::default(),
@@ -101,6 +104,13 @@ impl AtollMcp {
             shared: Arc::default(),
             identity: Arc::new(std::sync::OnceLock::from(STDIO_IDENTITY.to_owned())),
         }
+    }
+
+    /// Gives up on a tool's transfer out of a guest (a file read, a folder's zip) after
+    /// `idle` without a message (`atoll mcp --idle-timeout`).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
     }
 
     /// Lets `sandbox_create` mount folders under `dirs` (canonical), on top of the
@@ -268,7 +278,10 @@ impl AtollMcp {
             }
         }
         let defaults = crate::sandbox::command_defaults(&addr);
-        let client = Client::connect(&addr, self.connect_timeout).await?.with_defaults(defaults);
+        let client = Client::connect(&addr, self.connect_timeout)
+            .await?
+            .with_defaults(defaults)
+            .with_idle_timeout(self.idle_timeout);
         self.kept().insert(addr, client.clone());
         Ok(client)
     }
