@@ -30,8 +30,8 @@ fn plant_link(at: &Path, to: &Path) {
 /// `atoll create` of that shape: the create warns that it was altered and is not used,
 /// removes it, and boots; neither FIFO its disk names is opened and no sandbox is left.
 /// (Those boots are cut short by a 2 s timeout: a full one per case costs minutes under
-/// TCG. MCP's `sandbox_create` then boots in full and saves a new one, which the next
-/// create restores.)
+/// TCG.) `atoll template snapshot` replaces an altered one; MCP's `sandbox_create` on one
+/// boots in full and saves a new one, which the next create restores.
 pub(crate) fn altered_template_snapshots_are_not_used(atoll: &Atoll) {
     let root = atoll.state_dir().join(".template-snapshots");
     let dirs: Vec<PathBuf> = std::fs::read_dir(&root)
@@ -136,6 +136,22 @@ pub(crate) fn altered_template_snapshots_are_not_used(atoll: &Atoll) {
         assert_eq!(atoll.sandbox_dirs(), sandboxes, "{what}: a sandbox directory was left");
         assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "{what}: a process was left");
     }
+
+    // `atoll template snapshot` replaces an altered one (it kept it while its check
+    // looked at its files but not at its disk), saying why, and leaves no sandbox.
+    put(&rebased_to_fifo);
+    let replaced =
+        atoll.json(&["template", "snapshot", "debian", "--net", "none", "--timeout", BOOT_TIMEOUT]);
+    assert_eq!(replaced["outcome"], "replaced", "{replaced}");
+    let why = replaced["replaced_because"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("its disk was altered")
+            && why.contains(&format!("backed by `{}`", backing_fifo.display())),
+        "{replaced}"
+    );
+    assert_eq!(backing_name(&dir.join("disk.qcow2")), template_image.display().to_string());
+    assert_eq!(atoll.sandbox_dirs(), sandboxes, "its sandbox is gone");
+    assert_eq!(watch.take(), Vec::<PathBuf>::new(), "template snapshot: a file its disk named was opened");
 
     // MCP's sandbox_create on the same: it boots in full and saves a new template
     // snapshot, with a disk backed by the template's image.
