@@ -29,8 +29,8 @@ fn plant_link(at: &Path, to: &Path) {
 /// of `--template debian --net none`), altered each way below, is not used by a plain
 /// `atoll create` of that shape: the create warns that it was altered and is not used,
 /// removes it, and boots; neither FIFO its disk names is opened and no sandbox is left.
-/// (Those boots are cut short by a 2 s timeout: a full one per case costs minutes under
-/// TCG.) `atoll template snapshot` replaces an altered one; MCP's `sandbox_create` on one
+/// (Those boots are cut short by a 100 ms timeout: a full one per case would cost a boot
+/// each.) `atoll template snapshot` replaces an altered one; MCP's `sandbox_create` on one
 /// boots in full and saves a new one, which the next create restores.
 pub(crate) fn altered_template_snapshots_are_not_used(atoll: &Atoll) {
     let root = atoll.state_dir().join(".template-snapshots");
@@ -119,8 +119,17 @@ pub(crate) fn altered_template_snapshots_are_not_used(atoll: &Atoll) {
     let running = processes_mentioning(atoll.state_dir()).len();
     for (what, alter, said) in &cases {
         put(alter.as_ref());
-        let out =
-            atoll.run(&["create", "--template", "debian", "--net", "none", "--name", "t", "--timeout", "2s"]);
+        let out = atoll.run(&[
+            "create",
+            "--template",
+            "debian",
+            "--net",
+            "none",
+            "--name",
+            "t",
+            "--timeout",
+            "100ms",
+        ]);
         let err = text(&out.stderr);
         assert_eq!(watch.take(), Vec::<PathBuf>::new(), "{what}: a file its disk named was opened");
         assert!(
@@ -130,8 +139,12 @@ pub(crate) fn altered_template_snapshots_are_not_used(atoll: &Atoll) {
                 && err.contains("this create boots"),
             "{what}: said without -v: {err}"
         );
-        // It booted instead, which its 2 s cut short.
-        assert!(!out.status.success() && err.contains("did not answer"), "{what}: {err}");
+        // It booted instead, which its 100 ms cut short (no boot answers that soon; a
+        // restore that failed would say the sandbox did not come back from its snapshot).
+        assert!(
+            !out.status.success() && err.contains("the agent did not answer over its link"),
+            "{what}: {err}"
+        );
         assert!(!dir.exists(), "{what}: the altered snapshot was kept");
         assert_eq!(atoll.sandbox_dirs(), sandboxes, "{what}: a sandbox directory was left");
         assert_eq!(processes_mentioning(atoll.state_dir()).len(), running, "{what}: a process was left");
