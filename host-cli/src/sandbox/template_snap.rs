@@ -9,8 +9,8 @@
 //! `atoll` or QEMU changed, or its restore failed) is removed: that create boots, says
 //! why with `-v`, and saves a new one. One that was altered (its disk naming another
 //! file for QEMU to open, a link or FIFO in a file's place) is removed the same way,
-//! before anything is started from it, and said without `-v`. `ATOLL_TEMPLATE_SNAPSHOT=off` turns all of this
-//! off (always boot, save nothing).
+//! before anything is started from it, and said without `-v`.
+//! `ATOLL_TEMPLATE_SNAPSHOT=off` turns all of this off (always boot, save nothing).
 //!
 //! [`make`] (`atoll template snapshot`, also run by `atoll template build` and
 //! `rootfs/setup.sh`) makes one ahead of any create: it boots a sandbox of the shape,
