@@ -69,7 +69,7 @@ pub enum SnapFileError {
     /// One of its files is a link, a FIFO or a device: put there by someone, never by
     /// atoll, which writes each as a regular file.
     #[error(
-        "snapshot {} was altered: its {file} is a link, FIFO or device, not the regular file atoll wrote; nothing was started from it. Remove it (`atoll snapshot rm`; a template's: `atoll template snapshot TEMPLATE --rm`) and take a new one",
+        "snapshot {} was altered: its {file} is a link, FIFO or device, not the regular file atoll wrote; nothing was started from it. Remove it (`atoll snapshot rm NAME`; a template's: `atoll template snapshot TEMPLATE --rm`; a parked sandbox's: `atoll kill NAME`) and take a new one",
         dir.display()
     )]
     NotRegular {
