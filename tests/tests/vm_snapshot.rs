@@ -3,6 +3,7 @@
 //! One source sandbox is booted per template; everything else starts from its
 //! snapshots, which is the point (and keeps the test affordable on 2 cores).
 
+mod cli_util;
 mod disk_attack;
 
 use std::path::PathBuf;
@@ -303,9 +304,13 @@ fn vm_snapshot_of_a_disk_template_gives_each_fork_its_own_disk() {
 
     // Disk headers rewritten to make QEMU open another file are refused before it starts.
     disk_attack::altered_snapshot_disks_are_refused(&atoll, "ds", "d2", &dir_of(&atoll, "d2"));
+    disk_attack::as_user::altered_snapshot_disks_are_refused_as_an_ordinary_user(&atoll, "ds");
     disk_attack::altered_running_disk_is_not_saved(&atoll, "d2", &dir_of(&atoll, "d2"));
     disk_attack::altered_parked_disk_is_refused(&atoll, "d2", &dir_of(&atoll, "d2"));
     assert_eq!(atoll.sh("d2", "cat /root/on-disk"), "fork\n");
+    // d1's create booted and saved debian's template snapshot for this shape.
+    assert_eq!(atoll.json(&["inspect", "d1"])["started_from"], "boot");
+    disk_attack::template_snap::altered_template_snapshots_are_not_used(&atoll);
 }
 
 /// A tmpfs mounted on a directory, unmounted on drop.

@@ -7,8 +7,10 @@
 //! NIC or not, and accelerator (`<state>/.template-snapshots/<key>/`), since a restore
 //! cannot change any of them. One that cannot be used (damaged, its template rebuilt,
 //! `atoll` or QEMU changed, or its restore failed) is removed: that create boots, says
-//! why with `-v`, and saves a new one. `ATOLL_TEMPLATE_SNAPSHOT=off` turns all of this
-//! off (always boot, save nothing).
+//! why with `-v`, and saves a new one. One that was altered (its disk naming another
+//! file for QEMU to open, a link or FIFO in a file's place) is removed the same way,
+//! before anything is started from it, and said without `-v`.
+//! `ATOLL_TEMPLATE_SNAPSHOT=off` turns all of this off (always boot, save nothing).
 //!
 //! [`make`] (`atoll template snapshot`, also run by `atoll template build` and
 //! `rootfs/setup.sh`) makes one ahead of any create: it boots a sandbox of the shape,
@@ -98,8 +100,8 @@ pub(super) async fn try_restore(
     }
     let (snap, tpl) = match open(&dir) {
         Ok(found) => found,
-        Err(why) => {
-            discard(&dir, &opts.template, &why);
+        Err(unusable) => {
+            discard(&dir, &opts.template, &unusable);
             return Ok(None);
         }
     };
@@ -116,26 +118,66 @@ pub(super) async fn try_restore(
         Ok(info) => Ok(Some(info)),
         Err(e) if boot_meets_it_too(&e) => Err(e),
         Err(e) => {
-            discard(&dir, &opts.template, &format!("restoring it failed: {e}"));
+            let altered = matches!(e, SandboxError::AlteredSnapshot { .. });
+            discard(&dir, &opts.template, &Unusable { why: format!("restoring it failed: {e}"), altered });
             Ok(None)
         }
     }
 }
 
-/// The snapshot in `dir` and its template, when both can be used here.
-fn open(dir: &Path) -> Result<(Snapshot, Template), String> {
-    let snap = snapfile::open(dir).map_err(|e| e.to_string())?;
-    let tpl = snapshot::usable(&snap).map_err(|e| e.to_string())?;
+/// Why a template snapshot is not used.
+struct Unusable {
+    /// What is wrong, as a clause.
+    why: String,
+    /// Its files were altered (a disk naming other files for QEMU to open, a link or FIFO
+    /// in a file's place): never what atoll or a full disk leaves, so said without `-v`.
+    altered: bool,
+}
+
+impl std::fmt::Display for Unusable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// The snapshot in `dir` and its template, when both can be used here: its files as
+/// [`snapfile::open`] checks them, its template unchanged, the same programs, and its
+/// disk naming no file but the template's image for QEMU to open (checked before
+/// anything is made for a sandbox, as for a fork).
+fn open(dir: &Path) -> Result<(Snapshot, Template), Unusable> {
+    let plain = |why: String| Unusable { why, altered: false };
+    let snap = snapfile::open(dir).map_err(|e| Unusable {
+        altered: matches!(e, snapfile::SnapFileError::NotRegular { .. }),
+        why: e.to_string(),
+    })?;
+    let tpl = snapshot::usable(&snap).map_err(|e| plain(e.to_string()))?;
     if snap.meta.programs != snapfile::programs_fingerprint() {
-        return Err("atoll or QEMU changed since it was saved".into());
+        return Err(plain("atoll or QEMU changed since it was saved".into()));
+    }
+    if let Some(disk) = snap.disk() {
+        let base = snapshot::template_image(&snap.meta.name, &tpl).map_err(|e| plain(e.to_string()))?;
+        crate::vmm::qcow2::check_backing(&disk, base).map_err(|e| Unusable {
+            why: format!("its disk was altered (or its template moved): {e}"),
+            altered: true,
+        })?;
     }
     Ok((snap, tpl))
 }
 
-fn discard(dir: &Path, template: &str, why: &str) {
-    tracing::info!(
-        "the snapshot of template `{template}` is not used ({why}); booting, then saving a new one"
-    );
+/// Removes the unusable template snapshot in `dir`; the caller boots instead. An altered
+/// one is warned about (the state directory's owner should know someone wrote there);
+/// any other is said with `-v`.
+fn discard(dir: &Path, template: &str, unusable: &Unusable) {
+    if unusable.altered {
+        tracing::warn!(
+            "the snapshot of template `{template}` was altered and is not used ({unusable}); \
+             nothing was started from it and it is removed: this create boots, then saves a new one"
+        );
+    } else {
+        tracing::info!(
+            "the snapshot of template `{template}` is not used ({unusable}); booting, then saving a new one"
+        );
+    }
     if let Err(e) = std::fs::remove_dir_all(dir) {
         tracing::warn!("could not remove {}: {e}", dir.display());
     }
@@ -283,9 +325,9 @@ pub async fn make(opts: &CreateOptions) -> Result<TemplateSnapshotInfo, SandboxE
     if dir.is_dir() {
         match open(&dir) {
             Ok((snap, _)) => return Ok(describe(&opts, &snap, Outcome::Kept, None)),
-            Err(why) => {
+            Err(unusable) => {
                 remove_dir(&dir)?;
-                replaced_because = Some(why);
+                replaced_because = Some(unusable.why);
             }
         }
     }

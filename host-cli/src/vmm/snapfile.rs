@@ -66,6 +66,18 @@ pub enum SnapFileError {
         /// What is wrong.
         why: String,
     },
+    /// One of its files is a link, a FIFO or a device: put there by someone, never by
+    /// atoll, which writes each as a regular file.
+    #[error(
+        "snapshot {} was altered: its {file} is a link, FIFO or device, not the regular file atoll wrote; nothing was started from it. Remove it (`atoll snapshot rm NAME`; a template's: `atoll template snapshot TEMPLATE --rm`; a parked sandbox's: `atoll kill NAME`) and take a new one",
+        dir.display()
+    )]
+    NotRegular {
+        /// Its directory.
+        dir: PathBuf,
+        /// The file.
+        file: &'static str,
+    },
     /// Writing failed.
     #[error("could not write the snapshot at {}; check free space and permissions", path.display())]
     Write {
@@ -207,10 +219,15 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
     if !super::template::is_plain_name(&meta.template) {
         return Err(damaged("its template is not a plain name".into()));
     }
+    // Each file is looked at itself, not through a link: atoll and QEMU open them by
+    // name, and a link or FIFO in a file's place is not what atoll wrote.
+    let regular = |file: &'static str| match std::fs::symlink_metadata(dir.join(file)) {
+        Ok(m) if m.is_file() => Ok(m.len()),
+        Ok(_) => Err(SnapFileError::NotRegular { dir: dir.to_path_buf(), file }),
+        Err(e) => Err(damaged(format!("no {file} ({e})"))),
+    };
     let memory = dir.join(MEMORY_FILE);
-    let len = std::fs::metadata(&memory)
-        .map(|m| m.len())
-        .map_err(|e| damaged(format!("no {MEMORY_FILE} ({e})")))?;
+    let len = regular(MEMORY_FILE)?;
     if len != meta.memory_bytes {
         return Err(damaged(format!("{MEMORY_FILE} has {len} bytes, {} were saved", meta.memory_bytes)));
     }
@@ -218,14 +235,12 @@ pub fn open(dir: &Path) -> Result<Snapshot, SnapFileError> {
         return Err(damaged(format!("{MEMORY_FILE} is not a QEMU migration stream")));
     }
     let ram = u64::from(meta.memory_mib) << 20;
-    let len = std::fs::metadata(dir.join(RAM_FILE))
-        .map(|m| m.len())
-        .map_err(|e| damaged(format!("no {RAM_FILE} ({e})")))?;
+    let len = regular(RAM_FILE)?;
     if len != ram {
         return Err(damaged(format!("{RAM_FILE} has {len} bytes, the guest's memory {ram}")));
     }
-    if meta.disk && !dir.join(DISK_FILE).is_file() {
-        return Err(damaged(format!("{DISK_FILE} is missing")));
+    if meta.disk {
+        regular(DISK_FILE)?;
     }
     Ok(Snapshot { dir: dir.to_path_buf(), meta })
 }
@@ -455,8 +470,26 @@ mod tests {
         }
         json["format"] = FORMAT.into();
         std::fs::write(target.join(META_FILE), json.to_string()).unwrap();
+        // A link to a file of the right length, or a FIFO, in a file's place: altered.
+        let elsewhere = d.path().join("elsewhere.bin");
+        std::fs::copy(target.join(RAM_FILE), &elsewhere).unwrap();
         std::fs::remove_file(target.join(RAM_FILE)).unwrap();
         assert!(open(&target).unwrap_err().to_string().contains("no ram.bin"));
+        std::os::unix::fs::symlink(&elsewhere, target.join(RAM_FILE)).unwrap();
+        let err = open(&target).unwrap_err();
+        assert!(matches!(err, SnapFileError::NotRegular { file: RAM_FILE, .. }), "{err}");
+        assert!(err.to_string().contains("was altered: its ram.bin is a link, FIFO or device"), "{err}");
+        std::fs::rename(target.join(MEMORY_FILE), d.path().join("memory.bin")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            target.join(MEMORY_FILE),
+            rustix::fs::FileType::Fifo,
+            0o600.into(),
+            0,
+        )
+        .unwrap();
+        let err = open(&target).unwrap_err();
+        assert!(matches!(err, SnapFileError::NotRegular { file: MEMORY_FILE, .. }), "{err}");
     }
 
     #[test]

@@ -13,6 +13,9 @@ use std::time::Duration;
 use atoll_tests::processes_mentioning;
 use atoll_tests::vm::{Atoll, text, wait_until};
 
+pub(crate) mod as_user;
+pub(crate) mod template_snap;
+
 /// Runs `qemu-img ARGS`, asserting that it succeeds.
 pub(crate) fn qemu_img(args: &[&str]) {
     let out = std::process::Command::new("qemu-img").args(args).output().expect("qemu-img");
@@ -32,6 +35,41 @@ pub(crate) fn fifo(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     rustix::fs::mknodat(rustix::fs::CWD, path, rustix::fs::FileType::Fifo, 0o666.into(), 0).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
+}
+
+/// Writes at `image` a qcow2 image backed by `base` (raw) whose guest data lives in the
+/// external data file `data`, and leaves a FIFO at `data`. qemu-img writes such an image
+/// only as it creates one (it opens the data file then); the FIFO takes the data file's
+/// place afterwards.
+pub(crate) fn image_with_data_file(base: &Path, data: &Path, image: &Path) {
+    qemu_img(&[
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        &format!("data_file={}", data.display()),
+        "-F",
+        "raw",
+        "-b",
+        &base.display().to_string(),
+        &image.display().to_string(),
+    ]);
+    std::fs::remove_file(data).unwrap();
+    fifo(data);
+}
+
+/// Starts an [`OpenWatch`] on `fifos` and shows it can fail: a reader of each is seen.
+pub(crate) fn watch_proven(fifos: &[PathBuf]) -> OpenWatch {
+    let watch = OpenWatch::start(fifos.to_vec());
+    for f in fifos {
+        let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(f).unwrap();
+        wait_until("the watch to see a reader", Duration::from_secs(10), || watch.take().contains(f));
+        drop(reader);
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    watch.take();
+    watch
 }
 
 /// Watches FIFOs for a reader: every 2 ms it opens each for writing without blocking,
@@ -106,37 +144,13 @@ pub(crate) fn altered_snapshot_disks_are_refused(atoll: &Atoll, snap: &str, vict
     std::fs::copy(&disk, &original).unwrap();
     let (backing_fifo, data_fifo) = (victim_dir.join("vm/backing.fifo"), victim_dir.join("vm/data.fifo"));
     fifo(&backing_fifo);
-    // qemu-img writes an image with an external data file only as it creates one (it
-    // opens the data file then); the FIFO takes the data file's place afterwards.
     let with_data_file = l("with-data-file.qcow2");
     let tpl = template_image.display().to_string();
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "-o",
-        &format!("data_file={}", data_fifo.display()),
-        "-F",
-        "raw",
-        "-b",
-        &tpl,
-        &with_data_file.display().to_string(),
-    ]);
-    std::fs::remove_file(&data_fifo).unwrap();
-    fifo(&data_fifo);
+    image_with_data_file(&template_image, &data_fifo, &with_data_file);
     let link = l("template-link.ext4");
     std::os::unix::fs::symlink(&template_image, &link).unwrap();
 
-    let watch = OpenWatch::start(vec![backing_fifo.clone(), data_fifo.clone()]);
-    // The watch can fail: a reader of either FIFO is seen.
-    for f in [&backing_fifo, &data_fifo] {
-        let reader = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(f).unwrap();
-        wait_until("the watch to see a reader", Duration::from_secs(10), || watch.take().contains(f));
-        drop(reader);
-    }
-    std::thread::sleep(Duration::from_millis(20));
-    watch.take();
+    let watch = watch_proven(&[backing_fifo.clone(), data_fifo.clone()]);
 
     let rebase = |backing: &str, format: &str| {
         let (d, b, f) = (disk.display().to_string(), backing.to_string(), format.to_string());
