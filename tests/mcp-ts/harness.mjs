@@ -3,7 +3,7 @@
 // Streamable HTTP client, and the binaries' paths ($CARGO_TARGET_DIR/debug or ./target/debug; tests/mcp-ts/run.sh builds them).
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, isAbsolute, join, resolve } from "node:path";
@@ -86,7 +86,9 @@ export async function mcpClient(address) {
  */
 export async function startHttpServer(args = [], extraEnv = {}) {
   const env = { ...process.env, RUST_LOG: "warn", ...extraEnv };
-  if (!("ATOLL_STATE_DIR" in extraEnv)) env.ATOLL_STATE_DIR = mkdtempSync(join(tmpdir(), "atoll-mcp-st-"));
+  // A private state directory made here goes with the server.
+  const ownState = "ATOLL_STATE_DIR" in extraEnv ? undefined : mkdtempSync(join(tmpdir(), "atoll-mcp-st-"));
+  if (ownState) env.ATOLL_STATE_DIR = ownState;
   delete env.ATOLL_AGENT;
   delete env.ATOLL_SANDBOX;
   if (!("ATOLL_MCP_TOKEN" in extraEnv)) delete env.ATOLL_MCP_TOKEN;
@@ -96,7 +98,12 @@ export async function startHttpServer(args = [], extraEnv = {}) {
   });
   let exited = false;
   let stderr = "";
-  server.on("exit", () => (exited = true));
+  server.on("exit", () => {
+    exited = true;
+    // Kept if a sandbox was made in it (its directory is how it is found and killed).
+    const sandboxes = ownState && readdirSync(ownState, { withFileTypes: true }).some((e) => e.isDirectory() && !e.name.startsWith("."));
+    if (ownState && !sandboxes) rmSync(ownState, { recursive: true, force: true });
+  });
   let timer;
   const url = await new Promise((done, fail) => {
     server.stderr.on("data", (chunk) => {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -64,7 +65,10 @@ def http_server(
     Always stopped (SIGTERM, then SIGKILL) on the way out."""
     log = Path(tempfile.mkstemp(prefix="atoll-mcp-http-", suffix=".log")[1])
     env = dict(env or {})
-    env.setdefault("ATOLL_STATE_DIR", tempfile.mkdtemp(prefix="atoll-mcp-st-"))
+    # A private state directory made here goes with the server.
+    own_state = None if "ATOLL_STATE_DIR" in env else tempfile.mkdtemp(prefix="atoll-mcp-st-")
+    if own_state:
+        env["ATOLL_STATE_DIR"] = own_state
     with open(log, "wb") as sink:
         process = subprocess.Popen(
             [*prefix, str(binary("atoll")), "mcp", "--http", bind, *args],
@@ -91,6 +95,9 @@ def http_server(
                 process.kill()
                 process.wait()
         log.unlink(missing_ok=True)
+        # Kept if a sandbox was made in it (its directory is how it is found and killed).
+        if own_state and not any(p.is_dir() and not p.name.startswith(".") for p in Path(own_state).iterdir()):
+            shutil.rmtree(own_state, ignore_errors=True)
 
 
 def bearer(token: str | None) -> dict[str, str]:
