@@ -15,6 +15,8 @@
 //!   mount, PID, IPC and UTS namespaces (the host's network), no capabilities, no
 //!   supplementary groups, only its own sandbox's files.
 //! - [`seccomp`]: the deny-list filter the network helper installs on itself.
+//! - [`wire`]: the sockets where QEMU meets the helper, bound by atoll before either
+//!   starts, so both can start at once.
 //! - [`share_path`]: a shared folder's path made canonical one component at a time,
 //!   each link judged before it is followed (links a guest could have put there refused).
 //!
@@ -29,6 +31,7 @@ pub mod seccomp;
 pub mod share_path;
 pub mod shares;
 pub mod user;
+pub mod wire;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -89,6 +92,9 @@ pub enum JailError {
         #[source]
         source: std::io::Error,
     },
+    /// A socket where QEMU and the network helper meet could not be bound.
+    #[error(transparent)]
+    Listen(#[from] wire::WireError),
     /// `vm/wire/`, where QEMU and the network helper meet, could not be made.
     #[error("could not make {} (where QEMU and the network helper meet): {source}; remove what is there", path.display())]
     Wire {
@@ -396,8 +402,15 @@ impl JailedHelper {
 /// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, the
 /// helper runs as the `atoll` system user, without supplementary groups or
 /// capabilities ([`helper::bwrap_args`]), and is handed what it needs
-/// (`hand_to_helper`).
-pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
+/// (`hand_to_helper`). The sockets QEMU connects to (the NIC's with `network`) are
+/// bound and listening when this returns ([`wire`]): QEMU may start at once.
+pub fn start_helper(
+    exe: &Path,
+    args: &[String],
+    dir: &Path,
+    log: &Path,
+    network: bool,
+) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
     // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
@@ -416,6 +429,8 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     }
     let log_file = helper::open_log(log, owner)
         .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
+    // Dropped once the helper has inherited them: then only it listens.
+    let listeners = wire::Listeners::bind(dir, network, owner)?;
     let group = cgroup::Cgroup::prepare_helper(&id)?;
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let (info_read, info_write) =
@@ -425,6 +440,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), ca, info_write.as_raw_fd(), owner);
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
+    bwrap_args.extend(listeners.helper_args());
     // `--from-command` secrets are run outside the jail by a runner of their own
     // (secrets::runner), which ends when the helper's end of the pair closes.
     let (helper_end, runner_end) = crate::secrets::runner::pair().map_err(JailError::Pipe)?;
@@ -446,6 +462,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
     let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
     keep.extend(ca);
+    keep.extend(listeners.raw_fds());
     // A helper that does not start takes its runner (and its bwrap) with it, so a
     // failed start leaves no process behind for the caller to find.
     let give_up = |e: JailError, child: Option<&mut tokio::process::Child>| {
@@ -463,6 +480,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     drop(info_write);
     drop(helper_end);
     drop(ca_fd);
+    drop(listeners);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read).map_err(|why| {
         give_up(JailError::HelperNoPid { why, log: launcher::tail(log, 5) }, Some(&mut child))
