@@ -70,3 +70,61 @@ impl Drop for HeldQemu {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Holds `sh -c 'touch <marker>'` in a real bwrap, as [`super::super::hold_qemu`]
+    /// holds QEMU.
+    fn hold(marker: &std::path::Path) -> HeldQemu {
+        let bwrap = crate::vmm::process::find_in_path(super::super::BWRAP).expect("bwrap is installed");
+        let dir = marker.parent().unwrap().display().to_string();
+        let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let ((info_r, info_w), (block_r, block_w)) = (pipe(), pipe());
+        let mut args: Vec<String> =
+            ["--ro-bind", "/", "/", "--bind", &dir, &dir, "--unshare-pid", "--as-pid-1"]
+                .map(String::from)
+                .to_vec();
+        if !rustix::process::geteuid().is_root() {
+            args.push("--unshare-user".into());
+        }
+        let (info, block) = (info_w.as_raw_fd(), block_r.as_raw_fd());
+        args.extend(["--info-fd".into(), info.to_string(), "--block-fd".into(), block.to_string()]);
+        args.extend(["/bin/sh".into(), "-c".into(), format!("touch '{}'", marker.display())]);
+        let log = std::fs::File::open("/dev/null").unwrap();
+        let attach = super::super::shares::Attach::default();
+        let child =
+            super::super::spawn(&bwrap, &args, log.as_fd(), Vec::new(), &[info, block], attach, Vec::new())
+                .unwrap();
+        drop((info_w, block_r));
+        let pid = super::super::read_child_pid(info_r).unwrap();
+        let qemu = ProcRef::of(pid).expect("held, not ended");
+        HeldQemu::new(JailedQemu { child, qemu, log: super::super::QemuLog(None) }, block_w, None)
+    }
+
+    /// A held process runs nothing until released; dropped unreleased, it is killed
+    /// and never runs (its pipe's end closing would otherwise release it).
+    #[tokio::test]
+    async fn a_held_process_runs_only_once_released() {
+        let d = tempfile::tempdir().unwrap();
+        let dropped = d.path().join("dropped");
+        let held = hold(&dropped);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!dropped.exists(), "it ran while held");
+        let pid = held.qemu().unwrap();
+        drop(held);
+        assert!(pid.wait_gone(Duration::from_secs(5)).await, "a dropped held process is ended");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!dropped.exists(), "a dropped held process ran its command");
+
+        let released = d.path().join("released");
+        let mut jailed = hold(&released).release().unwrap();
+        let status =
+            tokio::time::timeout(Duration::from_secs(10), jailed.child.wait()).await.unwrap().unwrap();
+        assert!(status.success() && released.exists(), "released, it runs: {status}");
+    }
+}
