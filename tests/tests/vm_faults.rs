@@ -5,7 +5,9 @@
 //! stream really sees the end), `atoll ls` must show the sandbox `dead`, and `atoll kill`
 //! must leave no process and no state behind. And the sandbox's network helper is
 //! SIGKILLed while its guest floods the serial console: QEMU's two logs, which only the
-//! helper writes, stay bounded and stop growing.
+//! helper writes, stay bounded and stop growing. And a restore whose network helper
+//! fails to start, while its QEMU (started beside it) runs, leaves no process, no
+//! sandbox directory and no cgroup.
 //!
 //! These boot the `minimal` template that `rootfs/setup.sh` builds into the atoll data
 //! directory; without it they fail and say so. Each test has its own state directory.
@@ -121,4 +123,60 @@ fn vm_helper_killed_under_a_console_flood_leaves_both_logs_bounded() {
     assert!(out.status.success(), "atoll kill failed: {}", text(&out.stderr));
     assert!(pid_gone(qemu_pid), "QEMU {qemu_pid} survived atoll kill");
     assert_eq!(atoll.sandbox_dirs(), Vec::<PathBuf>::new());
+}
+
+/// The sandbox cgroups (`atoll/<id>`, `atoll/<id>.net`) of the host, v1's `pids`
+/// hierarchy or v2's tree.
+fn sandbox_cgroups() -> std::collections::BTreeSet<PathBuf> {
+    let root = ["/sys/fs/cgroup/pids/atoll", "/sys/fs/cgroup/atoll"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_dir());
+    let Some(root) = root else { return Default::default() };
+    std::fs::read_dir(root).unwrap().filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect()
+}
+
+/// A restore starts QEMU without waiting for its network helper (the sockets QEMU
+/// connects to are atoll's, handed to the helper: `jail::wire`, `jail::held`). When that
+/// helper cannot start (here: the operator's `ATOLL_SECRETS_CA_FILE` holds no
+/// certificate, which it checks as it starts), the create fails saying why, and the
+/// QEMU already started is ended with it: no process, no sandbox directory, and no new
+/// cgroup left empty (other tests' live sandboxes may add groups meanwhile; theirs hold
+/// processes).
+#[test]
+fn vm_a_restore_whose_helper_fails_leaves_no_qemu_directory_or_cgroup() {
+    let atoll = Atoll::new();
+    // The first create of the shape boots and saves the template snapshot.
+    atoll.create("first");
+    let out = atoll.run(&["kill", "first"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Outside the state directory, whose view in the helper's jail is its own.
+    let ca_dir = tempfile::tempdir().unwrap();
+    let bad_ca = ca_dir.path().join("bad-ca.pem");
+    std::fs::write(&bad_ca, "not a certificate\n").unwrap();
+    let before = sandbox_cgroups();
+    let out = atoll
+        .command(&["-vv", "create", "--name", "doomed", "--timeout", atoll_tests::vm::BOOT_TIMEOUT])
+        .env("ATOLL_SECRETS_CA_FILE", &bad_ca)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "the create succeeded: {err}");
+    assert!(err.contains("restore: QEMU released"), "the restore started QEMU: {err}");
+    assert!(
+        err.contains("the network helper did not come up") && err.contains("holds no PEM certificate"),
+        "{err}"
+    );
+    assert_eq!(processes_mentioning(atoll.state_dir()), Vec::<String>::new());
+    assert_eq!(atoll.sandbox_dirs(), Vec::<PathBuf>::new());
+    let empty_new = || -> Vec<PathBuf> {
+        let empty =
+            |g: &PathBuf| std::fs::read_to_string(g.join("cgroup.procs")).is_ok_and(|p| p.trim().is_empty());
+        sandbox_cgroups().difference(&before).filter(|g| empty(g)).cloned().collect()
+    };
+    if !empty_new().is_empty() {
+        // A group another test is making at this moment is empty for a few ms.
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert_eq!(empty_new(), Vec::<PathBuf>::new(), "a cgroup of the failed create is left");
 }

@@ -168,4 +168,14 @@ pub struct HelperArgs {
     /// Its end of the socket pair to the secret command runner (started beside it).
     #[arg(long, value_name = "FD")]
     pub runner_fd: Option<i32>,
+    /// The listening socket QEMU's serial console connects to (`vm/wire/tty.sock`),
+    /// bound by atoll (`jail::wire`).
+    #[arg(long, value_name = "FD")]
+    pub tty_fd: i32,
+    /// The listening socket atoll connects QEMU's stdout and stderr to (`net/stderr.sock`).
+    #[arg(long, value_name = "FD")]
+    pub stderr_fd: i32,
+    /// The listening socket QEMU's NIC connects to (`vm/wire/net.sock`), with a network.
+    #[arg(long, value_name = "FD")]
+    pub frames_fd: Option<i32>,
 }

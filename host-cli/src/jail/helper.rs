@@ -14,8 +14,9 @@
 //! - the atoll program itself, read-only;
 //! - of its own sandbox directory, only what it uses, on directories of the view's
 //!   own: `net/` (its sockets, `net.json`, its logs; its user's, `0700`), `vm/wire/`
-//!   (`root:atoll`, sticky `1770` when atoll is root, where it binds the NIC's socket
-//!   and the console's `tty.sock` and connects to QEMU's `agent.port`), and the two
+//!   (`root:atoll`, sticky `1770` when atoll is root, where the NIC's socket and the
+//!   console's `tty.sock` are, which atoll binds for it (`super::wire`), and where it
+//!   connects to QEMU's `agent.port`), and the two
 //!   logs it writes (`vm/console.log`, `qemu.log`, its user's, `0600`); not `sandbox.json`, atoll's
 //!   policy record, nor the rest of `vm/` (QEMU's control socket, disk and RAM), nor
 //!   any other sandbox's;

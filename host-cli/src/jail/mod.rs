@@ -15,6 +15,10 @@
 //!   mount, PID, IPC and UTS namespaces (the host's network), no capabilities, no
 //!   supplementary groups, only its own sandbox's files.
 //! - [`seccomp`]: the deny-list filter the network helper installs on itself.
+//! - [`wire`]: the sockets where QEMU meets the helper, bound by atoll before either
+//!   starts, so both can start at once.
+//! - [`held`]: a jailed QEMU held before it runs (bwrap's `--block-fd`), its namespaces
+//!   and cgroup made while a restore's guest RAM is still being copied.
 //! - [`share_path`]: a shared folder's path made canonical one component at a time,
 //!   each link judged before it is followed (links a guest could have put there refused).
 //!
@@ -23,12 +27,14 @@
 
 pub mod cgroup;
 pub mod env;
+pub mod held;
 pub mod helper;
 pub mod namespaces;
 pub mod seccomp;
 pub mod share_path;
 pub mod shares;
 pub mod user;
+pub mod wire;
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
@@ -89,6 +95,9 @@ pub enum JailError {
         #[source]
         source: std::io::Error,
     },
+    /// A socket where QEMU and the network helper meet could not be bound.
+    #[error(transparent)]
+    Listen(#[from] wire::WireError),
     /// `vm/wire/`, where QEMU and the network helper meet, could not be made.
     #[error("could not make {} (where QEMU and the network helper meet): {source}; remove what is there", path.display())]
     Wire {
@@ -162,6 +171,14 @@ fn settle(mut stream: &std::os::unix::net::UnixStream) {
 /// sandbox's `qemu.log` ([`QemuLog`]). `restore`: QEMU waits stopped for a saved state
 /// (`-incoming defer`).
 pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, JailError> {
+    hold_qemu(spec, restore).await?.release()
+}
+
+/// [`start_qemu`] up to QEMU's own start: bwrap has made its namespaces and mounts, it
+/// is in the sandbox's cgroup, and it waits to run QEMU until [`held::HeldQemu::release`]
+/// (which first hands a restore's guest RAM, made meanwhile, to QEMU's user); dropped
+/// unreleased, it is killed before QEMU runs.
+pub async fn hold_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<held::HeldQemu, JailError> {
     let qemu = find_in_path(launcher::QEMU)?;
     let bwrap = find_in_path(BWRAP)?;
     let mut qemu_args = launcher::qemu_args(spec);
@@ -183,17 +200,20 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     let group = cgroup::Cgroup::prepare(spec.id, spec.memory_mib, spec.cpus)?;
     let (info_read, info_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
+    let (block_read, block_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| JailError::Pipe(e.into()))?;
     if let Some(run_as) = run_as {
         grant_files(spec, run_as)?;
     }
     clear_agent_port(&crate::vmm::agent_link::port_path(&spec.paths.dir));
-    let mut args = namespaces::bwrap_args(spec, info_write.as_raw_fd(), run_as, &opened);
+    let mut args =
+        namespaces::bwrap_args(spec, info_write.as_raw_fd(), block_read.as_raw_fd(), run_as, &opened);
     args.push(qemu.display().to_string());
     args.extend(qemu_args);
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let log = &spec.paths.qemu_log;
     let mut keep = opened.raw_fds();
-    keep.push(info_write.as_raw_fd());
+    keep.extend([info_write.as_raw_fd(), block_read.as_raw_fd()]);
     let attach = shares::Attach::prepare(&opened, spec.storage, &spec.paths.dir)?;
     let stderr_socket = crate::sandbox::network::config::stderr_socket_path(&spec.paths.dir);
     let stderr = crate::vmm::safe_fs::connect_unix_blocking(&stderr_socket)
@@ -214,6 +234,7 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
         })?;
     drop(stderr_fd);
     drop(info_write);
+    drop(block_read);
     drop(opened);
     let pid = tokio::task::spawn_blocking(move || read_child_pid(info_read))
         .await
@@ -229,7 +250,11 @@ pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, 
     if let Some(owner) = user::for_helper()? {
         tokio::spawn(own_agent_port(crate::vmm::agent_link::port_path(&spec.paths.dir), owner));
     }
-    Ok(JailedQemu { child, qemu, log: qemu_log })
+    let ram = match (spec.ram, run_as) {
+        (launcher::GuestRam::Snapshot(ram), Some(r)) => Some((ram.to_path_buf(), r)),
+        _ => None,
+    };
+    Ok(held::HeldQemu::new(JailedQemu { child, qemu, log: qemu_log }, block_write, ram))
 }
 
 /// Removes whatever is where QEMU is to make its agent port, before it starts. A port an
@@ -324,9 +349,10 @@ pub async fn end_monitor(monitor: Option<ProcRef>) {
 }
 
 /// Hands QEMU's user what it opens itself: its `vm/` directory and `vm/wire/` (to make
-/// its sockets in), the disk overlay, the helper's sockets it connects to (the NIC's,
-/// the console's) and a restore's private copy of guest RAM, none of them followed if
-/// a link stands in its place. Not the console log: the helper writes it.
+/// its sockets in), the disk overlay and the helper's sockets it connects to (the NIC's,
+/// the console's), none of them followed if a link stands in its place (a restore's
+/// private copy of guest RAM, made while QEMU is held, at [`held::HeldQemu::release`]).
+/// Not the console log: the helper writes it.
 fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> {
     let p = spec.paths;
     user::grant(&p.vm, run_as, 0o1770)?;
@@ -335,9 +361,6 @@ fn grant_files(spec: &VmSpec<'_>, run_as: user::RunAs) -> Result<(), JailError> 
     files.extend(p.overlay.iter().filter(|o| o.exists()).cloned());
     if spec.network {
         files.push(crate::sandbox::network::config::frames_path(&p.dir));
-    }
-    if let launcher::GuestRam::Snapshot(ram) = spec.ram {
-        files.push(ram.to_path_buf());
     }
     for f in files {
         user::grant(&f, run_as, 0o660)?;
@@ -396,8 +419,15 @@ impl JailedHelper {
 /// to `log` (in its own directory, `net/`), in its own cgroup. When atoll is root, the
 /// helper runs as the `atoll` system user, without supplementary groups or
 /// capabilities ([`helper::bwrap_args`]), and is handed what it needs
-/// (`hand_to_helper`).
-pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Result<JailedHelper, JailError> {
+/// (`hand_to_helper`). The sockets QEMU connects to (the NIC's with `network`) are
+/// bound and listening when this returns ([`wire`]): QEMU may start at once.
+pub fn start_helper(
+    exe: &Path,
+    args: &[String],
+    dir: &Path,
+    log: &Path,
+    network: bool,
+) -> Result<JailedHelper, JailError> {
     let bwrap = find_in_path(BWRAP)?;
     let owner = user::for_helper()?;
     // What is bound writable into the helper's view must exist: `vm/wire/` (made anew:
@@ -416,6 +446,8 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     }
     let log_file = helper::open_log(log, owner)
         .map_err(|source| ProcessError::Log { path: log.to_path_buf(), source })?;
+    // Dropped once the helper has inherited them: then only it listens.
+    let listeners = wire::Listeners::bind(dir, network, owner)?;
     let group = cgroup::Cgroup::prepare_helper(&id)?;
     let procs = group.as_ref().map(cgroup::Cgroup::procs_files).transpose()?.unwrap_or_default();
     let (info_read, info_write) =
@@ -425,6 +457,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     let mut bwrap_args = helper::bwrap_args(exe, dir, secrets.as_ref(), ca, info_write.as_raw_fd(), owner);
     bwrap_args.push(exe.display().to_string());
     bwrap_args.extend(args.iter().cloned());
+    bwrap_args.extend(listeners.helper_args());
     // `--from-command` secrets are run outside the jail by a runner of their own
     // (secrets::runner), which ends when the helper's end of the pair closes.
     let (helper_end, runner_end) = crate::secrets::runner::pair().map_err(JailError::Pipe)?;
@@ -446,6 +479,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     bwrap_args.extend(["--runner-fd".to_owned(), helper_end.as_raw_fd().to_string()]);
     let mut keep = vec![info_write.as_raw_fd(), helper_end.as_raw_fd()];
     keep.extend(ca);
+    keep.extend(listeners.raw_fds());
     // A helper that does not start takes its runner (and its bwrap) with it, so a
     // failed start leaves no process behind for the caller to find.
     let give_up = |e: JailError, child: Option<&mut tokio::process::Child>| {
@@ -463,6 +497,7 @@ pub fn start_helper(exe: &Path, args: &[String], dir: &Path, log: &Path) -> Resu
     drop(info_write);
     drop(helper_end);
     drop(ca_fd);
+    drop(listeners);
     // bwrap reports within milliseconds; the callers start the helper synchronously.
     let pid = read_child_pid(info_read).map_err(|why| {
         give_up(JailError::HelperNoPid { why, log: launcher::tail(log, 5) }, Some(&mut child))

@@ -146,12 +146,14 @@ fn submodules(share: &Path, repo: &Path, depth: usize, out: &mut Vec<Bind>) {
 }
 
 /// bwrap's arguments for QEMU of `spec`, up to (not including) the program; bwrap
-/// writes QEMU's pid as JSON to `info_fd`.
+/// writes QEMU's pid as JSON to `info_fd`, then, its view built, waits for a byte on
+/// `block_fd` before it runs anything in it (`super::held`).
 /// What lies in a shared folder is bound from its handle in `opened` (left out when it
 /// has none: it was gone or a link when the shares were opened).
 pub fn bwrap_args(
     spec: &VmSpec<'_>,
     info_fd: i32,
+    block_fd: i32,
     run_as: Option<super::user::RunAs>,
     opened: &super::shares::Opened,
 ) -> Vec<String> {
@@ -210,7 +212,7 @@ pub fn bwrap_args(
         };
         a.extend([flag.into(), path.clone(), path]);
     }
-    a.extend(["--info-fd".into(), info_fd.to_string()]);
+    a.extend(["--info-fd".into(), info_fd.to_string(), "--block-fd".into(), block_fd.to_string()]);
     match run_as {
         // setpriv (util-linux, in /usr) changes the uid and then drops every capability
         // bwrap kept for it; bwrap's --cap-drop would leave it unable to.
@@ -326,9 +328,10 @@ mod tests {
         );
         let paths: std::collections::HashSet<_> = b.iter().map(|x| &x.path).collect();
         assert_eq!(paths.len(), b.len(), "each path bound once");
-        let args = bwrap_args(&spec, 7, None, &crate::jail::shares::Opened::default());
+        let args = bwrap_args(&spec, 7, 8, None, &crate::jail::shares::Opened::default());
         assert!(!args.iter().any(|a| a == "--die-with-parent"), "a sandbox outlives its command");
         assert!(args.windows(2).any(|w| w[0] == "--info-fd" && w[1] == "7"));
+        assert!(args.windows(2).any(|w| w[0] == "--block-fd" && w[1] == "8"), "QEMU is held until released");
         assert!(args.iter().any(|a| a == "--unshare-net") && args.iter().any(|a| a == "--as-pid-1"));
     }
 }

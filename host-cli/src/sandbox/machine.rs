@@ -73,9 +73,13 @@ pub(super) async fn run_on(record: &Record, limit: Duration) -> Result<(), Sandb
 /// mapped privately as guest RAM, waiting for the state; the load; the agent link's
 /// port replugged as the guest starts ([`migrate::replug_agent_port`]); the agent; and
 /// then the guest is made its own machine ([`own`]). Its network helper, which QEMU's
-/// NIC connects to and which serves the agent link, starts first, as `net` says.
+/// NIC connects to and which serves the agent link, is started first, as `net` says;
+/// QEMU starts beside it (the sockets it connects to are listening before either
+/// starts: `jail::wire`), held while its guest RAM is copied (`jail::held`), and the
+/// state is loaded only once the helper is ready and has published the ports, so no
+/// guest runs before its network is there.
 /// `persist` records each process as it starts, so that whoever undoes a failure finds
-/// them. Returns the agent's version.
+/// them (and ends both when either fails). Returns the agent's version.
 pub(super) async fn bring_up(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
@@ -88,36 +92,26 @@ pub(super) async fn bring_up(
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // QEMU 7.2 opens guest RAM's file read-write: it gets a private copy (holes stay
-    // holes), so no restored QEMU can change the snapshot for later restores. The copy
-    // is made while the network helper starts (neither needs the other); both are
-    // awaited before either's failure is returned, so nothing is left writing.
+    // holes), so no restored QEMU can change the snapshot for later restores. While it
+    // is made, the network helper is spawned and QEMU's jail is built, QEMU held before
+    // it runs (`jail::held`); the copy is awaited before any failure is returned, so
+    // nothing is left writing, and a held QEMU dropped on a failure is killed.
     let ram = record.paths.vm.join(PRIVATE_RAM);
     let (from, to) = (snap.ram(), ram.clone());
     let copying = tokio::task::spawn_blocking(move || copy_file(&from, &to));
-    let helper_up = start_helper(record, persist, net).await;
+    let spawned = spawn_both(record, persist, snap, template, net, &ram).await;
     let copied = copying.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    helper_up?;
+    let (mut helper, held) = spawned?;
     copied?;
-    step("network helper up and guest RAM copied");
-    let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
-    let spec = VmSpec {
-        id: &record.id,
-        name: &record.name,
-        template,
-        memory_mib: snap.meta.memory_mib,
-        cpus: snap.meta.cpus,
-        accel,
-        paths: &record.paths,
-        network: snap.meta.network.is_some(),
-        storage: &record.storage,
-        ram: GuestRam::Snapshot(&ram),
-    };
-    let _ = std::fs::remove_file(&record.paths.qmp_socket);
-    let jailed = crate::jail::start_qemu(&spec, true).await?;
+    step("network helper spawned, QEMU held and guest RAM copied");
+    let jailed = held.release()?;
     let mut child = jailed.child;
     let mut qemu_log = jailed.log;
-    record.qemu = Some(jailed.qemu);
-    persist(record)?;
+    step("QEMU released");
+    // Both are recorded: a helper that does not come up leaves QEMU to the caller too.
+    lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
+    lifecycle::publish_restored(&record.paths.dir, net).await?;
+    step("network helper up");
     let mut qmp = connect_new(record, &mut child, &mut qemu_log, limit).await?;
     // QEMU has mapped guest RAM by the time it answers: the name can go (the space
     // is freed when QEMU ends).
@@ -148,21 +142,42 @@ pub(super) async fn bring_up(
     Ok(reached.version)
 }
 
-/// Starts the network helper of a restored `record` as `net` says, recording it (and
-/// its secrets runner) with `persist`, and waits until it serves and has published the
-/// ports.
-async fn start_helper(
+/// Starts the network helper of a restored `record` as `net` says, then QEMU held
+/// before it runs ([`crate::jail::hold_qemu`], its guest RAM `ram` still being
+/// copied), recording each (the helper with its secrets runner) with `persist` as it
+/// starts; the caller releases QEMU, then waits until the helper is ready
+/// ([`lifecycle::wait_ready`]) and publishes the ports.
+async fn spawn_both(
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
+    snap: &Snapshot,
+    template: &Template,
     net: &RestoredNet,
-) -> Result<(), SandboxError> {
-    let mut helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
+    ram: &Path,
+) -> Result<(crate::jail::JailedHelper, crate::jail::held::HeldQemu), SandboxError> {
+    let helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
     record.secret_runner = helper.runner;
     persist(record)?;
-    lifecycle::wait_ready(&mut helper, &record.paths.dir).await?;
-    lifecycle::publish_restored(&record.paths.dir, net).await?;
-    Ok(())
+    let accel = if snap.meta.accel == Accel::Kvm.as_str() { Accel::Kvm } else { Accel::Tcg };
+    let spec = VmSpec {
+        id: &record.id,
+        name: &record.name,
+        template,
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        accel,
+        paths: &record.paths,
+        network: snap.meta.network.is_some(),
+        storage: &record.storage,
+        ram: GuestRam::Snapshot(ram),
+    };
+    let _ = std::fs::remove_file(&record.paths.qmp_socket);
+    // The helper is recorded: a QEMU that does not start leaves it to the caller to end.
+    let held = crate::jail::hold_qemu(&spec, true).await?;
+    record.qemu = held.qemu();
+    persist(record)?;
+    Ok((helper, held))
 }
 
 /// The first call on a reached agent, which shows it answers.

@@ -17,8 +17,9 @@ pub const VM_DIR: &str = "vm";
 /// The subdirectory of `vm/` that QEMU shares with the network helper ([`wire_dir`]).
 pub const WIRE_DIR: &str = "wire";
 
-/// `<dir>/vm/wire`: the two sockets between QEMU and the sandbox's network helper (the
-/// NIC's `net.sock`, which the helper binds, and the agent port `agent.port`, which
+/// `<dir>/vm/wire`: the sockets between QEMU and the sandbox's network helper (the
+/// NIC's `net.sock` and the console's `tty.sock`, which atoll binds for the helper
+/// (`jail::wire`), and the agent port `agent.port`, which
 /// QEMU makes), and nothing else. It is all of `vm/` the helper's view holds (with the
 /// console log it bounds): QEMU's control socket, its disk and its RAM stay out of the
 /// helper's sight, even when both run as the same user.
@@ -44,7 +45,7 @@ pub fn ensure_wire_dir(dir: &Path) -> std::io::Result<PathBuf> {
 
 /// Makes `<dir>/vm/wire` anew, empty ([`ensure_wire_dir`]): whatever was there is
 /// removed, never followed (a link there, or in it, is removed itself). Nothing in it
-/// outlives the sandbox's QEMU and helper (the helper binds its socket anew, QEMU makes
+/// outlives the sandbox's QEMU and helper (its sockets are bound anew, QEMU makes
 /// its port), and what the last ones left can be anything either could make: a link, a
 /// FIFO, a directory in a socket's place, which would keep the next helper or QEMU from
 /// binding there, and so a parked sandbox from coming back. Only while neither runs
@@ -582,7 +583,7 @@ mod tests {
     fn refuses_socket_paths_that_are_too_long() {
         let long = PathBuf::from(format!("/tmp/{}", "x".repeat(100)));
         assert!(matches!(check_socket_path_len(&long), Err(StateError::PathTooLong { .. })));
-        // The helper binds `vm/wire/net.sock` as `net.sock.new` first: 21 bytes past the
+        // atoll binds `vm/wire/net.sock` as `net.sock.new` first: 21 bytes past the
         // directory, so one of 87 bytes is refused (it failed later, in the helper), and
         // one of 86 fits.
         let dir = |len: usize| PathBuf::from(format!("/tmp/{}", "x".repeat(len - 5)));

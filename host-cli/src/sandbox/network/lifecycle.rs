@@ -1,6 +1,6 @@
-//! The helper's part in a sandbox's life: `atoll create` starts it (before QEMU, so the
-//! NIC's socket is there when QEMU connects) and waits until its control socket exists;
-//! `atoll kill` stops it. Its pid is in the sandbox record. A guest restored from a
+//! The helper's part in a sandbox's life: `atoll create` starts it (atoll binds the
+//! sockets QEMU connects to first and hands them to it: `jail::wire`) and waits until its
+//! control socket exists; `atoll kill` stops it. Its pid is in the sandbox record. A guest restored from a
 //! snapshot (a fork, a restore, a parked sandbox brought back) gets a new helper the
 //! same way ([`RestoredNet`]), and a snapshot records what it needs
 //! ([`for_snapshot`]).
@@ -50,7 +50,9 @@ pub fn spawn(
 }
 
 /// Writes `config` as `net.json` (its ports are published afterwards, through the
-/// helper) and starts `atoll net-helper` for the sandbox in `dir`, in its jail.
+/// helper) and starts `atoll net-helper` for the sandbox in `dir`, in its jail. The
+/// sockets QEMU connects to are listening when this returns (`jail::wire`): QEMU may
+/// start before the helper is ready.
 pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedHelper, HelperStartError> {
     // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
     // root), made before it starts.
@@ -63,7 +65,8 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedH
     NetConfig { ports: Vec::new(), ..config.clone() }.save_for_helper(dir, owner)?;
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
-    Ok(crate::jail::start_helper(&exe, &args, dir, &config::helper_log_path(dir))?)
+    let network = config.network == NetworkMode::Default;
+    Ok(crate::jail::start_helper(&exe, &args, dir, &config::helper_log_path(dir), network)?)
 }
 
 /// Waits until the helper's control socket exists.

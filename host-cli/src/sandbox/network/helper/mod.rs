@@ -19,12 +19,16 @@
 //! NIC's and the console's sockets in `vm/wire/` and the two logs it writes,
 //! `vm/console.log` and `qemu.log`.
 //!
-//! It is ready once `net.ctl` exists; `net.sock`, `agent.sock` and the two log
-//! sockets are bound before that, so QEMU can connect and calls can be made as soon as `atoll create` sees the
+//! atoll binds the sockets QEMU connects to (`net.sock`, `tty.sock`, `stderr.sock`)
+//! before it starts the helper and QEMU, and hands them to the helper by descriptor
+//! (`jail::wire`, [`handed`]): QEMU may start before the helper is ready, its
+//! connections waiting to be accepted. The helper is ready once `net.ctl` exists;
+//! `agent.sock` is bound before that, so calls can be made as soon as atoll sees the
 //! helper ready.
 
 pub mod console;
 mod forward;
+pub mod handed;
 pub mod log;
 mod server;
 
@@ -72,6 +76,14 @@ pub enum HelperError {
     /// The network engine could not start.
     #[error(transparent)]
     Engine(#[from] atoll_net::EngineError),
+    /// A socket atoll bound for it is not one it can serve.
+    #[error(transparent)]
+    Handed(#[from] handed::HandedError),
+    /// atoll bound no NIC socket for a sandbox with a network.
+    #[error(
+        "the sandbox has a network but the helper was given no NIC socket (--frames-fd); atoll create starts the helper with it"
+    )]
+    NoFrames,
 }
 
 /// Runs the helper for the sandbox in `args.dir` until SIGTERM or SIGINT; removes its
@@ -83,6 +95,8 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
         // SAFETY: atoll's jail hands the helper this descriptor for this use alone.
         unsafe { crate::secrets::runner::use_runner(fd) };
     }
+    // SAFETY: atoll's jail hands the helper these descriptors for these uses alone.
+    let handed = unsafe { handed::Handed::take(args) }?;
     let dir = args.dir.as_path();
     let mut config = NetConfig::load(dir)?;
     config.ports.clear();
@@ -98,7 +112,7 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     config.save(dir)?;
     let engine = match config.network {
         NetworkMode::Default => {
-            let frames = atoll_net::Frames::Listener(bind(&config::frames_path(dir))?);
+            let frames = atoll_net::Frames::Listener(handed.frames.ok_or(HelperError::NoFrames)?);
             let log = config::audit_log_path(dir);
             let mut engine = atoll_net::EngineConfig::new(frames, log, config.policy.clone());
             engine.stale_flows = stale_flows;
@@ -111,11 +125,9 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     let link = agent_link::start(&agent_link::port_path(dir), &link_socket, agent_link::LINK_WAIT)?;
     let forwarder =
         forward::Forwarder::new(dir.to_path_buf(), atoll_proto::Address::Unix(link_socket.clone()), config);
-    // QEMU's two logs, before the control socket: QEMU starts once that exists, and
-    // connects to both at once.
-    let tty = bind(&config::console_socket_path(dir))?;
-    let stderr = bind(&config::stderr_socket_path(dir))?;
+    // QEMU's two logs, on the sockets atoll bound (QEMU may have connected already).
     let logs_dir = dir.to_path_buf();
+    let (tty, stderr) = (handed.tty, handed.stderr);
     let console = tokio::spawn(async move { console::serve(&logs_dir, tty, stderr).await });
     let ctl = bind(&config::ctl_path(dir))?;
     let helper = std::sync::Arc::new(server::Helper { forwarder, engine });
@@ -140,17 +152,18 @@ pub async fn run(args: &crate::cli::HelperArgs) -> Result<(), HelperError> {
     ended
 }
 
-/// The temporary name the helper binds `path`'s socket under (`<path>.new`): the longest
-/// socket path the helper binds, which the sandbox directory's length must leave room
-/// for (`vmm::state`'s check at allocation).
+/// The temporary name `path`'s socket is bound under (`<path>.new`), by the helper
+/// (its control socket) or by atoll (`jail::wire`): the longest socket path bound for a
+/// sandbox, which the sandbox directory's length must leave room for (`vmm::state`'s
+/// check at allocation).
 pub fn bind_tmp_path(path: &Path) -> std::path::PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".new");
     tmp.into()
 }
 
-/// Binds a Unix socket at `path`, replacing a stale one, 0600 (the jail hands
-/// `net.sock` to QEMU's group). It is bound and listening under a temporary name first
+/// Binds a Unix socket at `path` (the control socket), replacing a stale one, 0600. It
+/// is bound and listening under a temporary name first
 /// and renamed into place, so the path exists only once a connection to it is accepted:
 /// atoll takes the control socket's existence as the helper being ready, and a socket
 /// file seen between `bind` and `listen` refused connections (a create under load failed
