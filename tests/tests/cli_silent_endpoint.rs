@@ -126,8 +126,8 @@ fn headers_only<S: Read + Write>(conn: &mut S) -> std::io::Result<()> {
         conn.read_exact(&mut payload)?;
         let (kind, flags, stream) = (head[3], head[4], [head[5] & 0x7f, head[6], head[7], head[8]]);
         let reply = |kind: u8, flags: u8, payload: &[u8]| {
-            let n = payload.len();
-            let mut frame = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+            let n = u32::try_from(payload.len()).expect("a frame's payload fits 24 bits").to_be_bytes();
+            let mut frame = vec![n[1], n[2], n[3], kind, flags];
             frame.extend_from_slice(&stream);
             frame.extend_from_slice(payload);
             frame
