@@ -94,7 +94,7 @@ impl Client {
 
     /// Reaches the agent at `addr` as [`Client::connect`] does, bounded the same, but
     /// proves that it answers beside the first call rather than before it
-    /// ([`proof`]): a command's first call does not wait one more round trip. What the
+    /// (`client::proof`): a command's first call does not wait one more round trip. What the
     /// proof finds wrong is that call's error, the one `connect` would have given. For a
     /// caller that makes its calls at once (an `atoll` command); one that keeps a client
     /// or asks whether the agent answers uses `connect`.

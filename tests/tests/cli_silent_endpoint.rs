@@ -1,7 +1,8 @@
 //! `--connect-timeout` bounds every step of reaching an agent: against endpoints that
 //! take the connection and then say nothing (at the socket, after the hybrid-vsock
-//! `CONNECT`, after `OK`, on TCP) or that start an HTTP/2 session and never answer a
-//! call, every subcommand that talks to an agent, and an MCP tool call, ends with exit
+//! `CONNECT`, after `OK`, on TCP), that start an HTTP/2 session and never answer a
+//! call, or that start every response and never finish one, every subcommand that
+//! talks to an agent, and an MCP tool call, ends with exit
 //! 69 (a tool error for MCP) within the timeout plus 2 s, with a message that names
 //! what was reached and what did not answer. The bound is a correctness limit (the
 //! command must not wait on), generous for a busy 2-core machine, not a benchmark.
@@ -34,6 +35,9 @@ enum Silence {
     AfterOk,
     /// Speaks HTTP/2 (its SETTINGS and their ACK) but never answers a request.
     AfterHttp2Settings,
+    /// Speaks HTTP/2 and starts every response (a gRPC response's headers, and a PING's
+    /// ACK) but never sends a message or a status.
+    AfterResponseHeaders,
 }
 
 /// A listening endpoint that keeps every connection open until the test ends.
@@ -97,6 +101,41 @@ fn serve<S: Read + Write>(mut conn: S, silence: Silence) {
             let _ = conn.write_all(&SETTINGS);
             let _ = conn.write_all(&SETTINGS_ACK);
             while conn.read(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+        Silence::AfterResponseHeaders => {
+            let _ = conn.write_all(&SETTINGS);
+            let _ = conn.write_all(&SETTINGS_ACK);
+            let _ = headers_only(&mut conn);
+        }
+    }
+}
+
+/// Answers each request's HEADERS frame with response headers (`:status 200`,
+/// `content-type: application/grpc`, END_HEADERS, no END_STREAM) and each PING with its
+/// ACK; nothing more, until the client goes away.
+fn headers_only<S: Read + Write>(conn: &mut S) -> std::io::Result<()> {
+    // HPACK: `:status 200` (static index 8); `content-type` (static index 31) literal.
+    const BLOCK: &[u8] = b"\x88\x0f\x10\x10application/grpc";
+    let mut preface = [0u8; 24];
+    conn.read_exact(&mut preface)?;
+    loop {
+        let mut head = [0u8; 9];
+        conn.read_exact(&mut head)?;
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        conn.read_exact(&mut payload)?;
+        let (kind, flags, stream) = (head[3], head[4], [head[5] & 0x7f, head[6], head[7], head[8]]);
+        let reply = |kind: u8, flags: u8, payload: &[u8]| {
+            let n = u32::try_from(payload.len()).expect("a frame's payload fits 24 bits").to_be_bytes();
+            let mut frame = vec![n[1], n[2], n[3], kind, flags];
+            frame.extend_from_slice(&stream);
+            frame.extend_from_slice(payload);
+            frame
+        };
+        match kind {
+            0x1 => conn.write_all(&reply(0x1, 0x4, BLOCK))?,
+            0x6 if flags & 0x1 == 0 => conn.write_all(&reply(0x6, 0x1, &payload))?,
+            _ => {}
         }
     }
 }
@@ -163,6 +202,14 @@ fn a_vm_socket_that_answers_ok_then_says_nothing() {
 #[test]
 fn an_endpoint_that_speaks_http2_but_never_answers_a_call() {
     let e = Endpoint::unix(Silence::AfterHttp2Settings);
+    every_command_gives_up(&e.addr, "started a session, but the agent did not answer within 2 s");
+}
+
+/// An endpoint that starts each response and never finishes one (no message, no status)
+/// does not hold a command past the timeout either: response headers are not an answer.
+#[test]
+fn an_endpoint_that_sends_response_headers_but_never_a_message() {
+    let e = Endpoint::unix(Silence::AfterResponseHeaders);
     every_command_gives_up(&e.addr, "started a session, but the agent did not answer within 2 s");
 }
 

@@ -178,13 +178,26 @@ pub async fn save_split(
 /// Loads `file` into a QEMU started with [`restore_args`]; the guest stays stopped
 /// until `cont`. atoll opens the file and hands QEMU the descriptor (`fd:`).
 pub async fn load(qmp: &mut Qmp, file: &Path, limit: Duration) -> Result<(), MigrateError> {
-    let stream =
-        std::fs::File::open(file).map_err(|source| MigrateError::Open { path: file.into(), source })?;
+    let stream = open_stream(file)?;
     set_capabilities(qmp).await?;
     qmp.send_fd(MIGRATION_FD, stream.as_fd()).await?;
     drop(stream);
     qmp.execute_with("migrate-incoming", json!({ "uri": format!("fd:{MIGRATION_FD}") })).await?;
     wait_migration(qmp, "load", limit).await.map(drop)
+}
+
+/// Opens the saved state `file` for QEMU to read. `snapfile::open` checked it by name;
+/// this opens it by name again, and someone may have put a link or FIFO there since:
+/// neither is opened ([`super::safe_fs::open_read`]: no link followed, no wait on a
+/// FIFO, a regular file or nothing).
+fn open_stream(file: &Path) -> Result<std::fs::File, MigrateError> {
+    let open = || -> std::io::Result<std::fs::File> {
+        let stream = super::safe_fs::open_read(file)?;
+        // QEMU gets it as a plain open would have given it (blocking reads).
+        rustix::fs::fcntl_setfl(&stream, rustix::fs::OFlags::empty())?;
+        Ok(stream)
+    };
+    open().map_err(|source| MigrateError::Open { path: file.into(), source })
 }
 
 /// `events`: QEMU announces each change of the migration's status, so the wait ends
@@ -247,5 +260,29 @@ mod tests {
             assert_eq!(args[key].as_str(), Some(value), "{key}");
         }
         assert_eq!(args.as_object().unwrap().len(), line.split(',').count());
+    }
+
+    /// A link or FIFO put in the saved state's place after the snapshot's files were
+    /// checked is refused when it is opened (a FIFO with no writer would hold the restore
+    /// forever; a link would hand QEMU whatever it names), with the path in the error.
+    #[test]
+    fn the_saved_state_is_opened_without_following_a_link_or_waiting_on_a_fifo() {
+        let d = tempfile::tempdir().unwrap();
+        let (real, link, fifo) = (d.path().join("real"), d.path().join("link"), d.path().join("fifo"));
+        std::fs::write(&real, b"QEVM").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, 0o600.into(), 0).unwrap();
+        assert!(open_stream(&real).is_ok());
+        for planted in [link, fifo] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let path = planted.clone();
+            std::thread::spawn(move || tx.send(open_stream(&path).map(drop)));
+            let got = rx.recv_timeout(Duration::from_secs(5));
+            let err = match got {
+                Ok(r) => r.expect_err("a planted file was opened"),
+                Err(_) => panic!("opening {} did not return", planted.display()),
+            };
+            assert!(err.to_string().contains(&planted.display().to_string()), "{err}");
+        }
     }
 }
