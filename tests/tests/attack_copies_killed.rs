@@ -9,14 +9,13 @@
 mod cli_util;
 mod hostile_util;
 
-use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use cli_util::atoll_cmd;
-use hostile_util::{CANARY, Host, Hostile};
+use hostile_util::{CANARY, Host, Hostile, honest_zip};
 
 /// `atoll --agent ADDR ARGS` started in the background, output discarded.
 fn start(agent: &Hostile, args: &[&str]) -> Child {
@@ -191,11 +190,7 @@ fn a_folder_copy_killed_mid_transfer_is_tidied_by_the_next() {
     let plants = plant_look_alikes(&folder);
 
     let zips = tempfile::tempdir().unwrap();
-    let zip_path = zips.path().join("ok.zip");
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
-    zip.start_file("a/f.txt", zip::write::SimpleFileOptions::default()).unwrap();
-    zip.write_all(b"honest\n").unwrap();
-    zip.finish().unwrap();
+    let zip_path = honest_zip(zips.path());
     let honest = Hostile::start("zip", Some(&zip_path));
     let out = atoll_cmd(&honest.addr(), &["cp", ":/d", dst.to_str().unwrap()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -9,12 +9,11 @@
 mod cli_util;
 mod hostile_util;
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
 use cli_util::atoll_cmd;
-use hostile_util::{Host, Hostile};
+use hostile_util::{Host, Hostile, honest_zip};
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
 
 /// A filter that answers every `openat2` with ENOSYS and lets all else through.
@@ -50,11 +49,7 @@ fn stderr(out: &Output) -> String {
 fn without_openat2_a_folder_copy_fails_closed_and_the_rest_works() {
     let filter = no_openat2();
     let zips = tempfile::tempdir().unwrap();
-    let zip_path = zips.path().join("ok.zip");
-    let mut zip = zip::ZipWriter::new(std::fs::File::create(&zip_path).unwrap());
-    zip.start_file("a/f.txt", zip::write::SimpleFileOptions::default()).unwrap();
-    zip.write_all(b"honest\n").unwrap();
-    zip.finish().unwrap();
+    let zip_path = honest_zip(zips.path());
     let agent = Hostile::start("zip", Some(&zip_path));
 
     let host = Host::new();

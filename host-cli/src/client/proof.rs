@@ -155,26 +155,20 @@ where
             let mut proof = proof;
             tokio::pin!(call);
             let unproven = |u: Unproven| -> BoxError { Box::new(u) };
+            // Whichever comes first, the proof decides: headers are not an answer (an
+            // endpoint can start every response and never send a message, and a status in
+            // them may be an agent link's, not the agent's), and a dead connection fails
+            // the proof too, which says what was reached. Both were sent at once, so
+            // waiting for the proof after the call costs no round trip.
             tokio::select! {
-                answered = &mut call => match answered {
-                    // Headers are not an answer: an endpoint can start every response
-                    // and never send a message. A status in them (trailers only) may be
-                    // an agent link's, not the agent's. The proof says which; it was
-                    // sent with the call, so waiting for it costs no round trip.
-                    Ok(response) => {
-                        proof.await.map_err(unproven)?;
-                        Ok(response)
-                    }
-                    // A dead connection fails the proof too, which says what was reached.
-                    Err(e) => match proof.await {
-                        Err(u) => Err(unproven(u)),
-                        Ok(()) => Err(e),
-                    },
-                },
-                proven = &mut proof => match proven {
-                    Ok(()) => call.await,
-                    Err(u) => Err(unproven(u)),
-                },
+                answered = &mut call => {
+                    proof.await.map_err(unproven)?;
+                    answered
+                }
+                proven = &mut proof => {
+                    proven.map_err(unproven)?;
+                    call.await
+                }
             }
         }
         .boxed()

@@ -79,15 +79,23 @@ impl Listeners {
     }
 }
 
-/// Binds and listens on `path` as the module says; what was there (a stale socket, a
-/// file: never a directory, which `renew_wire_dir` and `clear_stale` removed) is
-/// replaced by the rename, never followed.
+/// Binds and listens on `path` as the module says ([`listen_in_place`]), the error
+/// naming the socket.
 fn listen(path: &Path, owner: Option<(u32, u32)>) -> Result<UnixListener, WireError> {
-    let err = |source| WireError { path: path.to_path_buf(), source };
+    listen_in_place(path, owner).map_err(|source| WireError { path: path.to_path_buf(), source })
+}
+
+/// Binds and listens on `path` under a temporary name, makes it 0600 (and `owner`'s:
+/// uid, gid), then renames it into place, so the path exists only once it listens and
+/// only its owner can connect before. What was there (a stale socket, a file: never a
+/// directory, which fails the rename) is replaced by the rename, never followed; nothing
+/// is left under the temporary name on failure. The network helper binds its own
+/// sockets with it too.
+pub(crate) fn listen_in_place(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<UnixListener> {
     let tmp = bind_tmp_path(path);
     // `unlink` removes a link itself; a directory fails the bind, which says so.
     let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp).map_err(err)?;
+    let listener = UnixListener::bind(&tmp)?;
     let placed = match owner {
         Some(owner) => super::own_socket(&tmp, owner),
         None => crate::vmm::safe_fs::set_mode(&tmp, 0o600),
@@ -95,7 +103,7 @@ fn listen(path: &Path, owner: Option<(u32, u32)>) -> Result<UnixListener, WireEr
     .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = placed {
         let _ = std::fs::remove_file(&tmp);
-        return Err(err(e));
+        return Err(e);
     }
     Ok(listener)
 }

@@ -85,3 +85,15 @@ impl Host {
         }
     }
 }
+
+/// Writes `ok.zip` in `dir`, one honest entry (`a/f.txt`: "honest\n") for the fake to
+/// serve, and returns its path.
+pub fn honest_zip(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("ok.zip");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    zip.start_file("a/f.txt", zip::write::SimpleFileOptions::default()).unwrap();
+    zip.write_all(b"honest\n").unwrap();
+    zip.finish().unwrap();
+    path
+}

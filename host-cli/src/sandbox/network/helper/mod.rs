@@ -162,20 +162,16 @@ pub fn bind_tmp_path(path: &Path) -> std::path::PathBuf {
     tmp.into()
 }
 
-/// Binds a Unix socket at `path` (the control socket), replacing a stale one, 0600. It
-/// is bound and listening under a temporary name first
-/// and renamed into place, so the path exists only once a connection to it is accepted:
+/// Binds a Unix socket at `path` (the control socket), replacing a stale one, 0600
+/// ([`crate::jail::wire::listen_in_place`]): the path exists only once a connection to
+/// it is accepted:
 /// atoll takes the control socket's existence as the helper being ready, and a socket
 /// file seen between `bind` and `listen` refused connections (a create under load failed
 /// with "could not reach the network helper").
 fn bind(path: &Path) -> Result<UnixListener, HelperError> {
-    use std::os::unix::fs::PermissionsExt;
-    let err = |source| HelperError::Bind { path: path.to_path_buf(), source };
-    let tmp = bind_tmp_path(path);
-    let _ = std::fs::remove_file(&tmp);
-    let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(&tmp).map_err(err)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)?;
-    Ok(listener)
+    let listener = crate::jail::wire::listen_in_place(path, None).and_then(|l| {
+        l.set_nonblocking(true)?;
+        UnixListener::from_std(l)
+    });
+    listener.map_err(|source| HelperError::Bind { path: path.to_path_buf(), source })
 }
