@@ -519,9 +519,7 @@ fn require_tool(tool: &'static str, package: &'static str) -> Result<(), BakeErr
 
 /// Runs a host tool; a failure carries the last lines of its stderr.
 fn run_tool(tool: &'static str, cmd: &mut Command) -> Result<(), BakeError> {
-    let out = super::leftovers::dies_with_atoll(cmd)
-        .stdin(std::process::Stdio::null())
-        .output()
+    let out = super::tools::output(cmd.stdin(std::process::Stdio::null()))
         .map_err(|e| BakeError::ToolFailed { tool, stderr: e.to_string() })?;
     if out.status.success() {
         return Ok(());

@@ -170,7 +170,6 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
     let layout = tempfile::Builder::new().prefix(&prefix).tempdir_in(&tmp).map_err(cache_err(&tmp))?;
 
     let mut cmd = Command::new("skopeo");
-    super::leftovers::dies_with_atoll(&mut cmd);
     cmd.args(["--override-arch", "amd64", "--override-os", "linux", "copy", "--quiet"]);
     if opts.insecure && source.starts_with("docker://") {
         cmd.arg("--src-tls-verify=false");
@@ -194,9 +193,7 @@ pub fn fetch(reference: &str, opts: &FetchOptions) -> Result<Fetched, ImageError
     dest.push(layout.path());
     dest.push(":image");
     cmd.arg(dest);
-    let out = cmd
-        .stdin(std::process::Stdio::null())
-        .output()
+    let out = super::tools::output(cmd.stdin(std::process::Stdio::null()))
         .map_err(|e| ImageError::Fetch { reference: reference.into(), stderr: e.to_string() })?;
     if !out.status.success() {
         let text = String::from_utf8_lossy(&out.stderr);

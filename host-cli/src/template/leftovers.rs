@@ -9,11 +9,9 @@
 //! pid was reused (a few stale bytes are better than another build's files deleted).
 //!
 //! The tools a build runs (skopeo, mkfs.ext4, tar, cp) get SIGKILL when atoll ends
-//! ([`dies_with_atoll`]), so none keeps writing into a directory nobody will commit.
+//! ([`super::tools`]), so none keeps writing into a directory nobody will commit.
 
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 
 /// The suffixes a staging directory's name ends with, before `-PID`.
 const STAGING_KINDS: [&str; 3] = [".build", ".save", ".cached"];
@@ -51,10 +49,14 @@ pub fn sweep(dir: &Path) -> usize {
     removed
 }
 
-/// Removes this process's own staging directories (for an interrupted `create
-/// --image` whose build thread is still running; its tools die when atoll exits, and
-/// what they write after this is removed by the next [`sweep`]).
+/// Removes this process's own staging directories, for an interrupted `create --image`
+/// whose build thread is still running: its tools are killed and reaped first, so none
+/// writes there again. What atoll's own build thread writes between this and atoll's
+/// exit (a layer being unpacked) is removed by the next [`sweep`].
 pub fn remove_own() {
+    if !super::tools::stop_all(std::time::Duration::from_secs(10)) {
+        tracing::warn!("a build tool was not reaped within 10 s of SIGKILL");
+    }
     let Ok(data) = crate::vmm::dirs::data_dir() else { return };
     let me = std::process::id();
     for dir in [data.join("templates"), data.join("images/tmp")] {
@@ -65,19 +67,6 @@ pub fn remove_own() {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
-    }
-}
-
-/// Makes `cmd`'s process get SIGKILL when the thread that starts it ends (atoll
-/// exiting on Ctrl-C included), so a build tool never outlives the build.
-pub fn dies_with_atoll(cmd: &mut Command) -> &mut Command {
-    // SAFETY: the closure runs between fork and exec and makes one prctl call, which is
-    // async-signal-safe; it touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
-                .map_err(std::io::Error::from)
-        })
     }
 }
 
@@ -115,18 +104,5 @@ mod tests {
         assert_eq!(sweep(d.path()), 2);
         assert!(!dead.exists() && !layout.exists());
         assert!(live.exists() && template.exists() && target.exists());
-    }
-
-    #[test]
-    fn a_tool_dies_with_the_thread_that_started_it() {
-        let child = std::thread::spawn(|| dies_with_atoll(Command::new("sleep").arg("30")).spawn().unwrap())
-            .join()
-            .unwrap();
-        let mut child = child;
-        let started = std::time::Instant::now();
-        let status = child.wait().unwrap();
-        assert!(started.elapsed() < std::time::Duration::from_secs(20), "sleep outlived its thread");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(libc::SIGKILL));
     }
 }

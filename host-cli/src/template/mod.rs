@@ -31,6 +31,7 @@ pub mod mcp_access;
 pub mod owners;
 pub mod probe;
 pub mod start;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 

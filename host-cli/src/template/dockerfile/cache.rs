@@ -226,13 +226,14 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     let need = std::fs::metadata(entry.join("rootfs.ext4")).map_or(0, |m| m.blocks() * 512);
     drop(crate::sandbox::quota::check_snapshot_locked(need).map_err(CacheError::Io)?);
     let image = stage.path.join("rootfs.ext4");
-    let cp = crate::template::leftovers::dies_with_atoll(&mut std::process::Command::new("cp"))
-        .args(["--sparse=always", "--reflink=auto", "--"])
-        .arg(entry.join("rootfs.ext4"))
-        .arg(&image)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| io(&e))?;
+    let cp = crate::template::tools::output(
+        std::process::Command::new("cp")
+            .args(["--sparse=always", "--reflink=auto", "--"])
+            .arg(entry.join("rootfs.ext4"))
+            .arg(&image)
+            .stdin(std::process::Stdio::null()),
+    )
+    .map_err(|e| io(&e))?;
     if !cp.status.success() {
         if !entry.join("rootfs.ext4").is_file() {
             return Err(corrupt("its disk image is missing".into()));
