@@ -165,4 +165,6 @@ async def test_over_http_client_roots_never_count_only_allow_mount(dirs: Path) -
                         assert "may not be mounted" in text, (host, text)
                         assert "only the operator" in text and "--allow-mount" in text, (host, text)
                         assert "roots a client declares never count" in text, (host, text)
-    assert not any((dirs / "state").glob("sandboxes/*")), "a refused create left a sandbox behind"
+    # A sandbox's directory is `<state>/<id>`; dot-entries (`.lock`) are not sandboxes.
+    left = [p for p in (dirs / "state").iterdir() if p.is_dir() and not p.name.startswith(".")]
+    assert left == [], f"a refused create left a sandbox behind: {left}"
