@@ -84,6 +84,33 @@ def fake_record(state_dir: Path, like: str, sid: str, name: str, created_by: str
     return state_dir / sid
 
 
+A_FILE, A_TEXT, A_RULE = "/tmp/a-file", "written-by-a", "a-only.test"
+
+
+async def refused_every_way(session, sid: str, *why: str) -> None:
+    """Asks `session` to act on A's sandbox `owned-a` (id `sid`), by name and by id: an exec
+    that would overwrite A_FILE, a read of it, an update of its network rules and a kill.
+    Each must be refused, saying each of `why`, without the file's content."""
+    for target in ("owned-a", sid):
+        for tool, args in (("sandbox_exec", {"command": f"echo taken > {A_FILE}; touch /tmp/reached"}),
+                           ("sandbox_files_read", {"path": A_FILE}),
+                           ("sandbox_update", {"allow_out": ["taken.test"]}),
+                           ("sandbox_kill", {})):
+            text = await call_err(session, tool, sandbox_id=target, **args)
+            assert all(w in text for w in why), (tool, target, text)
+            assert A_TEXT not in text, (tool, target, text)
+
+
+async def untouched(a, sid: str) -> None:
+    """A's sandbox is running, listed to A, and its file and network rules are as A left them."""
+    listed = [(s["id"], s["state"]) for s in (await call_ok(a, "sandbox_list"))["sandboxes"]]
+    assert listed == [(sid, "running")], listed
+    out = await call_ok(a, "sandbox_exec", sandbox_id=sid, command=f"cat {A_FILE}; ls /tmp/reached 2>/dev/null || true")
+    assert out["stdout"] == f"{A_TEXT}\n", out
+    policy = await call_ok(a, "sandbox_update", sandbox_id=sid)
+    assert (policy["allow_out"], policy["deny_out"]) == ([A_RULE], []), policy
+
+
 def remove_record(d: Path) -> None:
     if d.exists():
         for f in d.iterdir():
@@ -137,14 +164,14 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                     assert not (await b.call_tool("sandbox_kill", {"sandbox_id": later["id"]})).is_error
 
                 assert [s["name"] for s in (await call_ok(a, "sandbox_list"))["sandboxes"]] == ["owned-a"]
+                # A leaves a file and a network rule in its sandbox, for the others to try.
+                await call_ok(a, "sandbox_exec", sandbox_id=sid, command=f"echo {A_TEXT} > {A_FILE}")
+                await call_ok(a, "sandbox_update", sandbox_id=sid, allow_out=[A_RULE])
+                await untouched(a, sid)
                 # Client B (another token) sees nothing and may touch nothing of A's.
                 assert (await call_ok(b, "sandbox_list"))["sandboxes"] == []
-                for tool, args in (("sandbox_exec", {"command": "true"}), ("sandbox_kill", {}),
-                                   ("sandbox_files_read", {"path": "/etc/hostname"}), ("sandbox_update", {"allow_out": []})):
-                    for name in ("owned-a", sid):
-                        text = await call_err(b, tool, sandbox_id=name, **args)
-                        assert "created by another MCP client over HTTP" in text, (tool, text)
-                        assert "--share-sandbox owned-a" in text, (tool, text)
+                await refused_every_way(b, sid, "created by another MCP client over HTTP", "--share-sandbox owned-a")
+                await untouched(a, sid)
                 # B's stateless (2026-07-28) requests are B's too.
                 async with stateless_client(server.url, TOKEN_B) as b2:
                     result = await b2.call_tool("sandbox_exec", {"command": "true", "sandbox_id": "owned-a"})
@@ -243,8 +270,8 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                 # Another face (stdio) is another identity too ...
                 async with mcp_session(env=env) as stdio:
                     assert (await call_ok(stdio, "sandbox_list"))["sandboxes"] == []
-                    text = await call_err(stdio, "sandbox_exec", command="true", sandbox_id="owned-a")
-                    assert "created by another MCP client over HTTP" in text, text
+                    await refused_every_way(stdio, sid, "created by another MCP client over HTTP", "--share-sandbox owned-a")
+                await untouched(a, sid)
                 # ... unless the operator hands the sandbox over.
                 async with mcp_session("--share-sandbox", "owned-a", env=env) as stdio:
                     assert [s["name"] for s in (await call_ok(stdio, "sandbox_list"))["sandboxes"]] == ["owned-a"]
@@ -254,13 +281,15 @@ async def test_a_client_acts_only_on_its_own_or_handed_over_sandboxes(state_dir:
                 # A server pinned to another sandbox acts on that one only.
                 async with mcp_session(env={**env, "ATOLL_SANDBOX": "scratch"}) as pinned:
                     assert (await call_ok(pinned, "sandbox_list"))["sandboxes"] == []
-                    for tool, args in (("sandbox_exec", {"command": "true"}), ("sandbox_kill", {}), ("sandbox_info", {})):
-                        text = await call_err(pinned, tool, sandbox_id="owned-a", **args)
-                        assert "acts only on sandbox `scratch`" in text and "--sandbox" in text, (tool, text)
+                    await refused_every_way(pinned, sid, "acts only on sandbox `scratch`", "--sandbox")
+                    for name in ("owned-a", sid):
+                        text = await call_err(pinned, "sandbox_info", sandbox_id=name)
+                        assert "acts only on sandbox `scratch`" in text and "--sandbox" in text, text
                     # ... and makes no sandbox of its own.
                     text = await call_err(pinned, "sandbox_create", template="minimal", name="pinned-made")
                     assert "creates no other" in text, text
                     assert "pinned-made" not in [s["name"] for s in (await call_ok(a, "sandbox_list"))["sandboxes"]]
+                await untouched(a, sid)
                 # Pinned to A's sandbox, the server acts on it (the operator's grant).
                 async with mcp_session(env={**env, "ATOLL_SANDBOX": "owned-a"}) as pinned:
                     assert [s["name"] for s in (await call_ok(pinned, "sandbox_list"))["sandboxes"]] == ["owned-a"]

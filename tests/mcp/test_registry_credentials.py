@@ -8,7 +8,9 @@ image are refused with an authentication error naming --registry-credentials, an
 template, no VM and nothing in the image cache, and so is `sandbox_create {image}`; a
 server started with `--registry-credentials` builds the template (one build VM boots),
 and a sandbox of it reads the private file; `sandbox_create {image}` there builds the
-image's template (with progress notifications) and boots it."""
+image's template (with progress notifications) and boots it. With that template in place,
+an anonymous client's `sandbox_create {image}`, by tag or by digest, is still refused and
+makes nothing."""
 
 from __future__ import annotations
 
@@ -197,6 +199,7 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
     async with mcp_session("--registry-credentials", env=env) as session:
         made = await call_ok(session, "sandbox_template_create", name="granted", image=image)
         assert made["from_image"].startswith(f"{image}@sha256:"), made
+        by_digest = image.rsplit(":", 1)[0] + "@" + made["from_image"].rsplit("@", 1)[1]
         listed = await call_ok(session, "sandbox_template_list")
         assert "granted" in [t["name"] for t in listed["templates"]], listed
         await call_ok(session, "sandbox_create", template="granted", name="g", network="none", boot_timeout_s=300)
@@ -252,6 +255,7 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
         assert not result.is_error, result
         made = result.structured_content
         assert made["template"].startswith("image-") and len(made["template"]) == 22, made
+        image_template = made["template"]
         assert any(m and "fetching the image and building its template" in m for _, m in progress), progress
         assert any(m and m.startswith("booting") for _, m in progress), progress
         values = [p for p, _ in progress]
@@ -264,3 +268,19 @@ async def test_mcp_pulls_anonymously_unless_the_operator_grants_registry_credent
     await anyio.to_thread.run_sync(
         lambda: wait_for(lambda: not processes_mentioning(str(state)), "the VMs' processes to end")
     )
+
+    # The image's template now exists, made from the image under the grant: an anonymous
+    # client is still refused the image, by tag and by digest, and nothing is made.
+    assert (data / "templates" / image_template / "from-image").is_file()
+    tree = lambda d: sorted(str(p.relative_to(d)) for p in d.rglob("*"))  # noqa: E731
+    templates, cache, records = tree(data / "templates"), tree(data / "images"), sorted(os.listdir(state))
+    async with mcp_session(env=env) as session:
+        for ref in (image, by_digest):
+            text = await call_err(session, "sandbox_create", image=ref, name="anon", network="none", boot_timeout_s=300)
+            assert "anonymously" in text and "authentication required" in text, (ref, text)
+            assert "--registry-credentials" in text, (ref, text)
+        assert (await call_ok(session, "sandbox_list"))["sandboxes"] == []
+    assert tree(data / "templates") == templates, "a template changed"
+    assert tree(data / "images") == cache, "the image cache changed"
+    assert sorted(os.listdir(state)) == records, "a sandbox record was made"
+    assert not processes_mentioning(str(state))
