@@ -6,7 +6,7 @@
 //! uid; the host must see none of it (no setuid/setgid bit, no world-writable mode, no
 //! device node, its own uid), while the guest sees its own modes (so `ls -l`, git's
 //! `core.filemode` and symlinks keep working in the guest). The default share refuses
-//! writes.
+//! writes, also once root in the guest has remounted it read-write: QEMU refuses them.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -340,9 +340,14 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
 
     let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
-    atoll.create_with("a", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro]);
+    // The read-write folder shared a second time, read-only: QEMU's namespace binds it
+    // read-write (for `/work`), so only QEMU's `readonly=on` stands between this share and
+    // the host folder.
+    let m_same = format!("{}:/same", share.display());
+    atoll.create_with("a", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--mount", &m_same]);
     let info = atoll.json(&["inspect", "a"]);
     assert_eq!(info["mounts"][1]["read_only"], true, "a share without :rw is read-only: {info}");
+    assert_eq!(info["mounts"][2]["read_only"], true, "a share without :rw is read-only: {info}");
     qemu_side_cannot_run_share_files(&atoll, &[&share, &ro]);
 
     // The attacks, each of which succeeds as far as the guest can tell.
@@ -408,7 +413,106 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     let names: Vec<_> = std::fs::read_dir(&ro).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(names, ["kept"]);
     assert_eq!(std::fs::metadata(ro.join("kept")).unwrap().mode() & 0o7000, 0);
+
+    // Root in the guest makes the read-only shares writable on its side: it remounts each
+    // read-write, and tries mounting its 9p tag again, read-write, elsewhere (the guest
+    // kernel refuses that one: "busy", the tag's channel is in use). Each write then
+    // reaches QEMU, which must refuse it.
+    let (ro_before, share_before) = (host_view(&ro), host_view(&share));
+    let remount = format!(
+        "mount -o remount,rw /data; mount -o remount,rw /same
+        mkdir -p /mnt/data /mnt/same
+        mount -t 9p -o {NINEP} atoll1 /mnt/data; mount -t 9p -o {NINEP} atoll2 /mnt/same
+        awk '$3 == \"9p\" {{ split($4, o, \",\"); print $2, o[1] }}' /proc/mounts"
+    );
+    let (_, mounts, err) = sh(&atoll, "a", &remount);
+    let writable: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.strip_suffix(" rw"))
+        .filter(|p| ["/data", "/mnt/data", "/same", "/mnt/same"].contains(p))
+        .collect();
+    for paths in [["/data", "/mnt/data"], ["/same", "/mnt/same"]] {
+        assert!(
+            paths.iter().any(|p| writable.contains(p)),
+            "the guest could not mount {} read-write, so QEMU was never asked: {mounts}{err}",
+            paths[0]
+        );
+    }
+    // Each write fails with EROFS, which the guest's read-write mount does not give: QEMU
+    // refused it.
+    let mut not_refused = Vec::new();
+    for dir in &writable {
+        let file = if dir.ends_with("data") { "kept" } else { "existing" };
+        for write in [
+            format!("echo x > {dir}/ro-new"),
+            format!("echo x >> {dir}/{file}"),
+            format!("echo x > {dir}/{file}"),
+            format!("rm {dir}/{file}"),
+            format!("mv {dir}/{file} {dir}/ro-moved"),
+            format!("ln {dir}/{file} {dir}/ro-hard"),
+            format!("mkdir {dir}/ro-made"),
+            format!("mknod {dir}/ro-mem c 1 1"),
+            format!("chmod 4777 {dir}/{file}"),
+            format!("chown 1234:1234 {dir}/{file}"),
+            format!("touch {dir}/{file}"),
+        ] {
+            let (code, out, err) = sh(&atoll, "a", &write);
+            if code == 0 || !err.contains("Read-only file system") {
+                not_refused.push(format!("{write}: exit {code}: {out}{err}"));
+            }
+        }
+    }
+    assert!(
+        not_refused.is_empty(),
+        "writes through a read-only share the guest made writable were not refused by QEMU: {not_refused:#?}"
+    );
+    assert_eq!(host_view(&ro), ro_before, "the read-only folder changed on the host");
+    assert_eq!(host_view(&share), share_before, "the folder shared read-only at /same changed on the host");
     atoll.json(&["kill", "a"]);
+}
+
+/// The guest agent's 9p mount options (guest-agent/src/storage.rs).
+const NINEP: &str = "trans=virtio,version=9p2000.L,msize=262144,cache=mmap";
+
+/// What the host sees of `dir` and everything under it, sorted: each entry's path, type,
+/// mode, owner, modification time, contents (a digest) and extended attributes (where
+/// 9p's `mapped-xattr` keeps the modes and owners a guest sets).
+fn host_view(dir: &Path) -> Vec<String> {
+    use sha2::Digest;
+    let mut entries = Vec::new();
+    walk(dir, &mut entries);
+    let mut view: Vec<String> = entries
+        .iter()
+        .map(|(path, mode, uid, kind)| {
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            let digest = if kind.is_file() {
+                format!("{:x}", sha2::Sha256::digest(std::fs::read(path).unwrap()))
+            } else {
+                String::new()
+            };
+            let (mtime, ns) = (meta.mtime(), meta.mtime_nsec());
+            format!("{path} {kind:?} {mode:o} {uid} {mtime}.{ns} {digest} {:?}", xattrs(Path::new(path)))
+        })
+        .collect();
+    view.sort();
+    view
+}
+
+/// `path`'s extended attributes (names and values), not following a link.
+fn xattrs(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut names = vec![0u8; 64 * 1024];
+    let len = rustix::fs::llistxattr(path, &mut names[..]).unwrap();
+    names[..len]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|name| {
+            let name = String::from_utf8_lossy(name).into_owned();
+            let mut value = vec![0u8; 64 * 1024];
+            let n = rustix::fs::lgetxattr(path, name.as_str(), &mut value[..]).unwrap();
+            value.truncate(n);
+            (name, value)
+        })
+        .collect()
 }
 
 /// `atoll` as an ordinary user: when the tests run as root, as uid
