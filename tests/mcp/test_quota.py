@@ -1,10 +1,12 @@
 """Host quotas through `atoll mcp`, as a model would meet them: over the disk quota
 sandbox_create is a tool error with exactly the CLI's text, at once, leaving nothing; a
 config file with an unknown key is refused naming the key, in both faces; the operator's
-`atoll mcp --max-sandboxes 1` caps what a model may create, over the environment."""
+`atoll mcp --max-sandboxes 1` caps what a model may create, over the environment, also
+for two creates made at once."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import binary, call_err, call_ok, data_dir, mcp_session
+from conftest import binary, call_err, call_ok, data_dir, mcp_session, text_of
 from test_sandboxes import need_vm, sandbox_dirs
 
 pytestmark = pytest.mark.anyio
@@ -60,13 +62,21 @@ async def test_the_operators_max_sandboxes_flag_caps_sandbox_create(state_dir: P
     need_vm()
     env = {"ATOLL_STATE_DIR": str(state_dir), "ATOLL_MAX_SANDBOXES": "10", "ATOLL_CONFIG": "/dev/null"}
     async with mcp_session("--max-sandboxes", "1", env=env) as session:
-        first = await call_ok(session, "sandbox_create", template="minimal", network="none", boot_timeout_s=300)
+        # Two creates at once: one boots, the other is refused at once (a sandbox still
+        # starting counts, so the two cannot both pass the check).
+        ask = {"template": "minimal", "network": "none", "boot_timeout_s": 300}
+        both = await asyncio.gather(*(session.call_tool("sandbox_create", ask) for _ in range(2)))
+        booted = [r.structured_content for r in both if not r.is_error]
+        said = [text_of(r) for r in both if r.is_error]
+        assert len(booted) == 1, [text_of(r) for r in both]
+        assert said[0].startswith("Sandbox quota reached: 1 sandbox runs, at most 1 may"), said[0]
+        first = booted[0]
         try:
             started = time.monotonic()
             text = await call_err(session, "sandbox_create", template="minimal", network="none")
             assert time.monotonic() - started < 20, "refused only after booting"
-            assert text.startswith("Sandbox quota reached: 1 sandboxes run, at most 1 may"), text
-            assert "--max-sandboxes, $ATOLL_MAX_SANDBOXES" in text and "atoll park" in text, text
+            assert text.startswith("Sandbox quota reached: 1 sandbox runs, at most 1 may"), text
+            assert "--max-sandboxes, $ATOLL_MAX_SANDBOXES" in text and "atoll pause --to-disk NAME" in text, text
             listed = (await call_ok(session, "sandbox_list"))["sandboxes"]
             assert [s["id"] for s in listed] == [first["id"]], listed
             assert len(sandbox_dirs(state_dir)) == 1, "the refused create left a sandbox directory"

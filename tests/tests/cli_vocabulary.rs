@@ -98,3 +98,135 @@ fn every_cli_error_names_only_atoll_commands() {
     seen.dedup();
     assert!(seen.len() > cases.len() / 2, "{seen:#?}");
 }
+
+/// The `atoll ...` command a backticked mention names: its subcommand words (lowercase
+/// words after `atoll`, global options and their values skipped, up to the first
+/// placeholder, value or `--`) and the options given right after them.
+fn named_command(mention: &str) -> (Vec<String>, Vec<String>) {
+    let mut words = Vec::new();
+    let mut options = Vec::new();
+    let mut tokens = mention.split_whitespace().skip(1).peekable();
+    while let Some(t) = tokens.next() {
+        if matches!(t, "-s" | "--sandbox" | "--agent" | "--connect-timeout") {
+            tokens.next();
+            continue;
+        }
+        let is_word =
+            !t.is_empty() && t.chars().all(|c| c.is_ascii_lowercase() || c == '-') && !t.starts_with('-');
+        if !is_word {
+            if t.starts_with('-') && t != "--" {
+                options.push(t.to_owned());
+            }
+            break;
+        }
+        words.push(t.to_owned());
+    }
+    // Options given after the words (and their placeholders), e.g. `atoll download DIR -o FILE`.
+    for t in tokens {
+        if t == "--" || t.contains('|') {
+            break;
+        }
+        if t.starts_with('-') {
+            options.push(t.to_owned());
+        }
+    }
+    let options = options
+        .into_iter()
+        .map(|o| o.split('=').next().unwrap_or_default().to_owned())
+        .filter(|o| {
+            o.len() > 1 && o.trim_start_matches('-').chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+        .collect();
+    (words, options)
+}
+
+/// Every `` `atoll ...` `` that the command's own messages and help (host-cli/src) and
+/// the docs (README.md, docs/) tell a user to run names a command that exists, with
+/// options it has: a message that teaches a command atoll does not have (a quota error
+/// said `atoll park`) sends the user nowhere.
+#[test]
+fn every_atoll_command_a_message_or_doc_names_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out = std::process::Command::new("git")
+        .args(["ls-files", "-z", "README.md", "docs", "host-cli/src"])
+        .current_dir(root)
+        .output()
+        .expect("run git ls-files (git is needed for this test)");
+    assert!(out.status.success(), "git ls-files failed: {}", stderr(&out));
+    let files: Vec<std::path::PathBuf> = out
+        .stdout
+        .split(|b| *b == 0)
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .filter(|n| n.ends_with(".rs") || n.ends_with(".md"))
+        .map(|n| root.join(n))
+        .collect();
+    let mut mentions = std::collections::BTreeMap::<String, String>::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            for piece in line.split('`').skip(1).step_by(2) {
+                if piece.starts_with("atoll ") {
+                    let at = format!("{}:{}", file.strip_prefix(root).unwrap().display(), i + 1);
+                    mentions.entry(piece.to_owned()).or_insert(at);
+                }
+            }
+        }
+    }
+    assert!(mentions.len() > 100, "only {} mentions found; is this a checkout?", mentions.len());
+    let mut helps = std::collections::HashMap::<Vec<String>, Result<String, String>>::new();
+    let mut wrong = Vec::new();
+    for (mention, at) in &mentions {
+        let (words, options) = named_command(mention);
+        let help = helps.entry(words.clone()).or_insert_with(|| {
+            let out = cli_util::atoll_cmd(
+                "",
+                &[&words.iter().map(String::as_str).collect::<Vec<_>>()[..], &["--help"]].concat(),
+            )
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run atoll");
+            let err = stderr(&out);
+            // An internal command (atoll starts it) answers with its own usage line.
+            let own_usage = err.contains(&format!("usage: atoll {}", words.join(" ")));
+            if out.status.success() {
+                Ok(s_out(&out.stdout))
+            } else if own_usage {
+                Ok(err)
+            } else {
+                Err(err)
+            }
+        });
+        match help {
+            Err(e) => {
+                wrong.push(format!("{at}: `{mention}`: no such command: {}", e.lines().next().unwrap_or("")))
+            }
+            Ok(text) => {
+                for o in options.iter().filter(|o| !text.contains(o.as_str())) {
+                    wrong.push(format!("{at}: `{mention}`: `atoll {}` has no option {o}", words.join(" ")));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} mentions name what atoll does not have:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn a_named_command_is_read_as_its_words_and_options() {
+    let (w, o) = named_command("atoll -s web template snapshot TEMPLATE --rm");
+    assert_eq!((w, o), (vec!["template".to_owned(), "snapshot".to_owned()], vec!["--rm".to_owned()]));
+    let (w, o) = named_command("atoll download DIR -o out.zip");
+    assert_eq!((w, o), (vec!["download".to_owned()], vec!["-o".to_owned()]));
+    let (w, o) = named_command("atoll create --net=none --memory 2048");
+    assert_eq!((w, o), (vec!["create".to_owned()], vec!["--net".to_owned(), "--memory".to_owned()]));
+    let (w, _) = named_command("atoll park NAME");
+    assert_eq!(w, vec!["park".to_owned()]);
+}
+
+fn s_out(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}

@@ -5,7 +5,11 @@
 //! - a config file with an unknown key or a bad value is refused, naming the key or the
 //!   line, and nothing is made;
 //! - with `max_disk = "250M"` in the config file one 128 MiB disk fits and a second create
-//!   is refused at once ("Disk quota reached", saying what to kill), leaving nothing;
+//!   is refused at once ("Disk quota reached", saying what to kill), leaving nothing, even
+//!   with three creates made at once; two creates at once with room for one more
+//!   sandbox start one;
+//! - a snapshot restore that would pass the sandbox quota (a parked sandbox put back
+//!   while another runs) is refused at once and leaves it parked;
 //! - `atoll info` shows each quota with its use and where it was set (the config file,
 //!   or the environment variable, which wins);
 //! - over the snapshot quota, `snapshot create` and `template save` are refused at once
@@ -46,6 +50,30 @@ fn refused(atoll: &Atoll, config: &Path, env: &[(&str, &str)], args: &[&str]) ->
     assert!(!out.status.success(), "atoll {args:?} should be refused; printed {}", text(&out.stdout));
     assert!(started.elapsed() < Duration::from_secs(20), "refused only after {:?}", started.elapsed());
     text(&out.stderr)
+}
+
+/// Starts `atoll CREATE NAME` for each of `names` at once and waits for all of them.
+fn at_once<'a>(
+    atoll: &Atoll,
+    config: &Path,
+    env: &[(&str, &str)],
+    create: &[&str],
+    names: &[&'a str],
+) -> Vec<(&'a str, std::process::Output)> {
+    let children: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let mut cmd = atoll.command(&[create, &[name]].concat());
+            cmd.env("ATOLL_CONFIG", config).envs(env.iter().copied());
+            (*name, cmd.spawn().unwrap())
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|(name, child)| {
+            (name, wait_bounded(child, HANG_GUARD).unwrap_or_else(|| panic!("create {name} hung")))
+        })
+        .collect()
 }
 
 fn quota<'a>(info: &'a Value, key: &str) -> &'a Value {
@@ -107,20 +135,39 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert!(err.contains("cannot read the config file") && err.contains("ATOLL_CONFIG"), "{err}");
     assert!(atoll.sandbox_dirs().is_empty(), "a refused create left a sandbox directory");
 
-    // One 128 MiB disk (plus its small files) fits under 250M; a second does not.
+    // One 128 MiB disk (plus its small files) fits under 250M; a second does not, even
+    // when three creates are made at once (each checks under the state lock, and a
+    // sandbox still starting counts at its disk's size before that disk is made).
     std::fs::write(&config, "[quotas]\nmax_disk = \"250M\"\n").unwrap();
-    let out = run(&atoll, &config, &[], &[&create[..], &["d1"]].concat());
-    assert!(out.status.success(), "create d1: {}", text(&out.stderr));
-    let err = refused(&atoll, &config, &[], &[&create[..], &["d2"]].concat());
-    assert!(
-        err.contains("Disk quota reached: sandboxes hold") && err.contains("this one needs 128 MiB"),
-        "{err}"
-    );
-    assert!(err.contains("atoll kill") && err.contains("--disk") && err.contains("max_disk"), "{err}");
+    let outs = at_once(&atoll, &config, &[], &create, &["d1", "d2", "d3"]);
+    let won: Vec<&str> = outs.iter().filter(|(_, o)| o.status.success()).map(|(n, _)| *n).collect();
+    assert_eq!(won.len(), 1, "three creates at once under a disk quota for one: {won:?} started");
+    let live = won[0];
+    for (name, out) in outs.iter().filter(|(n, _)| *n != live) {
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("Disk quota reached: sandboxes hold") && err.contains("this one needs 128 MiB"),
+            "create {name}: {err}"
+        );
+        assert!(err.contains("atoll kill") && err.contains("--disk") && err.contains("max_disk"), "{err}");
+    }
     assert_eq!(atoll.sandbox_dirs().len(), 1, "a refused create left a sandbox directory");
 
+    // The same for the number of sandboxes: with one running and room for two, two
+    // creates at once start one.
+    let two = [("ATOLL_MAX_SANDBOXES", "2"), ("ATOLL_MAX_DISK", "1G")];
+    let outs = at_once(&atoll, &config, &two, &create, &["e1", "e2"]);
+    let won: Vec<&str> = outs.iter().filter(|(_, o)| o.status.success()).map(|(n, _)| *n).collect();
+    assert_eq!(won.len(), 1, "two creates at once with room for one: {won:?} started");
+    for (name, out) in outs.iter().filter(|(n, _)| *n != won[0]) {
+        let err = text(&out.stderr);
+        assert!(err.contains("Sandbox quota reached: 2 sandboxes run, at most 2"), "create {name}: {err}");
+    }
+    let out = run(&atoll, &config, &[], &["kill", won[0]]);
+    assert!(out.status.success(), "kill {}: {}", won[0], text(&out.stderr));
+
     // `atoll info`: each quota, its use and its source; the environment wins.
-    let out = run(&atoll, &config, &[], &["-s", "d1", "--json", "info"]);
+    let out = run(&atoll, &config, &[], &["-s", live, "--json", "info"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
     let disk = quota(&info, "max_disk");
@@ -129,7 +176,7 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert_eq!(disk["source"], format!("config file {}", config.display()), "{info}");
     assert_eq!(quota(&info, "max_sandboxes")["used"], 1, "{info}");
     assert_eq!(quota(&info, "max_vcpus")["source"], "machine default", "{info}");
-    let out = run(&atoll, &config, &[("ATOLL_MAX_DISK", "7G")], &["-s", "d1", "info"]);
+    let out = run(&atoll, &config, &[("ATOLL_MAX_DISK", "7G")], &["-s", live, "info"]);
     let shown = text(&out.stdout);
     assert!(
         shown.lines().any(|l| l.contains("max_disk") && l.contains("7 GiB") && l.contains("$ATOLL_MAX_DISK")),
@@ -138,13 +185,31 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
 
     // Over the snapshot quota, snapshots and template saves are refused at once.
     let small = [("ATOLL_MAX_SNAPSHOT_DISK", "1M")];
-    let err = refused(&atoll, &config, &small, &["snapshot", "create", "d1", "--name", "s1"]);
+    let err = refused(&atoll, &config, &small, &["snapshot", "create", live, "--name", "s1"]);
     assert!(err.contains("Snapshot quota reached") && err.contains("atoll snapshot rm"), "{err}");
-    let err = refused(&atoll, &config, &small, &["template", "save", "d1", "--name", "quota-t"]);
+    let err = refused(&atoll, &config, &small, &["template", "save", live, "--name", "quota-t"]);
     assert!(err.contains("Snapshot quota reached") && err.contains("atoll template rm"), "{err}");
     let snaps = atoll.json(&["snapshot", "ls"]);
     assert_eq!(snaps.as_array().map(Vec::len), Some(0), "{snaps}");
-    assert_eq!(atoll.state_of("d1").as_deref(), Some("running"), "the sandbox runs on");
+    assert_eq!(atoll.state_of(live).as_deref(), Some("running"), "the sandbox runs on");
+
+    // A snapshot restore starts a VM too: a parked sandbox (which counts for nothing) put
+    // back to a snapshot while another takes the only place is refused at once and stays
+    // parked.
+    let one = [("ATOLL_MAX_SANDBOXES", "1"), ("ATOLL_MAX_DISK", "1G")];
+    for args in [&["snapshot", "create", live, "--name", "s1"][..], &["pause", "--to-disk", live]] {
+        let out = run(&atoll, &config, &[], args);
+        assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
+    }
+    let out = run(&atoll, &config, &one, &[&create[..], &["other"]].concat());
+    assert!(out.status.success(), "a create while the other sandbox is parked: {}", text(&out.stderr));
+    let err = refused(&atoll, &config, &one, &["snapshot", "restore", live, "s1"]);
+    assert!(err.contains("Sandbox quota reached: 1 sandbox runs, at most 1"), "{err}");
+    assert_eq!(atoll.state_of(live).as_deref(), Some("parked"), "a refused restore left it parked");
+    for args in [&["kill", "other"][..], &["snapshot", "rm", "s1"]] {
+        let out = run(&atoll, &config, &[], args);
+        assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
+    }
 
     // The guest, as root, writes its disk full: ENOSPC in the guest, the host file bounded.
     let dir = &atoll.sandbox_dirs()[0];
@@ -155,7 +220,7 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
         &[],
         &[
             "-s",
-            "d1",
+            live,
             "exec",
             "--timeout",
             "5m",
@@ -170,7 +235,7 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     let stored = std::fs::metadata(&overlay).unwrap().blocks() * 512;
     assert!(stored > DISK / 2, "the guest wrote only {stored} bytes: the fill did not happen");
     assert!(stored <= DISK + (64 << 20), "the disk file grew to {stored} bytes past the disk's 128 MiB");
-    assert_eq!(atoll.sh("d1", "rm /fill && echo ok").trim(), "ok", "the sandbox still answers");
+    assert_eq!(atoll.sh(live, "rm /fill && echo ok").trim(), "ok", "the sandbox still answers");
 
     // qemu.log (written by the helper from QEMU's stderr stream, `net/stderr.sock`) is
     // cut back once over 1 MiB (as the console is), its end kept: 3 MiB on a second
@@ -282,7 +347,7 @@ fn hardening_quota_flags_win_over_the_environment_and_the_file() {
     let err = refused(&atoll, &config, &env, &[&["--max-sandboxes", "0"][..], &create].concat());
     assert!(err.contains("Sandbox quota reached: 0 sandboxes run, at most 0 may"), "{err}");
     assert!(err.contains("--max-sandboxes, $ATOLL_MAX_SANDBOXES or `max_sandboxes`"), "{err}");
-    assert!(err.contains("atoll park") && err.contains("atoll kill"), "{err}");
+    assert!(err.contains("atoll pause --to-disk NAME") && err.contains("atoll kill"), "{err}");
     let err = refused(&atoll, &config, &env, &[&create[..], &["--max-memory-mib", "100"]].concat());
     assert!(err.contains("Memory quota reached") && err.contains("at most 100 MiB"), "{err}");
     assert!(err.contains("--max-memory-mib") && err.contains("--memory"), "{err}");

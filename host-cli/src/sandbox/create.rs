@@ -162,11 +162,13 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
 
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::acquire(&state_dir)?;
-    super::quota::check(&state_dir, quota_ask(opts, &template), None).map_err(SandboxError::Quota)?;
+    let ask = quota_ask(opts, &template);
+    super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
         storage: opts.storage.clone(),
+        disk_reserved: ask.disk_bytes,
         created_by: opts.created_by.clone(),
         ..Record::starting(
             alloc,

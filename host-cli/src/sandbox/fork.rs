@@ -61,6 +61,7 @@ pub(super) async fn start(
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
     let machine = &snap.meta;
     let record = Record {
+        disk_reserved: ask.disk_bytes,
         started_from: Some(started_from),
         created_by: opts.created_by.clone(),
         ..Record::starting(

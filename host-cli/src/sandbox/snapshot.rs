@@ -291,6 +291,11 @@ pub async fn restore(
         return Err(SandboxError::Starting(record.name));
     }
     let (snap, tpl) = open_named(&state, snap_name)?;
+    // Its VM is replaced by one of the snapshot's size: judged as a start next to the
+    // others (a parked sandbox, which counts for nothing, would otherwise come back past
+    // the quotas, and a small one grow into a large snapshot's memory).
+    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes: 0 };
+    super::quota::check(&state, ask, Some(&record.id)).map_err(SandboxError::Quota)?;
     if snap.meta.disk != record.paths.overlay.is_some() {
         return Err(SandboxError::Incompatible {
             snapshot: snap.meta.name.clone(),

@@ -209,6 +209,11 @@ pub struct Record {
     /// Host folders and disk size it was created with.
     #[serde(default)]
     pub storage: super::storage::Storage,
+    /// The disk quota's count for it before its disk exists (the disk's full size, as
+    /// asked when the create or fork was checked under the state lock): a disk made
+    /// after the lock is let go must not count as nothing meanwhile.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub disk_reserved: u64,
     /// What its VM started from: `None` for a boot, else `snapshot <NAME>` (a fork) or
     /// `template snapshot` (a plain create that restored its template's snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +224,10 @@ pub struct Record {
     pub created_by: Option<String>,
     /// Its files.
     pub paths: Paths,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Record {
@@ -251,6 +260,7 @@ impl Record {
             paused: false,
             parked: false,
             storage: Default::default(),
+            disk_reserved: 0,
             started_from: None,
             created_by: None,
             paths,
@@ -508,6 +518,7 @@ mod tests {
             paused: false,
             parked: false,
             storage: Default::default(),
+            disk_reserved: 0,
             started_from: None,
             created_by: None,
             paths: Paths::in_dir(&d, false),

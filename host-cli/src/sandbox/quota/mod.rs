@@ -9,8 +9,10 @@
 //! under.
 //!
 //! A parked sandbox holds no QEMU and counts for nothing in the running quotas; a
-//! paused one keeps its memory, so it counts. Every sandbox, running or not, counts
-//! for disk ([`usage`]).
+//! paused one keeps its memory, so it counts; so does one still starting (its record
+//! saved under the lock, its QEMU not yet there), as long as the process starting it
+//! lives ([`holds_a_vm`]). Every sandbox, running or not, counts for disk ([`usage`]),
+//! a starting one at the size it asked for.
 
 pub mod limits;
 pub mod usage;
@@ -43,13 +45,24 @@ pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<(), Strin
     let limits = Limits::of_host(state)?;
     let others: Vec<Record> =
         state::load_all(state).into_iter().flatten().filter(|r| Some(r.id.as_str()) != starting).collect();
-    let running: Vec<&Record> = others.iter().filter(|r| r.qemu.is_some_and(|q| q.is_alive())).collect();
+    let running: Vec<&Record> = others.iter().filter(|r| holds_a_vm(r)).collect();
     judge(&running, ask, &limits)?;
     if starting.is_none() {
         let held: u64 = others.iter().map(usage::sandbox_bytes).sum();
         judge_disk(held, ask.disk_bytes, &limits.disk)?;
     }
     Ok(())
+}
+
+/// Whether `r` counts in the running quotas: its QEMU lives, or it is still starting (a
+/// create or fork saves the record under the state lock and starts QEMU after letting
+/// the lock go: not counting it then would let creates made at once all pass) by a
+/// process that lives. A parked sandbox holds no VM.
+fn holds_a_vm(r: &Record) -> bool {
+    match r.qemu {
+        Some(q) => q.is_alive(),
+        None => !r.parked && !r.ready && !r.is_abandoned(),
+    }
 }
 
 /// Refuses a snapshot or template save that may store up to `need` bytes, when
@@ -105,7 +118,7 @@ pub struct QuotaUse {
 pub fn report(state: &Path) -> Result<Vec<QuotaUse>, String> {
     let limits = Limits::of_host(state)?;
     let all: Vec<Record> = state::load_all(state).into_iter().flatten().collect();
-    let running: Vec<&Record> = all.iter().filter(|r| r.qemu.is_some_and(|q| q.is_alive())).collect();
+    let running: Vec<&Record> = all.iter().filter(|r| holds_a_vm(r)).collect();
     let used = [
         (running.len() as u64, "count"),
         (running.iter().map(|r| u64::from(r.memory_mib)).sum(), "MiB"),
@@ -127,8 +140,7 @@ pub fn report(state: &Path) -> Result<Vec<QuotaUse>, String> {
         .collect())
 }
 
-const PARK_OR_KILL: &str =
-    "Park (`atoll park NAME`) or kill (`atoll kill NAME`) a sandbox (`atoll ls` lists them), or retry later";
+const PARK_OR_KILL: &str = "Park (`atoll pause --to-disk NAME`) or kill (`atoll kill NAME`) a sandbox (`atoll ls` lists them), or retry later";
 
 /// [`check`]'s running quotas on a known list of running sandboxes.
 fn judge(running: &[&Record], ask: Ask, limits: &Limits) -> Result<(), String> {
@@ -136,8 +148,9 @@ fn judge(running: &[&Record], ask: Ask, limits: &Limits) -> Result<(), String> {
     let n = running.len() as u64;
     let l = &limits.sandboxes;
     if n + 1 > l.value {
+        let runs = if n == 1 { "sandbox runs" } else { "sandboxes run" };
         return Err(format!(
-            "Sandbox quota reached: {n} sandboxes run, at most {} may ({}). {what}.",
+            "Sandbox quota reached: {n} {runs}, at most {} may ({}). {what}.",
             l.value,
             l.how_to_set()
         ));
@@ -237,7 +250,7 @@ mod tests {
         let err = judge(&[&a, &b], ask(256, 1), &limits).unwrap_err();
         assert!(err.starts_with("Sandbox quota reached: 2 sandboxes run, at most 2"), "{err}");
         assert!(
-            err.contains("atoll park")
+            err.contains("atoll pause --to-disk")
                 && err.contains("atoll kill")
                 && err.contains("$ATOLL_MAX_SANDBOXES or `max_sandboxes` in the config file")
         );
@@ -245,6 +258,21 @@ mod tests {
         assert!(err.contains("Memory quota reached") && err.contains("--memory"), "{err}");
         let err = judge(&one, ask(256, 3), &limits).unwrap_err();
         assert!(err.contains("vCPU quota reached") && err.contains("--cpus"), "{err}");
+    }
+
+    #[test]
+    fn a_starting_sandbox_counts_until_its_creator_is_gone() {
+        let mut r = running("a", 512, 1);
+        assert!(holds_a_vm(&r), "started by this process, no QEMU yet: it counts");
+        r.parked = true;
+        assert!(!holds_a_vm(&r), "a parked sandbox holds no VM");
+        r.parked = false;
+        // pid_max is at most 2^22: this pid never runs.
+        r.creator = Some(crate::vmm::process::ProcRef { pid: 99_999_999, start_ticks: 1 });
+        assert!(!holds_a_vm(&r), "a create that died holds nothing");
+        r.creator = crate::vmm::process::ProcRef::of(std::process::id());
+        r.ready = true;
+        assert!(!holds_a_vm(&r), "a ready sandbox without a QEMU (stopped) holds nothing");
     }
 
     #[test]

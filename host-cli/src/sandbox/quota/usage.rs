@@ -14,7 +14,8 @@ use std::path::Path;
 
 use crate::vmm::state::Record;
 
-/// Bytes sandbox `record` may take: its disk at full size plus the rest of its directory.
+/// Bytes sandbox `record` may take: its disk at full size (at least what was reserved
+/// for it before the disk was made) plus the rest of its directory.
 pub fn sandbox_bytes(record: &Record) -> u64 {
     let overlay = record.paths.overlay.as_deref();
     let mut seen = HashSet::new();
@@ -23,7 +24,7 @@ pub fn sandbox_bytes(record: &Record) -> u64 {
         let stored = std::fs::symlink_metadata(o).map_or(0, |m| m.blocks() * 512);
         qcow2_virtual_size(o).unwrap_or(0).max(stored)
     });
-    rest + disk
+    rest + disk.max(record.disk_reserved)
 }
 
 /// Bytes stored under each of `dirs` together, each file once.
