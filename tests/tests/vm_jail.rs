@@ -6,7 +6,9 @@
 //! a memory limit, its share bound `nosuid,nodev`; and from inside the guest as root,
 //! the git config plant (fsmonitor), a hook plant, an editor task plant and renaming
 //! `.git` away all fail, while the guest can still write objects and the index, and a
-//! host `git status` afterwards runs nothing. After `atoll kill` the cgroup is gone.
+//! host `git status` afterwards runs nothing. A guest that fills its RAM past its
+//! group's (lowered) memory limit ends its own QEMU and nothing else. After `atoll kill`
+//! the cgroup is gone.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -170,8 +172,15 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
         assert!(line.ends_with(&suffix), "QEMU is not in its sandbox's cgroup: {cgroups}");
         Path::new("/sys/fs/cgroup").join(format!("atoll/{id}")).join("memory.max")
     };
+    // Its limits, as docs/security.md section 5 gives them: guest RAM plus 512 MiB, 512
+    // tasks, a CPU weight per vCPU.
     let limit: u64 = std::fs::read_to_string(&memory_dir).unwrap().trim().parse().unwrap();
-    assert!((512 << 20..=4 << 30).contains(&limit), "memory limit {limit}");
+    let (memory_mib, cpus) = (created["memory_mib"].as_u64().unwrap(), created["cpus"].as_u64().unwrap());
+    assert_eq!(limit, (memory_mib + 512) << 20, "QEMU's memory limit for a {memory_mib} MiB guest");
+    assert_eq!(cgroup_value(&id, ("pids", "pids.max"), "pids.max"), "512", "QEMU's task limit");
+    let weight = cgroup_value(&id, ("cpu", "cpu.shares"), "cpu.weight");
+    let v1 = memory_dir.starts_with("/sys/fs/cgroup/memory");
+    assert_eq!(weight, if v1 { 1024 * cpus } else { 100 * cpus }.to_string(), "QEMU's CPU weight");
 
     // The share is nosuid,nodev in QEMU's view; .git/config is read-only there.
     let mountinfo = std::fs::read_to_string(format!("/proc/{qemu}/mountinfo")).unwrap();
@@ -294,9 +303,55 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
         helper_cannot_reach_a_shareless_qemu(&atoll);
     }
 
+    a_guest_past_its_cgroup_ends_only_its_own_qemu(&atoll, qemu, memory_dir.parent().unwrap(), memory_mib);
+
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!memory_dir.parent().unwrap().exists(), "the cgroup outlived the sandbox");
+}
+
+/// The cgroup's memory limit is a wall, not a number: with `jailed`'s limit lowered to
+/// what its QEMU holds plus 64 MiB (a QEMU that grew past its own), root in the guest
+/// filling half its RAM makes the kernel end that QEMU, in its group, and nothing else:
+/// the other sandbox (`plain`) still answers and `atoll ls` shows `jailed` dead.
+fn a_guest_past_its_cgroup_ends_only_its_own_qemu(atoll: &Atoll, qemu: u64, group: &Path, memory_mib: u64) {
+    let v1 = group.starts_with("/sys/fs/cgroup/memory");
+    let (usage, limit, events) = if v1 {
+        ("memory.usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control")
+    } else {
+        ("memory.current", "memory.max", "memory.events")
+    };
+    let read = |f: &str| std::fs::read_to_string(group.join(f)).unwrap();
+    let held: u64 = read(usage).trim().parse().unwrap();
+    std::fs::write(group.join(limit), (held + (64 << 20)).to_string()).unwrap();
+    let fill = format!("dd if=/dev/zero of=/tmp/fill bs=1M count={} 2>&1; echo survived", memory_mib / 2);
+    let out = atoll.run(&["-s", "jailed", "exec", "--timeout", "120s", "--", "sh", "-c", &fill]);
+    assert!(
+        !text(&out.stdout).contains("survived"),
+        "the guest filled its RAM past the limit: {}",
+        text(&out.stdout)
+    );
+    atoll_tests::vm::wait_until(
+        "QEMU ended by its group's limit",
+        std::time::Duration::from_secs(60),
+        || atoll_tests::pid_gone(qemu),
+    );
+    let killed = read(events).lines().find_map(|l| l.strip_prefix("oom_kill ")).map(|n| n.trim().to_string());
+    assert!(killed.is_some_and(|n| n != "0"), "no OOM kill in the sandbox's group: {}", read(events));
+    assert_eq!(atoll.sh("plain", "echo alive"), "alive\n", "the other sandbox was touched");
+    assert_eq!(atoll.state_of("jailed").as_deref(), Some("dead"), "{:?}", atoll.states());
+}
+
+/// What file `v1.1` of cgroup `atoll/GROUP` in the v1 hierarchy `v1.0` holds, where the
+/// host mounts v1 (as the CI machines do), else file `v2` of the v2 group.
+fn cgroup_value(group: &str, v1: (&str, &str), v2: &str) -> String {
+    let v1_root = Path::new("/sys/fs/cgroup").join(v1.0).join("atoll");
+    let file = if v1_root.is_dir() {
+        v1_root.join(group).join(v1.1)
+    } else {
+        Path::new("/sys/fs/cgroup/atoll").join(group).join(v2)
+    };
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).trim().to_string()
 }
 
 /// Runs `script` as a compromised QEMU `pid` would: in its mount namespace (and its
@@ -363,7 +418,11 @@ fn helper_is_jailed(atoll: &Atoll, id: &str, helper: u64) {
             Path::new("/sys/fs/cgroup").join(format!("atoll/{id}.net/memory.max"))
         };
         let limit: u64 = std::fs::read_to_string(&limit).unwrap().trim().parse().unwrap();
-        assert!((256 << 20..=2 << 30).contains(&limit), "the helper's memory limit {limit}");
+        assert_eq!(limit, 768 << 20, "the helper's memory limit");
+        let group = format!("{id}.net");
+        assert_eq!(cgroup_value(&group, ("pids", "pids.max"), "pids.max"), "256", "the helper's task limit");
+        let weight = cgroup_value(&group, ("cpu", "cpu.shares"), "cpu.weight");
+        assert_eq!(weight, if v1 { "1024" } else { "100" }, "the helper's CPU weight (one vCPU's)");
     }
     for ns in ["mnt", "pid", "ipc", "uts"] {
         let theirs = std::fs::read_link(format!("/proc/{helper}/ns/{ns}")).unwrap();
@@ -848,7 +907,10 @@ fn quotas_refuse_at_once(atoll: &Atoll) {
         let out = wait_bounded(cmd.spawn().unwrap(), HANG_GUARD).expect("atoll create hung");
         let err = text(&out.stderr);
         assert!(!out.status.success(), "{var}={value}: a create over the quota started");
-        assert!(err.contains(says) && err.contains("atoll park") && err.contains("atoll kill"), "{err}");
+        assert!(
+            err.contains(says) && err.contains("atoll pause --to-disk NAME") && err.contains("atoll kill"),
+            "{err}"
+        );
         assert!(
             started.elapsed() < std::time::Duration::from_secs(10),
             "refused only after {:?}",
