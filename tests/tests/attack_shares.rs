@@ -340,13 +340,13 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
 
     let atoll = Atoll::new();
     let (m_rw, m_ro) = (format!("{}:/work:rw", share.display()), format!("{}:/data", ro.display()));
-    // The read-write folder shared a second time, read-only: QEMU's namespace binds it
-    // read-write (for `/work`), so only QEMU's `readonly=on` stands between this share and
-    // the host folder.
+    // The read-write folder shared a second time, read-only, and listed first: QEMU's
+    // namespace binds it read-write (for `/work`, which stays writable), so only QEMU's
+    // `readonly=on` stands between this share and the host folder.
     let m_same = format!("{}:/same", share.display());
-    atoll.create_with("a", &["--net", "none", "--mount", &m_rw, "--mount", &m_ro, "--mount", &m_same]);
+    atoll.create_with("a", &["--net", "none", "--mount", &m_same, "--mount", &m_rw, "--mount", &m_ro]);
     let info = atoll.json(&["inspect", "a"]);
-    assert_eq!(info["mounts"][1]["read_only"], true, "a share without :rw is read-only: {info}");
+    assert_eq!(info["mounts"][0]["read_only"], true, "a share without :rw is read-only: {info}");
     assert_eq!(info["mounts"][2]["read_only"], true, "a share without :rw is read-only: {info}");
     qemu_side_cannot_run_share_files(&atoll, &[&share, &ro]);
 
@@ -422,7 +422,7 @@ fn attack_guest_root_cannot_put_setuid_devices_owners_or_world_writable_modes_on
     let remount = format!(
         "mount -o remount,rw /data; mount -o remount,rw /same
         mkdir -p /mnt/data /mnt/same
-        mount -t 9p -o {NINEP} atoll1 /mnt/data; mount -t 9p -o {NINEP} atoll2 /mnt/same
+        mount -t 9p -o {NINEP} atoll2 /mnt/data; mount -t 9p -o {NINEP} atoll0 /mnt/same
         awk '$3 == \"9p\" {{ split($4, o, \",\"); print $2, o[1] }}' /proc/mounts"
     );
     let (_, mounts, err) = sh(&atoll, "a", &remount);

@@ -4,7 +4,7 @@
 
 /// Variables the network helper keeps when set: logging, where programs are, and what
 /// atoll itself reads to find its state and templates and to start a VM (a connection
-/// to a published port of a paused or parked sandbox resumes it from the helper).
+/// to a published port of a paused sandbox resumes it from the helper).
 /// None is a secret.
 const HELPER_KEEPS: &[&str] = &[
     "PATH",

@@ -144,7 +144,11 @@ pub fn open(storage: &Storage, inner: &[&Path], copy_mounts: bool) -> Result<Ope
         let dir = open_dir(&m.host)?;
         let meta = rustix::fs::fstat(&dir).map_err(|e| open_error(&m.host, e))?;
         out.owners.insert(m.host.clone(), (meta.st_uid, meta.st_gid));
-        let handle = if copy_mounts { mount_copy(&dir, &m.host, m.read_only)? } else { dir };
+        // One copy per folder, bound once in QEMU's view: read-only only when every share
+        // of it is (a folder shared both ways stays writable where it is shared
+        // read-write; QEMU's `readonly=on` holds its read-only share).
+        let read_only = storage.mounts.iter().filter(|o| o.host == m.host).all(|o| o.read_only);
+        let handle = if copy_mounts { mount_copy(&dir, &m.host, read_only)? } else { dir };
         let dup = || handle.try_clone().map_err(|source| ShareError::Open { path: m.host.clone(), source });
         if copy_mounts {
             out.trees.push(dup()?);

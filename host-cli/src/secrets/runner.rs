@@ -108,7 +108,8 @@ pub fn bound(with_values: bool) -> Vec<Bound> {
         .collect()
 }
 
-/// Asks the runner to resume this helper's sandbox if it is paused or parked.
+/// Asks the runner to resume this helper's sandbox if it is paused (a parked one has no
+/// helper: its ports are closed until it is unparked).
 pub fn resume() -> Result<String, String> {
     ask(b"R")
 }
