@@ -1,7 +1,8 @@
 """Snapshots through MCP: sandbox_snapshot_create, _list, _restore and _delete,
 sandbox_create from_snapshot (a fork) and sandbox_pause to_disk (parking), on one real
 microVM and its fork; and started_from, which says whether a sandbox booted, restored
-its template's snapshot, or forked a snapshot."""
+its template's snapshot, or forked a snapshot; two saves and two deletes asked at once
+both complete (the server waits for the state lock off its one thread)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ async def test_snapshot_fork_park_restore_and_delete(state_dir: Path) -> None:
             assert snap["name"] == "base" and snap["source_sandbox"] == "src" and snap["size_bytes"] > 0
             text = await call_err(session, "sandbox_snapshot_create", sandbox_id="src", name="base")
             assert "already exists" in text
+            # Two saves asked at once: each holds the state lock while QEMU writes, and the
+            # server serves both calls on one thread; the second waits for the first
+            # instead of stopping the server for good. Then two deletes at once.
+            saved: list[str] = []
+
+            async def save(name: str) -> None:
+                made = await call_ok(session, "sandbox_snapshot_create", sandbox_id="src", name=name)
+                saved.append(made["name"])
+
+            async def delete(name: str) -> None:
+                await call_ok(session, "sandbox_snapshot_delete", snapshot=name)
+
+            with anyio.fail_after(240):
+                async with anyio.create_task_group() as group:
+                    for name in ("at-once-1", "at-once-2"):
+                        group.start_soon(save, name)
+                assert sorted(saved) == ["at-once-1", "at-once-2"], saved
+                async with anyio.create_task_group() as group:
+                    for name in saved:
+                        group.start_soon(delete, name)
             listed = await call_ok(session, "sandbox_snapshot_list")
             assert [s["name"] for s in listed["snapshots"]] == ["base"]
 

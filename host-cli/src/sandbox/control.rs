@@ -46,7 +46,7 @@ pub(super) fn live(state: &std::path::Path, name_or_id: &str) -> Result<Record, 
 /// RCU-stall detectors off (`launcher::qemu_args`).
 pub async fn pause(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = live(&state, name_or_id)?;
     if record.parked {
         return Ok(SandboxInfo::of(&record));
@@ -83,7 +83,7 @@ pub async fn resume(name_or_id: &str) -> Result<Resumed, SandboxError> {
     super::park::unpark_if_parked(name_or_id).await?;
     let state = dirs::state_dir()?;
     let record = {
-        let _lock = StateLock::acquire(&state)?;
+        let _lock = StateLock::lock(&state).await?;
         let mut record = live(&state, name_or_id)?;
         if let Some(qemu) = record.qemu {
             qemu.thaw();
@@ -202,7 +202,7 @@ pub async fn remove(names: &[String], opts: RemoveOptions) -> Result<Vec<Removed
             _ => Ok(Vec::new()),
         };
     }
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let all = state::load_all(&state);
     let mut targets: Vec<Record> = Vec::new();
     let mut stale_dirs = Vec::new();

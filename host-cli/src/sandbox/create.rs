@@ -161,7 +161,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
     step("template loaded, programs found, accelerator probed");
 
     let state_dir = dirs::ensure_state_dir()?;
-    let lock = StateLock::acquire(&state_dir)?;
+    let lock = StateLock::lock(&state_dir).await?;
     let ask = quota_ask(opts, &template);
     super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;

@@ -53,7 +53,7 @@ pub(super) async fn start(
         snapshot::check_snapshot_disk(snap, &disk, tpl)?;
     }
     let state_dir = dirs::ensure_state_dir()?;
-    let lock = StateLock::acquire(&state_dir)?;
+    let lock = StateLock::lock(&state_dir).await?;
     let disk_bytes = snap.disk().and_then(|d| super::quota::usage::qcow2_virtual_size(&d)).unwrap_or(0);
     let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes };
     super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;

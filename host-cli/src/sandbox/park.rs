@@ -19,7 +19,7 @@ const UNPARK_LIMIT: Duration = Duration::from_secs(120);
 /// does nothing. If the save fails, the sandbox runs on as before.
 pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = live(&state, name_or_id)?;
     if record.parked {
         return Ok(SandboxInfo::of(&record));
@@ -93,7 +93,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
 /// Brings sandbox `name_or_id` back if it is parked; returns its record either way.
 pub(super) async fn unpark_if_parked(name_or_id: &str) -> Result<Record, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = live(&state, name_or_id)?;
     if record.parked {
         unpark(&mut record).await?;

@@ -125,7 +125,7 @@ pub async fn save_template(name_or_id: &str, opts: &SaveOptions) -> Result<Saved
         refuse_foreign_replace(&opts.name, by)?;
     }
     let state = dirs::state_dir().map_err(SandboxError::from)?;
-    let _lock = StateLock::acquire(&state).map_err(SandboxError::from)?;
+    let _lock = StateLock::lock(&state).await.map_err(SandboxError::from)?;
     let record = live(&state, name_or_id)?;
     let templates = dirs::templates_dir().map_err(SandboxError::from)?;
     let source_dir = templates.join(&record.template);

@@ -84,7 +84,7 @@ pub struct SnapshotOptions {
 /// agent open meanwhile are reset.
 pub async fn create(name_or_id: &str, opts: &SnapshotOptions) -> Result<SnapshotInfo, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = live(&state, name_or_id)?;
     // At most its memory and its disk as stored (what `save_into` stages room for).
     let disk = record.paths.overlay.as_ref().and_then(|o| std::fs::metadata(o).ok()).map_or(0, |m| m.len());
@@ -282,7 +282,7 @@ pub async fn restore(
     timeout: Duration,
 ) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = state::find(&state, name_or_id)?;
     // A create (or fork) still at work on it owns its VM: the first sandbox of a shape is
     // saved as the template snapshot once booted, and a restore slipped in before that

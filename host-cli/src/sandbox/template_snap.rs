@@ -203,16 +203,18 @@ pub(super) async fn save_after_boot(key: &str, id: &str) -> Result<SandboxInfo, 
     if let Err(e) = save(key, id).await {
         tracing::warn!("could not save a snapshot of this template for the next atoll create: {e}");
     }
-    pending.announce()
+    pending.announce().await
 }
 
 /// A sandbox booted but not yet marked ready; marked when dropped, if not before.
 struct Unannounced(Option<String>);
 
 impl Unannounced {
-    fn announce(mut self) -> Result<SandboxInfo, SandboxError> {
+    async fn announce(mut self) -> Result<SandboxInfo, SandboxError> {
         let id = self.0.take().unwrap_or_default();
-        mark_ready(&id)
+        let state = dirs::state_dir()?;
+        let lock = StateLock::lock(&state).await?;
+        mark_ready_locked(&state, &id, lock)
     }
 }
 
@@ -226,11 +228,17 @@ impl Drop for Unannounced {
     }
 }
 
-/// Marks sandbox `id` ready: from now on every face may reach it.
+/// Marks sandbox `id` ready: from now on every face may reach it. Blocks for the state
+/// lock: only for a dropped future's clean-up, which cannot wait otherwise.
 fn mark_ready(id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
-    let mut record = state::find(&state, id)?;
+    let lock = StateLock::acquire(&state)?;
+    mark_ready_locked(&state, id, lock)
+}
+
+/// [`mark_ready`] under the state lock, `_lock`.
+fn mark_ready_locked(state: &Path, id: &str, _lock: StateLock) -> Result<SandboxInfo, SandboxError> {
+    let mut record = state::find(state, id)?;
     record.ready = true;
     record.save()?;
     Ok(SandboxInfo::of(&record))
@@ -238,7 +246,7 @@ fn mark_ready(id: &str) -> Result<SandboxInfo, SandboxError> {
 
 async fn save(key: &str, id: &str) -> Result<(), SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let mut record = state::find(&state, id)?;
     let tpl = template::load(&dirs::templates_dir()?, &record.template)?;
     let target = root(&state).join(key);
@@ -334,7 +342,7 @@ pub async fn make(opts: &CreateOptions) -> Result<TemplateSnapshotInfo, SandboxE
     tracing::info!("booting template `{}` to save its snapshot", opts.template);
     // From here on, dropping `guard` kills the sandbox and removes its directory.
     let mut guard = Cleanup { record: super::create::boot_retrying(&opts, false).await?, armed: true };
-    let lock = StateLock::acquire(&state)?;
+    let lock = StateLock::lock(&state).await?;
     let snap = match open(&dir) {
         // A create of the same shape saved one meanwhile.
         Ok((snap, _)) => snap,

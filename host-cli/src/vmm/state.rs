@@ -308,6 +308,18 @@ impl StateLock {
             .map_err(|e| err(std::io::Error::from(e)))?;
         Ok(StateLock { _file: Some(file) })
     }
+
+    /// [`StateLock::acquire`] for async code: the wait happens on a blocking thread, so a
+    /// task of this process that holds the lock across an await (a save, a restore, an
+    /// unpark) keeps running meanwhile. `atoll mcp` serves calls at once on one thread: a
+    /// wait there would stop the holder, and with it every call, for good. Dropped while
+    /// waiting, the lock is let go as soon as it is had.
+    pub async fn lock(state: &Path) -> Result<StateLock, StateError> {
+        let state = state.to_path_buf();
+        tokio::task::spawn_blocking(move || StateLock::acquire(&state))
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
 }
 
 /// Every readable record under `state`, oldest first. Directories without a readable

@@ -11,7 +11,7 @@
 //! A parked sandbox holds no QEMU and counts for nothing in the running quotas; a
 //! paused one keeps its memory, so it counts; so does one still starting (its record
 //! saved under the lock, its QEMU not yet there), as long as the process starting it
-//! lives ([`holds_a_vm`]). Every sandbox, running or not, counts for disk ([`usage`]),
+//! lives (`holds_a_vm`). Every sandbox, running or not, counts for disk ([`usage`]),
 //! a starting one at the size it asked for.
 
 pub mod limits;
