@@ -9,7 +9,8 @@
 //!   with three creates made at once; two creates at once with room for one more
 //!   sandbox start one;
 //! - a snapshot restore that would pass the sandbox quota (a parked sandbox put back
-//!   while another runs) is refused at once and leaves it parked;
+//!   while another runs) is refused at once and leaves it parked; one whose snapshot
+//!   disk would pass the disk quota is refused at once and the sandbox runs on;
 //! - `atoll info` shows each quota with its use and where it was set (the config file,
 //!   or the environment variable, which wins);
 //! - over the snapshot quota, `snapshot create` and `template save` are refused at once
@@ -206,6 +207,21 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     let err = refused(&atoll, &config, &one, &["snapshot", "restore", live, "s1"]);
     assert!(err.contains("Sandbox quota reached: 1 sandbox runs, at most 1"), "{err}");
     assert_eq!(atoll.state_of(live).as_deref(), Some("parked"), "a refused restore left it parked");
+    // A restore replaces the sandbox's disk with the snapshot's: judged at that disk's
+    // full size, next to the others' disks. With 64 MiB less room than that takes, it is
+    // refused at once and the sandbox runs on as it was.
+    let out = run(&atoll, &config, &[], &["-s", "other", "--json", "info"]);
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    let used = quota(&info, "max_disk")["used"].as_u64().unwrap();
+    let tight = format!("{}M", (used >> 20) - 64);
+    let err = refused(
+        &atoll,
+        &config,
+        &[("ATOLL_MAX_SANDBOXES", "2"), ("ATOLL_MAX_DISK", &tight)],
+        &["snapshot", "restore", "other", "s1"],
+    );
+    assert!(err.contains("Disk quota reached") && err.contains("this one needs 128 MiB"), "{err}");
+    assert_eq!(atoll.state_of("other").as_deref(), Some("running"), "a refused restore stopped it");
     for args in [&["kill", "other"][..], &["snapshot", "rm", "s1"]] {
         let out = run(&atoll, &config, &[], args);
         assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));

@@ -294,7 +294,13 @@ pub async fn restore(
     // Its VM is replaced by one of the snapshot's size: judged as a start next to the
     // others (a parked sandbox, which counts for nothing, would otherwise come back past
     // the quotas, and a small one grow into a large snapshot's memory).
-    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes: 0 };
+    // Its disk is replaced by the snapshot's, at that disk's full size.
+    let disk_bytes = snap
+        .disk()
+        .filter(|_| record.paths.overlay.is_some())
+        .and_then(|d| super::quota::usage::qcow2_virtual_size(&d))
+        .unwrap_or(0);
+    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes };
     super::quota::check(&state, ask, Some(&record.id)).map_err(SandboxError::Quota)?;
     if snap.meta.disk != record.paths.overlay.is_some() {
         return Err(SandboxError::Incompatible {
@@ -324,6 +330,7 @@ pub async fn restore(
     record.template = snap.meta.template.clone();
     record.memory_mib = snap.meta.memory_mib;
     record.cpus = snap.meta.cpus;
+    record.disk_reserved = disk_bytes;
     record.save()?;
     if let (Some(disk), Some(overlay)) = (disk, &record.paths.overlay) {
         copy_snapshot_disk(&snap, &disk, overlay, &tpl)?;

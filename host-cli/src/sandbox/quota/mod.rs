@@ -39,15 +39,16 @@ pub struct Ask {
 
 /// Refuses starting a sandbox asking `ask` next to those of `state` (leaving out
 /// `starting`, the sandbox being started, if it already has a record: its disk is
-/// there already and is not judged again), with a message that says what to do. Call
-/// under the state lock.
+/// there already and is not judged again, unless `ask` names a disk that replaces it, as
+/// a snapshot restore's does), with a message that says what to do. Call under the
+/// state lock.
 pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<(), String> {
     let limits = Limits::of_host(state)?;
     let others: Vec<Record> =
         state::load_all(state).into_iter().flatten().filter(|r| Some(r.id.as_str()) != starting).collect();
     let running: Vec<&Record> = others.iter().filter(|r| holds_a_vm(r)).collect();
     judge(&running, ask, &limits)?;
-    if starting.is_none() {
+    if starting.is_none() || ask.disk_bytes > 0 {
         let held: u64 = others.iter().map(usage::sandbox_bytes).sum();
         judge_disk(held, ask.disk_bytes, &limits.disk)?;
     }
