@@ -48,7 +48,7 @@ pub(crate) async fn run(ctx: &Ctx, cmd: SnapshotCommand) -> Result<u8> {
             print(ctx, &all, &t)
         }
         SnapshotCommand::Rm(a) => {
-            let removed = snapshot::remove(&a.names)?;
+            let removed = snapshot::remove(&a.names).await?;
             let text: String = removed.iter().map(|n| format!("{n}\n")).collect();
             print(ctx, &removed, &text)
         }

@@ -207,9 +207,9 @@ pub fn list() -> Result<Vec<SnapshotInfo>, SandboxError> {
 
 /// Removes named snapshots. Every name is checked first, so a typo removes nothing;
 /// a damaged snapshot can be removed too.
-pub fn remove(names: &[String]) -> Result<Vec<String>, SandboxError> {
+pub async fn remove(names: &[String]) -> Result<Vec<String>, SandboxError> {
     let state = dirs::state_dir()?;
-    let _lock = StateLock::acquire(&state)?;
+    let _lock = StateLock::lock(&state).await?;
     let dirs: Vec<_> = names
         .iter()
         .map(|n| {

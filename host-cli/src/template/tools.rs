@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, PidfdFlags, Signal};
 
-#[derive(Default)]
 struct Running {
     /// Set by [`Tools::stop_all`]: no tool starts after it.
     stopping: bool,

@@ -183,11 +183,7 @@ impl AtollMcp {
         &self,
         Parameters(args): Parameters<SnapshotDeleteArgs>,
     ) -> Result<Json<SnapshotDeleted>, ToolError> {
-        // Off the server's one thread: the state lock may be held by another call's save.
-        let names = vec![args.snapshot.clone()];
-        tokio::task::spawn_blocking(move || snapshot::remove(&names))
-            .await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
+        snapshot::remove(std::slice::from_ref(&args.snapshot)).await?;
         Ok(Json(SnapshotDeleted { deleted: args.snapshot }))
     }
 }
