@@ -1,10 +1,10 @@
 //! Copies out of a guest killed outright (SIGKILL) mid-transfer, while the hostile agent
 //! (`tests/src/bin/hostile-agent.rs`) holds them stalled: a file copy and a `download`
 //! leave nothing beside their destination (they are written unnamed); a folder copy
-//! leaves its staging folder, which the next folder copy into that folder removes, and
-//! nothing else there: not a live copy's staging folder, not a look-alike that atoll did
-//! not make (a file, a link, another user's folder, one whose lock is held, a near-miss
-//! name).
+//! leaves its staging folder, which the next copy into that folder (a folder, a file or
+//! a `download`) removes, and nothing else there: not a live copy's staging folder, not
+//! a look-alike that atoll did not make (a file, a link, another user's folder, one
+//! whose lock is held, a near-miss name, the old `.atoll-cp-XXXXXX` form).
 
 mod cli_util;
 mod hostile_util;
@@ -232,4 +232,60 @@ fn a_folder_copy_killed_mid_transfer_is_tidied_by_the_next() {
         atoll_cmd(&honest.addr(), &["cp", ":/d", open.join("out2").to_str().unwrap()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!open.join(&stale).exists(), "a stale staging folder in a sticky folder of ours was left");
+}
+
+/// A folder copy killed mid-transfer leaves its staging folder; the next file copy into
+/// that folder, and the next `download -o`, each land and remove it, and leave a live
+/// copy's staging folder and every look-alike (the old `.atoll-cp-XXXXXX` form among
+/// them), with what is inside them.
+#[test]
+fn a_file_or_zip_copy_tidies_what_a_killed_folder_copy_left() {
+    let zips = tempfile::tempdir().unwrap();
+    let zip_path = honest_zip(zips.path());
+    let file_agent = Hostile::start("file", Some(Path::new("10")));
+    let zip_agent = Hostile::start("zip", Some(&zip_path));
+    let stalls = Hostile::start("zip-stall", None);
+    for case in ["cp of a file", "download of a folder's zip"] {
+        let host = Host::new();
+        let folder = host.root.path().join("host");
+        let dst = host.dst();
+        let killed = start(&stalls, &["cp", ":/d", dst.to_str().unwrap(), "--idle-timeout", "10m"]);
+        let killed_pid = killed.id();
+        wait_mid_transfer(killed_pid, &folder, 4);
+        let stale = staging_of(killed_pid, &folder);
+        // Started before the kill: a folder copy started after it would tidy first.
+        let live =
+            start(&stalls, &["cp", ":/d", folder.join("other").to_str().unwrap(), "--idle-timeout", "10m"]);
+        let live_staging = staging_of(live.id(), &folder);
+        kill(killed);
+        assert!(folder.join(&stale).is_dir(), "{case}: the killed copy left no staging folder");
+        let plants = plant_look_alikes(&folder);
+
+        let out = match case {
+            "cp of a file" => atoll_cmd(&file_agent.addr(), &["cp", ":/f", dst.to_str().unwrap()]),
+            _ => atoll_cmd(&zip_agent.addr(), &["download", "/d", "-o", dst.to_str().unwrap()]),
+        }
+        .output()
+        .unwrap();
+        assert!(out.status.success(), "{case}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::symlink_metadata(&dst).unwrap().is_file(), "{case} did not land");
+
+        let left = names(&folder);
+        assert!(!left.contains(&stale), "{case}: the killed copy's staging folder is still there: {left:?}");
+        assert!(left.contains(&live_staging), "{case}: the live copy's staging folder was removed: {left:?}");
+        for (name, what) in &plants.kept {
+            let meta = std::fs::symlink_metadata(folder.join(name));
+            assert!(meta.is_ok(), "{case}: {what} ({name}) was removed");
+            if meta.unwrap().is_dir() {
+                let kept = std::fs::read(folder.join(name).join("keep")).unwrap();
+                assert_eq!(kept, CANARY, "{case}: {what} was emptied");
+            }
+        }
+        assert_eq!(std::fs::read(plants.outside.path().join("keep")).unwrap(), CANARY);
+        let mut expected: Vec<String> = plants.kept.iter().map(|(n, _)| n.clone()).collect();
+        expected.extend(["canary".to_owned(), "out".to_owned(), live_staging]);
+        expected.sort();
+        assert_eq!(left, expected, "{case}");
+        kill(live);
+    }
 }

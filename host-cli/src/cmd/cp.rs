@@ -7,7 +7,7 @@
 //! extract; guest to host we download the zip into an unnamed file and extract it into a
 //! locked staging directory that is renamed into place, so a refused or failed archive
 //! leaves nothing behind, and one killed outright leaves a staging directory that the
-//! next folder copy there removes.
+//! next copy into that folder (of a file or a folder, or a `download -o`) removes.
 //!
 //! Like `cp`, a copy is not flushed to disk unless asked: `--sync` fsyncs the
 //! destination (a file, or with syncfs the filesystem a directory was extracted to)
@@ -197,6 +197,18 @@ impl HostDir {
         Ok(HostDir { dir, real, name, shown: target.to_path_buf() })
     }
 
+    /// Removes the staging folders that copies killed outright left in the folder
+    /// ([`staging::remove_stale`] says which), off the async thread.
+    async fn tidy(&self) -> Result<()> {
+        let dir = self.dir.try_clone().context("cannot reopen the destination's folder")?;
+        let real = self.real.clone();
+        let removed = tokio::task::spawn_blocking(move || staging::remove_stale(dir.as_fd())).await?;
+        if removed > 0 {
+            tracing::info!("removed {removed} staging folders that killed copies left in {}", real.display());
+        }
+        Ok(())
+    }
+
     /// The folder, through its handle.
     fn via(&self) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&self.dir)))
@@ -242,6 +254,7 @@ async fn download_any(
             skipped: vec![],
         });
     }
+    parent.tidy().await?;
     let tmp = StagedFile::new_in(parent.dir.as_fd())
         .with_context(|| format!("cannot create a file in {}", parent.real.display()))?;
     let mut read = client.read_file(src, ReadOpts::default()).await?;
@@ -300,13 +313,10 @@ async fn download_dir(
     sync: bool,
     limits: archive::UnpackLimits,
 ) -> Result<ArchiveStats> {
+    parent.tidy().await?;
     let parent_fd = parent.dir.try_clone().context("cannot reopen the destination's folder")?;
     let real = parent.real.clone();
     let (staging, into) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let removed = staging::remove_stale(parent_fd.as_fd());
-        if removed > 0 {
-            tracing::info!("removed {removed} staging folders that killed copies left in {}", real.display());
-        }
         let staging = StagingDir::create(&parent_fd)
             .with_context(|| format!("cannot create a directory in {}", real.display()))?;
         // The staging folder by handle, opened beneath the destination's folder: every
@@ -465,6 +475,7 @@ pub(super) async fn download(ctx: &Ctx, args: DownloadArgs) -> Result<u8> {
     } else {
         let out = &args.output;
         let parent = HostDir::open(out)?;
+        parent.tidy().await?;
         let tmp = StagedFile::new_in(parent.dir.as_fd())
             .with_context(|| format!("cannot create {}", out.display()))?;
         let bar = ctx.out.progress(None, "download");
