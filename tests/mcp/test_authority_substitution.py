@@ -10,7 +10,8 @@ attacker sits, with the sandbox records and snapshot a real one would leave:
   own would keep rules this server may not grant;
 - a client restores its own snapshot into the first sandbox of a shape while that is
   still booting (`starting`), before it is saved as the template snapshot every later
-  sandbox of that shape, of every client, starts from."""
+  sandbox of that shape, of every client, starts from; or runs a command in it, writes
+  or reads a file, snapshots it, pauses or parks it, or saves it as a template."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import binary, call_err, call_ok, mcp_session
+from conftest import binary, call_err, call_ok, data_dir, mcp_session
 
 pytestmark = pytest.mark.anyio
 
@@ -152,11 +153,37 @@ async def test_a_sandbox_still_booting_is_not_restored(state_dir: Path) -> None:
             listed = (await call_ok(stdio, "sandbox_list"))["sandboxes"]
             assert [(s["name"], s["state"]) for s in listed] == [("booting", "starting")], listed
             assert [s["name"] for s in (await call_ok(stdio, "sandbox_snapshot_list"))["snapshots"]] == ["mine"]
-            text = await call_err(stdio, "sandbox_snapshot_restore", sandbox_id="booting", snapshot="mine")
-            assert "sandbox `booting` is still booting" in text, text
-        # Nothing was touched: its VM runs on, its record is as it was.
+            # Nothing reaches it before its create has saved it: no guest tool, snapshot,
+            # restore, pause (in memory or to disk) or template save.
+            on = {"sandbox_id": "booting"}
+            refusals = {}
+            for tool, args in (
+                ("sandbox_snapshot_restore", {**on, "snapshot": "mine"}),
+                ("sandbox_exec", {**on, "command": "touch /tmp/early"}),
+                ("sandbox_files_write", {**on, "path": "/tmp/early", "content": "early"}),
+                ("sandbox_files_read", {**on, "path": "/etc/hostname"}),
+                ("sandbox_snapshot_create", {**on, "name": "early"}),
+                ("sandbox_pause", on),
+                ("sandbox_pause", {**on, "to_disk": True}),
+                ("sandbox_template_create", {"from_sandbox": "booting", "name": "early-template"}),
+            ):
+                result = await stdio.call_tool(tool, args)
+                text = result.content[0].text if result.content else ""
+                refused = result.is_error and "sandbox `booting` is still booting" in text
+                refusals[f"{tool} {args}"] = "refused" if refused else text
+            assert set(refusals.values()) == {"refused"}, refusals
+            assert [s["name"] for s in (await call_ok(stdio, "sandbox_snapshot_list"))["snapshots"]] == ["mine"]
+            templates = [t["name"] for t in (await call_ok(stdio, "sandbox_template_list"))["templates"]]
+            assert "early-template" not in templates, templates
+            listed = (await call_ok(stdio, "sandbox_list"))["sandboxes"]
+            assert [(s["name"], s["state"]) for s in listed] == [("booting", "starting")], listed
+        # Nothing was touched: its VM runs on (not frozen), its record is as it was, and no
+        # snapshot or template was made.
         assert qemu.poll() is None
+        assert Path(f"/proc/{qemu.pid}/stat").read_text().split(") ")[1][0] != "T"
         assert (d / "sandbox.json").read_text() == before
+        assert sorted(p.name for p in (state_dir / ".snapshots").iterdir()) == ["mine"]
+        assert not (data_dir() / "templates" / "early-template").exists()
     finally:
         qemu.kill()
         qemu.wait()

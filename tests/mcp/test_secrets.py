@@ -4,9 +4,11 @@ grants one with `atoll mcp --secret NAME`; secret_list shows only granted ones a
 value; sandbox_create {secrets} binds, sandbox_info lists bindings, the guest holds a
 placeholder and the world's HTTPS host receives the value (seen through a digest, so the
 value never reaches the guest or the MCP output); a secret not granted is refused before
-anything boots; detach takes effect on the next request. No tool sets a value. Runs over
-stdio, and over Streamable HTTP in run.sh's second pass (the server in the netns, the
-SDK's client connecting from a thread moved into it)."""
+anything boots; detach takes effect on the next request. A server started with neither
+flag lists no secret and binds none; one started with `--allow-all-secrets` lists and
+binds both. No tool sets a value. Runs over stdio, and over Streamable HTTP in run.sh's
+second pass (the server in the netns, the SDK's client connecting from a thread moved
+into it)."""
 
 from __future__ import annotations
 
@@ -118,6 +120,14 @@ async def test_secret_tools_bind_a_placeholder_and_never_show_a_value(world: dic
         seen.append(text)
         return text
 
+    # Neither --secret nor --allow-all-secrets: no secret is listed or bound.
+    async with session_in(world["client"], state_dir, world["cert"]) as session:
+        assert (await ok(session, "secret_list"))["secrets"] == []
+        for secret in ("gh", "other"):
+            text = await err(session, "sandbox_create", template="debian", name="nope", secrets={"TOKEN": secret})
+            assert f"may not bind the secret `{secret}`" in text and "--secret" in text, text
+        assert (await ok(session, "sandbox_list"))["sandboxes"] == []
+
     async with session_in(world["client"], state_dir, world["cert"], "--secret", "gh") as session:
         names = {t.name for t in (await session.list_tools()).tools}
         assert not any("secret" in n and ("set" in n or "value" in n) for n in names), names
@@ -172,6 +182,45 @@ async def test_secret_tools_bind_a_placeholder_and_never_show_a_value(world: dic
             assert f"auth-sha256={digest('Bearer ' + placeholder)}" in out["stdout"], out
             log = await ok(session, "sandbox_network_log", sandbox_id=sid, limit=200)
             assert any(e.get("secret") == "gh" for e in log["entries"]), log
+        finally:
+            await call_ok(session, "sandbox_kill", sandbox_id=sid)
+
+    # --allow-all-secrets: every stored secret is listed and may be bound, at create and later.
+    async with session_in(world["client"], state_dir, world["cert"], "--allow-all-secrets") as session:
+        listed = await ok(session, "secret_list")
+        assert sorted(s["name"] for s in listed["secrets"]) == ["gh", "other"], listed
+        assert all(s["hosts"] == ["allowed.test"] for s in listed["secrets"]), listed
+        # The second sandbox of this shape: started from the template snapshot the first
+        # one saved, unless atoll or QEMU changed on disk since (then it boots).
+        created = await ok(
+            session, "sandbox_create", template="debian", name="mcpall", boot_timeout_s=600,
+            secrets={"GH_TOKEN": "gh", "OTHER_TOKEN": "other"},
+        )
+        sid = created["id"]
+        try:
+            bound = {b["env"]: b for b in created["secrets"]}
+            assert sorted((env, b["secret"]) for env, b in bound.items()) == [
+                ("GH_TOKEN", "gh"), ("OTHER_TOKEN", "other")
+            ], created
+            placeholder = bound["OTHER_TOKEN"]["placeholder"]
+            assert placeholder.startswith("atoll-secret-other-"), bound
+            out = await ok(session, "sandbox_exec", command='printf %s "$OTHER_TOKEN"', sandbox_id=sid)
+            assert out["stdout"] == placeholder, out
+            await ok(session, "sandbox_files_write", path="/fetch.py", content=FETCH, sandbox_id=sid)
+            for env, value in (("OTHER_TOKEN", OTHER_VALUE), ("GH_TOKEN", VALUE)):
+                out = await ok(
+                    session, "sandbox_exec", command=f"python3 /fetch.py https://allowed.test/auth-digest {env}",
+                    sandbox_id=sid, timeout_ms=120000,
+                )
+                assert f"auth-sha256={digest('Bearer ' + value)}" in out["stdout"], (env, out)
+            third = await ok(session, "sandbox_attach_secret", sandbox_id=sid, secret="other", env="THIRD")
+            out = await ok(session, "sandbox_exec", command='printf %s "$THIRD"', sandbox_id=sid)
+            assert out["stdout"] == third["placeholder"] != placeholder, (out, third)
+            # A server with neither flag, of the same client, may not bind either to it.
+            async with session_in(world["client"], state_dir, world["cert"]) as bare:
+                for secret in ("gh", "other"):
+                    text = await err(bare, "sandbox_attach_secret", sandbox_id=sid, secret=secret)
+                    assert f"may not bind the secret `{secret}`" in text and "--secret" in text, text
         finally:
             await call_ok(session, "sandbox_kill", sandbox_id=sid)
     for text in seen:
