@@ -208,20 +208,47 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert!(err.contains("Sandbox quota reached: 1 sandbox runs, at most 1"), "{err}");
     assert_eq!(atoll.state_of(live).as_deref(), Some("parked"), "a refused restore left it parked");
     // A restore replaces the sandbox's disk with the snapshot's: judged at that disk's
-    // full size, next to the others' disks. With 64 MiB less room than that takes, it is
+    // full size, next to the others' disks, with the private copy of the snapshot's guest
+    // RAM its QEMU maps (as stored; its name is gone once QEMU has it open, its blocks
+    // are taken while QEMU lives). With room for the disk but only half the copy, it is
     // refused at once and the sandbox runs on as it was.
-    let out = run(&atoll, &config, &[], &["-s", "other", "--json", "info"]);
-    let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
-    let used = quota(&info, "max_disk")["used"].as_u64().unwrap();
-    let tight = format!("{}M", (used >> 20) - 64);
-    let err = refused(
-        &atoll,
-        &config,
-        &[("ATOLL_MAX_SANDBOXES", "2"), ("ATOLL_MAX_DISK", &tight)],
-        &["snapshot", "restore", "other", "s1"],
-    );
-    assert!(err.contains("Disk quota reached") && err.contains("this one needs 128 MiB"), "{err}");
+    let disk_used = |who: &str| {
+        let out = run(&atoll, &config, &[], &["-s", who, "--json", "info"]);
+        let info: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+        quota(&info, "max_disk")["used"].as_u64().unwrap()
+    };
+    // What the others hold, and `other` but for its own copy of guest RAM (it restored
+    // its template's snapshot; the restore replaces that copy).
+    let record = |name: &str| -> Value {
+        let mut records =
+            atoll.sandbox_dirs().into_iter().map(|d| std::fs::read(d.join("sandbox.json")).unwrap());
+        records.find_map(|r| serde_json::from_slice::<Value>(&r).ok().filter(|r| r["name"] == name)).unwrap()
+    };
+    let used = disk_used("other") - record("other")["ram_copy"].as_u64().unwrap_or(0);
+    let ram = std::fs::metadata(atoll.state_dir().join(".snapshots/s1/ram.bin")).unwrap().blocks() * 512;
+    assert!(ram > 8 << 20, "the snapshot's guest RAM stores only {ram} bytes");
+    let room = |bytes: u64| {
+        [("ATOLL_MAX_SANDBOXES", "2".to_string()), ("ATOLL_MAX_DISK", format!("{}K", bytes >> 10))]
+    };
+    let tight = room(used + ram / 2);
+    let tight: Vec<(&str, &str)> = tight.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let err = refused(&atoll, &config, &tight, &["snapshot", "restore", "other", "s1"]);
+    let needs = format!("this one needs {} MiB", (DISK + ram).div_ceil(1 << 20));
+    assert!(err.contains("Disk quota reached") && err.contains(&needs), "{needs}: {err}");
     assert_eq!(atoll.state_of("other").as_deref(), Some("running"), "a refused restore stopped it");
+    // With room for both it is restored, and while it runs its copy counts in `atoll info`.
+    let roomy = room(used + ram + (16 << 20));
+    let roomy: Vec<(&str, &str)> = roomy.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let out = run(&atoll, &config, &roomy, &["snapshot", "restore", "other", "s1"]);
+    assert!(out.status.success(), "a restore with room: {}", text(&out.stderr));
+    assert!(!atoll.sandbox_dirs().iter().any(|d| d.join("vm/ram.bin").exists()), "the copy kept its name");
+    let after = disk_used("other");
+    assert_eq!(record("other")["ram_copy"].as_u64(), Some(ram), "the record's count of its copy");
+    assert!(
+        after + (1 << 20) >= used + ram,
+        "the running copy of guest RAM is not counted: {after} < {used} + {ram}"
+    );
     for args in [&["kill", "other"][..], &["snapshot", "rm", "s1"]] {
         let out = run(&atoll, &config, &[], args);
         assert!(out.status.success(), "atoll {args:?}: {}", text(&out.stderr));
@@ -230,6 +257,9 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     // The guest, as root, writes its disk full: ENOSPC in the guest, the host file bounded.
     let dir = &atoll.sandbox_dirs()[0];
     let overlay = dir.join("vm").join("rootfs.qcow2");
+    // It is still parked: the exec below brings it back. Its QEMU maps the parked memory
+    // itself (no copy), and once the parked files are gone its record counts their blocks.
+    let parked_ram = std::fs::metadata(dir.join("parked/ram.bin")).unwrap().blocks() * 512;
     let out = run(
         &atoll,
         &config,
@@ -248,6 +278,12 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     );
     let said = text(&out.stdout) + &text(&out.stderr);
     assert!(said.contains("No space left on device"), "{said}");
+    assert!(!dir.join("parked").exists() && !dir.join("vm/ram.bin").exists(), "parked files left");
+    assert_eq!(
+        record(live)["ram_copy"].as_u64(),
+        Some(parked_ram),
+        "the unparked QEMU's memory is not counted"
+    );
     let stored = std::fs::metadata(&overlay).unwrap().blocks() * 512;
     assert!(stored > DISK / 2, "the guest wrote only {stored} bytes: the fill did not happen");
     assert!(stored <= DISK + (64 << 20), "the disk file grew to {stored} bytes past the disk's 128 MiB");

@@ -1,6 +1,9 @@
 //! One jail, one door: every process atoll starts for a sandbox (QEMU for a boot, a
 //! template snapshot restore, a fork, an unpark, a snapshot restore; the network
-//! helper) starts here, so no start path can forget a wall. Like Firecracker's jailer,
+//! helper) starts here, so no start path can forget a wall; and each door takes the
+//! quotas' [`Admission`] for that start, which only the quota check under the state lock
+//! makes ([`crate::sandbox::quota::check`]), so no start path can skip the quotas either
+//! (it would not compile). Like Firecracker's jailer,
 //! a small module with one job; docs/security.md says what each wall stops and what
 //! it does not.
 //!
@@ -41,6 +44,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::sandbox::quota::Admission;
 use crate::vmm::launcher::{self, VmSpec};
 use crate::vmm::process::{ProcRef, ProcessError, find_in_path};
 
@@ -169,16 +173,25 @@ fn settle(mut stream: &std::os::unix::net::UnixStream) {
 /// Starts QEMU for `spec` in its jail, detached (its own session; it outlives this
 /// command), stdout and stderr a stream to the network helper, which writes them to the
 /// sandbox's `qemu.log` ([`QemuLog`]). `restore`: QEMU waits stopped for a saved state
-/// (`-incoming defer`).
-pub async fn start_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<JailedQemu, JailError> {
-    hold_qemu(spec, restore).await?.release()
+/// (`-incoming defer`). `admitted`: the quotas let this start go ahead
+/// ([`crate::sandbox::quota::check`]); a start path cannot reach QEMU without it.
+pub async fn start_qemu(
+    admitted: &Admission,
+    spec: &VmSpec<'_>,
+    restore: bool,
+) -> Result<JailedQemu, JailError> {
+    hold_qemu(admitted, spec, restore).await?.release()
 }
 
 /// [`start_qemu`] up to QEMU's own start: bwrap has made its namespaces and mounts, it
 /// is in the sandbox's cgroup, and it waits to run QEMU until [`held::HeldQemu::release`]
 /// (which first hands a restore's guest RAM, made meanwhile, to QEMU's user); dropped
 /// unreleased, it is killed before QEMU runs.
-pub async fn hold_qemu(spec: &VmSpec<'_>, restore: bool) -> Result<held::HeldQemu, JailError> {
+pub async fn hold_qemu(
+    _admitted: &Admission,
+    spec: &VmSpec<'_>,
+    restore: bool,
+) -> Result<held::HeldQemu, JailError> {
     let qemu = find_in_path(launcher::QEMU)?;
     let bwrap = find_in_path(BWRAP)?;
     let mut qemu_args = launcher::qemu_args(spec);
@@ -421,7 +434,10 @@ impl JailedHelper {
 /// capabilities ([`helper::bwrap_args`]), and is handed what it needs
 /// (`hand_to_helper`). The sockets QEMU connects to (the NIC's with `network`) are
 /// bound and listening when this returns ([`wire`]): QEMU may start at once.
+/// `_admitted`, as for [`start_qemu`]: the helper is part of the start the quotas let
+/// go ahead.
 pub fn start_helper(
+    _admitted: &Admission,
     exe: &Path,
     args: &[String],
     dir: &Path,

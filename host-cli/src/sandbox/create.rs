@@ -163,7 +163,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::lock(&state_dir).await?;
     let ask = quota_ask(opts, &template);
-    super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
+    let admitted = super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, template.rootfs.is_some());
     let record = Record {
@@ -188,7 +188,8 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
     if let (Some(base), Some(overlay)) = (&template.rootfs, &paths.overlay) {
         launcher::create_overlay(base, overlay, opts.storage.disk_bytes).await?;
     }
-    let mut helper_child = crate::sandbox::network::lifecycle::spawn(&paths.dir, opts.network, &opts.policy)?;
+    let mut helper_child =
+        crate::sandbox::network::lifecycle::spawn(&admitted, &paths.dir, opts.network, &opts.policy)?;
     guard.set(|r| {
         r.net_helper = helper_child.id().and_then(ProcRef::of);
         r.secret_runner = helper_child.runner;
@@ -210,7 +211,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         storage: &opts.storage,
         ram: GuestRam::Fresh,
     };
-    let jailed = crate::jail::start_qemu(&spec, false).await?;
+    let jailed = crate::jail::start_qemu(&admitted, &spec, false).await?;
     let mut qemu_child = jailed.child;
     let mut qemu_log = jailed.log;
     let qemu_pid = jailed.qemu.pid;
@@ -316,7 +317,7 @@ pub(super) fn check_resources(opts: &CreateOptions) -> Result<(), SandboxError> 
 fn quota_ask(opts: &CreateOptions, template: &template::Template) -> super::quota::Ask {
     let image = template.rootfs.as_ref().map(|b| std::fs::metadata(b).map_or(0, |m| m.len()));
     let disk_bytes = image.map_or(0, |i| i.max(opts.storage.disk_bytes.unwrap_or(0)));
-    super::quota::Ask { memory_mib: opts.memory_mib, cpus: opts.cpus, disk_bytes }
+    super::quota::Ask { memory_mib: opts.memory_mib, cpus: opts.cpus, disk_bytes, ram_copy_bytes: 0 }
 }
 
 /// Guest memory a memory-backed root (`minimal`'s tmpfs) never takes: the kernel, the

@@ -55,13 +55,19 @@ pub(super) async fn start(
     let state_dir = dirs::ensure_state_dir()?;
     let lock = StateLock::lock(&state_dir).await?;
     let disk_bytes = snap.disk().and_then(|d| super::quota::usage::qcow2_virtual_size(&d)).unwrap_or(0);
-    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes };
-    super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
+    let ask = super::quota::Ask {
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        disk_bytes,
+        ram_copy_bytes: super::quota::ram_copy_bytes(&snap.ram()),
+    };
+    let admitted = super::quota::check(&state_dir, ask, None).map_err(SandboxError::Quota)?;
     let alloc = state::allocate(&state_dir, opts.name.as_deref())?;
     let paths = Paths::in_dir(&alloc.dir, snap.meta.disk);
     let machine = &snap.meta;
     let record = Record {
         disk_reserved: ask.disk_bytes,
+        ram_copy: ask.ram_copy_bytes,
         started_from: Some(started_from),
         created_by: opts.created_by.clone(),
         ..Record::starting(
@@ -86,7 +92,7 @@ pub(super) async fn start(
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&mut record, &mut persist, snap, tpl, net, opts.timeout).await?
+        machine::bring_up(&admitted, &mut record, &mut persist, snap, tpl, net, opts.timeout).await?
     };
     guard.set(|r| {
         r.ready = true;

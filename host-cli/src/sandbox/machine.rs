@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::network::lifecycle::{self, RestoredNet};
+use super::quota::Admission;
 use super::{SandboxError, agent_address, own};
 use crate::client::{Client, ClientError};
 use crate::vmm::launcher::{self, Accel, GUEST_RAM, GuestRam, VmSpec};
@@ -16,8 +17,6 @@ use crate::vmm::snapfile::{Snapshot, Staging};
 use crate::vmm::state::Record;
 use crate::vmm::template::Template;
 
-/// A restore's private copy of the snapshot's guest RAM, in `vm/`.
-const PRIVATE_RAM: &str = "ram.bin";
 /// How long writing the VM state may take.
 const SAVE_LIMIT: Duration = Duration::from_secs(300);
 /// How long one try to reach the agent may take.
@@ -79,8 +78,10 @@ pub(super) async fn run_on(record: &Record, limit: Duration) -> Result<(), Sandb
 /// state is loaded only once the helper is ready and has published the ports, so no
 /// guest runs before its network is there.
 /// `persist` records each process as it starts, so that whoever undoes a failure finds
-/// them (and ends both when either fails). Returns the agent's version.
+/// them (and ends both when either fails). Both start through the jail, which takes
+/// the quotas' `admitted` for this start. Returns the agent's version.
 pub(super) async fn bring_up(
+    admitted: &Admission,
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     snap: &Snapshot,
@@ -92,14 +93,19 @@ pub(super) async fn bring_up(
     let step =
         |what: &str| tracing::debug!("restore: {what} at {:.1} ms", started.elapsed().as_secs_f64() * 1e3);
     // QEMU 7.2 opens guest RAM's file read-write: it gets a private copy (holes stay
-    // holes), so no restored QEMU can change the snapshot for later restores. While it
-    // is made, the network helper is spawned and QEMU's jail is built, QEMU held before
-    // it runs (`jail::held`); the copy is awaited before any failure is returned, so
-    // nothing is left writing, and a held QEMU dropped on a failure is killed.
-    let ram = record.paths.vm.join(PRIVATE_RAM);
+    // holes), so no restored QEMU can change the snapshot for later restores. A parked
+    // sandbox's own memory (in its own directory, mapped by no other sandbox, removed
+    // once it runs) is linked instead: what its QEMU could write there only its own
+    // guest would find again, were the unpark to fail. While the copy is made, the
+    // network helper is spawned and QEMU's jail is built, QEMU held before it runs
+    // (`jail::held`); the copy is awaited before any failure is returned, so nothing is
+    // left writing, and a held QEMU dropped on a failure is killed.
+    let ram = record.paths.private_ram();
     let (from, to) = (snap.ram(), ram.clone());
-    let copying = tokio::task::spawn_blocking(move || copy_file(&from, &to));
-    let spawned = spawn_both(record, persist, snap, template, net, &ram).await;
+    let own = from.starts_with(&record.paths.dir);
+    let copying =
+        tokio::task::spawn_blocking(move || if own { link_file(&from, &to) } else { copy_file(&from, &to) });
+    let spawned = spawn_both(admitted, record, persist, snap, template, net, &ram).await;
     let copied = copying.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     let (mut helper, held) = spawned?;
     copied?;
@@ -148,6 +154,7 @@ pub(super) async fn bring_up(
 /// starts; the caller releases QEMU, then waits until the helper is ready
 /// ([`lifecycle::wait_ready`]) and publishes the ports.
 async fn spawn_both(
+    admitted: &Admission,
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     snap: &Snapshot,
@@ -155,7 +162,7 @@ async fn spawn_both(
     net: &RestoredNet,
     ram: &Path,
 ) -> Result<(crate::jail::JailedHelper, crate::jail::held::HeldQemu), SandboxError> {
-    let helper = lifecycle::spawn_with(&record.paths.dir, &net.config)?;
+    let helper = lifecycle::spawn_with(admitted, &record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
     record.secret_runner = helper.runner;
     persist(record)?;
@@ -174,7 +181,7 @@ async fn spawn_both(
     };
     let _ = std::fs::remove_file(&record.paths.qmp_socket);
     // The helper is recorded: a QEMU that does not start leaves it to the caller to end.
-    let held = crate::jail::hold_qemu(&spec, true).await?;
+    let held = crate::jail::hold_qemu(admitted, &spec, true).await?;
     record.qemu = held.qemu();
     persist(record)?;
     Ok((helper, held))
@@ -321,6 +328,17 @@ pub(super) async fn qemu_version(qmp: &mut Qmp) -> Result<String, SandboxError> 
 /// Copies `from` to `to` through an exclusive temporary file, so `to` is never seen
 /// half-written and no link planted in QEMU's `vm/` directory is followed
 /// ([`crate::vmm::safe_fs::copy`]).
+/// Gives `from` a second name `to` in the same sandbox directory, in place of whatever
+/// `to` names (not followed if a link).
+fn link_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    let failed = |source| SandboxError::Copy { from: from.to_path_buf(), to: to.to_path_buf(), source };
+    match std::fs::remove_file(to) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(failed(e)),
+        _ => {}
+    }
+    std::fs::hard_link(from, to).map_err(failed)
+}
+
 pub(super) fn copy_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
     crate::vmm::safe_fs::copy(from, to).map_err(|source| SandboxError::Copy {
         from: from.to_path_buf(),

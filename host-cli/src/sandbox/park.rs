@@ -36,6 +36,7 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
     record.vhost = None;
     record.net_helper = None;
     record.secret_runner = None;
+    record.ram_copy = 0;
     record.paused = false;
     record.parked = true;
     record.save()?;
@@ -45,14 +46,11 @@ pub async fn park(name_or_id: &str) -> Result<SandboxInfo, SandboxError> {
 /// Brings parked `record` back from its directory; call under the state lock. On
 /// failure it stays parked, with nothing left running.
 pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
-    if let Some(state) = record.paths.dir.parent() {
-        super::quota::check(
-            state,
-            super::quota::Ask { memory_mib: record.memory_mib, cpus: record.cpus, disk_bytes: 0 },
-            Some(&record.id),
-        )
-        .map_err(SandboxError::Quota)?;
-    }
+    // Judged as a start for its memory and vCPUs; on disk it takes nothing more (its
+    // QEMU maps its parked memory, not a copy: `machine::bring_up`).
+    let ask = super::quota::Ask { memory_mib: record.memory_mib, cpus: record.cpus, ..Default::default() };
+    let admitted =
+        super::quota::check(&dirs::state_dir()?, ask, Some(&record.id)).map_err(SandboxError::Quota)?;
     let snap = snapfile::open(&record.paths.parked())?;
     let tpl = snapshot::usable(&snap)?;
     // Its QEMU wrote the overlay's header until it was parked: a taken-over one could
@@ -69,7 +67,8 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
         net.config.policy = own.policy;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(record, &mut persist, &snap, &tpl, &net, UNPARK_LIMIT).await {
+    if let Err(e) = machine::bring_up(&admitted, record, &mut persist, &snap, &tpl, &net, UNPARK_LIMIT).await
+    {
         stop_processes(record, true).await;
         record.qemu = None;
         record.vhost = None;
@@ -84,6 +83,8 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
         record.save()?;
         return Err(e);
     }
+    // Its QEMU keeps the parked memory's blocks once the parked files are gone.
+    record.ram_copy = super::quota::ram_copy_bytes(&snap.ram());
     record.parked = false;
     record.save()?;
     let _ = std::fs::remove_dir_all(record.paths.parked());

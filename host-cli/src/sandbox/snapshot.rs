@@ -300,8 +300,13 @@ pub async fn restore(
         .filter(|_| record.paths.overlay.is_some())
         .and_then(|d| super::quota::usage::qcow2_virtual_size(&d))
         .unwrap_or(0);
-    let ask = super::quota::Ask { memory_mib: snap.meta.memory_mib, cpus: snap.meta.cpus, disk_bytes };
-    super::quota::check(&state, ask, Some(&record.id)).map_err(SandboxError::Quota)?;
+    let ask = super::quota::Ask {
+        memory_mib: snap.meta.memory_mib,
+        cpus: snap.meta.cpus,
+        disk_bytes,
+        ram_copy_bytes: super::quota::ram_copy_bytes(&snap.ram()),
+    };
+    let admitted = super::quota::check(&state, ask, Some(&record.id)).map_err(SandboxError::Quota)?;
     if snap.meta.disk != record.paths.overlay.is_some() {
         return Err(SandboxError::Incompatible {
             snapshot: snap.meta.name.clone(),
@@ -331,12 +336,14 @@ pub async fn restore(
     record.memory_mib = snap.meta.memory_mib;
     record.cpus = snap.meta.cpus;
     record.disk_reserved = disk_bytes;
+    record.ram_copy = ask.ram_copy_bytes;
     record.save()?;
     if let (Some(disk), Some(overlay)) = (disk, &record.paths.overlay) {
         copy_snapshot_disk(&snap, &disk, overlay, &tpl)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(&mut record, &mut persist, &snap, &tpl, &net, timeout).await {
+    if let Err(e) = machine::bring_up(&admitted, &mut record, &mut persist, &snap, &tpl, &net, timeout).await
+    {
         // Nothing half-running is left: the sandbox shows as dead and `atoll kill` removes it.
         stop_processes(&record, true).await;
         return Err(e);

@@ -157,6 +157,13 @@ impl Paths {
         }
     }
 
+    /// The private copy of a snapshot's guest RAM a restore's QEMU maps (QEMU 7.2 opens
+    /// the file read-write, so it never gets the snapshot's own); its name is removed
+    /// once QEMU has it open.
+    pub fn private_ram(&self) -> PathBuf {
+        self.vm.join("ram.bin")
+    }
+
     /// Where a parked sandbox's snapshot is.
     pub fn parked(&self) -> PathBuf {
         self.dir.join("parked")
@@ -214,6 +221,13 @@ pub struct Record {
     /// after the lock is let go must not count as nothing meanwhile.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub disk_reserved: u64,
+    /// The disk quota's count for the private copy of guest RAM its QEMU maps when it
+    /// was started from a snapshot ([`Paths::private_ram`], as stored: holes stay
+    /// holes), 0 for a boot. The copy's name is removed once QEMU has it open, but its
+    /// blocks stay taken while that QEMU lives, so it counts while the sandbox holds a
+    /// VM.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ram_copy: u64,
     /// What its VM started from: `None` for a boot, else `snapshot <NAME>` (a fork) or
     /// `template snapshot` (a plain create that restored its template's snapshot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,6 +275,7 @@ impl Record {
             parked: false,
             storage: Default::default(),
             disk_reserved: 0,
+            ram_copy: 0,
             started_from: None,
             created_by: None,
             paths,
@@ -531,6 +546,7 @@ mod tests {
             parked: false,
             storage: Default::default(),
             disk_reserved: 0,
+            ram_copy: 0,
             started_from: None,
             created_by: None,
             paths: Paths::in_dir(&d, false),

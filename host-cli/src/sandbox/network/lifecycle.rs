@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{self, NetConfig};
 use super::spec::NetworkMode;
+use crate::sandbox::quota::Admission;
 use crate::vmm::process::ProcRef;
 
 /// How long the helper may take to be ready.
@@ -40,20 +41,26 @@ pub enum HelperStartError {
 }
 
 /// Writes `net.json` for `network` and `policy` and starts `atoll net-helper` for the
-/// sandbox in `dir`; the caller records the child, then waits with [`wait_ready`].
+/// sandbox in `dir` (through the jail, which takes the quotas' `admitted` for this
+/// start); the caller records the child, then waits with [`wait_ready`].
 pub fn spawn(
+    admitted: &Admission,
     dir: &Path,
     network: NetworkMode,
     policy: &atoll_net::policy::Policy,
 ) -> Result<crate::jail::JailedHelper, HelperStartError> {
-    spawn_with(dir, &NetConfig { network, policy: policy.clone(), ..NetConfig::default() })
+    spawn_with(admitted, dir, &NetConfig { network, policy: policy.clone(), ..NetConfig::default() })
 }
 
 /// Writes `config` as `net.json` (its ports are published afterwards, through the
 /// helper) and starts `atoll net-helper` for the sandbox in `dir`, in its jail. The
 /// sockets QEMU connects to are listening when this returns (`jail::wire`): QEMU may
 /// start before the helper is ready.
-pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedHelper, HelperStartError> {
+pub fn spawn_with(
+    admitted: &Admission,
+    dir: &Path,
+    config: &NetConfig,
+) -> Result<crate::jail::JailedHelper, HelperStartError> {
     // Its own directory and `net.json` are the helper's user's (`atoll` when atoll is
     // root), made before it starts.
     let owner = crate::jail::user::for_helper().map_err(|e| HelperStartError::Spawn(e.into()))?;
@@ -66,7 +73,7 @@ pub fn spawn_with(dir: &Path, config: &NetConfig) -> Result<crate::jail::JailedH
     let exe = std::env::current_exe().map_err(HelperStartError::OwnPath)?;
     let args = ["net-helper".to_string(), "--dir".to_string(), dir.display().to_string()];
     let network = config.network == NetworkMode::Default;
-    Ok(crate::jail::start_helper(&exe, &args, dir, &config::helper_log_path(dir), network)?)
+    Ok(crate::jail::start_helper(admitted, &exe, &args, dir, &config::helper_log_path(dir), network)?)
 }
 
 /// Waits until the helper's control socket exists.

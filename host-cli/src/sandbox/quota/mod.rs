@@ -3,16 +3,19 @@
 //! take. Defaults are sized from the machine; each can be set in the config file
 //! ([`crate::config`]), with an environment variable, or with a flag of the command line
 //! ([`limits`]; for `atoll mcp`, the flags it was started with cap every tool call). A start over a
-//! quota (create, fork, template snapshot restore, unpark) or a snapshot or template
-//! save over the snapshot quota is refused at once, before anything is made, saying
-//! what to park, kill or remove; checked under the state lock, so two cannot both slip
-//! under.
+//! quota (create, fork, template snapshot restore, unpark, snapshot restore) or a
+//! snapshot or template save over the snapshot quota is refused at once, before
+//! anything is made, saying what to park, kill or remove; checked under the state lock,
+//! so two cannot both slip under. A start the check lets through gets an [`Admission`],
+//! which the jail's doors take: no start path reaches QEMU or the network helper
+//! without the check.
 //!
 //! A parked sandbox holds no QEMU and counts for nothing in the running quotas; a
 //! paused one keeps its memory, so it counts; so does one still starting (its record
 //! saved under the lock, its QEMU not yet there), as long as the process starting it
 //! lives (`holds_a_vm`). Every sandbox, running or not, counts for disk ([`usage`]),
-//! a starting one at the size it asked for.
+//! a starting one at the size it asked for; one started from a snapshot also counts the
+//! private copy of guest RAM its QEMU maps, while it holds a VM.
 
 pub mod limits;
 pub mod usage;
@@ -27,32 +30,59 @@ pub use limits::{
 use crate::vmm::state::{self, Record};
 
 /// What a sandbox about to start asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Ask {
     /// Guest memory, MiB.
     pub memory_mib: u32,
     /// vCPUs.
     pub cpus: u32,
-    /// Its disk at full size, bytes (0: none, or it exists already).
+    /// What its disk will hold, bytes: a new disk at full size, or, for a sandbox that
+    /// has a record already, what it will hold once started (its own, or the one a
+    /// snapshot restore puts in its place).
     pub disk_bytes: u64,
+    /// The private copy of guest RAM a start from a snapshot makes, as stored
+    /// ([`ram_copy_bytes`]); 0 for a boot.
+    pub ram_copy_bytes: u64,
 }
 
+/// Proof that the quotas let one start go ahead: made only by [`check`], and taken by
+/// each door of the jail that starts a sandbox's processes (`jail::start_qemu`,
+/// `jail::hold_qemu`, `jail::start_helper`), so a start path that skipped the check
+/// does not compile.
+#[derive(Debug)]
+pub struct Admission(());
+
 /// Refuses starting a sandbox asking `ask` next to those of `state` (leaving out
-/// `starting`, the sandbox being started, if it already has a record: its disk is
-/// there already and is not judged again, unless `ask` names a disk that replaces it, as
-/// a snapshot restore's does), with a message that says what to do. Call under the
-/// state lock.
-pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<(), String> {
+/// `starting`, the sandbox being started, if it already has a record), with a message
+/// that says what to do; else admits it. Call under the state lock, and save the
+/// starting sandbox's record (with `ask`'s disk and RAM copy) before letting it go, so
+/// that the next check counts it.
+pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<Admission, String> {
     let limits = Limits::of_host(state)?;
     let others: Vec<Record> =
         state::load_all(state).into_iter().flatten().filter(|r| Some(r.id.as_str()) != starting).collect();
     let running: Vec<&Record> = others.iter().filter(|r| holds_a_vm(r)).collect();
     judge(&running, ask, &limits)?;
-    if starting.is_none() || ask.disk_bytes > 0 {
-        let held: u64 = others.iter().map(usage::sandbox_bytes).sum();
-        judge_disk(held, ask.disk_bytes, &limits.disk)?;
+    let need = ask.disk_bytes.saturating_add(ask.ram_copy_bytes);
+    // A sandbox with a record that takes nothing more (an unpark) is not judged on disk.
+    if starting.is_none() || need > 0 {
+        let held: u64 = others.iter().map(sandbox_bytes).sum();
+        judge_disk(held, need, &limits.disk)?;
     }
-    Ok(())
+    Ok(Admission(()))
+}
+
+/// What the private copy of `ram` (a snapshot's guest RAM) takes once made: its
+/// allocated bytes (the copy keeps holes).
+pub fn ram_copy_bytes(ram: &Path) -> u64 {
+    std::fs::symlink_metadata(ram).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+}
+
+/// What sandbox `r` holds on disk: [`usage::sandbox_bytes`], and the private copy of
+/// guest RAM its QEMU maps while it holds a VM (the copy's name is gone by then, its
+/// blocks are not).
+fn sandbox_bytes(r: &Record) -> u64 {
+    usage::sandbox_bytes(r) + if holds_a_vm(r) { r.ram_copy } else { 0 }
 }
 
 /// Whether `r` counts in the running quotas: its QEMU lives, or it is still starting (a
@@ -97,7 +127,7 @@ pub fn snapshot_bytes(state: &Path) -> Result<u64, String> {
 
 /// What the sandboxes of `state` hold on disk, counted as [`check`] does.
 pub fn sandbox_disk_bytes(state: &Path) -> u64 {
-    state::load_all(state).into_iter().flatten().map(|r| usage::sandbox_bytes(&r)).sum()
+    state::load_all(state).into_iter().flatten().map(|r| sandbox_bytes(&r)).sum()
 }
 
 /// One quota as `atoll info` shows it.
@@ -124,7 +154,7 @@ pub fn report(state: &Path) -> Result<Vec<QuotaUse>, String> {
         (running.len() as u64, "count"),
         (running.iter().map(|r| u64::from(r.memory_mib)).sum(), "MiB"),
         (running.iter().map(|r| u64::from(r.cpus)).sum(), "count"),
-        (all.iter().map(usage::sandbox_bytes).sum(), "bytes"),
+        (all.iter().map(sandbox_bytes).sum(), "bytes"),
         (snapshot_bytes(state)?, "bytes"),
     ];
     Ok(limits
@@ -238,7 +268,7 @@ mod tests {
     }
 
     fn ask(memory_mib: u32, cpus: u32) -> Ask {
-        Ask { memory_mib, cpus, disk_bytes: 0 }
+        Ask { memory_mib, cpus, ..Ask::default() }
     }
 
     #[test]
@@ -274,6 +304,15 @@ mod tests {
         r.creator = crate::vmm::process::ProcRef::of(std::process::id());
         r.ready = true;
         assert!(!holds_a_vm(&r), "a ready sandbox without a QEMU (stopped) holds nothing");
+    }
+
+    #[test]
+    fn a_private_copy_of_guest_ram_counts_while_its_sandbox_holds_a_vm() {
+        let mut r = running("a", 512, 1);
+        (r.disk_reserved, r.ram_copy) = (100 << 20, 40 << 20);
+        assert_eq!(sandbox_bytes(&r), 140 << 20, "starting: its disk and its copy of guest RAM");
+        r.parked = true;
+        assert_eq!(sandbox_bytes(&r), 100 << 20, "parked: no QEMU holds a copy");
     }
 
     #[test]
