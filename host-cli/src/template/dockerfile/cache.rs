@@ -35,6 +35,7 @@ use super::context::{self, SourceError};
 use super::parse::Instruction;
 use crate::template::bake::{self, Staging};
 use crate::vmm::dirs;
+use crate::vmm::state::StateLock;
 
 /// Bumped when what a key covers or an entry holds changes.
 const VERSION: &[u8] = b"atoll-dockerfile-step-cache-1";
@@ -156,35 +157,54 @@ pub(super) fn lookup(key: &str) -> Option<PathBuf> {
 }
 
 /// Keeps the template directory `saved` (a step's disk, just saved from the build VM)
-/// as the entry of `key`; `saved` is moved, or removed when keeping fails.
-pub(super) fn store(key: &str, saved: &Path) -> Result<(), CacheError> {
-    let r = (|| -> Result<(), CacheError> {
-        let root = root().map_err(|e| CacheError::Io(e.to_string()))?;
-        std::fs::create_dir_all(&root).map_err(|e| CacheError::Io(format!("{}: {e}", root.display())))?;
-        let rootfs_digest = disk_digest(&saved.join("rootfs.ext4"))
-            .map_err(|e| CacheError::Io(format!("hashing the disk: {e}")))?;
-        let json = serde_json::to_vec_pretty(&EntryFile { key: key.to_owned(), rootfs_digest })
-            .map_err(|e| CacheError::Io(e.to_string()))?;
-        bake::write_file(&saved.join("entry.json"), &json, 0o644)
-            .map_err(|e| CacheError::Io(e.to_string()))?;
-        let dest = root.join(key);
-        // `saved` (a template directory) is counted already: what is stored now must be
-        // within the snapshot quota, and stays so while the entry moves under the lock.
-        let _lock = crate::sandbox::quota::check_snapshot_locked(0).map_err(CacheError::Io)?;
-        // An entry already there (another build's, or a corrupt one) is replaced.
-        let _ = std::fs::remove_dir_all(&dest);
-        std::fs::rename(saved, &dest).map_err(|e| CacheError::Io(format!("{}: {e}", dest.display())))
-    })();
-    if r.is_err() {
-        let _ = std::fs::remove_dir_all(saved);
+/// as the entry of `key`; `saved` is moved, or removed when keeping fails or the future
+/// is dropped first.
+pub(super) async fn store(key: &str, saved: &Path) -> Result<(), CacheError> {
+    let mut pending = RemoveOnDrop(Some(saved));
+    let root = root().map_err(|e| CacheError::Io(e.to_string()))?;
+    std::fs::create_dir_all(&root).map_err(|e| CacheError::Io(format!("{}: {e}", root.display())))?;
+    let rootfs_digest = disk_digest(&saved.join("rootfs.ext4"))
+        .map_err(|e| CacheError::Io(format!("hashing the disk: {e}")))?;
+    let json = serde_json::to_vec_pretty(&EntryFile { key: key.to_owned(), rootfs_digest })
+        .map_err(|e| CacheError::Io(e.to_string()))?;
+    bake::write_file(&saved.join("entry.json"), &json, 0o644).map_err(|e| CacheError::Io(e.to_string()))?;
+    let dest = root.join(key);
+    // `saved` (a template directory) is counted already: what is stored now must be
+    // within the snapshot quota, and stays so while the entry moves under the lock.
+    let _lock = check_snapshot_locked(0).await?;
+    // An entry already there (another build's, or a corrupt one) is replaced.
+    let _ = std::fs::remove_dir_all(&dest);
+    std::fs::rename(saved, &dest).map_err(|e| CacheError::Io(format!("{}: {e}", dest.display())))?;
+    pending.0 = None;
+    Ok(())
+}
+
+/// Removes the directory it holds when dropped.
+struct RemoveOnDrop<'a>(Option<&'a Path>);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
-    r
+}
+
+/// [`crate::sandbox::quota::check_snapshot`] under the state lock, which is returned so
+/// that what is stored next is stored before another check can pass. The lock is waited
+/// for off the runtime's thread ([`StateLock::lock`]): `atoll mcp` serves every call on
+/// one thread, and a call that holds the lock across an await runs there too.
+async fn check_snapshot_locked(need: u64) -> Result<StateLock, CacheError> {
+    let state = dirs::state_dir().map_err(|e| CacheError::Io(e.to_string()))?;
+    let lock = StateLock::lock(&state).await.map_err(|e| CacheError::Io(e.to_string()))?;
+    crate::sandbox::quota::check_snapshot(&state, need).map_err(CacheError::Io)?;
+    Ok(lock)
 }
 
 /// Installs entry `entry` as template directory `dest` (replacing one there, unless a
 /// sandbox uses it), verifying the copy; a corrupt entry is removed and nothing is
 /// installed.
-pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
+pub(super) async fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     let io = |e: &dyn std::fmt::Display| CacheError::Io(format!("installing the cached result: {e}"));
     let corrupt = |why: String| {
         let _ = std::fs::remove_dir_all(entry);
@@ -224,7 +244,7 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     // The copy may take the entry's blocks again (no reflinks): refused at once when
     // that would pass the snapshot quota.
     let need = std::fs::metadata(entry.join("rootfs.ext4")).map_or(0, |m| m.blocks() * 512);
-    drop(crate::sandbox::quota::check_snapshot_locked(need).map_err(CacheError::Io)?);
+    drop(check_snapshot_locked(need).await?);
     let image = stage.path.join("rootfs.ext4");
     let cp = crate::template::tools::output(
         std::process::Command::new("cp")
@@ -249,7 +269,7 @@ pub(super) fn install(entry: &Path, dest: &Path) -> Result<(), CacheError> {
     bake::write_file(&stage.path.join("template.json"), json.as_bytes(), 0o644).map_err(|e| io(&e))?;
     // The staged copy is counted now (it is beside the templates): checked again, and
     // committed under the lock, so two installs cannot both slip under the quota.
-    let _lock = crate::sandbox::quota::check_snapshot_locked(0).map_err(CacheError::Io)?;
+    let _lock = check_snapshot_locked(0).await?;
     stage.commit(dest).map_err(|e| io(&e))
 }
 

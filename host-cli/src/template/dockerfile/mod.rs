@@ -314,9 +314,9 @@ pub async fn build(
         let Some(entry) = cache::lookup(&keys[i]) else { continue };
         let installed = if Some(&i) == checkpoints.last() {
             refuse_foreign_replace(opts)?;
-            cache::install(&entry, &dest).map(|()| None)
+            cache::install(&entry, &dest).await.map(|()| None)
         } else {
-            vm::Base::cached(&entry, &origin).map(Some)
+            vm::Base::cached(&entry, &origin).await.map(Some)
         };
         match installed {
             Ok(base) => {
@@ -355,7 +355,7 @@ pub async fn build(
             let run = Run { steps: &steps, keys: &keys, context: &context, opts, report: &report, progress };
             let r = run_steps(&mut session, &run, skip, &mut state).await;
             let r = match r.and_then(|entry| refuse_foreign_replace(opts).map(|()| entry)) {
-                Ok(Some(entry)) => match cache::install(&entry, &dest) {
+                Ok(Some(entry)) => match cache::install(&entry, &dest).await {
                     Ok(()) => Ok(()),
                     Err(e) => {
                         progress(Progress::Note(format!("{e}; saving the build VM's disk instead")));
@@ -562,7 +562,7 @@ async fn keep(session: &vm::Session, run: &Run<'_>, i: usize) -> Option<PathBuf>
             return None;
         }
     };
-    match cache::store(&run.keys[i], &saved) {
+    match cache::store(&run.keys[i], &saved).await {
         Ok(()) => cache::lookup(&run.keys[i]),
         Err(e) => {
             note(e.to_string());

@@ -162,11 +162,14 @@ pub(super) struct Base {
 
 impl Base {
     /// The cached step `entry` installed as a template for this build.
-    pub(super) fn cached(entry: &std::path::Path, from: &Origin) -> Result<Base, super::cache::CacheError> {
+    pub(super) async fn cached(
+        entry: &std::path::Path,
+        from: &Origin,
+    ) -> Result<Base, super::cache::CacheError> {
         let name = temp_name("build-base");
         let dest =
             dirs::templates_dir().map_err(|e| super::cache::CacheError::Io(e.to_string()))?.join(&name);
-        super::cache::install(entry, &dest)?;
+        super::cache::install(entry, &dest).await?;
         Ok(Base { template: name, temporary: true, defaults: from.defaults.clone() })
     }
 }
