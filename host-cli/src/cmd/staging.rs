@@ -7,7 +7,8 @@
 //! kernel frees it. A folder cannot be unnamed: it is built in
 //! `.atoll-cp-<pid>-<start>-<random>` (the copying process's pid and its start time,
 //! `/proc/<pid>/stat` field 22) and holds an exclusive `flock` for the copy's life. Each
-//! folder copy first removes the staging folders beside it whose copy is gone: a name of
+//! copy into a folder (of a folder, a file or a download) first removes the staging
+//! folders beside it whose copy is gone: a name of
 //! exactly that form, a folder (not a link), owned by this user, whose process is not
 //! running (pid and start time: a reused pid is another process) and whose lock is free
 //! (a copy in another pid namespace, whose pid means nothing here, still holds it), in
