@@ -38,6 +38,7 @@ pub fn main() -> ExitCode {
         Err(e) => return report(&anyhow::Error::new(e).context("could not start the async runtime"), json),
     };
     let result = runtime.block_on(crate::cmd::run(cli));
+    crate::sandbox::template_snap::finish_marking();
     // A blocking read of stdin may still be parked in the runtime; do not wait for it.
     runtime.shutdown_background();
     match result {

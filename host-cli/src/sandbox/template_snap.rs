@@ -218,18 +218,36 @@ impl Unannounced {
     }
 }
 
+/// Marks a dropped create's sandbox ready on a thread of its own: the state lock may be
+/// busy, and in `atoll mcp` the thread this runs on serves every call, the lock's holder
+/// perhaps among them, across an await (waiting here would stop it, and the server, for
+/// good). The command waits for the thread before it exits ([`finish_marking`]).
 impl Drop for Unannounced {
     fn drop(&mut self) {
-        if let Some(id) = self.0.take()
-            && let Err(e) = mark_ready(&id)
-        {
-            tracing::warn!("could not mark sandbox {id} ready: {e}");
-        }
+        let Some(id) = self.0.take() else { return };
+        let marking = std::thread::spawn(move || {
+            if let Err(e) = mark_ready(&id) {
+                tracing::warn!("could not mark sandbox {id} ready: {e}");
+            }
+        });
+        MARKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(marking);
+    }
+}
+
+/// The threads marking dropped creates' sandboxes ready ([`Unannounced`]'s drop).
+static MARKING: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits until every sandbox a dropped create left is marked ready: called when a
+/// command's work is done, before the process exits, so none is left `starting`.
+pub fn finish_marking() {
+    let pending = std::mem::take(&mut *MARKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    for marking in pending {
+        let _ = marking.join();
     }
 }
 
 /// Marks sandbox `id` ready: from now on every face may reach it. Blocks for the state
-/// lock: only for a dropped future's clean-up, which cannot wait otherwise.
+/// lock: only for a dropped future's clean-up, on a thread of its own.
 fn mark_ready(id: &str) -> Result<SandboxInfo, SandboxError> {
     let state = dirs::state_dir()?;
     let lock = StateLock::acquire(&state)?;

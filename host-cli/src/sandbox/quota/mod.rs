@@ -105,11 +105,22 @@ pub fn check_snapshot(state: &Path, need: u64) -> Result<(), String> {
 }
 
 /// [`check_snapshot`] for a caller that does not hold the state lock (a template
-/// build): takes the lock, checks, and returns the lock, so that what is stored next is
-/// stored before another check can pass.
+/// build, on a blocking thread): takes the lock, checks, and returns the lock, so that
+/// what is stored next is stored before another check can pass.
 pub fn check_snapshot_locked(need: u64) -> Result<state::StateLock, String> {
     let state = crate::vmm::dirs::state_dir().map_err(|e| e.to_string())?;
     let lock = state::StateLock::acquire(&state).map_err(|e| e.to_string())?;
+    check_snapshot(&state, need)?;
+    Ok(lock)
+}
+
+/// [`check_snapshot_locked`] for async code (a Dockerfile build's step cache): the lock
+/// is waited for off the runtime's thread ([`state::StateLock::lock`]), since `atoll mcp`
+/// serves every call on one thread and a call holding the lock across an await runs
+/// there too.
+pub async fn check_snapshot_locked_async(need: u64) -> Result<state::StateLock, String> {
+    let state = crate::vmm::dirs::state_dir().map_err(|e| e.to_string())?;
+    let lock = state::StateLock::lock(&state).await.map_err(|e| e.to_string())?;
     check_snapshot(&state, need)?;
     Ok(lock)
 }

@@ -190,15 +190,9 @@ impl Drop for RemoveOnDrop<'_> {
     }
 }
 
-/// [`crate::sandbox::quota::check_snapshot`] under the state lock, which is returned so
-/// that what is stored next is stored before another check can pass. The lock is waited
-/// for off the runtime's thread ([`StateLock::lock`]): `atoll mcp` serves every call on
-/// one thread, and a call that holds the lock across an await runs there too.
+/// [`crate::sandbox::quota::check_snapshot_locked_async`], its error this module's.
 async fn check_snapshot_locked(need: u64) -> Result<StateLock, CacheError> {
-    let state = dirs::state_dir().map_err(|e| CacheError::Io(e.to_string()))?;
-    let lock = StateLock::lock(&state).await.map_err(|e| CacheError::Io(e.to_string()))?;
-    crate::sandbox::quota::check_snapshot(&state, need).map_err(CacheError::Io)?;
-    Ok(lock)
+    crate::sandbox::quota::check_snapshot_locked_async(need).await.map_err(CacheError::Io)
 }
 
 /// Installs entry `entry` as template directory `dest` (replacing one there, unless a
