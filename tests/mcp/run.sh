@@ -28,6 +28,6 @@ status=0
 echo "tests/mcp/run.sh: the tools' suites again, over Streamable HTTP" >&2
 ATOLL_MCP_TEST_TRANSPORT=http "${pytest[@]}" test_exec.py test_files.py test_jobs.py test_archive_info.py \
     test_tools_list.py test_vocabulary.py test_sandboxes.py test_snapshots.py test_network.py test_faults.py \
-    test_templates_code_metrics.py test_mounts.py test_secrets.py \
+    test_templates_code_metrics.py test_mounts.py test_secrets.py test_template_snapshot_lock.py \
     || status=$?
 exit "$status"
