@@ -7,7 +7,8 @@
 //! the git config plant (fsmonitor), a hook plant, an editor task plant and renaming
 //! `.git` away all fail, while the guest can still write objects and the index, and a
 //! host `git status` afterwards runs nothing. A guest that fills its RAM past its
-//! group's (lowered) memory limit ends its own QEMU and nothing else. After `atoll kill`
+//! group's (lowered) memory limit ends its own QEMU and nothing else; so does a QEMU that
+//! needs a thread past its group's (lowered) task limit. After `atoll kill`
 //! the cgroup is gone.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -299,22 +300,41 @@ fn vm_jail_walls_hold_from_the_host_and_from_a_root_guest() {
     console_flood_stays_bounded(&atoll, &id);
     compromised_qemu_reaches_nothing_of_atoll(&atoll, host.path());
     quotas_refuse_at_once(&atoll);
+    // A third sandbox, without shares. It runs until the two cgroup walls below, each of
+    // which ends one sandbox's QEMU and needs another still running to show it was only
+    // that one.
+    let third = atoll.json(&["create", "--name", "shareless", "--timeout", "240s"]);
+    let third_id = third["id"].as_str().unwrap();
     if as_root {
-        helper_cannot_reach_a_shareless_qemu(&atoll);
+        helper_cannot_reach_a_shareless_qemu(&atoll, third_id);
     }
 
-    a_guest_past_its_cgroup_ends_only_its_own_qemu(&atoll, qemu, memory_dir.parent().unwrap(), memory_mib);
+    a_qemu_past_its_task_limit_ends_only_itself(&atoll, qemu, &id);
+    a_guest_past_its_cgroup_ends_only_its_own_qemu(
+        &atoll,
+        "shareless",
+        qemu_pid(&atoll, third_id),
+        &memory_dir.parent().unwrap().with_file_name(third_id),
+        third["memory_mib"].as_u64().unwrap(),
+    );
 
     let out = atoll.run(&["kill", "jailed"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!memory_dir.parent().unwrap().exists(), "the cgroup outlived the sandbox");
 }
 
-/// The cgroup's memory limit is a wall, not a number: with `jailed`'s limit lowered to
-/// what its QEMU holds plus 64 MiB (a QEMU that grew past its own), root in the guest
-/// filling half its RAM makes the kernel end that QEMU, in its group, and nothing else:
-/// the other sandbox (`plain`) still answers and `atoll ls` shows `jailed` dead.
-fn a_guest_past_its_cgroup_ends_only_its_own_qemu(atoll: &Atoll, qemu: u64, group: &Path, memory_mib: u64) {
+/// The cgroup's memory limit is a wall, not a number: with sandbox `name`'s limit
+/// lowered to what its QEMU holds plus 64 MiB (a QEMU that grew past its own), root in
+/// the guest filling half its RAM makes the kernel end that QEMU, in its group, and
+/// nothing else: another sandbox (`plain`) still answers and `atoll ls` shows `name`
+/// dead.
+fn a_guest_past_its_cgroup_ends_only_its_own_qemu(
+    atoll: &Atoll,
+    name: &str,
+    qemu: u64,
+    group: &Path,
+    memory_mib: u64,
+) {
     let v1 = group.starts_with("/sys/fs/cgroup/memory");
     let (usage, limit, events) = if v1 {
         ("memory.usage_in_bytes", "memory.limit_in_bytes", "memory.oom_control")
@@ -325,7 +345,7 @@ fn a_guest_past_its_cgroup_ends_only_its_own_qemu(atoll: &Atoll, qemu: u64, grou
     let held: u64 = read(usage).trim().parse().unwrap();
     std::fs::write(group.join(limit), (held + (64 << 20)).to_string()).unwrap();
     let fill = format!("dd if=/dev/zero of=/tmp/fill bs=1M count={} 2>&1; echo survived", memory_mib / 2);
-    let out = atoll.run(&["-s", "jailed", "exec", "--timeout", "120s", "--", "sh", "-c", &fill]);
+    let out = atoll.run(&["-s", name, "exec", "--timeout", "120s", "--", "sh", "-c", &fill]);
     assert!(
         !text(&out.stdout).contains("survived"),
         "the guest filled its RAM past the limit: {}",
@@ -339,7 +359,64 @@ fn a_guest_past_its_cgroup_ends_only_its_own_qemu(atoll: &Atoll, qemu: u64, grou
     let killed = read(events).lines().find_map(|l| l.strip_prefix("oom_kill ")).map(|n| n.trim().to_string());
     assert!(killed.is_some_and(|n| n != "0"), "no OOM kill in the sandbox's group: {}", read(events));
     assert_eq!(atoll.sh("plain", "echo alive"), "alive\n", "the other sandbox was touched");
+    assert_eq!(atoll.state_of(name).as_deref(), Some("dead"), "{:?}", atoll.states());
+}
+
+/// The group's task limit is a wall too. With `jailed`'s `pids.max` lowered to the tasks
+/// its group holds once QEMU's worker pool is empty (a worker leaves after 10 s without
+/// work), root in the guest writing a file on the 9p share makes QEMU start a worker
+/// thread for it; the kernel refuses the thread in that group (`pids.events` counts it),
+/// QEMU 7.2 aborts on a thread it cannot create, and nothing else is touched: the host
+/// still starts processes, the other sandboxes (`plain`, `shareless`) still answer, and
+/// `atoll ls` shows `jailed` dead.
+fn a_qemu_past_its_task_limit_ends_only_itself(atoll: &Atoll, qemu: u64, id: &str) {
+    let v1 = Path::new("/sys/fs/cgroup/pids/atoll");
+    let group = if v1.is_dir() { v1.join(id) } else { Path::new("/sys/fs/cgroup/atoll").join(id) };
+    let read = |f: &str| std::fs::read_to_string(group.join(f)).unwrap();
+    let hit = || -> u64 {
+        let events = read("pids.events");
+        events.lines().find_map(|l| l.strip_prefix("max ")).unwrap().trim().parse().unwrap()
+    };
+    assert_eq!(hit(), 0, "the task limit was hit before the test lowered it");
+    // Until the count holds for 11 s: then no worker is left (nothing uses the share).
+    let mut held = read("pids.current");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(11));
+        let now = read("pids.current");
+        if now == held {
+            break;
+        }
+        held = now;
+    }
+    std::fs::write(group.join("pids.max"), held.trim()).unwrap();
+    let write = "echo probe > /work/pids-probe && cat /work/pids-probe && echo survived";
+    let out = atoll.run(&["-s", "jailed", "exec", "--timeout", "60s", "--", "sh", "-c", write]);
+    assert!(hit() > 0, "no task refused in the sandbox's group: {}", read("pids.events"));
+    assert!(
+        !out.status.success() && !text(&out.stdout).contains("survived"),
+        "the guest's write went through at the task limit: {}",
+        text(&out.stdout)
+    );
+    atoll_tests::vm::wait_until("QEMU ended at its task limit", std::time::Duration::from_secs(30), || {
+        atoll_tests::pid_gone(qemu)
+    });
+    let log = std::fs::read_to_string(atoll.state_dir().join(id).join("qemu.log")).unwrap();
+    assert!(log.contains("qemu_thread_create: Resource temporarily unavailable"), "qemu.log: {log}");
+    let host = Command::new("true").status().expect("the host cannot start a process");
+    assert!(host.success());
+    for other in ["plain", "shareless"] {
+        assert_eq!(atoll.sh(other, "echo alive"), "alive\n", "`{other}` was touched");
+    }
     assert_eq!(atoll.state_of("jailed").as_deref(), Some("dead"), "{:?}", atoll.states());
+    assert!(!atoll.run(&["-s", "jailed", "exec", "--", "true"]).status.success());
+}
+
+/// QEMU's pid, as sandbox `id`'s record gives it now.
+fn qemu_pid(atoll: &Atoll, id: &str) -> u64 {
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(atoll.state_dir().join(id).join("sandbox.json")).unwrap())
+            .unwrap();
+    record["qemu"]["pid"].as_u64().expect("QEMU's pid is recorded")
 }
 
 /// What file `v1.1` of cgroup `atoll/GROUP` in the v1 hierarchy `v1.0` holds, where the
@@ -799,9 +876,7 @@ fn console_flood_stays_bounded(atoll: &Atoll, id: &str) {
 /// nor removed and replaced: a taken-over helper can neither drive QEMU nor answer
 /// atoll in its place. (An ordinary user's helper, which has QEMU's uid:
 /// `attack_shares::ordinary_users_helper_reaches_neither_qemu_nor_atolls_record`.)
-fn helper_cannot_reach_a_shareless_qemu(atoll: &Atoll) {
-    let created = atoll.json(&["create", "--name", "shareless", "--timeout", "240s"]);
-    let id = created["id"].as_str().unwrap();
+fn helper_cannot_reach_a_shareless_qemu(atoll: &Atoll, id: &str) {
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(atoll.state_dir().join(id).join("sandbox.json")).unwrap())
             .unwrap();
@@ -837,8 +912,6 @@ test -S {w}/agent.port && echo WIRE"#,
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(atoll.sh("shareless", "echo alive"), "alive\n");
     helper_plants_do_not_keep_a_parked_sandbox_down(atoll, id, helper);
-    let out = atoll.run(&["kill", "shareless"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 /// The agent port in `vm/wire/` is the helper's user's once QEMU made it
