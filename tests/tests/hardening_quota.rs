@@ -220,6 +220,9 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     };
     // What the others hold, and `other` but for its own copy of guest RAM (it restored
     // its template's snapshot; the restore replaces that copy).
+    let record_in = |dir: &Path| -> Value {
+        serde_json::from_slice(&std::fs::read(dir.join("sandbox.json")).unwrap()).unwrap()
+    };
     let record = |name: &str| -> Value {
         let mut records =
             atoll.sandbox_dirs().into_iter().map(|d| std::fs::read(d.join("sandbox.json")).unwrap());
@@ -245,6 +248,21 @@ fn hardening_quota_disk_snapshot_config_and_a_guest_filling_its_disk() {
     assert!(!atoll.sandbox_dirs().iter().any(|d| d.join("vm/ram.bin").exists()), "the copy kept its name");
     let after = disk_used("other");
     assert_eq!(record("other")["ram_copy"].as_u64(), Some(ram), "the record's count of its copy");
+    // A file a taken-over QEMU puts in its view under the copy's old name counts as any
+    // other file of the sandbox does.
+    let other_dir = atoll.sandbox_dirs().into_iter().find(|d| record_in(d)["name"] == "other").unwrap();
+    std::fs::write(other_dir.join("vm/ram.bin"), vec![1u8; 16 << 20]).unwrap();
+    let planted = disk_used("other");
+    assert!(planted >= after + (16 << 20), "a file named vm/ram.bin is not counted: {planted} after {after}");
+    std::fs::remove_file(other_dir.join("vm/ram.bin")).unwrap();
+    // A restore that fails once its copy is made (here: 1 ms to reach QEMU) leaves no
+    // named copy behind: its blocks would stay taken by a dead sandbox.
+    let out = run(&atoll, &config, &roomy, &["snapshot", "restore", "--timeout", "1ms", "other", "s1"]);
+    assert!(!out.status.success(), "a restore given 1 ms went through");
+    assert!(
+        !atoll.sandbox_dirs().iter().any(|d| d.join("vm/ram.bin").exists()),
+        "a failed restore left its copy"
+    );
     assert!(
         after + (1 << 20) >= used + ram,
         "the running copy of guest RAM is not counted: {after} < {used} + {ram}"

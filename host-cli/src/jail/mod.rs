@@ -174,9 +174,10 @@ fn settle(mut stream: &std::os::unix::net::UnixStream) {
 /// command), stdout and stderr a stream to the network helper, which writes them to the
 /// sandbox's `qemu.log` ([`QemuLog`]). `restore`: QEMU waits stopped for a saved state
 /// (`-incoming defer`). `admitted`: the quotas let this start go ahead
-/// ([`crate::sandbox::quota::check`]); a start path cannot reach QEMU without it.
+/// ([`crate::sandbox::quota::check`]); a start path cannot reach QEMU without it, and
+/// it is used up: one check, one QEMU.
 pub async fn start_qemu(
-    admitted: &Admission,
+    admitted: Admission,
     spec: &VmSpec<'_>,
     restore: bool,
 ) -> Result<JailedQemu, JailError> {
@@ -188,7 +189,7 @@ pub async fn start_qemu(
 /// (which first hands a restore's guest RAM, made meanwhile, to QEMU's user); dropped
 /// unreleased, it is killed before QEMU runs.
 pub async fn hold_qemu(
-    _admitted: &Admission,
+    _admitted: Admission,
     spec: &VmSpec<'_>,
     restore: bool,
 ) -> Result<held::HeldQemu, JailError> {
@@ -435,7 +436,7 @@ impl JailedHelper {
 /// (`hand_to_helper`). The sockets QEMU connects to (the NIC's with `network`) are
 /// bound and listening when this returns ([`wire`]): QEMU may start at once.
 /// `_admitted`, as for [`start_qemu`]: the helper is part of the start the quotas let
-/// go ahead.
+/// go ahead (lent, not used up: its QEMU's door takes it next).
 pub fn start_helper(
     _admitted: &Admission,
     exe: &Path,

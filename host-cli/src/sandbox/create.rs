@@ -211,7 +211,7 @@ async fn boot(opts: &CreateOptions, timeout: Duration, announce: bool) -> Result
         storage: &opts.storage,
         ram: GuestRam::Fresh,
     };
-    let jailed = crate::jail::start_qemu(&admitted, &spec, false).await?;
+    let jailed = crate::jail::start_qemu(admitted, &spec, false).await?;
     let mut qemu_child = jailed.child;
     let mut qemu_log = jailed.log;
     let qemu_pid = jailed.qemu.pid;

@@ -92,7 +92,7 @@ pub(super) async fn start(
             guard.record = r.clone();
             Ok(r.save()?)
         };
-        machine::bring_up(&admitted, &mut record, &mut persist, snap, tpl, net, opts.timeout).await?
+        machine::bring_up(admitted, &mut record, &mut persist, snap, tpl, net, opts.timeout).await?
     };
     guard.set(|r| {
         r.ready = true;

@@ -81,7 +81,7 @@ pub(super) async fn run_on(record: &Record, limit: Duration) -> Result<(), Sandb
 /// them (and ends both when either fails). Both start through the jail, which takes
 /// the quotas' `admitted` for this start. Returns the agent's version.
 pub(super) async fn bring_up(
-    admitted: &Admission,
+    admitted: Admission,
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     snap: &Snapshot,
@@ -101,6 +101,8 @@ pub(super) async fn bring_up(
     // (`jail::held`); the copy is awaited before any failure is returned, so nothing is
     // left writing, and a held QEMU dropped on a failure is killed.
     let ram = record.paths.private_ram();
+    // Its name goes however this ends: once QEMU answers, or on a failure before.
+    let _unnamed = Unnamed(&ram);
     let (from, to) = (snap.ram(), ram.clone());
     let own = from.starts_with(&record.paths.dir);
     let copying =
@@ -154,7 +156,7 @@ pub(super) async fn bring_up(
 /// starts; the caller releases QEMU, then waits until the helper is ready
 /// ([`lifecycle::wait_ready`]) and publishes the ports.
 async fn spawn_both(
-    admitted: &Admission,
+    admitted: Admission,
     record: &mut Record,
     persist: &mut (dyn FnMut(&Record) -> Result<(), SandboxError> + Send),
     snap: &Snapshot,
@@ -162,7 +164,7 @@ async fn spawn_both(
     net: &RestoredNet,
     ram: &Path,
 ) -> Result<(crate::jail::JailedHelper, crate::jail::held::HeldQemu), SandboxError> {
-    let helper = lifecycle::spawn_with(admitted, &record.paths.dir, &net.config)?;
+    let helper = lifecycle::spawn_with(&admitted, &record.paths.dir, &net.config)?;
     record.net_helper = helper.id().and_then(ProcRef::of);
     record.secret_runner = helper.runner;
     persist(record)?;
@@ -328,6 +330,16 @@ pub(super) async fn qemu_version(qmp: &mut Qmp) -> Result<String, SandboxError> 
 /// Copies `from` to `to` through an exclusive temporary file, so `to` is never seen
 /// half-written and no link planted in QEMU's `vm/` directory is followed
 /// ([`crate::vmm::safe_fs::copy`]).
+/// Removes a restore's named copy of guest RAM when dropped (a failure must not leave
+/// it: its blocks would stay taken by a dead sandbox until `atoll kill`).
+struct Unnamed<'a>(&'a Path);
+
+impl Drop for Unnamed<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
 /// Gives `from` a second name `to` in the same sandbox directory, in place of whatever
 /// `to` names (not followed if a link).
 fn link_file(from: &Path, to: &Path) -> Result<(), SandboxError> {

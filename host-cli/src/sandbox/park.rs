@@ -67,8 +67,7 @@ pub(super) async fn unpark(record: &mut Record) -> Result<(), SandboxError> {
         net.config.policy = own.policy;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(&admitted, record, &mut persist, &snap, &tpl, &net, UNPARK_LIMIT).await
-    {
+    if let Err(e) = machine::bring_up(admitted, record, &mut persist, &snap, &tpl, &net, UNPARK_LIMIT).await {
         stop_processes(record, true).await;
         record.qemu = None;
         record.vhost = None;

@@ -342,8 +342,7 @@ pub async fn restore(
         copy_snapshot_disk(&snap, &disk, overlay, &tpl)?;
     }
     let mut persist = |r: &Record| Ok(r.save()?);
-    if let Err(e) = machine::bring_up(&admitted, &mut record, &mut persist, &snap, &tpl, &net, timeout).await
-    {
+    if let Err(e) = machine::bring_up(admitted, &mut record, &mut persist, &snap, &tpl, &net, timeout).await {
         // Nothing half-running is left: the sandbox shows as dead and `atoll kill` removes it.
         stop_processes(&record, true).await;
         return Err(e);

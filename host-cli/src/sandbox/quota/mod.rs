@@ -46,9 +46,9 @@ pub struct Ask {
 }
 
 /// Proof that the quotas let one start go ahead: made only by [`check`], and taken by
-/// each door of the jail that starts a sandbox's processes (`jail::start_qemu`,
-/// `jail::hold_qemu`, `jail::start_helper`), so a start path that skipped the check
-/// does not compile.
+/// each door of the jail that starts a sandbox's processes (`jail::start_helper` borrows
+/// it; `jail::start_qemu` and `jail::hold_qemu` use it up), so a start path that skipped
+/// the check does not compile, and one check starts one QEMU.
 #[derive(Debug)]
 pub struct Admission(());
 
@@ -78,9 +78,10 @@ pub fn ram_copy_bytes(ram: &Path) -> u64 {
     std::fs::symlink_metadata(ram).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
 }
 
-/// What sandbox `r` holds on disk: [`usage::sandbox_bytes`], and the private copy of
-/// guest RAM its QEMU maps while it holds a VM (the copy's name is gone by then, its
-/// blocks are not).
+/// What sandbox `r` holds on disk: [`usage::sandbox_bytes`] (every file of its
+/// directory as stored, whatever its name), and the private copy of guest RAM its QEMU
+/// maps while it holds a VM (the copy's name is removed once QEMU has it open, its
+/// blocks are not; while a restore still has it named, for a moment, it counts twice).
 fn sandbox_bytes(r: &Record) -> u64 {
     usage::sandbox_bytes(r) + if holds_a_vm(r) { r.ram_copy } else { 0 }
 }

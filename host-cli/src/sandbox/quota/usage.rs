@@ -15,14 +15,11 @@ use std::path::Path;
 use crate::vmm::state::Record;
 
 /// Bytes sandbox `record` may take: its disk at full size (at least what was reserved
-/// for it before the disk was made) plus the rest of its directory, but for a
-/// restore's private copy of guest RAM (counted from the record, `Record::ram_copy`,
-/// whether or not it still has a name).
+/// for it before the disk was made) plus the rest of its directory, as stored.
 pub fn sandbox_bytes(record: &Record) -> u64 {
     let overlay = record.paths.overlay.as_deref();
-    let ram = record.paths.private_ram();
     let mut seen = HashSet::new();
-    let rest = stored_bytes(&record.paths.dir, &[overlay, Some(&ram)], &mut seen);
+    let rest = stored_bytes(&record.paths.dir, overlay, &mut seen);
     let disk = overlay.map_or(0, |o| {
         let stored = std::fs::symlink_metadata(o).map_or(0, |m| m.blocks() * 512);
         qcow2_virtual_size(o).unwrap_or(0).max(stored)
@@ -33,17 +30,17 @@ pub fn sandbox_bytes(record: &Record) -> u64 {
 /// Bytes stored under each of `dirs` together, each file once.
 pub fn stored_bytes_of(dirs: &[&Path]) -> u64 {
     let mut seen = HashSet::new();
-    dirs.iter().map(|d| stored_bytes(d, &[], &mut seen)).sum()
+    dirs.iter().map(|d| stored_bytes(d, None, &mut seen)).sum()
 }
 
-/// Allocated bytes of the files under `dir` (links not followed), leaving out those in
-/// `skip` and files already `seen`.
-fn stored_bytes(dir: &Path, skip: &[Option<&Path>], seen: &mut HashSet<(u64, u64)>) -> u64 {
+/// Allocated bytes of the files under `dir` (links not followed), leaving out `skip`
+/// and files already `seen`.
+fn stored_bytes(dir: &Path, skip: Option<&Path>, seen: &mut HashSet<(u64, u64)>) -> u64 {
     walkdir::WalkDir::new(dir)
         .follow_links(false)
         .into_iter()
         .filter_map(Result::ok)
-        .filter(|e| !skip.contains(&Some(e.path())))
+        .filter(|e| Some(e.path()) != skip)
         .filter_map(|e| e.metadata().ok())
         .filter(|m| !m.is_dir() && seen.insert((m.dev(), m.ino())))
         .map(|m| m.blocks() * 512)
