@@ -38,9 +38,11 @@ pub fn main() -> ExitCode {
         Err(e) => return report(&anyhow::Error::new(e).context("could not start the async runtime"), json),
     };
     let result = runtime.block_on(crate::cmd::run(cli));
-    crate::sandbox::template_snap::finish_marking();
     // A blocking read of stdin may still be parked in the runtime; do not wait for it.
+    // The tasks still there are dropped first, so a lock one of them held is let go
+    // before a dropped create's sandbox waits for it to be marked ready.
     runtime.shutdown_background();
+    crate::sandbox::template_snap::finish_marking();
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => report(&e, json),

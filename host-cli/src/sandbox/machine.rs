@@ -327,9 +327,6 @@ pub(super) async fn qemu_version(qmp: &mut Qmp) -> Result<String, SandboxError> 
     Ok(format!("{}.{}.{}", n("major"), n("minor"), n("micro")))
 }
 
-/// Copies `from` to `to` through an exclusive temporary file, so `to` is never seen
-/// half-written and no link planted in QEMU's `vm/` directory is followed
-/// ([`crate::vmm::safe_fs::copy`]).
 /// Removes a restore's named copy of guest RAM when dropped (a failure must not leave
 /// it: its blocks would stay taken by a dead sandbox until `atoll kill`).
 struct Unnamed<'a>(&'a Path);
@@ -351,6 +348,9 @@ fn link_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
     std::fs::hard_link(from, to).map_err(failed)
 }
 
+/// Copies `from` to `to` through an exclusive temporary file, so `to` is never seen
+/// half-written and no link planted in QEMU's `vm/` directory is followed
+/// ([`crate::vmm::safe_fs::copy`]).
 pub(super) fn copy_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
     crate::vmm::safe_fs::copy(from, to).map_err(|source| SandboxError::Copy {
         from: from.to_path_buf(),

@@ -225,12 +225,17 @@ impl Unannounced {
 impl Drop for Unannounced {
     fn drop(&mut self) {
         let Some(id) = self.0.take() else { return };
-        let marking = std::thread::spawn(move || {
-            if let Err(e) = mark_ready(&id) {
+        let mark = |id: &str| {
+            if let Err(e) = mark_ready(id) {
                 tracing::warn!("could not mark sandbox {id} ready: {e}");
             }
-        });
-        MARKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(marking);
+        };
+        let theirs = id.clone();
+        match std::thread::Builder::new().name("atoll-mark-ready".into()).spawn(move || mark(&theirs)) {
+            Ok(marking) => MARKING.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(marking),
+            // A process out of threads marks it here, as a last resort.
+            Err(_) => mark(&id),
+        }
     }
 }
 
