@@ -146,6 +146,20 @@ fn plant_look_alikes(folder: &Path) -> LookAlikes {
 }
 
 /// A staging folder of `pid`'s in `folder`, once there is one.
+/// Every look-alike in `folder` is still there, each folder with its canary, and the
+/// folder outside that a planted link names too; `case` says which copy ran.
+fn assert_look_alikes_kept(folder: &Path, plants: &LookAlikes, case: &str) {
+    for (name, what) in &plants.kept {
+        let meta = std::fs::symlink_metadata(folder.join(name));
+        assert!(meta.is_ok(), "{case}: {what} ({name}) was removed");
+        if meta.unwrap().is_dir() {
+            let kept = std::fs::read(folder.join(name).join("keep")).unwrap();
+            assert_eq!(kept, CANARY, "{case}: {what} was emptied");
+        }
+    }
+    assert_eq!(std::fs::read(plants.outside.path().join("keep")).unwrap(), CANARY);
+}
+
 fn staging_of(pid: u32, folder: &Path) -> String {
     let started = Instant::now();
     let prefix = format!(".atoll-cp-{pid}-");
@@ -200,14 +214,7 @@ fn a_folder_copy_killed_mid_transfer_is_tidied_by_the_next() {
     assert!(!left.contains(&stale), "the killed copy's staging folder is still there: {left:?}");
     assert!(!left.contains(&reused), "a staging folder of a reused pid is still there: {left:?}");
     assert!(left.contains(&live_staging), "the live copy's staging folder was removed: {left:?}");
-    for (name, what) in &plants.kept {
-        let meta = std::fs::symlink_metadata(folder.join(name));
-        assert!(meta.is_ok(), "{what} ({name}) was removed");
-        if meta.unwrap().is_dir() {
-            assert_eq!(std::fs::read(folder.join(name).join("keep")).unwrap(), CANARY, "{what} was emptied");
-        }
-    }
-    assert_eq!(std::fs::read(plants.outside.path().join("keep")).unwrap(), CANARY);
+    assert_look_alikes_kept(&folder, &plants, "the honest folder copy");
     let mut expected: Vec<String> = plants.kept.iter().map(|(n, _)| n.clone()).collect();
     expected.extend(["canary".to_owned(), "out".to_owned(), live_staging]);
     expected.sort();
@@ -273,15 +280,7 @@ fn a_file_or_zip_copy_tidies_what_a_killed_folder_copy_left() {
         let left = names(&folder);
         assert!(!left.contains(&stale), "{case}: the killed copy's staging folder is still there: {left:?}");
         assert!(left.contains(&live_staging), "{case}: the live copy's staging folder was removed: {left:?}");
-        for (name, what) in &plants.kept {
-            let meta = std::fs::symlink_metadata(folder.join(name));
-            assert!(meta.is_ok(), "{case}: {what} ({name}) was removed");
-            if meta.unwrap().is_dir() {
-                let kept = std::fs::read(folder.join(name).join("keep")).unwrap();
-                assert_eq!(kept, CANARY, "{case}: {what} was emptied");
-            }
-        }
-        assert_eq!(std::fs::read(plants.outside.path().join("keep")).unwrap(), CANARY);
+        assert_look_alikes_kept(&folder, &plants, case);
         let mut expected: Vec<String> = plants.kept.iter().map(|(n, _)| n.clone()).collect();
         expected.extend(["canary".to_owned(), "out".to_owned(), live_staging]);
         expected.sort();

@@ -75,7 +75,7 @@ pub fn check(state: &Path, ask: Ask, starting: Option<&str>) -> Result<Admission
 /// What the private copy of `ram` (a snapshot's guest RAM) takes once made: its
 /// allocated bytes (the copy keeps holes).
 pub fn ram_copy_bytes(ram: &Path) -> u64 {
-    std::fs::symlink_metadata(ram).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+    usage::allocated(ram)
 }
 
 /// What sandbox `r` holds on disk: [`usage::sandbox_bytes`] (every file of its

@@ -21,10 +21,15 @@ pub fn sandbox_bytes(record: &Record) -> u64 {
     let mut seen = HashSet::new();
     let rest = stored_bytes(&record.paths.dir, overlay, &mut seen);
     let disk = overlay.map_or(0, |o| {
-        let stored = std::fs::symlink_metadata(o).map_or(0, |m| m.blocks() * 512);
+        let stored = allocated(o);
         qcow2_virtual_size(o).unwrap_or(0).max(stored)
     });
     rest + disk.max(record.disk_reserved)
+}
+
+/// The bytes `path` has allocated (0 if it is not there; a link is not followed).
+pub fn allocated(path: &Path) -> u64 {
+    std::fs::symlink_metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
 /// Bytes stored under each of `dirs` together, each file once.
